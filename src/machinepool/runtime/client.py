@@ -1,0 +1,508 @@
+"""A raw-JSON Kubernetes API client over kubernetes_asyncio's transport.
+
+Controllers read and write plain ``dict`` objects: no generated models are built on hot paths.
+kubernetes_asyncio supplies what is tedious to get right (kubeconfig loading, TLS, token
+refresh); this module supplies the verbs controllers need (get, paginated list, create,
+replace, patch in every flavour, delete, watch, status and scale subresources), discovery of a
+kind's plural and version, and a typed error tree (``machinepool.runtime.errors``).
+
+Every controller, the webhook registration, the CLI and the tests use this one client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from machinepool.runtime.errors import ApiError, NotFound, error_for
+
+Obj = dict[str, Any]
+DEFAULT_USER_AGENT = "machinepool"
+CONTRACT_LABEL = "cluster.x-k8s.io/v1beta2"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: enough to build its URLs.
+
+    >>> NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        return base
+
+
+class PatchType(enum.StrEnum):
+    """The patch flavours the API server accepts, by content type."""
+
+    MERGE = "application/merge-patch+json"
+    JSON = "application/json-patch+json"
+    STRATEGIC = "application/strategic-merge-patch+json"
+    APPLY = "application/apply-patch+yaml"
+
+
+@dataclass
+class ObjectList:
+    """The items of a (fully paginated) list, and the resourceVersion to watch from."""
+
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch stream: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR."""
+
+    type: str
+    object: Obj
+
+
+RequestHook = Callable[[str, str, int], None]
+"""Called after every request with (verb, resource plural, HTTP status); used for metrics."""
+
+
+@dataclass
+class _Discovery:
+    by_kind: dict[tuple[str, str], Resource] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Client:
+    """An async Kubernetes client speaking raw JSON.
+
+    Build one with :meth:`from_kubeconfig` or :meth:`from_kubeconfig_dict` and close it with
+    ``await client.close()`` (or use it as an async context manager).
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        user_agent: str = DEFAULT_USER_AGENT,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        self._api = api_client
+        self._host = str(api_client.configuration.host).rstrip("/")
+        self._user_agent = user_agent
+        self._on_request = on_request
+        self._discovery = _Discovery()
+        self._closed = False
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    async def from_kubeconfig(
+        cls,
+        path: str | Path | None = None,
+        *,
+        context: str | None = None,
+        user_agent: str = DEFAULT_USER_AGENT,
+        on_request: RequestHook | None = None,
+    ) -> Client:
+        """Load a kubeconfig file (``None``: ``$KUBECONFIG`` or ``~/.kube/config``)."""
+        cfg = Configuration()
+        await k8s_config.load_kube_config(
+            config_file=str(path) if path else None, context=context, client_configuration=cfg
+        )
+        return cls(ApiClient(cfg), user_agent=user_agent, on_request=on_request)
+
+    @classmethod
+    async def from_kubeconfig_dict(
+        cls,
+        kubeconfig: Mapping[str, Any],
+        *,
+        context: str | None = None,
+        user_agent: str = DEFAULT_USER_AGENT,
+        on_request: RequestHook | None = None,
+    ) -> Client:
+        """Build a client from a parsed kubeconfig (for example a cluster's kubeconfig Secret)."""
+        cfg = Configuration()
+        await k8s_config.load_kube_config_from_dict(
+            config_dict=dict(kubeconfig), context=context, client_configuration=cfg
+        )
+        return cls(ApiClient(cfg), user_agent=user_agent, on_request=on_request)
+
+    @classmethod
+    async def in_cluster(
+        cls, *, user_agent: str = DEFAULT_USER_AGENT, on_request: RequestHook | None = None
+    ) -> Client:
+        """The pod's own ServiceAccount credentials."""
+        cfg = Configuration()
+        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cls(ApiClient(cfg), user_agent=user_agent, on_request=on_request)
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._api.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- transport --------------------------------------------------------------------
+
+    async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": content_type,
+            "User-Agent": self._user_agent,
+        }
+        await self._api.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        if self._closed:
+            raise RuntimeError("client used after close()")
+        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
+        data = None if body is None else json.dumps(body)
+        return await session.request(
+            method,
+            self._host + path,
+            params=params,
+            data=data,
+            headers=await self._headers(content_type),
+            timeout=client_timeout or aiohttp.ClientTimeout(total=60),
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        verb: str | None = None,
+    ) -> Obj:
+        """Send one request and return its JSON body; raise an ``ApiError`` on failure."""
+        async with await self._open(
+            method, path, params=params, body=body, content_type=content_type
+        ) as resp:
+            raw = await resp.read()
+            self._count(verb or method.lower(), path, resp.status)
+            return _decode(resp.status, raw)
+
+    def _count(self, verb: str, path: str, status: int) -> None:
+        if self._on_request is not None:
+            self._on_request(verb, _plural_of(path), status)
+
+    # -- discovery --------------------------------------------------------------------
+
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        """Find the plural and scope of ``kind`` in ``api_version`` by API discovery.
+
+        An empty version (``"cluster.x-k8s.io/"`` or a bare group) resolves through the
+        group's preferred version.
+        """
+        group, _, version = api_version.rpartition("/")
+        if not version:
+            group, version = api_version, ""
+        key = (f"{group}/{version}", kind)
+        cached = self._discovery.by_kind.get(key)
+        if cached is not None:
+            return cached
+        async with self._discovery.lock:
+            if not version:
+                version = await self._preferred_version(group)
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            listing = await self.request("GET", path, verb="discovery")
+            for item in listing.get("resources", []):
+                if "/" in item["name"]:
+                    continue
+                res = Resource(group, version, item["name"], item["kind"], item["namespaced"])
+                self._discovery.by_kind[(res.api_version, res.kind)] = res
+                self._discovery.by_kind[(f"{group}/", res.kind)] = res
+        found = self._discovery.by_kind.get((f"{group}/{version}", kind))
+        if found is None:
+            raise NotFound(404, "NotFound", f"kind {kind} is not served in {group}/{version}")
+        return found
+
+    async def _preferred_version(self, group: str) -> str:
+        info = await self.request("GET", f"/apis/{group}", verb="discovery")
+        return str(info["preferredVersion"]["version"])
+
+    async def contract_resource(
+        self, api_group: str, kind: str, contract: str = "v1beta2"
+    ) -> Resource:
+        """Resolve a Cluster API reference ``{apiGroup, kind}`` to a served version.
+
+        Providers label their CRD ``cluster.x-k8s.io/<contract>: <versions>`` (versions joined
+        by ``_``); the last listed one wins, as upstream's contract resolution does. Without the
+        label the group's preferred version is used.
+        """
+        base = await self.resource(f"{api_group}/", kind)
+        crd_name = f"{base.plural}.{api_group}"
+        try:
+            crd = await self.get(CRDS, crd_name)
+        except NotFound:
+            return base
+        labels = crd.get("metadata", {}).get("labels") or {}
+        versions = str(labels.get(f"cluster.x-k8s.io/{contract}", "")).split("_")
+        chosen = [v for v in versions if v]
+        if not chosen:
+            return base
+        return await self.resource(f"{api_group}/{chosen[-1]}", kind)
+
+    # -- verbs ------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
+        return await self.request("GET", res.path(namespace, name), verb="get")
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ObjectList:
+        """List every object, following ``continue`` tokens until the last page."""
+        params: dict[str, str] = {"limit": str(page_size)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        items: list[Obj] = []
+        while True:
+            page = await self.request("GET", res.path(namespace), params=params, verb="list")
+            kind = res.kind
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return ObjectList(items, str(meta.get("resourceVersion", "")))
+            params["continue"] = token
+
+    async def create(
+        self, res: Resource, body: Obj, namespace: str | None = None, *, dry_run: bool = False
+    ) -> Obj:
+        ns = namespace or body.get("metadata", {}).get("namespace")
+        params = {"dryRun": "All"} if dry_run else None
+        return await self.request("POST", res.path(ns), body=body, params=params, verb="create")
+
+    async def replace(self, res: Resource, body: Obj, *, subresource: str | None = None) -> Obj:
+        """PUT the whole object; its resourceVersion is the optimistic-lock precondition."""
+        meta = body["metadata"]
+        path = res.path(meta.get("namespace"), meta["name"])
+        if subresource:
+            path += f"/{subresource}"
+        return await self.request("PUT", path, body=body, verb="update")
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> Obj:
+        """Patch an object or one of its subresources (``status``, ``scale``).
+
+        For server-side apply (``PatchType.APPLY``) ``field_manager`` is required and ``patch``
+        is the applied configuration as a dict.
+        """
+        path = res.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        params: dict[str, str] = {}
+        if field_manager:
+            params["fieldManager"] = field_manager
+        if force:
+            params["force"] = "true"
+        return await self.request(
+            "PATCH", path, params=params, body=patch, content_type=patch_type.value, verb="patch"
+        )
+
+    async def apply(
+        self, res: Resource, body: Obj, *, field_manager: str, force: bool = True
+    ) -> Obj:
+        """Server-side apply ``body`` (which names itself) as ``field_manager``."""
+        meta = body["metadata"]
+        return await self.patch(
+            res,
+            meta["name"],
+            body,
+            meta.get("namespace"),
+            patch_type=PatchType.APPLY,
+            field_manager=field_manager,
+            force=force,
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj | None:
+        """Delete an object; ``None`` when it was already gone.
+
+        ``uid`` and ``resource_version`` become preconditions, so a delete never hits a
+        newer object of the same name.
+        """
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        pairs = (("uid", uid), ("resourceVersion", resource_version))
+        preconditions = {k: v for k, v in pairs if v}
+        if preconditions:
+            body["preconditions"] = preconditions
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            return await self.request("DELETE", res.path(namespace, name), body=body, verb="delete")
+        except NotFound:
+            return None
+
+    async def get_scale(self, res: Resource, name: str, namespace: str) -> Obj:
+        return await self.request("GET", res.path(namespace, name) + "/scale", verb="get")
+
+    async def set_scale(self, res: Resource, name: str, namespace: str, replicas: int) -> Obj:
+        """Set ``spec.replicas`` through the scale subresource, as kubectl and the autoscaler do."""
+        return await self.patch(
+            res, name, {"spec": {"replicas": replicas}}, namespace, subresource="scale"
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str = "",
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream watch events from ``resource_version`` with bookmarks enabled.
+
+        Ends when the server closes the stream (after ``timeout_seconds``). An ERROR event
+        carrying a 410 raises ``Gone``: the caller re-lists.
+        """
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout_seconds + 30)
+        resp = await self._open("GET", res.path(namespace), params=params, client_timeout=timeout)
+        async with resp:
+            self._count("watch", res.path(namespace), resp.status)
+            if resp.status != 200:
+                _decode(resp.status, await resp.read())
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise error_for(int(status.get("code", 500)), status)
+                yield WatchEvent(event["type"], event["object"])
+
+
+def _decode(status: int, raw: bytes) -> Obj:
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        body = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        body = {}
+    if 200 <= status < 300:
+        if not isinstance(body, dict):
+            raise ApiError(status, "BadResponse", "expected a JSON object")
+        return body
+    raise error_for(status, body if isinstance(body, dict) else None, text[:500])
+
+
+def _plural_of(path: str) -> str:
+    """The resource plural named by an API path, for metrics labels."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        parts = parts[:i] + parts[i + 2 :] if len(parts) > i + 2 else parts
+    offset = 2 if parts and parts[0] == "api" else 3
+    return parts[offset] if len(parts) > offset else (parts[-1] if parts else "")
+
+
+CRDS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+NODES = Resource("", "v1", "nodes", "Node", False)
+PODS = Resource("", "v1", "pods", "Pod")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
+CORE_EVENTS = Resource("", "v1", "events", "Event")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+VALIDATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)

@@ -1,0 +1,91 @@
+"""The API errors every layer above the client speaks.
+
+A small tree of our own, so the HTTP library underneath stays replaceable and callers can
+write ``except NotFound`` instead of comparing status codes. ``NotFound`` means "gone", which
+most reconcilers treat as success, not failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """A request the Kubernetes API server answered with an error status.
+
+    ``status`` is the HTTP code, ``reason`` the Status object's machine-readable reason
+    (``NotFound``, ``Conflict``, ``Invalid`` ...), ``message`` its human-readable message and
+    ``body`` the whole Status object when the server sent one.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+
+class BadRequest(ApiError):
+    """400: the request itself is malformed."""
+
+
+class Unauthorized(ApiError):
+    """401: no or wrong credentials."""
+
+
+class Forbidden(ApiError):
+    """403: authenticated, but RBAC or an admission webhook said no."""
+
+
+class NotFound(ApiError):
+    """404: the object (or its kind) does not exist."""
+
+
+class Conflict(ApiError):
+    """409: a resourceVersion precondition failed, or the object already exists."""
+
+
+class AlreadyExists(Conflict):
+    """409 with reason AlreadyExists: create of a name that is taken."""
+
+
+class Gone(ApiError):
+    """410: a watch or list asked for a resourceVersion that was compacted; re-list."""
+
+
+class Invalid(ApiError):
+    """422: validation failed; ``message`` names the fields."""
+
+
+class TooManyRequests(ApiError):
+    """429: the server asks the client to slow down."""
+
+
+class ServerError(ApiError):
+    """5xx: the server (or a webhook behind it) failed; worth retrying."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+}
+
+
+def error_for(status: int, body: dict[str, Any] | None, text: str = "") -> ApiError:
+    """Build the most specific ``ApiError`` for a response status and its Status body."""
+    body = body or {}
+    reason = str(body.get("reason") or "")
+    message = str(body.get("message") or text or "")
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(status, reason, message, body)
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = ServerError if status >= 500 else ApiError
+    return cls(status, reason or cls.__name__, message, body)
