@@ -1,1 +1,27 @@
-"""controlplane."""
+"""Local Kubernetes control planes for development, tests, demos and benchmarks.
+
+``ControlPlane`` runs etcd, a management kube-apiserver and kube-controller-manager on
+loopback; ``ControlPlane.start_workload`` adds workload clusters on the same etcd.
+``find_binaries`` locates (or builds from Go modules) the binaries they run.
+"""
+
+from machinepool.controlplane.binaries import (
+    KUBERNETES_VERSION,
+    BinariesNotFound,
+    find_binaries,
+    optional_binary,
+)
+from machinepool.controlplane.cluster import ControlPlane, WorkloadCluster
+from machinepool.controlplane.pki import ca_public_key_hash
+from machinepool.controlplane.process import ProcessFailed
+
+__all__ = [
+    "KUBERNETES_VERSION",
+    "BinariesNotFound",
+    "ControlPlane",
+    "ProcessFailed",
+    "WorkloadCluster",
+    "ca_public_key_hash",
+    "find_binaries",
+    "optional_binary",
+]

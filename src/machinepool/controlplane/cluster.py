@@ -1,0 +1,435 @@
+"""Local Kubernetes control planes: one management cluster and any number of workload clusters.
+
+The management cluster is etcd, a kube-apiserver and a kube-controller-manager (garbage
+collector, namespaces, ServiceAccounts). A workload cluster is one more kube-apiserver on the
+same etcd under its own ``--etcd-prefix``, with its own CA, bootstrap-token authentication
+(so simulated nodes join as real kubeadm nodes do) and its own controller-manager (token
+cleaner, garbage collector, namespaces, ServiceAccounts). Every process listens on a free
+loopback port; everything lives in one work directory.
+
+Used by the pytest fixtures, the ``machinepool up`` / ``demo`` commands and the benchmarks.
+The methods block: call them from the thread that owns the cluster (children are tied to it).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import ssl
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from machinepool.controlplane import pki
+from machinepool.controlplane.binaries import find_binaries
+from machinepool.controlplane.process import Process, ProcessFailed, free_port, wait_until
+
+_START_TIMEOUT = 90.0
+_PORT_ATTEMPTS = 5
+
+_MANAGEMENT_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+)
+_WORKLOAD_CONTROLLERS = (*_MANAGEMENT_CONTROLLERS, "token-cleaner-controller")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class _Pki:
+    """The certificates one cluster needs, written into its own folder."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dir = directory
+        self.ca = pki.new_ca(f"{name}-ca")
+        self.ca_crt, self.ca_key = self.ca.write(directory, "ca")
+        serving = pki.issue(
+            self.ca,
+            "kube-apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ip_addresses=("127.0.0.1", "10.0.0.1"),
+            server=True,
+        )
+        self.serving_crt, self.serving_key = serving.write(directory, "apiserver")
+        self.admin = pki.issue(self.ca, "admin", organization="system:masters")
+        # system:masters: the local controller-manager runs every controller under one identity.
+        self.kcm = pki.issue(
+            self.ca, "system:kube-controller-manager", organization="system:masters"
+        )
+        self.sa_key, self.sa_pub = pki.new_service_account_keys(directory)
+        self._ssl: ssl.SSLContext | None = None
+
+    def kubeconfig(self, server: str, user: str, client: pki.KeyPair) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": user,
+                    "cluster": {
+                        "server": server,
+                        "certificate-authority-data": _b64(self.ca.cert_pem),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": _b64(client.cert_pem),
+                        "client-key-data": _b64(client.key_pem),
+                    },
+                }
+            ],
+            "contexts": [{"name": user, "context": {"cluster": user, "user": user}}],
+            "current-context": user,
+        }
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A TLS context that trusts this cluster's CA and presents the admin certificate."""
+        if self._ssl is None:
+            ctx = ssl.create_default_context(cafile=str(self.ca_crt))
+            crt, key = self.admin.write(self.dir, "admin")
+            ctx.load_cert_chain(str(crt), str(key))
+            self._ssl = ctx
+        return self._ssl
+
+
+class _ApiServerCluster:
+    """A kube-apiserver plus controller-manager over a shared etcd: the part both kinds share."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        binaries: Path,
+        etcd_url: str,
+        etcd_prefix: str,
+        controllers: tuple[str, ...],
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.dir = workdir
+        self._binaries = binaries
+        self._etcd_url = etcd_url
+        self._etcd_prefix = etcd_prefix
+        self._controllers = controllers
+        self._extra_args = extra_args
+        self.pki = _Pki(workdir / "pki", name)
+        self.port = 0
+        self.apiserver: Process | None = None
+        self.kcm: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    def kubeconfig_dict(self) -> dict[str, Any]:
+        """The admin kubeconfig as a dict (what a ``<cluster>-kubeconfig`` Secret holds)."""
+        return self.pki.kubeconfig(self.url, f"{self.name}-admin", self.pki.admin)
+
+    def kubeconfig_yaml(self) -> str:
+        return yaml.safe_dump(self.kubeconfig_dict(), sort_keys=False)
+
+    def _apiserver_argv(self) -> list[str]:
+        p = self.pki
+        return [
+            str(self._binaries / "kube-apiserver"),
+            f"--etcd-servers={self._etcd_url}",
+            f"--etcd-prefix={self._etcd_prefix}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={p.dir}",
+            f"--tls-cert-file={p.serving_crt}",
+            f"--tls-private-key-file={p.serving_key}",
+            f"--client-ca-file={p.ca_crt}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p.sa_pub}",
+            f"--service-account-signing-key-file={p.sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--endpoint-reconciler-type=none",
+            *self._extra_args,
+        ]
+
+    def _kcm_argv(self) -> list[str]:
+        kubeconfig = self.dir / "controller-manager.kubeconfig"
+        kcm_config = self.pki.kubeconfig(self.url, "kube-controller-manager", self.pki.kcm)
+        kubeconfig.write_text(yaml.safe_dump(kcm_config))
+        kubeconfig.chmod(0o600)
+        return [
+            str(self._binaries / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            f"--controllers={','.join(self._controllers)}",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca_crt}",
+            "--use-service-account-credentials=false",
+            "--concurrent-gc-syncs=5",
+        ]
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"{self.url}/readyz", context=self.pki.ssl_context(), timeout=2
+            ) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver, on a new free port unless it already has one; wait for /readyz."""
+        keep_port = self.port != 0
+        for attempt in range(_PORT_ATTEMPTS):
+            if not keep_port:
+                self.port = free_port()
+            proc = Process(f"{self.name}-kube-apiserver", self._apiserver_argv(), self.dir)
+            proc.start()
+            try:
+                wait_until(self._ready, _START_TIMEOUT, f"{self.name} kube-apiserver", proc)
+            except ProcessFailed as exc:
+                proc.stop()
+                if "address already in use" in str(exc) and attempt + 1 < _PORT_ATTEMPTS:
+                    keep_port = False
+                    continue
+                raise
+            self.apiserver = proc
+            self.kubeconfig.write_text(self.kubeconfig_yaml())
+            self.kubeconfig.chmod(0o600)
+            return
+
+    def start(self) -> None:
+        self.start_apiserver()
+        self.kcm = Process(f"{self.name}-kube-controller-manager", self._kcm_argv(), self.dir)
+        self.kcm.start()
+
+    def stop_apiserver(self) -> None:
+        if self.apiserver is not None:
+            self.apiserver.stop()
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port (watches break)."""
+        self.stop_apiserver()
+        self.start_apiserver()
+
+    def stop(self) -> None:
+        for proc in (self.kcm, self.apiserver):
+            if proc is not None:
+                proc.stop()
+
+    def processes(self) -> Iterator[Process]:
+        yield from (p for p in (self.apiserver, self.kcm) if p is not None)
+
+
+class WorkloadCluster(_ApiServerCluster):
+    """A workload cluster's API: nodes join it with bootstrap tokens."""
+
+    @property
+    def ca_cert_pem(self) -> bytes:
+        return self.pki.ca.cert_pem
+
+    @property
+    def ca_key_pem(self) -> bytes:
+        return self.pki.ca.key_pem
+
+
+class ControlPlane:
+    """A local management cluster, and the workload clusters started from it.
+
+    >>> with ControlPlane() as cp:
+    ...     workload = cp.start_workload("cluster-a")
+    ...     print(cp.kubeconfig, workload.kubeconfig)
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        *,
+        binaries: Path | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="machinepool-")) if workdir is None else workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._binaries = binaries
+        self._fsync = fsync
+        self.etcd: Process | None = None
+        self.etcd_port = 0
+        self._management: _ApiServerCluster | None = None
+        self.workloads: dict[str, WorkloadCluster] = {}
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._management is not None:
+            raise RuntimeError("control plane already started")
+        binaries = self._binaries or find_binaries()
+        self._binaries = binaries
+        try:
+            self._start_etcd()
+            self._management = _ApiServerCluster(
+                "management",
+                self.dir / "management",
+                binaries,
+                self.etcd_url,
+                "/registry",
+                _MANAGEMENT_CONTROLLERS,
+            )
+            self._management.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every process; the work directory is removed if this object created it."""
+        for workload in self.workloads.values():
+            workload.stop()
+        self.workloads.clear()
+        if self._management is not None:
+            self._management.stop()
+            self._management = None
+        if self.etcd is not None:
+            self.etcd.stop()
+            self.etcd = None
+        if self._own_workdir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- etcd ---------------------------------------------------------------------------
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    def _etcd_argv(self, peer_port: int) -> list[str]:
+        assert self._binaries is not None
+        peer = f"http://127.0.0.1:{peer_port}"
+        argv = [
+            str(self._binaries / "etcd"),
+            f"--data-dir={self.dir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--log-level=warn",
+            "--quota-backend-bytes=8589934592",
+        ]
+        if not self._fsync:
+            argv.append("--unsafe-no-fsync")
+        return argv
+
+    def _etcd_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _start_etcd(self) -> None:
+        keep_port = self.etcd_port != 0
+        for attempt in range(_PORT_ATTEMPTS):
+            if not keep_port:
+                self.etcd_port = free_port()
+            proc = Process("etcd", self._etcd_argv(free_port()), self.dir)
+            proc.start()
+            try:
+                wait_until(self._etcd_healthy, _START_TIMEOUT, "etcd", proc)
+            except ProcessFailed as exc:
+                proc.stop()
+                if "address already in use" in str(exc) and attempt + 1 < _PORT_ATTEMPTS:
+                    keep_port = False
+                    continue
+                raise
+            self.etcd = proc
+            return
+
+    def restart_etcd(self) -> None:
+        """Stop etcd and start it again on the same port with the same data."""
+        if self.etcd is not None:
+            self.etcd.stop()
+        self._start_etcd()
+
+    # -- clusters -----------------------------------------------------------------------
+
+    @property
+    def management(self) -> _ApiServerCluster:
+        if self._management is None:
+            raise RuntimeError("control plane not started")
+        return self._management
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The management cluster's admin kubeconfig."""
+        return self.management.kubeconfig
+
+    @property
+    def url(self) -> str:
+        return self.management.url
+
+    def kubeconfig_dict(self) -> dict[str, Any]:
+        return self.management.kubeconfig_dict()
+
+    def restart_apiserver(self) -> None:
+        self.management.restart_apiserver()
+
+    def start_workload(self, name: str) -> WorkloadCluster:
+        """Start a workload cluster's kube-apiserver (and controller-manager) on shared etcd."""
+        if name in self.workloads:
+            raise ValueError(f"workload cluster {name!r} already started")
+        assert self._binaries is not None
+        workload = WorkloadCluster(
+            name,
+            self.dir / "workload" / name,
+            self._binaries,
+            self.etcd_url,
+            f"/workload/{name}",
+            _WORKLOAD_CONTROLLERS,
+            ("--enable-bootstrap-token-auth",),
+        )
+        try:
+            workload.start()
+        except BaseException:
+            workload.stop()
+            raise
+        self.workloads[name] = workload
+        return workload
+
+    def stop_workload(self, name: str) -> None:
+        workload = self.workloads.pop(name, None)
+        if workload is not None:
+            workload.stop()
+
+    def processes(self) -> list[Process]:
+        """Every process this control plane runs right now."""
+        procs = [self.etcd] if self.etcd else []
+        if self._management is not None:
+            procs += list(self._management.processes())
+        for workload in self.workloads.values():
+            procs += list(workload.processes())
+        return procs

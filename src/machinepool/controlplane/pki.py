@@ -1,0 +1,148 @@
+"""Certificates and keys for local control planes.
+
+A local cluster needs a CA, a serving certificate for each kube-apiserver, client
+certificates for the admin and the controller-manager, and a key pair that signs
+ServiceAccount tokens. Everything is generated here with ``cryptography`` and written as PEM;
+nothing leaves the cluster's work directory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_VALIDITY = dt.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate and its private key, both PEM-encoded."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
+        """Write ``<stem>.crt`` and ``<stem>.key`` (mode 0600) and return their paths."""
+        crt, key = directory / f"{stem}.crt", directory / f"{stem}.key"
+        crt.write_bytes(self.cert_pem)
+        key.write_bytes(self.key_pem)
+        key.chmod(0o600)
+        return crt, key
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attrs)
+
+
+def new_ca(common_name: str) -> KeyPair:
+    """A self-signed CA certificate."""
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY * 10)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue(
+    ca: KeyPair,
+    common_name: str,
+    *,
+    organization: str | None = None,
+    dns_names: tuple[str, ...] = (),
+    ip_addresses: tuple[str, ...] = (),
+    server: bool = False,
+) -> KeyPair:
+    """Issue a leaf certificate signed by ``ca``: a server certificate when ``server``."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name, organization))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def new_service_account_keys(directory: Path) -> tuple[Path, Path]:
+    """Write the RSA key pair that signs ServiceAccount tokens: ``sa.key`` and ``sa.pub``."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private, public = directory / "sa.key", directory / "sa.pub"
+    private.write_bytes(_key_pem(key))
+    private.chmod(0o600)
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, public
+
+
+def ca_public_key_hash(ca_cert_pem: bytes) -> str:
+    """kubeadm's discovery hash of a CA: ``sha256:`` + hex SHA-256 of its SubjectPublicKeyInfo."""
+    cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    spki = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(spki)
+    return "sha256:" + digest.finalize().hex()
