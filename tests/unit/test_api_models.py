@@ -334,3 +334,19 @@ def test_times_round_trip_in_apiserver_format() -> None:
     stamp = "2025-05-01T10:00:02Z"
 
     assert format_time(parse_time(stamp)) == stamp
+
+
+@pytest.mark.parametrize(
+    ("field", "wire"),
+    [
+        ("provider_id_list", "providerIDList"),
+        ("unsafe_skip_ca_verification", "unsafeSkipCAVerification"),
+        ("kubernetes_api_call_seconds", "kubernetesAPICallSeconds"),
+        ("v1beta1", "v1beta1"),
+        ("api_group", "apiGroup"),
+    ],
+)
+def test_wire_names_follow_kubernetes_spelling(field: str, wire: str) -> None:
+    from machinepool.api.meta import _camel
+
+    assert _camel(field) == wire

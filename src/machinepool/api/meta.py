@@ -81,10 +81,22 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_ACRONYMS = frozenset({"id", "uid", "uuid", "api", "ca", "ip", "ips", "url", "tls", "cidr", "dns"})
+
+
 def _camel(name: str) -> str:
-    """snake_case to the Kubernetes JSON spelling; digits stay as written (``v1beta1``)."""
+    """snake_case to the Kubernetes JSON spelling.
+
+    Digits stay as written (``v1beta1``) and acronyms after the first word are upper-cased
+    the way Kubernetes APIs spell them: ``provider_id_list`` -> ``providerIDList``,
+    ``unsafe_skip_ca_verification`` -> ``unsafeSkipCAVerification``.
+    """
     head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+    return head + "".join(_word(part) for part in rest)
+
+
+def _word(part: str) -> str:
+    return part.upper() if part in _ACRONYMS else part[:1].upper() + part[1:]
 
 
 class K8sModel(BaseModel):
