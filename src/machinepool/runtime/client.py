@@ -110,6 +110,7 @@ class Client:
         self._host = str(api_client.configuration.host).rstrip("/")
         self._user_agent = user_agent
         self._on_request = on_request
+        self._request_hooks: list[RequestHook] = []
         self._discovery = _Discovery()
         self._closed = False
 
@@ -224,8 +225,26 @@ class Client:
             return _decode(resp.status, raw)
 
     def _count(self, verb: str, path: str, status: int) -> None:
+        if self._on_request is None and not self._request_hooks:
+            return
+        plural = _plural_of(path)
         if self._on_request is not None:
-            self._on_request(verb, _plural_of(path), status)
+            self._on_request(verb, plural, status)
+        for hook in self._request_hooks:
+            hook(verb, plural, status)
+
+    def add_request_hook(self, hook: RequestHook) -> Callable[[], None]:
+        """Also call ``hook`` after every request (a ``Manager`` counts requests this way).
+
+        Returns a function that removes the hook again.
+        """
+        self._request_hooks.append(hook)
+
+        def remove() -> None:
+            if hook in self._request_hooks:
+                self._request_hooks.remove(hook)
+
+        return remove
 
     # -- discovery --------------------------------------------------------------------
 

@@ -1,0 +1,271 @@
+"""The controller engine: a work queue drained by N workers calling one reconcile function.
+
+Every controller in machinepool (core MachinePool, Machine, kubeadm bootstrap, providers) is a
+``Controller`` built by the ``Manager`` (``manager.new_controller(...)``), fed by informer
+watches (``controller.watch(informer, mapper)``), and run only while the manager leads.
+
+The reconcile contract, as controller-runtime's:
+
+=========================  ==============================================================
+reconcile outcome          what the worker does
+=========================  ==============================================================
+returns ``Result()``       success: forget the key's backoff; nothing scheduled
+or ``None``
+returns                    forget the backoff; reconcile again after that many seconds
+``Result(requeue_after)``
+raises ``TerminalError``   log and count it; forget the backoff; no retry (a later event
+                           still triggers a reconcile)
+raises anything else       retry with the key's exponential backoff (5 ms doubling to
+                           1000 s); any ``Result`` is ignored
+``CancelledError``         the controller is stopping: the key is re-queued, then it
+                           propagates
+=========================  ==============================================================
+
+A worker never dies: whatever one reconcile does, the worker logs it with the key, counts it
+and takes the next key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from machinepool.runtime.client import Obj
+from machinepool.runtime.errors import ApiError
+from machinepool.runtime.informer import Informer, controller_owner
+from machinepool.runtime.keys import ObjectKey
+from machinepool.runtime.logging import KVLogger, get_logger
+from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.workqueue import QueueShutDown, RateLimiter, WorkQueue
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a successful reconcile asks for next.
+
+    ``requeue_after``: seconds until the key is reconciled again (``None``: only on the next
+    event). Use it for polling something that sends no events (a cloud API, a timeout).
+    """
+
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """A reconcile failure that retrying cannot fix (invalid spec, missing permission).
+
+    The worker logs and counts it and does not retry; a later change to the object will
+    trigger a new reconcile. Raise it ``from`` the underlying error.
+    """
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """Anything with an ``async def reconcile(key) -> Result | None``."""
+
+    async def reconcile(self, key: ObjectKey) -> Result | None: ...
+
+
+ReconcileFunc = Callable[[ObjectKey], Awaitable[Result | None]]
+Mapper = Callable[[Obj], Iterable[ObjectKey]]
+"""Maps a watched object to the keys to reconcile (none, one or several)."""
+
+
+def object_key(obj: Obj) -> list[ObjectKey]:
+    """The default mapper: reconcile the object itself."""
+    return [ObjectKey.of(obj)]
+
+
+def owner_key(kind: str, group: str) -> Mapper:
+    """A mapper to the controller owner of ``kind`` in API ``group`` (same namespace).
+
+    >>> ctrl.watch(infra_pools, owner_key("MachinePool", "cluster.x-k8s.io"))
+    """
+
+    def mapper(obj: Obj) -> list[ObjectKey]:
+        ref = controller_owner(obj)
+        if ref is None or ref.get("kind") != kind:
+            return []
+        if str(ref.get("apiVersion", "")).rpartition("/")[0] != group:
+            return []
+        return [ObjectKey(ObjectKey.of(obj).namespace, str(ref.get("name", "")))]
+
+    return mapper
+
+
+class EnqueueHandler:
+    """An ``EventHandler`` that queues the keys ``mapper`` finds; updates map old and new."""
+
+    def __init__(self, queue: WorkQueue[ObjectKey], mapper: Mapper = object_key) -> None:
+        self._queue = queue
+        self._mapper = mapper
+
+    def _enqueue(self, obj: Obj) -> None:
+        for key in self._mapper(obj):
+            self._queue.add(key)
+
+    def on_add(self, obj: Obj) -> None:
+        self._enqueue(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        # Both: an owner or label change must reach the old target and the new one.
+        self._enqueue(old)
+        self._enqueue(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        self._enqueue(obj)
+
+
+class Controller:
+    """A named work queue plus ``concurrency`` workers running ``reconcile``.
+
+    ``reconcile`` is an ``async def (key) -> Result | None`` or a ``Reconciler``.
+    ``rate_limiter`` defaults to 5 ms-to-1000 s per-key exponential backoff.
+    ``metrics`` defaults to a private ``RuntimeMetrics``; the manager passes its own.
+
+    Controllers are normally made by ``Manager.new_controller`` and started and stopped by the
+    manager as it gains and loses leadership. ``run`` can also be awaited directly.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reconcile: ReconcileFunc | Reconciler,
+        *,
+        concurrency: int = 1,
+        rate_limiter: RateLimiter[ObjectKey] | None = None,
+        metrics: RuntimeMetrics | None = None,
+        logger: KVLogger | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"controller {name}: concurrency must be >= 1, not {concurrency}")
+        self.name = name
+        self.concurrency = concurrency
+        self._reconcile: ReconcileFunc = (
+            reconcile.reconcile if isinstance(reconcile, Reconciler) else reconcile
+        )
+        self.metrics = metrics or RuntimeMetrics()
+        self.metrics.init_controller(name, concurrency)
+        self.queue: WorkQueue[ObjectKey] = WorkQueue(
+            rate_limiter=rate_limiter, hooks=self.metrics.queue_hooks(name)
+        )
+        self.log = (logger or get_logger(__name__)).bind(controller=name)
+        self._watched: list[tuple[Informer, EnqueueHandler]] = []
+        self._running = asyncio.Event()
+
+    # -- sources ------------------------------------------------------------------------
+
+    def handler(self, mapper: Mapper = object_key) -> EnqueueHandler:
+        """An event handler feeding this controller's queue, for any informer."""
+        return EnqueueHandler(self.queue, mapper)
+
+    def watch(self, informer: Informer, mapper: Mapper = object_key) -> EnqueueHandler:
+        """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes.
+
+        Safe at any time: objects the informer already holds are queued at once.
+        Returns the handler, for ``informer.remove_handler``.
+        """
+        handler = self.handler(mapper)
+        informer.add_handler(handler)
+        self._watched.append((informer, handler))
+        return handler
+
+    def enqueue(self, key: ObjectKey) -> None:
+        self.queue.add(key)
+
+    def enqueue_after(self, key: ObjectKey, delay: float) -> None:
+        self.queue.add_after(key, delay)
+
+    @property
+    def running(self) -> bool:
+        return self._running.is_set()
+
+    # -- running ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the workers until cancelled.
+
+        On entry every object the watched informers hold is queued (the initial sync, as
+        after gaining leadership), so nothing that changed while stopped is missed.
+        """
+        for informer, handler in self._watched:
+            for obj in informer.list():
+                handler.on_add(obj)
+        self._running.set()
+        self.log.info("starting workers", concurrency=self.concurrency)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i in range(self.concurrency):
+                    group.create_task(self._worker(), name=f"{self.name}-worker-{i}")
+        finally:
+            self._running.clear()
+            self.log.info("workers stopped")
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueShutDown:
+                return
+            try:
+                await self._process(key)
+            except asyncio.CancelledError:
+                self.queue.done(key)
+                self.queue.add(key)  # not finished: whoever runs next reconciles it
+                raise
+            self.queue.done(key)
+
+    async def _process(self, key: ObjectKey) -> None:
+        log = self.log.bind(key=str(key))
+        active = self.metrics.active_workers.labels(self.name)
+        active.inc()
+        started = time.monotonic()
+        try:
+            outcome: Result | BaseException | None = await self._reconcile(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            outcome = exc
+        finally:
+            active.dec()
+            self.metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+        self._settle(key, outcome, log)
+
+    def _settle(
+        self, key: ObjectKey, outcome: Result | BaseException | None, log: KVLogger
+    ) -> None:
+        """Apply the Result/error contract (see the module docstring) to one outcome."""
+        match outcome:
+            case TerminalError() as exc:
+                self.queue.forget(key)
+                self._count("terminal_error")
+                self.metrics.reconcile_errors.labels(self.name).inc()
+                self.metrics.terminal_errors.labels(self.name).inc()
+                log.error("reconcile failed permanently; not retrying", error=str(exc))
+            case BaseException() as exc:
+                self.queue.add_rate_limited(key)
+                self._count("error")
+                self.metrics.reconcile_errors.labels(self.name).inc()
+                # API errors are expected weather; anything else is a bug worth a traceback.
+                log.error(
+                    "reconcile failed; retrying with backoff",
+                    exc_info=None if isinstance(exc, ApiError) else exc,
+                    error=f"{type(exc).__name__}: {exc}",
+                    retries=self.queue.retries(key),
+                )
+            case Result(requeue_after=float() | int() as after) if after > 0:
+                self.queue.forget(key)
+                self.queue.add_after(key, float(after))
+                self._count("requeue_after")
+            case Result() | None:
+                self.queue.forget(key)
+                self._count("success")
+            case other:
+                self.queue.add_rate_limited(key)
+                self._count("error")
+                log.error("reconcile returned neither Result nor None", returned=repr(other))
+
+    def _count(self, result: str) -> None:
+        self.metrics.reconcile_total.labels(self.name, result).inc()

@@ -1,0 +1,158 @@
+"""Kubernetes Events about the objects controllers reconcile, aggregated so loops do not flood.
+
+Controllers get an ``EventRecorder`` from ``Manager.event_recorder(component)`` and call
+``await recorder.event(obj, "Warning", "BootstrapFailed", "...")``. Events are written as
+``events.k8s.io/v1`` objects (``regarding``, ``note``, ``series``), which ``kubectl describe``
+and ``kubectl events`` show.
+
+Aggregation, like client-go's events library: the first occurrence of (object, type, reason,
+action, note) creates an Event; repeats only count locally, and the Event's ``series``
+(count, lastObservedTime) is patched at most once per ``series_interval`` (and by
+``flush()``). A reconcile failing in a hot loop therefore costs one write per interval, not one
+per failure. Recording never raises: events are best effort.
+
+Callers must never pass secret values (tokens, keys, bootstrap data, kubeconfigs) in
+``message``: Events are readable by far more users than Secrets are. Name the Secret instead.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from machinepool.runtime.client import EVENTS, Client, Obj
+from machinepool.runtime.logging import KVLogger, get_logger
+
+NOTE_LIMIT = 1024  # the API server rejects longer notes
+
+
+@dataclass
+class _Series:
+    name: str
+    namespace: str
+    count: int
+    written_count: int
+    written_at: float
+    last_observed: str
+
+
+def _micro_time() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _regarding(obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    ref: Obj = {
+        "apiVersion": obj.get("apiVersion", ""),
+        "kind": obj.get("kind", ""),
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
+    if meta.get("namespace"):
+        ref["namespace"] = meta["namespace"]
+    return {k: v for k, v in ref.items() if v}
+
+
+class EventRecorder:
+    """Writes aggregated Events for one reporting ``component`` (e.g. ``machinepool-controller``).
+
+    ``series_interval`` [60 s]: the most often one repeating Event is patched.
+    ``max_tracked`` [4096]: repeating Events remembered for aggregation (least recent dropped).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        component: str,
+        *,
+        instance: str | None = None,
+        series_interval: float = 60.0,
+        max_tracked: int = 4096,
+        logger: KVLogger | None = None,
+    ) -> None:
+        self.client = client
+        self.component = component
+        self.instance = instance or socket.gethostname()
+        self.series_interval = series_interval
+        self.max_tracked = max_tracked
+        self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
+        self.log = (logger or get_logger(__name__)).bind(recorder=component)
+
+    async def event(
+        self, obj: Obj, type_: str, reason: str, message: str, *, action: str | None = None
+    ) -> None:
+        """Record that ``reason`` happened to ``obj`` (``type_`` is ``Normal`` or ``Warning``).
+
+        ``message`` must not contain secret values (see the module docstring).
+        """
+        note = message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 3] + "..."
+        regarding = _regarding(obj)
+        key = (
+            regarding.get("uid") or f"{regarding.get('namespace')}/{regarding.get('name')}",
+            type_,
+            reason,
+            action or reason,
+            note,
+        )
+        try:
+            series = self._series.get(key)
+            if series is None:
+                await self._create(key, regarding, type_, reason, action or reason, note)
+            else:
+                await self._repeat(key, series)
+        except Exception as exc:  # best effort: an Event must never fail a reconcile
+            self.log.warning("could not record event", reason=reason, error=repr(exc))
+
+    async def _create(
+        self, key: tuple[str, ...], regarding: Obj, type_: str, reason: str, action: str, note: str
+    ) -> None:
+        now = _micro_time()
+        namespace = regarding.get("namespace") or "default"
+        body: Obj = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{regarding.get('name', 'object')}.{time.time_ns():x}",
+                "namespace": namespace,
+            },
+            "eventTime": now,
+            "reportingController": self.component,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note,
+            "type": type_,
+            "regarding": regarding,
+        }
+        created = await self.client.create(EVENTS, body, namespace)
+        name = str(created["metadata"]["name"])
+        self._series[key] = _Series(name, namespace, 1, 1, time.monotonic(), now)
+        while len(self._series) > self.max_tracked:
+            self._series.popitem(last=False)
+
+    async def _repeat(self, key: tuple[str, ...], series: _Series) -> None:
+        series.count += 1
+        series.last_observed = _micro_time()
+        self._series.move_to_end(key)
+        if time.monotonic() - series.written_at >= self.series_interval:
+            await self._write_series(series)
+
+    async def _write_series(self, series: _Series) -> None:
+        if series.count == series.written_count:
+            return
+        patch = {"series": {"count": series.count, "lastObservedTime": series.last_observed}}
+        await self.client.patch(EVENTS, series.name, patch, series.namespace)
+        series.written_count = series.count
+        series.written_at = time.monotonic()
+
+    async def flush(self) -> None:
+        """Write every pending series count (call on shutdown)."""
+        for series in list(self._series.values()):
+            try:
+                await self._write_series(series)
+            except Exception as exc:
+                self.log.warning("could not update event series", error=repr(exc))

@@ -1,0 +1,326 @@
+"""The manager: one process's controllers, informer cache, leader election, probes and metrics.
+
+The CLI builds one ``Manager`` per process; controller packages register on it::
+
+    mgr = Manager(client, leader_election=LeaderElectionConfig("machinepool", "capi-system"))
+    pools = await mgr.cache.get_informer(MACHINEPOOLS)          # before or after start
+    ctrl = mgr.new_controller("machinepool", reconciler, concurrency=10)
+    ctrl.watch(pools)
+    await mgr.run()                                              # until SIGTERM / SIGINT
+
+Order of events: the HTTP server starts (``/healthz``, ``/readyz``, ``/metrics``); informers
+start and the manager waits for their first list; then it campaigns for the Lease and runs the
+controllers only while it leads. Losing the Lease cancels every controller at once (a key being
+reconciled is re-queued) and the manager campaigns again. ``stop`` (or SIGTERM in ``run``)
+stops controllers, releases the Lease, stops informers and the server, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from machinepool.runtime.client import Client
+from machinepool.runtime.controller import Controller, ReconcileFunc, Reconciler
+from machinepool.runtime.events import EventRecorder
+from machinepool.runtime.informer import InformerCache, Transform, strip_managed_fields
+from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElector
+from machinepool.runtime.logging import KVLogger, get_logger
+from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.workqueue import RateLimiter
+
+HealthCheck = Callable[[], bool]
+
+
+class ManagerState(enum.Enum):
+    """NEW -> STARTING -> RUNNING -> STOPPING -> STOPPED; a manager runs once."""
+
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class ManagerStateError(RuntimeError):
+    """An operation the manager's current state does not allow (e.g. starting it twice)."""
+
+
+class Manager:
+    """Runs controllers (while leading), the informer cache, probes and metrics.
+
+    ``leader_election``: ``None`` runs controllers as soon as caches sync (one replica, tests).
+    ``bind_address``: ``"host:port"`` of the probe/metrics server (port 0 picks a free port,
+    see ``http_port``); ``None`` runs no server. ``cache_sync_timeout`` [120 s]: how long
+    ``start`` waits for the informers' first list before failing.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        name: str = "machinepool",
+        leader_election: LeaderElectionConfig | None = None,
+        bind_address: str | None = "127.0.0.1:8081",
+        cache_sync_timeout: float = 120.0,
+        transform: Transform | None = strip_managed_fields,
+        metrics: RuntimeMetrics | None = None,
+        logger: KVLogger | None = None,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.metrics = metrics or RuntimeMetrics()
+        self.log = (logger or get_logger(__name__)).bind(manager=name)
+        self.cache = InformerCache(client, transform=transform, logger=self.log)
+        self._election = leader_election
+        self._elector: LeaderElector | None = None
+        self._bind_address = bind_address
+        self._cache_sync_timeout = cache_sync_timeout
+        self._controllers: list[Controller] = []
+        self._controller_tasks: dict[str, asyncio.Task[None]] = {}
+        self._leading = asyncio.Event()
+        self._lead_task: asyncio.Task[None] | None = None
+        self._stop_requested = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._remove_hook: Callable[[], None] | None = None
+        self._healthz: dict[str, HealthCheck] = {}
+        self._readyz: dict[str, HealthCheck] = {"informers": lambda: self.cache.has_synced}
+        self.state = ManagerState.NEW
+
+    # -- building -----------------------------------------------------------------------
+
+    def new_controller(
+        self,
+        name: str,
+        reconcile: ReconcileFunc | Reconciler,
+        *,
+        concurrency: int = 1,
+        rate_limiter: RateLimiter[Any] | None = None,
+    ) -> Controller:
+        """Create a controller on this manager's metrics and register it."""
+        ctrl = Controller(
+            name,
+            reconcile,
+            concurrency=concurrency,
+            rate_limiter=rate_limiter,
+            metrics=self.metrics,
+            logger=self.log,
+        )
+        self.add_controller(ctrl)
+        return ctrl
+
+    def add_controller(self, ctrl: Controller) -> None:
+        """Register ``ctrl``; if the manager already leads, it starts at once."""
+        if any(c.name == ctrl.name for c in self._controllers):
+            raise ValueError(f"manager {self.name} already has a controller named {ctrl.name!r}")
+        if self.state in (ManagerState.STOPPING, ManagerState.STOPPED):
+            raise ManagerStateError(f"cannot add controller {ctrl.name}: manager is {self.state}")
+        self._controllers.append(ctrl)
+        if self._leading.is_set():
+            self._start_controller(ctrl)
+
+    def event_recorder(self, component: str) -> EventRecorder:
+        """An ``EventRecorder`` reporting as ``component`` through this manager's client."""
+        return EventRecorder(self.client, component, logger=self.log)
+
+    def add_healthz_check(self, name: str, check: HealthCheck) -> None:
+        self._healthz[name] = check
+
+    def add_readyz_check(self, name: str, check: HealthCheck) -> None:
+        self._readyz[name] = check
+
+    # -- observing ----------------------------------------------------------------------
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return list(self._controllers)
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    async def wait_leading(self) -> None:
+        """Wait until this manager leads (bound it with ``asyncio.timeout``)."""
+        await self._leading.wait()
+
+    @property
+    def http_port(self) -> int | None:
+        """The port the probe/metrics server listens on (useful with port 0)."""
+        if self._runner is None:
+            return None
+        for addr in self._runner.addresses:
+            if isinstance(addr, tuple):
+                return int(addr[1])
+        return None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _transition(self, allowed: tuple[ManagerState, ...], to: ManagerState, op: str) -> None:
+        if self.state not in allowed:
+            raise ManagerStateError(
+                f"cannot {op} manager {self.name}: it is {self.state.value}"
+                f" (allowed from {', '.join(s.value for s in allowed)})"
+            )
+        self.state = to
+
+    async def start(self) -> None:
+        """Start serving, sync informers, then campaign and run controllers in the background.
+
+        Raises ``ManagerStateError`` unless the manager is new, and ``TimeoutError`` when the
+        caches do not sync within ``cache_sync_timeout``.
+        """
+        self._transition((ManagerState.NEW,), ManagerState.STARTING, "start")
+        self._remove_hook = self.client.add_request_hook(self.metrics.on_request)
+        if self._election is not None:
+            self.metrics.leader.labels(self._election.name).set(0)
+        try:
+            await self._start_server()
+            await self.cache.start()
+            async with asyncio.timeout(self._cache_sync_timeout):
+                await self.cache.wait_synced()
+        except BaseException:
+            self.state = ManagerState.RUNNING
+            await self.stop()
+            raise
+        self._lead_task = asyncio.create_task(self._lead(), name=f"{self.name}-leader")
+        self.state = ManagerState.RUNNING
+        self.log.info("manager started")
+
+    async def run(self) -> None:
+        """Start, then run until SIGTERM/SIGINT or ``request_stop``; always stop cleanly."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        await self.start()
+        for sig in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop_requested.wait()
+        finally:
+            for sig in signals:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            await self.stop()
+
+    def request_stop(self) -> None:
+        """Ask ``run`` to shut down gracefully (what SIGTERM does)."""
+        self._stop_requested.set()
+
+    async def stop(self) -> None:
+        """Stop controllers, release the Lease, stop informers and the server. Idempotent."""
+        if self.state in (ManagerState.STOPPING, ManagerState.STOPPED):
+            return
+        self._transition((ManagerState.RUNNING,), ManagerState.STOPPING, "stop")
+        self.log.info("manager stopping")
+        if self._lead_task is not None:
+            self._lead_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lead_task
+        await self._stop_controllers()
+        if self._elector is not None and self._election and self._election.release_on_cancel:
+            await self._elector.release()
+        await self.cache.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._remove_hook is not None:
+            self._remove_hook()
+        self.state = ManagerState.STOPPED
+        self.log.info("manager stopped")
+
+    # -- leadership and controllers -----------------------------------------------------
+
+    async def _lead(self) -> None:
+        if self._election is None:
+            self._set_leading(True)
+            await asyncio.Event().wait()  # lead until cancelled
+            return
+        self._elector = LeaderElector(
+            self.client, self._election, on_change=self._set_leading, logger=self.log
+        )
+        while True:
+            await self._elector.acquire()
+            await self._elector.hold()
+
+    def _set_leading(self, leading: bool) -> None:
+        """Start every controller on gaining the Lease; cancel them all at once on losing it."""
+        if self._election is not None:
+            self.metrics.leader.labels(self._election.name).set(1 if leading else 0)
+        if leading:
+            self._leading.set()
+            for ctrl in self._controllers:
+                self._start_controller(ctrl)
+        else:
+            self._leading.clear()
+            for task in self._controller_tasks.values():
+                task.cancel()
+
+    def _start_controller(self, ctrl: Controller) -> None:
+        task = self._controller_tasks.get(ctrl.name)
+        if task is None or task.done():
+            self._controller_tasks[ctrl.name] = asyncio.create_task(
+                self._run_controller(ctrl), name=f"controller-{ctrl.name}"
+            )
+
+    async def _run_controller(self, ctrl: Controller) -> None:
+        try:
+            await ctrl.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # run() only ends by cancellation; anything else is a bug
+            self.log.exception("controller crashed", controller=ctrl.name)
+
+    async def _stop_controllers(self) -> None:
+        tasks = list(self._controller_tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._controller_tasks.clear()
+        self._leading.clear()
+
+    # -- probes and metrics -------------------------------------------------------------
+
+    async def _start_server(self) -> None:
+        if self._bind_address is None:
+            return
+        host, _, port = self._bind_address.rpartition(":")
+        app = web.Application()
+        app.router.add_get("/healthz", self._serve_healthz)
+        app.router.add_get("/readyz", self._serve_readyz)
+        app.router.add_get("/metrics", self._serve_metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
+        self._runner = runner
+
+    def _check(self, checks: dict[str, HealthCheck]) -> web.Response:
+        failed = [name for name, check in checks.items() if not _safe(check)]
+        if self.state is not ManagerState.RUNNING:
+            failed.insert(0, f"manager {self.state.value}")
+        if failed:
+            return web.Response(status=500, text="failed: " + ", ".join(failed) + "\n")
+        return web.Response(text="ok\n")
+
+    async def _serve_healthz(self, _request: web.Request) -> web.Response:
+        return self._check(self._healthz)
+
+    async def _serve_readyz(self, _request: web.Request) -> web.Response:
+        return self._check(self._readyz)
+
+    async def _serve_metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _safe(check: HealthCheck) -> bool:
+    try:
+        return bool(check())
+    except Exception:
+        return False

@@ -1,0 +1,191 @@
+"""The Result/error contract of Controller, and that a worker survives anything."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from machinepool.runtime import (
+    Controller,
+    ExponentialBackoff,
+    ObjectKey,
+    Result,
+    RuntimeMetrics,
+    TerminalError,
+)
+
+KEY = ObjectKey("ns", "a")
+
+
+def sample(metrics: RuntimeMetrics, name: str, labels: dict[str, str]) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def reconciles(metrics: RuntimeMetrics, result: str) -> float:
+    return sample(
+        metrics, "controller_runtime_reconcile_total", {"controller": "c", "result": result}
+    )
+
+
+async def run_for(ctrl: Controller, seconds: float) -> None:
+    task = asyncio.create_task(ctrl.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_metrics_start_at_zero() -> None:
+    metrics = RuntimeMetrics()
+    Controller("c", lambda key: _ok(), metrics=metrics, concurrency=3)
+    for result in ("success", "error", "requeue_after", "terminal_error"):
+        assert (
+            metrics.registry.get_sample_value(
+                "controller_runtime_reconcile_total", {"controller": "c", "result": result}
+            )
+            == 0.0
+        )
+    assert sample(metrics, "controller_runtime_max_concurrent_reconciles", {"controller": "c"}) == 3
+    assert sample(metrics, "workqueue_depth", {"name": "c"}) == 0
+
+
+async def _ok() -> Result:
+    return Result()
+
+
+async def test_success_forgets_backoff() -> None:
+    metrics = RuntimeMetrics()
+    calls: list[ObjectKey] = []
+
+    async def reconcile(key: ObjectKey) -> None:
+        calls.append(key)
+
+    ctrl = Controller("c", reconcile, metrics=metrics)
+    ctrl.queue._limiter.when(KEY)  # a past failure
+    ctrl.enqueue(KEY)
+    await run_for(ctrl, 0.05)
+    assert calls == [KEY]
+    assert ctrl.queue.retries(KEY) == 0
+    assert reconciles(metrics, "success") == 1
+
+
+async def test_error_retries_with_growing_backoff_and_ignores_result() -> None:
+    metrics = RuntimeMetrics()
+    times: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def reconcile(key: ObjectKey) -> Result:
+        times.append(loop.time())
+        if len(times) < 5:
+            raise RuntimeError("cloud said no")
+        return Result()
+
+    ctrl = Controller("c", reconcile, metrics=metrics, rate_limiter=ExponentialBackoff(base=0.01))
+    ctrl.enqueue(KEY)
+    await run_for(ctrl, 0.6)
+    assert len(times) == 5
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[-1] > gaps[0], f"backoff should grow: {gaps}"
+    assert reconciles(metrics, "error") == 4
+    assert reconciles(metrics, "success") == 1
+    assert sample(metrics, "controller_runtime_reconcile_errors_total", {"controller": "c"}) == 4
+    assert ctrl.queue.retries(KEY) == 0
+
+
+async def test_terminal_error_is_not_retried() -> None:
+    metrics = RuntimeMetrics()
+    calls = 0
+
+    async def reconcile(key: ObjectKey) -> Result:
+        nonlocal calls
+        calls += 1
+        raise TerminalError("spec.replicas is negative")
+
+    ctrl = Controller("c", reconcile, metrics=metrics, rate_limiter=ExponentialBackoff(0.001))
+    ctrl.enqueue(KEY)
+    await run_for(ctrl, 0.1)
+    assert calls == 1
+    assert reconciles(metrics, "terminal_error") == 1
+    assert (
+        sample(metrics, "controller_runtime_terminal_reconcile_errors_total", {"controller": "c"})
+        == 1
+    )
+
+
+async def test_requeue_after_comes_back_and_forgets_backoff() -> None:
+    metrics = RuntimeMetrics()
+    calls = 0
+
+    async def reconcile(key: ObjectKey) -> Result:
+        nonlocal calls
+        calls += 1
+        return Result(requeue_after=0.02)
+
+    ctrl = Controller("c", reconcile, metrics=metrics)
+    ctrl.queue._limiter.when(KEY)
+    ctrl.enqueue(KEY)
+    await run_for(ctrl, 0.2)
+    assert calls >= 3
+    assert ctrl.queue.retries(KEY) == 0
+    assert reconciles(metrics, "requeue_after") == calls
+
+
+async def test_worker_survives_bugs_and_keeps_serving_other_keys() -> None:
+    done: list[str] = []
+
+    async def reconcile(key: ObjectKey) -> None:
+        if key.name == "bad":
+            raise KeyError("bug")
+        done.append(key.name)
+
+    ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=10.0))
+    ctrl.enqueue(ObjectKey("ns", "bad"))
+    ctrl.enqueue(ObjectKey("ns", "good"))
+    await run_for(ctrl, 0.05)
+    assert done == ["good"]
+
+
+async def test_cancellation_requeues_the_key_in_flight() -> None:
+    started = asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    ctrl = Controller("c", reconcile)
+    ctrl.enqueue(KEY)
+    task = asyncio.create_task(ctrl.run())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(ctrl.queue) == 1
+    assert not ctrl.queue.is_processing(KEY)
+
+
+async def test_reconciler_object_and_concurrency_bound() -> None:
+    active = 0
+    peak = 0
+
+    class Slow:
+        async def reconcile(self, key: ObjectKey) -> Result:
+            nonlocal active, peak
+            active += 1
+            peak = max(peak, active)
+            await asyncio.sleep(0.01)
+            active -= 1
+            return Result()
+
+    ctrl = Controller("c", Slow(), concurrency=4)
+    for i in range(20):
+        ctrl.enqueue(ObjectKey("ns", str(i)))
+    await run_for(ctrl, 0.2)
+    assert peak == 4
+
+
+def test_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        Controller("c", lambda key: _ok(), concurrency=0)

@@ -1,0 +1,40 @@
+"""The public surface of machinepool.runtime is exactly what we mean it to be."""
+
+from __future__ import annotations
+
+import machinepool.runtime as runtime
+
+EXPECTED = {
+    # client and resources
+    "Client", "Resource", "PatchType", "ObjectList", "WatchEvent", "Obj",
+    "CONFIGMAPS", "CORE_EVENTS", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
+    "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS", "CLUSTERS",
+    # errors
+    "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
+    "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
+    # keys, queue
+    "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
+    # informers
+    "Informer", "InformerCache", "EventHandler", "FuncHandler", "IndexFunc", "Transform",
+    "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
+    "controller_owner",
+    # controllers
+    "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper",
+    "EnqueueHandler", "object_key", "owner_key",
+    # manager
+    "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
+    "RuntimeMetrics",
+    # events, logging, workload clusters
+    "EventRecorder", "KVLogger", "configure_logging", "get_logger",
+    "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
+}  # fmt: skip
+
+
+def test_exported_names_are_what_we_mean() -> None:
+    assert set(runtime.__all__) == EXPECTED
+    assert len(runtime.__all__) == len(EXPECTED), "no duplicates in __all__"
+
+
+def test_every_exported_name_exists() -> None:
+    for name in runtime.__all__:
+        assert hasattr(runtime, name), name
