@@ -4,12 +4,14 @@
 - ``client``: an async raw-JSON client for the management cluster.
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``workload``: a fresh workload cluster (its own kube-apiserver on the shared etcd).
+- ``crds``: every CRD machinepool generates, installed once and Established.
 
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -17,7 +19,8 @@ import pytest
 import pytest_asyncio
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
-from machinepool.runtime.client import NAMESPACES, Client
+from machinepool.api.crdgen import crd_manifests
+from machinepool.runtime.client import CRDS, NAMESPACES, Client
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +55,26 @@ def workload(control_plane: ControlPlane) -> Iterator[WorkloadCluster]:
         yield cluster
     finally:
         control_plane.stop_workload(name)
+
+
+async def install_crds(client: Client) -> list[str]:
+    """Server-side apply every generated CRD and wait until each is Established."""
+    names = []
+    for crd in crd_manifests():
+        await client.apply(CRDS, crd, field_manager="machinepool-tests")
+        names.append(crd["metadata"]["name"])
+    for name in names:
+        for _ in range(300):
+            crd = await client.get(CRDS, name)
+            conditions = crd.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise TimeoutError(f"CRD {name} never became Established")
+    return names
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def crds(client: Client) -> list[str]:
+    return await install_crds(client)
