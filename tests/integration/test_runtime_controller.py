@@ -1,0 +1,187 @@
+"""Controllers on informers against the real control plane: latency, coalescing, backoff,
+probes and metrics, events. Bounds are generous: timing goals live in bench/bench_runtime.py."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+
+from machinepool.runtime import (
+    CONFIGMAPS,
+    EVENTS,
+    Client,
+    EventRecorder,
+    ExponentialBackoff,
+    Manager,
+    ManagerState,
+    ManagerStateError,
+    ObjectKey,
+    Result,
+)
+
+GENEROUS = 30.0
+
+
+async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
+    """Poll ``predicate`` until true; fail after ``within`` seconds (a generous bound)."""
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
+            await asyncio.sleep(0.02)
+
+
+def configmap(name: str, **data: str) -> dict[str, object]:
+    return {"metadata": {"name": name}, "data": data}
+
+
+@pytest.fixture
+async def manager(client: Client) -> AsyncIterator[Manager]:
+    mgr = Manager(client, bind_address="127.0.0.1:0")
+    yield mgr
+    await mgr.stop() if mgr.state is not ManagerState.NEW else None
+
+
+async def test_a_change_reaches_the_reconcile_quickly(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    seen: list[tuple[ObjectKey, str]] = []
+    informer = await manager.cache.get_informer(CONFIGMAPS, namespace)
+
+    async def reconcile(key: ObjectKey) -> None:
+        obj = informer.get_key(key)
+        seen.append((key, (obj or {}).get("data", {}).get("v", "<gone>")))
+
+    manager.new_controller("cm", reconcile).watch(informer)
+    await manager.start()
+    started = time.monotonic()
+    await client.create(CONFIGMAPS, configmap("a", v="1"), namespace)
+    await eventually(lambda: (ObjectKey(namespace, "a"), "1") in seen)
+    await client.patch(CONFIGMAPS, "a", {"data": {"v": "2"}}, namespace)
+    await eventually(lambda: (ObjectKey(namespace, "a"), "2") in seen)
+    await client.delete(CONFIGMAPS, "a", namespace)
+    await eventually(lambda: (ObjectKey(namespace, "a"), "<gone>") in seen)
+    assert time.monotonic() - started < GENEROUS
+
+
+async def test_rapid_updates_coalesce_and_never_run_concurrently_per_key(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    informer = await manager.cache.get_informer(CONFIGMAPS, namespace)
+    active: Counter[ObjectKey] = Counter()
+    overlaps = 0
+    reconciles = 0
+    last_seen = ""
+
+    async def reconcile(key: ObjectKey) -> None:
+        nonlocal overlaps, reconciles, last_seen
+        active[key] += 1
+        overlaps += active[key] > 1
+        reconciles += 1
+        last_seen = ((informer.get_key(key) or {}).get("data") or {}).get("v", "")
+        await asyncio.sleep(0.02)
+        active[key] -= 1
+
+    manager.new_controller("hot", reconcile, concurrency=8).watch(informer)
+    await manager.start()
+    await client.create(CONFIGMAPS, configmap("hot", v="0"), namespace)
+    for start in range(1, 1001, 25):
+        await asyncio.gather(
+            *(
+                client.patch(CONFIGMAPS, "hot", {"data": {"v": str(i)}}, namespace)
+                for i in range(start, start + 25)
+            )
+        )
+    final = (await client.get(CONFIGMAPS, "hot", namespace))["data"]["v"]
+    await eventually(lambda: last_seen == final and not active[ObjectKey(namespace, "hot")])
+    assert overlaps == 0
+    assert reconciles < 500, f"{reconciles} reconciles for 1000 updates: no coalescing"
+
+
+async def test_failures_back_off_exponentially(client: Client, namespace: str) -> None:
+    manager = Manager(client, bind_address=None)
+    informer = await manager.cache.get_informer(CONFIGMAPS, namespace)
+    attempts: list[float] = []
+
+    async def reconcile(key: ObjectKey) -> Result:
+        attempts.append(time.monotonic())
+        raise RuntimeError("infrastructure not ready")
+
+    ctrl = manager.new_controller(
+        "failing", reconcile, rate_limiter=ExponentialBackoff(base=0.05, cap=10.0)
+    )
+    ctrl.watch(informer)
+    await manager.start()
+    try:
+        await client.create(CONFIGMAPS, configmap("f", v="1"), namespace)
+        await eventually(lambda: len(attempts) >= 6)
+    finally:
+        await manager.stop()
+    gaps = [b - a for a, b in itertools.pairwise(attempts[:6])]
+    assert all(later > earlier for earlier, later in itertools.pairwise(gaps[1:])), gaps
+    assert gaps[-1] > 4 * gaps[0], gaps
+    errors = manager.metrics.registry.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "failing"}
+    )
+    assert errors is not None
+    assert errors >= 6
+
+
+async def test_probes_and_metrics_answer(manager: Manager, client: Client, namespace: str) -> None:
+    informer = await manager.cache.get_informer(CONFIGMAPS, namespace)
+
+    async def reconcile(key: ObjectKey) -> None:
+        return None
+
+    manager.new_controller("probed", reconcile).watch(informer)
+    await manager.start()
+    with pytest.raises(ManagerStateError, match="cannot start"):
+        await manager.start()
+    await client.create(CONFIGMAPS, configmap("m"), namespace)
+    base = f"http://127.0.0.1:{manager.http_port}"
+    async with aiohttp.ClientSession() as http:
+        for path in ("/healthz", "/readyz"):
+            async with http.get(base + path) as resp:
+                assert resp.status == 200, path
+                assert (await resp.text()).strip() == "ok"
+        await eventually(lambda: _successes(manager, "probed") >= 1)
+        async with http.get(base + "/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+    assert 'controller_runtime_reconcile_total{controller="probed",result="error"} 0.0' in text
+    assert 'controller_runtime_reconcile_total{controller="probed",result="success"}' in text
+    assert 'workqueue_depth{name="probed"}' in text
+    assert "controller_runtime_reconcile_time_seconds_bucket" in text
+    assert "workqueue_queue_duration_seconds_bucket" in text
+    assert 'rest_client_requests_total{code="201",resource="configmaps",verb="create"}' in text
+    await manager.stop()
+    assert manager.state is ManagerState.STOPPED
+    with pytest.raises(ManagerStateError):
+        await manager.start()
+
+
+def _successes(manager: Manager, name: str) -> float:
+    value = manager.metrics.registry.get_sample_value(
+        "controller_runtime_reconcile_total", {"controller": name, "result": "success"}
+    )
+    return value or 0.0
+
+
+async def test_repeated_events_are_aggregated(client: Client, namespace: str) -> None:
+    owner = await client.create(CONFIGMAPS, configmap("owner"), namespace)
+    recorder = EventRecorder(client, "test-controller", series_interval=3600)
+    for _ in range(50):
+        await recorder.event(owner, "Warning", "ScaleFailed", "cloud quota exceeded")
+    await recorder.event(owner, "Normal", "Scaled", "scaled to 3")
+    await recorder.flush()
+    events = (await client.list(EVENTS, namespace)).items
+    by_reason = {e["reason"]: e for e in events}
+    assert len(events) == 2
+    assert by_reason["ScaleFailed"]["series"]["count"] == 50
+    assert by_reason["ScaleFailed"]["regarding"]["name"] == "owner"
+    assert by_reason["ScaleFailed"]["reportingController"] == "test-controller"
+    assert "series" not in by_reason["Scaled"]
