@@ -1,0 +1,87 @@
+"""Conditions keep their transition time and order; merge patches hold only what changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from machinepool.api.conditions import (
+    get_condition,
+    is_true,
+    remove_condition,
+    set_condition,
+    set_v1beta1_condition,
+)
+from machinepool.runtime.patch import merge_patch
+
+
+def test_transition_time_changes_only_when_status_flips() -> None:
+    conds: list[dict[str, Any]] = []
+    assert set_condition(conds, "Ready", False, "Waiting", "waiting for nodes")
+    first = get_condition(conds, "Ready")
+    assert first is not None
+    first["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    assert set_condition(conds, "Ready", False, "StillWaiting", "still waiting")
+    assert conds[0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    assert not set_condition(conds, "Ready", False, "StillWaiting", "still waiting")
+    assert set_condition(conds, "Ready", True, "Ready")
+    assert conds[0]["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+    assert is_true(conds, "Ready")
+
+
+def test_reason_defaults_to_status_and_order_is_stable() -> None:
+    conds: list[dict[str, Any]] = []
+    set_condition(conds, "B", True, "")
+    set_condition(conds, "A", True, "Fine")
+    assert [c["type"] for c in conds] == ["B", "A"]
+    assert conds[0]["reason"] == "True"
+    assert remove_condition(conds, "B")
+    assert not remove_condition(conds, "B")
+
+
+def test_v1beta1_ready_first_and_severity_only_when_not_true() -> None:
+    conds: list[dict[str, Any]] = []
+    set_v1beta1_condition(conds, "InfrastructureReady", False, "Waiting", "infra", "Info")
+    set_v1beta1_condition(conds, "BootstrapReady", True)
+    set_v1beta1_condition(conds, "Ready", False, "Waiting", "", "Info")
+    assert [c["type"] for c in conds] == ["Ready", "BootstrapReady", "InfrastructureReady"]
+    assert "severity" not in conds[1]
+    assert conds[2]["severity"] == "Info"
+
+
+def _apply(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _apply(result.get(key), value)
+    return result
+
+
+# Merge patch cannot carry nulls inside values (null means "remove"), so none are generated.
+json_values = st.recursive(
+    st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+no_null_dicts = st.dictionaries(st.text(max_size=3), json_values, max_size=4)
+
+
+@given(no_null_dicts, no_null_dicts)
+def test_merge_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert _apply(before, merge_patch(before, after)) == _apply({}, after)
+
+
+def test_merge_patch_is_empty_without_changes() -> None:
+    obj = {"spec": {"replicas": 3, "list": [1, 2]}, "metadata": {"labels": {"a": "b"}}}
+    assert merge_patch(obj, obj) == {}
+    assert merge_patch(obj, {**obj, "spec": {"replicas": 4, "list": [1, 2]}}) == {
+        "spec": {"replicas": 4}
+    }
