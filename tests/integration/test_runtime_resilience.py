@@ -72,13 +72,18 @@ async def test_watch_resumes_after_apiserver_restart_without_losing_updates(
             await asyncio.to_thread(control_plane.restart_apiserver)
             # Written after the restart, while the informer is still reconnecting.
             for i in range(1, 11):
-                await retrying(
-                    lambda i=i: client.patch(CONFIGMAPS, "r", {"data": {"v": str(i)}}, namespace)
-                )
+                await retrying(update(client, namespace, str(i)))
             await eventually(lambda: (informer.get("r", namespace) or {})["data"]["v"] == "10")
         finally:
             await informer.stop()
     assert seen == [str(i) for i in range(11)], "every update arrives, in order, exactly once"
+
+
+def update(client: Client, namespace: str, value: str) -> Callable[[], Any]:
+    async def op() -> Any:
+        return await client.patch(CONFIGMAPS, "r", {"data": {"v": value}}, namespace)
+
+    return op
 
 
 def election(namespace: str, identity: str) -> LeaderElectionConfig:
@@ -193,6 +198,20 @@ async def test_workload_node_informer_from_kubeconfig_secret(
         assert await ctrl_queue.queue.get() == ObjectKey(namespace, "mp-1")
         assert await queue.get() == ObjectKey("", "n1")
         assert cache.is_healthy(cluster)
+
+        # A rotated kubeconfig: the connection is rebuilt and the watch moves along.
+        rotated = {**workload.kubeconfig_dict(), "preferences": {"colors": False}}
+        value = base64.b64encode(yaml.safe_dump(rotated).encode()).decode()
+        patch = {"data": {"value": value}}
+        await client.patch(SECRETS, "wl-kubeconfig", patch, namespace)
+        await eventually(lambda: cache.get_informer_nowait(cluster, NODES) not in (None, nodes))
+        rebuilt = await cache.get_informer(cluster, NODES)
+        assert rebuilt.get("n1") is not None
+        fresh_client = await cache.get_client(cluster)
+        assert fresh_client is not workload_client
+        await fresh_client.create(NODES, {"metadata": {"name": "n2", "labels": {"pool": "mp-2"}}})
+        await eventually(lambda: len(ctrl_queue.queue) > 0)
+        assert await ctrl_queue.queue.get() == ObjectKey(namespace, "mp-2")
 
         workload.stop_apiserver()
         await eventually(lambda: not cache.is_healthy(cluster))

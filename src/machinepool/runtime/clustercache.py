@@ -145,6 +145,13 @@ class ClusterCache:
         conn = self._connections[cluster]
         return await conn.cache.get_informer(resource, namespace)
 
+    def get_informer_nowait(
+        self, cluster: ObjectKey, resource: Resource, namespace: str | None = None
+    ) -> Informer | None:
+        """The informer if the cluster is connected and it exists already, else ``None``."""
+        conn = self._connections.get(cluster)
+        return None if conn is None else conn.cache.peek(resource, namespace)
+
     async def watch(
         self,
         cluster: ObjectKey,

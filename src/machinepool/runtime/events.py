@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from machinepool.runtime.client import EVENTS, Client, Obj
+from machinepool.runtime.errors import NotFound
 from machinepool.runtime.logging import KVLogger, get_logger
 
 NOTE_LIMIT = 1024  # the API server rejects longer notes
@@ -100,10 +101,13 @@ class EventRecorder:
         )
         try:
             series = self._series.get(key)
-            if series is None:
-                await self._create(key, regarding, type_, reason, action or reason, note)
-            else:
-                await self._repeat(key, series)
+            if series is not None:
+                try:
+                    await self._repeat(key, series)
+                    return
+                except NotFound:  # the Event expired (TTL): start a new one
+                    del self._series[key]
+            await self._create(key, regarding, type_, reason, action or reason, note)
         except Exception as exc:  # best effort: an Event must never fail a reconcile
             self.log.warning("could not record event", reason=reason, error=repr(exc))
 

@@ -451,6 +451,13 @@ class InformerCache:
             await informer.wait_synced()
         return informer
 
+    def peek(
+        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None
+    ) -> Informer | None:
+        """The informer if one was created already; never creates or starts one."""
+        ns = namespace if resource.namespaced else None
+        return self._informers.get(_InformerKey(resource, ns, label_selector))
+
     @property
     def has_synced(self) -> bool:
         return all(i.has_synced for i in self._informers.values())
