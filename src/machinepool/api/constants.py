@@ -52,6 +52,8 @@ AUTOSCALER_MAX_SIZE_ANNOTATION: Final = (
 DELETE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/delete-machine"
 """Marks a Machine to be removed first on scale-down."""
 AUTOSCALER_CAPACITY_ANNOTATION_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+CONVERSION_DATA_ANNOTATION: Final = "cluster.x-k8s.io/conversion-data"
+"""What one API version cannot hold, kept as JSON by the conversion webhook for the way back."""
 
 # Annotations the controller writes on workload Nodes.
 NODE_CLUSTER_NAME_ANNOTATION: Final = "cluster.x-k8s.io/cluster-name"

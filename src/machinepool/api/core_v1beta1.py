@@ -12,7 +12,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from machinepool.api.core_v1beta2 import MachinePoolPhase, MachineReadinessGate
+from machinepool.api.core_v1beta2 import (
+    MachinePoolPhase,
+    MachineReadinessGate,
+    MachineTaint,
+    StatusVersion,
+)
 from machinepool.api.meta import (
     K8sModel,
     MetaCondition,
@@ -76,6 +81,10 @@ class V1Beta1MachineSpec(K8sModel):
     """Volume detach time limit as a duration."""
     node_deletion_timeout: _Duration = None
     """Node deletion time limit as a duration."""
+    taints: Annotated[
+        list[MachineTaint] | None, list_map("key", "effect"), Field(min_length=1, max_length=64)
+    ] = None
+    """Node taints managed by Cluster API; rejected for MachinePools."""
 
 
 class V1Beta1MachineTemplateSpec(K8sModel):
@@ -149,6 +158,10 @@ class V1Beta1MachinePoolStatus(K8sModel):
     """Generation last reconciled."""
     conditions: list[V1Beta1Condition] | None = None
     """v1beta1 conditions (with severity)."""
+    versions: Annotated[list[StatusVersion] | None, list_map("version"), Field(max_length=100)] = (
+        None
+    )
+    """Replica count per Kubernetes version."""
     v1beta2: V1Beta1MachinePoolV1Beta2Status | None = None
     """v1beta2-style status for clients that understand it."""
 
