@@ -1,0 +1,454 @@
+"""Typed ``infrastructure.cluster.x-k8s.io/v1beta2`` AWSMachinePool and AWSMachine.
+
+A schema-compatible subset of Cluster API Provider AWS (CAPA): the same field names, meanings
+and bounds, so manifests written for CAPA's AWSMachinePool apply here unchanged. Fields this
+provider does not act on (image lookup, ignition, network interfaces...) are either modelled for
+compatibility or survive as extra fields. Importing this module registers both kinds; the CRDs
+carry the ``cluster.x-k8s.io/v1beta2: v1beta2`` contract label so core resolves their version.
+
+The AWS provider (``machinepool.providers.aws``) reads and writes these objects; the webhook
+server validates AWSMachinePools through ``machinepool.providers.aws.webhook``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field
+
+from machinepool.api import constants as c
+from machinepool.api.meta import (
+    FreeForm,
+    K8sModel,
+    ObjectMeta,
+    OpenAPI,
+    V1Beta1Condition,
+)
+from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
+
+__all__ = [
+    "AWS_MACHINE",
+    "AWS_MACHINE_FINALIZER",
+    "AWS_MACHINE_POOL",
+    "AWS_MACHINE_POOL_FINALIZER",
+    "AWS_PROVIDER_NAME",
+    "GROUP_VERSION",
+    "AMIReference",
+    "AWSLaunchTemplate",
+    "AWSLifecycleHook",
+    "AWSMachine",
+    "AWSMachinePool",
+    "AWSMachinePoolInstanceStatus",
+    "AWSMachinePoolSpec",
+    "AWSMachinePoolStatus",
+    "AWSMachineSpec",
+    "AWSMachineStatus",
+    "AWSResourceReference",
+    "Filter",
+    "InstancesDistribution",
+    "MixedInstancesPolicy",
+    "Overrides",
+    "Processes",
+    "RefreshPreferences",
+    "SpotMarketOptions",
+    "SuspendProcessesTypes",
+    "Volume",
+]
+
+GROUP_VERSION: Final = f"{c.INFRASTRUCTURE_GROUP}/{c.V1BETA2}"
+AWS_PROVIDER_NAME: Final = "infrastructure-aws"
+AWS_MACHINE_POOL_FINALIZER: Final = "awsmachinepool.infrastructure.cluster.x-k8s.io"
+"""Held until the Auto Scaling group and launch template are gone (CAPA's finalizer name)."""
+AWS_MACHINE_FINALIZER: Final = "awsmachine.infrastructure.cluster.x-k8s.io"
+"""Held until the instance behind a pool AWSMachine is terminated (CAPA's finalizer name)."""
+
+_Int32 = Annotated[int | None, OpenAPI({"format": "int32"})]
+_Int64 = Annotated[int | None, OpenAPI({"format": "int64"})]
+_Duration = Annotated[str | None, Field(pattern=r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")]
+"""A metav1.Duration as Go prints it: ``300s``, ``5m0s``, ``1h``."""
+
+
+class Filter(K8sModel):
+    """An EC2 filter: a name and the values it matches."""
+
+    name: str
+    """Name of the filter (case-sensitive)."""
+    values: list[str]
+    """Values to match."""
+
+
+class AWSResourceReference(K8sModel):
+    """An AWS resource by ID, or by filters."""
+
+    id: str | None = None
+    """ID of the resource."""
+    filters: list[Filter] | None = None
+    """Filters matching the resource; ignored when id is set."""
+
+
+class AMIReference(K8sModel):
+    """The image instances boot from."""
+
+    id: str | None = None
+    """ID of the AMI."""
+    eks_lookup_type: Literal["AmazonLinux", "AmazonLinuxGPU"] | None = None
+    """EKS-optimised AMI lookup; not acted on by this provider."""
+
+
+class Volume(K8sModel):
+    """An EBS volume attached to instances."""
+
+    device_name: str | None = None
+    """Device name, e.g. /dev/sda1."""
+    size: Annotated[int, OpenAPI({"format": "int64"}), Field(ge=8)]
+    """Size in GiB (at least 8)."""
+    type: Literal["standard", "io1", "io2", "gp2", "gp3", "sc1", "st1"] | None = None
+    """Volume type."""
+    iops: _Int64 = None
+    """Provisioned IOPS (io1, io2, gp3)."""
+    throughput: _Int64 = None
+    """Throughput in MiB/s (gp3)."""
+    encrypted: bool | None = None
+    """Whether the volume is encrypted."""
+    encryption_key: str | None = None
+    """KMS key ID or ARN for encryption."""
+
+
+class SpotMarketOptions(K8sModel):
+    """Run instances as Spot instances."""
+
+    max_price: str | None = None
+    """Maximum hourly price; empty means the on-demand price."""
+
+
+class AWSLaunchTemplate(K8sModel):
+    """What every instance of the pool looks like: the launch template's data."""
+
+    name: str | None = None
+    """Launch template name; defaults to the AWSMachinePool's name."""
+    iam_instance_profile: str | None = None
+    """Name or ARN of the instance profile."""
+    ami: AMIReference | None = None
+    """The AMI to boot."""
+    image_lookup_format: str | None = None
+    """AMI naming format for lookup; not acted on by this provider (set ami.id)."""
+    image_lookup_org: str | None = None
+    """AWS organisation for AMI lookup; not acted on by this provider."""
+    image_lookup_base_os: str | None = Field(default=None, alias="imageLookupBaseOS")
+    """Base OS for AMI lookup; not acted on by this provider."""
+    instance_type: str | None = None
+    """EC2 instance type, e.g. m5.large."""
+    root_volume: Volume | None = None
+    """Root volume settings."""
+    non_root_volumes: list[Volume] | None = None
+    """Extra volumes."""
+    ssh_key_name: str | None = None
+    """SSH key pair name; empty string for none."""
+    version_number: _Int64 = None
+    """Launch template version applied (informational)."""
+    additional_security_groups: list[AWSResourceReference] | None = None
+    """Security groups to attach besides the cluster's."""
+    spot_market_options: SpotMarketOptions | None = None
+    """Use Spot instances."""
+    instance_metadata_options: FreeForm | None = None
+    """Instance metadata service options, passed through."""
+    private_dns_name: FreeForm | None = Field(default=None, alias="privateDnsName")
+    """Hostname options, passed through."""
+
+
+class Overrides(K8sModel):
+    """An instance type a mixed-instances group may launch."""
+
+    instance_type: str
+    """EC2 instance type."""
+
+
+class InstancesDistribution(K8sModel):
+    """How On-Demand and Spot capacity is split."""
+
+    on_demand_allocation_strategy: Literal["prioritized", "lowest-price"] | None = None
+    """On-Demand allocation strategy [prioritized]."""
+    spot_allocation_strategy: (
+        Literal[
+            "lowest-price",
+            "capacity-optimized",
+            "capacity-optimized-prioritized",
+            "price-capacity-optimized",
+        ]
+        | None
+    ) = None
+    """Spot allocation strategy [lowest-price]."""
+    on_demand_base_capacity: _Int64 = None
+    """Minimum On-Demand capacity [0]."""
+    on_demand_percentage_above_base_capacity: _Int64 = None
+    """Percentage of On-Demand above the base [100]."""
+
+
+class MixedInstancesPolicy(K8sModel):
+    """Several instance types (and Spot) in one group."""
+
+    instances_distribution: InstancesDistribution | None = None
+    """On-Demand / Spot split."""
+    overrides: list[Overrides] | None = None
+    """Instance types to use instead of the launch template's."""
+
+
+class RefreshPreferences(K8sModel):
+    """How an instance refresh replaces instances after a launch template change."""
+
+    disable: bool | None = None
+    """Never start instance refreshes (instances are replaced some other way)."""
+    strategy: str | None = None
+    """Refresh strategy; only Rolling is valid."""
+    instance_warmup: _Int64 = None
+    """Seconds until a new instance counts as ready."""
+    min_healthy_percentage: _Int64 = None
+    """Capacity percentage that must stay healthy [90]."""
+    max_healthy_percentage: Annotated[
+        int | None, OpenAPI({"format": "int64"}), Field(ge=100, le=200)
+    ] = None
+    """Capacity percentage allowed in service or pending (100-200)."""
+
+
+class Processes(K8sModel):
+    """Auto Scaling processes, each suspended when true."""
+
+    launch: bool | None = None
+    terminate: bool | None = None
+    add_to_load_balancer: bool | None = None
+    alarm_notification: bool | None = None
+    az_rebalance: bool | None = Field(default=None, alias="azRebalance")
+    health_check: bool | None = None
+    instance_refresh: bool | None = None
+    replace_unhealthy: bool | None = None
+    scheduled_actions: bool | None = None
+
+
+class SuspendProcessesTypes(K8sModel):
+    """Processes to suspend; reconciled continuously (removed ones are resumed)."""
+
+    all: bool | None = None
+    """Suspend every process except those explicitly set to false."""
+    processes: Processes | None = None
+    """Processes to suspend individually."""
+
+
+class AWSLifecycleHook(K8sModel):
+    """An Auto Scaling lifecycle hook on the group."""
+
+    name: Annotated[str, Field(min_length=1, max_length=255)]
+    """Name of the hook."""
+    notification_target_arn: str | None = Field(default=None, alias="notificationTargetARN")
+    """ARN of the notification target."""
+    role_arn: str | None = Field(default=None, alias="roleARN")
+    """ARN of the role allowed to publish to the target."""
+    lifecycle_transition: Literal[
+        "autoscaling:EC2_INSTANCE_LAUNCHING", "autoscaling:EC2_INSTANCE_TERMINATING"
+    ]
+    """The transition the hook pauses."""
+    heartbeat_timeout: _Duration = None
+    """How long an instance may wait in the hook (at most 48h)."""
+    default_result: Literal["CONTINUE", "ABANDON"] | None = None
+    """What happens when the timeout passes."""
+    notification_metadata: str | None = None
+    """Extra data sent to the notification target."""
+
+
+class AWSMachinePoolSpec(K8sModel):
+    """The desired Auto Scaling group and launch template."""
+
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """ARN of the Auto Scaling group; written by the controller."""
+    min_size: Annotated[int, OpenAPI({"format": "int32", "default": 1}), Field(ge=0)] = 1
+    """Minimum size of the group."""
+    max_size: Annotated[int, OpenAPI({"format": "int32", "default": 1}), Field(ge=1)] = 1
+    """Maximum size of the group."""
+    availability_zones: list[str] | None = None
+    """Availability zones instances may run in."""
+    availability_zone_subnet_type: Literal["public", "private", "all"] | None = None
+    """Which subnets to use in the given zones."""
+    subnets: list[AWSResourceReference] | None = None
+    """Subnets of the group (their IDs)."""
+    additional_tags: dict[str, str] | None = None
+    """Tags added to the group, its template and its instances."""
+    aws_launch_template: AWSLaunchTemplate = Field(alias="awsLaunchTemplate")
+    """The launch template instances are created from."""
+    mixed_instances_policy: MixedInstancesPolicy | None = None
+    """Several instance types and Spot in one group."""
+    provider_id_list: list[str] | None = Field(default=None, alias="providerIDList")
+    """Provider IDs of the group's instances, ``aws:///<zone>/<instance-id>``, sorted."""
+    default_cool_down: _Duration = None
+    """Time after a scaling activity before the next one starts [300s]."""
+    default_instance_warmup: _Duration = None
+    """Time until a new instance counts towards metrics [300s]."""
+    refresh_preferences: RefreshPreferences | None = None
+    """Instance refresh preferences."""
+    capacity_rebalance: bool | None = None
+    """Enable capacity rebalancing for Spot."""
+    suspend_processes: SuspendProcessesTypes | None = None
+    """Processes to suspend; others are resumed."""
+    ignition: FreeForm | None = None
+    """Ignition options; not acted on by this provider."""
+    lifecycle_hooks: list[AWSLifecycleHook] | None = None
+    """Lifecycle hooks of the group."""
+
+
+class AWSMachinePoolInstanceStatus(K8sModel):
+    """One instance of the group."""
+
+    instance_id: str | None = Field(default=None, alias="instanceID")
+    """EC2 instance ID."""
+    version: str | None = None
+    """Kubernetes version of the instance."""
+
+
+class AWSMachinePoolStatus(K8sModel):
+    """What the controller observed of the group."""
+
+    ready: bool | None = None
+    """True once providerIDList covers every InService instance of the group."""
+    replicas: _Int32 = None
+    """Number of instances in providerIDList."""
+    conditions: list[V1Beta1Condition] | None = None
+    """Ready, ASGReady, LaunchTemplateReady, InstanceRefreshStarted, LifecycleHookReady."""
+    instances: list[AWSMachinePoolInstanceStatus] | None = None
+    """The group's instances, sorted by ID."""
+    launch_template_id: str | None = Field(default=None, alias="launchTemplateID")
+    """ID of the launch template."""
+    launch_template_version: str | None = None
+    """Latest version of the launch template."""
+    asg_name: str | None = None
+    """Name of the Auto Scaling group, recorded before it is created."""
+    failure_reason: str | None = None
+    """Terminal problem, machine-readable."""
+    failure_message: str | None = None
+    """Terminal problem, for humans."""
+    asg_status: str | None = None
+    """Status string of the group (e.g. "Delete in progress")."""
+    infrastructure_machine_kind: str | None = None
+    """Kind of the per-instance objects (AWSMachine): opts in to MachinePool Machines."""
+
+
+class AWSMachinePool(K8sModel):
+    """An Auto Scaling group serving one MachinePool."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "AWSMachinePool"
+    metadata: ObjectMeta | None = None
+    spec: AWSMachinePoolSpec
+    status: AWSMachinePoolStatus | None = None
+
+
+class AWSMachineSpec(K8sModel):
+    """One EC2 instance; for pool instances, informational except providerID/instanceID."""
+
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """``aws:///<zone>/<instance-id>``, equal to the Node's providerID."""
+    instance_id: str | None = Field(default=None, alias="instanceID")
+    """EC2 instance ID."""
+    ami: AMIReference | None = None
+    """The AMI the instance booted."""
+    instance_type: str | None = None
+    """EC2 instance type."""
+    iam_instance_profile: str | None = Field(default=None, alias="iamInstanceProfile")
+    """Instance profile."""
+    ssh_key_name: str | None = None
+    """SSH key pair name."""
+    additional_tags: dict[str, str] | None = None
+    """Extra tags."""
+    failure_domain: str | None = None
+    """Availability zone of the instance."""
+
+
+class AWSMachineStatus(K8sModel):
+    """What the controller observed of one instance."""
+
+    ready: bool | None = None
+    """True while the instance is InService."""
+    instance_state: str | None = None
+    """EC2 lifecycle state: pending, running, terminated..."""
+    conditions: list[V1Beta1Condition] | None = None
+    """Ready and InstanceReady."""
+    failure_reason: str | None = None
+    failure_message: str | None = None
+
+
+class AWSMachine(K8sModel):
+    """An EC2 instance; pool instances are owned by their AWSMachinePool."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "AWSMachine"
+    metadata: ObjectMeta | None = None
+    spec: AWSMachineSpec | None = None
+    status: AWSMachineStatus | None = None
+
+
+def _column(name: str, kind: Literal["string", "integer"], path: str, doc: str) -> PrinterColumn:
+    return PrinterColumn(name, kind, path, doc)
+
+
+_AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since creation")
+_LABELS = {c.PROVIDER_LABEL: AWS_PROVIDER_NAME, c.CONTRACT_LABEL: c.V1BETA2}
+
+AWS_MACHINE_POOL = register_kind(
+    KindInfo(
+        group=c.INFRASTRUCTURE_GROUP,
+        kind="AWSMachinePool",
+        plural="awsmachinepools",
+        singular="awsmachinepool",
+        short_names=("awsmp",),
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=AWSMachinePool,
+                storage=True,
+                printer_columns=(
+                    _column("Ready", "string", ".status.ready", "Pool ready"),
+                    _column("Replicas", "integer", ".status.replicas", "Instances"),
+                    _column("MinSize", "integer", ".spec.minSize", "Minimum instances"),
+                    _column("MaxSize", "integer", ".spec.maxSize", "Maximum instances"),
+                    _column(
+                        "LaunchTemplate ID",
+                        "string",
+                        ".status.launchTemplateID",
+                        "Launch template ID",
+                    ),
+                    _AGE,
+                ),
+            ),
+        ),
+    )
+)
+
+AWS_MACHINE = register_kind(
+    KindInfo(
+        group=c.INFRASTRUCTURE_GROUP,
+        kind="AWSMachine",
+        plural="awsmachines",
+        singular="awsmachine",
+        short_names=("awsm",),
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=AWSMachine,
+                storage=True,
+                printer_columns=(
+                    _column(
+                        "Cluster",
+                        "string",
+                        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                        "Cluster name",
+                    ),
+                    _column("State", "string", ".status.instanceState", "EC2 instance state"),
+                    _column("Ready", "string", ".status.ready", "Instance ready"),
+                    _column("InstanceID", "string", ".spec.providerID", "EC2 instance ID"),
+                    _AGE,
+                ),
+            ),
+        ),
+    )
+)
