@@ -1,59 +1,258 @@
-"""The ``machinepool`` command line: local control plane, demo, and pool inspection."""
+"""The ``machinepool`` command line.
+
+Local environment: ``up``, ``down``, ``status``, ``demo``; the controller process: ``run``;
+pools on any cluster: ``get pools``, ``describe pool``, ``scale``, ``rollout status``,
+``timeline``. Failures print one line and exit non-zero; no tracebacks for expected errors.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import signal
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
-from machinepool.controlplane import BinariesNotFound, ControlPlane, ProcessFailed
-from machinepool.runtime.client import NAMESPACES, Client
+from machinepool.cli import local, pools
+from machinepool.cli.kube import CliError, Target, resolve_kubeconfig
+from machinepool.controlplane import BinariesNotFound, ProcessFailed
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+get_app = typer.Typer(no_args_is_help=True, help="List objects.")
+describe_app = typer.Typer(no_args_is_help=True, help="Show one object in depth.")
+rollout_app = typer.Typer(no_args_is_help=True, help="Follow rollouts.")
+app.add_typer(get_app, name="get")
+app.add_typer(describe_app, name="describe")
+app.add_typer(rollout_app, name="rollout")
+
 console = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
 
-
-async def _namespaces(kubeconfig: Path) -> list[str]:
-    async with await Client.from_kubeconfig(kubeconfig) as client:
-        return [ns["metadata"]["name"] for ns in (await client.list(NAMESPACES)).items]
-
-
-@app.command()
-def controlplane(
-    workdir: Annotated[Path, typer.Option(help="Where state and logs go.")] = Path(
-        ".local/controlplane"
+KubeconfigOpt = Annotated[
+    Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG).")
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="Namespace.")]
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--home", help="Local environment state (default: $MACHINEPOOL_HOME or ~/.machinepool)."
     ),
-) -> None:
-    """Run a local management control plane in the foreground until Ctrl-C."""
-    cp = ControlPlane(workdir.resolve())
+]
+
+
+def _target(kubeconfig: Path | None, context: str | None, namespace: str) -> Target:
+    return Target(resolve_kubeconfig(kubeconfig), context, namespace)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; a ``CliError`` becomes one red line and exit code 1."""
     try:
-        cp.start()
-    except (BinariesNotFound, ProcessFailed) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        return asyncio.run(coro)
+    except CliError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+
+def _guard(fn: Callable[[], T]) -> T:
     try:
-        console.print(f"management cluster: {cp.url}")
-        console.print(f"kubeconfig:         {cp.kubeconfig}")
-        names = asyncio.run(_namespaces(cp.kubeconfig))
-        console.print(f"it answers: namespaces {', '.join(sorted(names))}")
-        console.print(f"try: kubectl --kubeconfig {cp.kubeconfig} get namespaces")
-        console.print("Ctrl-C stops it.")
-        stop_signals = {signal.SIGINT, signal.SIGTERM}
-        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-        signal.sigwait(stop_signals)
-    finally:
-        cp.stop()
-        console.print("stopped")
+        return fn()
+    except (BinariesNotFound, ProcessFailed, RuntimeError, TimeoutError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+
+# -- the controller process ----------------------------------------------------------------
 
 
 @app.command()
-def demo() -> None:
-    """The main demo (for now: the local control plane, until Ctrl-C)."""
-    controlplane(Path(".local/controlplane"))
+def run(
+    components: Annotated[str, typer.Option(help="Comma-separated components to run.")] = (
+        "core,bootstrap,sim"
+    ),
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    name: Annotated[str, typer.Option(help="Manager and Lease name.")] = "machinepool-controller",
+    leader_elect: Annotated[bool, typer.Option(help="Take a Lease before acting.")] = True,
+    leader_election_namespace: Annotated[str, typer.Option()] = "kube-system",
+    metrics_bind_address: Annotated[str, typer.Option(help="/metrics and probes.")] = (
+        "127.0.0.1:8080"
+    ),
+    webhook_port: Annotated[int | None, typer.Option(help="Serve webhooks on this port.")] = None,
+    register_webhooks: Annotated[
+        bool, typer.Option(help="Point webhook configurations at this process (local runs).")
+    ] = False,
+    feature_gates: Annotated[str, typer.Option(help="For example MachinePool=true.")] = "",
+    token_ttl_seconds: Annotated[int, typer.Option(help="Bootstrap token lifetime.")] = 900,
+    log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run controllers (what the container image runs)."""
+    from machinepool.app import Options
+    from machinepool.app import run as run_process
+
+    run_process(
+        Options(
+            components=tuple(c.strip() for c in components.split(",") if c.strip()),
+            kubeconfig=kubeconfig,
+            context=context,
+            name=name,
+            leader_elect=leader_elect,
+            leader_election_namespace=leader_election_namespace,
+            metrics_bind_address=metrics_bind_address,
+            webhook_port=webhook_port,
+            register_webhooks=register_webhooks,
+            feature_gates=feature_gates,
+            token_ttl_seconds=token_ttl_seconds,
+            log_format=log_format,
+            log_level=log_level,
+        )
+    )
+
+
+# -- local environment ---------------------------------------------------------------------
+
+
+def _print_state(state: local.State) -> None:
+    console.print(f"management kubeconfig: {state.kubeconfig}")
+    console.print(f"workload kubeconfig:   {state.workload_kubeconfig}  (Cluster {state.cluster})")
+
+
+@app.command()
+def up(home: HomeOpt = None) -> None:
+    """Start the local management cluster, a workload cluster and all controllers."""
+    home = home or local.default_home()
+    state = _guard(lambda: local.up(home))
+    console.print(f"[green]up[/green] (state in {home})")
+    _print_state(state)
+
+
+@app.command()
+def down(home: HomeOpt = None) -> None:
+    """Stop everything ``up`` started."""
+    home = home or local.default_home()
+    console.print("stopped" if local.down(home) else "nothing was running")
+
+
+@app.command()
+def status(home: HomeOpt = None) -> None:
+    """Say what runs locally and where its logs are."""
+    home = home or local.default_home()
+    state = local.running_state(home)
+    if state is None:
+        console.print("not running (start it with: machinepool up)")
+        raise typer.Exit(1)
+    console.print(f"running: supervisor pid {state.pid}, state in {home}")
+    _print_state(state)
+    for proc, pid in sorted(state.processes.items()):
+        mark = "[green]running[/green]" if local.alive(pid) else "[red]stopped[/red]"
+        console.print(f"  {proc:<40} pid {pid:<8} {mark}  log {state.logs.get(proc, '-')}")
+
+
+@app.command()
+def demo(
+    teardown: Annotated[bool, typer.Option(help="Stop everything at the end.")] = False,
+    home: HomeOpt = None,
+    replicas: Annotated[int, typer.Option(help="Initial pool size.")] = 3,
+    scale_to: Annotated[int, typer.Option(help="Size after scaling.")] = 5,
+    timeout: Annotated[float, typer.Option(help="Seconds each step may take.")] = 300.0,
+) -> None:
+    """From nothing: bring everything up, create a pool, scale it, roll it to a new version."""
+    from machinepool.cli.demo import run_demo
+
+    home = home or local.default_home()
+    state = _guard(lambda: local.up(home))
+    _print_state(state)
+    target = Target(Path(state.kubeconfig), None, local.CLUSTER_NAMESPACE)
+    try:
+        _run(run_demo(target, console, replicas=replicas, scale_to=scale_to, timeout=timeout))
+    finally:
+        if teardown:
+            local.down(home)
+            console.print("torn down")
+    if not teardown:
+        console.print(
+            f"left running: kubectl --kubeconfig {state.kubeconfig} get mp -A   "
+            "(stop with: machinepool down)"
+        )
+
+
+# -- pools ---------------------------------------------------------------------------------
+
+
+@get_app.command("pools")
+def get_pools(
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A")] = False,
+) -> None:
+    """List MachinePools: desired, ready, up to date, versions, problems."""
+    target = _target(kubeconfig, context, namespace)
+    console.print(_run(pools.table(target, all_namespaces=all_namespaces)))
+
+
+@describe_app.command("pool")
+def describe_pool(
+    name: str,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """A MachinePool as a tree: bootstrap config, infra pool, Machines, Nodes."""
+    console.print(_run(pools.describe(_target(kubeconfig, context, namespace), name)))
+
+
+@app.command()
+def scale(
+    name: str,
+    replicas: Annotated[int, typer.Option("--replicas", help="Desired size.", min=0)],
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Set a MachinePool's size through the scale subresource."""
+    _run(pools.scale(_target(kubeconfig, context, namespace), name, replicas))
+    console.print(f"machinepool/{name} scaled to {replicas}")
+
+
+@rollout_app.command("status")
+def rollout_status(
+    name: str,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Follow a rollout until every replica is up to date and ready; non-zero on timeout."""
+    done = _run(
+        pools.rollout_status(_target(kubeconfig, context, namespace), name, timeout, console)
+    )
+    if not done:
+        err.print(f"[red]error:[/red] rollout of machinepool/{name} not done after {timeout:.0f}s")
+        raise typer.Exit(1)
+    console.print(f"machinepool/{name} rolled out")
+
+
+@app.command()
+def timeline(
+    name: str,
+    output: Annotated[Path, typer.Option("-o", "--output", help="FILE.png or FILE.html")],
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Ready nodes by version over time, from the pool's recorded history and Events."""
+    from machinepool.cli.timeline import write_timeline
+
+    if output.suffix not in (".png", ".html"):
+        err.print("[red]error:[/red] --output must end in .png or .html")
+        raise typer.Exit(2)
+    points = _run(write_timeline(_target(kubeconfig, context, namespace), name, output))
+    console.print(f"wrote {output} ({points} samples)")
 
 
 def main() -> None:

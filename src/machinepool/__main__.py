@@ -1,0 +1,5 @@
+"""``python -m machinepool`` runs the ``machinepool`` command."""
+
+from machinepool.cli import main
+
+main()

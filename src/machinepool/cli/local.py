@@ -1,0 +1,227 @@
+"""The local environment behind ``machinepool up``, ``down`` and ``status``.
+
+``up`` starts a detached supervisor process (``python -m machinepool.cli.local HOME``) that
+owns everything: the management control plane, one workload cluster registered as the
+Cluster ``demo`` in namespace ``default``, the CRDs, and two child processes: the controllers
+(core, bootstrap, Sim provider, with the webhook server) and the node simulator. The
+supervisor restarts a child that dies and writes ``HOME/state.json`` so other commands can
+find kubeconfigs, logs and pids. ``down`` sends it SIGTERM and waits until all is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from machinepool.api.crdgen import crd_manifests
+from machinepool.controlplane import ControlPlane
+from machinepool.controlplane.process import Process, free_port
+from machinepool.controlplane.register import register_workload_cluster
+from machinepool.runtime.client import CRDS, Client
+
+CLUSTER_NAME = "demo"
+CLUSTER_NAMESPACE = "default"
+_READY_TIMEOUT = 300.0
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("MACHINEPOOL_HOME") or Path.home() / ".machinepool")
+
+
+@dataclass
+class State:
+    """What ``HOME/state.json`` records about a running local environment."""
+
+    pid: int
+    phase: str = "starting"  # starting | ready | failed | stopped
+    error: str = ""
+    kubeconfig: str = ""
+    workload_kubeconfig: str = ""
+    cluster: str = f"{CLUSTER_NAMESPACE}/{CLUSTER_NAME}"
+    processes: dict[str, int] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+    def write(self, home: Path) -> None:
+        tmp = home / "state.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(home / "state.json")
+
+    @classmethod
+    def read(cls, home: Path) -> State | None:
+        try:
+            return cls(**json.loads((home / "state.json").read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, TypeError):
+            return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is not running.
+    with contextlib.suppress(OSError):
+        status = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        return status != "Z"
+    return True
+
+
+def running_state(home: Path) -> State | None:
+    state = State.read(home)
+    if state is None or not alive(state.pid):
+        return None
+    return state
+
+
+# -- client side: up / down ----------------------------------------------------------------
+
+
+def up(home: Path, *, timeout: float = _READY_TIMEOUT) -> State:
+    """Start the environment in the background (or find it running); wait until ready."""
+    home.mkdir(parents=True, exist_ok=True)
+    state = running_state(home)
+    if state is None:
+        log = (home / "local.log").open("ab")
+        subprocess.Popen(
+            [sys.executable, "-m", "machinepool.cli.local", str(home)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = State.read(home)
+        if state is not None and state.phase == "ready" and alive(state.pid):
+            return state
+        if state is not None and state.phase == "failed":
+            raise RuntimeError(f"local environment failed to start: {state.error}")
+        time.sleep(0.3)
+    raise TimeoutError(f"local environment not ready after {timeout:.0f}s; see {home}/local.log")
+
+
+def down(home: Path, *, timeout: float = 60.0) -> bool:
+    """Stop the environment; return whether one was running."""
+    state = running_state(home)
+    if state is None:
+        return False
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive(state.pid):
+        os.kill(state.pid, signal.SIGKILL)
+    return True
+
+
+# -- supervisor side -----------------------------------------------------------------------
+
+
+async def _install(kubeconfig: Path, workload_name: str, cp: ControlPlane) -> None:
+    async with await Client.from_kubeconfig(kubeconfig, user_agent="machinepool-local") as client:
+        for crd in crd_manifests():
+            await client.apply(CRDS, crd, field_manager="machinepool-local")
+        for crd in crd_manifests():
+            await _wait_established(client, crd["metadata"]["name"])
+        await register_workload_cluster(
+            client, CLUSTER_NAME, CLUSTER_NAMESPACE, cp.workloads[workload_name]
+        )
+
+
+async def _wait_established(client: Client, name: str) -> None:
+    for _ in range(600):
+        crd = await client.get(CRDS, name)
+        conds = crd.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"CRD {name} not Established")
+
+
+def _children(home: Path, kubeconfig: Path) -> list[Process]:
+    run = [sys.executable, "-m", "machinepool", "run", "--kubeconfig", str(kubeconfig)]
+    controllers = [
+        *run,
+        "--components",
+        "core,bootstrap,sim",
+        "--webhook-port",
+        str(free_port()),
+        "--register-webhooks",
+        "--metrics-bind-address",
+        f"127.0.0.1:{free_port()}",
+    ]
+    nodes = [
+        *run,
+        "--components",
+        "kubelet",
+        "--name",
+        "machinepool-kubelet",
+        "--metrics-bind-address",
+        f"127.0.0.1:{free_port()}",
+    ]
+    logs = home / "logs"
+    logs.mkdir(exist_ok=True)
+    return [Process("controllers", controllers, logs), Process("kubelet", nodes, logs)]
+
+
+def serve(home: Path) -> None:
+    """The supervisor: run everything until SIGTERM, restarting children that die."""
+    state = State(pid=os.getpid())
+    state.write(home)
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    cp = ControlPlane(home / "controlplane")
+    children: list[Process] = []
+    try:
+        cp.start()
+        workload = cp.start_workload(CLUSTER_NAME)
+        asyncio.run(_install(cp.kubeconfig, CLUSTER_NAME, cp))
+        children = _children(home, cp.kubeconfig)
+        for child in children:
+            child.start()
+        state.phase = "ready"
+        state.kubeconfig = str(cp.kubeconfig)
+        state.workload_kubeconfig = str(workload.kubeconfig)
+        procs = cp.processes() + children
+        state.processes = {p.name: p.pid or 0 for p in procs}
+        state.logs = {p.name: str(p.log_path) for p in procs}
+        state.write(home)
+        _supervise(children, stop, state, home)
+    except Exception as exc:
+        state.phase, state.error = "failed", str(exc)
+        state.write(home)
+        raise
+    finally:
+        for child in children:
+            child.stop()
+        cp.stop()
+        if state.phase != "failed":
+            state.phase = "stopped"
+            state.write(home)
+
+
+def _supervise(
+    children: list[Process], stop: set[signal.Signals], state: State, home: Path
+) -> None:
+    while signal.sigtimedwait(stop, 1.0) is None:
+        for child in children:
+            if not child.running():
+                child.stop()
+                child.start()
+                state.processes[child.name] = child.pid or 0
+                state.write(home)
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]))
