@@ -1,0 +1,254 @@
+"""Planning: count, spread, failed replacement, victim order and rolling-update safety."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from machinepool.providers.pool import (
+    DeletePolicy,
+    InstanceState,
+    Member,
+    PlanInput,
+    order_victims,
+    plan,
+    spread,
+)
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+FDS = ("a", "b", "c")
+
+
+def member(i: int, fd: str = "a", **kw: object) -> Member:
+    base = Member(
+        id=f"m{i:03d}",
+        state=InstanceState.RUNNING,
+        failure_domain=fd,
+        created=T0 + timedelta(minutes=i),
+        up_to_date=True,
+        ready=True,
+        has_machine=True,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def pool(n: int, **kw: object) -> list[Member]:
+    return [member(i, FDS[i % 3], **kw) for i in range(n)]
+
+
+def test_scale_up_spreads_evenly() -> None:
+    step = plan(PlanInput(pool(2), replicas=7, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.delete == []
+    counts = Counter([m.failure_domain for m in pool(2)] + step.create)
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert len(step.create) == 5
+
+
+def test_steady_pool_does_nothing() -> None:
+    step = plan(PlanInput(pool(3), replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.empty
+
+
+def test_scale_down_prefers_annotated_then_unready_then_outdated_then_oldest() -> None:
+    members = [
+        member(0, "a"),
+        member(1, "b", up_to_date=False),
+        member(2, "c", ready=False),
+        member(3, "a", delete_requested=True),
+        member(4, "b"),
+    ]
+    ordered = order_victims(members, DeletePolicy.OLDEST)
+    assert [m.id for m in ordered[:3]] == ["m003", "m002", "m001"]
+
+
+def test_delete_policy_newest_and_random() -> None:
+    members = [member(i, "a") for i in range(4)]
+    assert order_victims(members, DeletePolicy.NEWEST)[0].id == "m003"
+    assert order_victims(members, DeletePolicy.OLDEST)[0].id == "m000"
+    first = order_victims(members, DeletePolicy.RANDOM, seed="x")
+    assert order_victims(members, DeletePolicy.RANDOM, seed="x") == first
+
+
+def test_scale_down_evens_out_failure_domains() -> None:
+    members = [member(0, "a"), member(1, "a"), member(2, "a"), member(3, "b"), member(4, "c")]
+    step = plan(PlanInput(members, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.create == []
+    assert len(step.delete) == 2
+    assert all(m.failure_domain == "a" for m in members if m.id in step.delete)
+
+
+def test_failed_instances_are_deleted_and_replaced() -> None:
+    members = [*pool(2), member(9, "c", state=InstanceState.FAILED, ready=False)]
+    step = plan(PlanInput(members, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.delete == ["m009"]
+    assert step.create == ["c"]
+
+
+def test_member_without_machine_is_never_a_victim() -> None:
+    members = [*pool(3), member(7, "a", has_machine=False, delete_requested=True)]
+    step = plan(PlanInput(members, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert "m007" not in step.delete
+    assert len(step.delete) == 1
+    failed = [member(8, "a", state=InstanceState.FAILED, has_machine=False)]
+    step = plan(PlanInput(failed, replicas=0, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.delete == []
+    assert step.waiting
+
+
+def test_rollout_surges_first_and_never_deletes_ready_below_replicas() -> None:
+    old = pool(3, up_to_date=False)
+    step = plan(PlanInput(old, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert len(step.create) == 1
+    assert step.delete == []
+    # The surge instance is pending: nothing old may go yet, and nothing more is created.
+    pending = member(10, step.create[0], ready=False, state=InstanceState.PENDING)
+    step = plan(PlanInput([*old, pending], replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert step.empty
+    # Once it is Ready one old instance goes, from the busiest failure domain.
+    ready = replace(pending, ready=True, state=InstanceState.RUNNING)
+    step = plan(PlanInput([*old, ready], replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert len(step.delete) == 1
+    victim = next(m for m in old if m.id == step.delete[0])
+    assert victim.failure_domain == ready.failure_domain
+
+
+def test_rollout_with_max_unavailable_and_no_surge() -> None:
+    old = pool(3, up_to_date=False)
+    step = plan(PlanInput(old, replicas=3, surge=0, unavailable=1, failure_domains=FDS))
+    assert len(step.delete) == 1
+    assert len(step.create) == 1
+
+
+def test_no_rolling_deletions_when_nodes_unknown() -> None:
+    members = [*pool(3, up_to_date=False), *(member(10 + i, FDS[i]) for i in range(3))]
+    step = plan(
+        PlanInput(
+            members, replicas=3, surge=3, unavailable=0, failure_domains=FDS, nodes_known=False
+        )
+    )
+    assert step.delete == []
+    assert step.waiting
+
+
+def test_full_failure_domains_are_skipped() -> None:
+    step = plan(
+        PlanInput(
+            [], replicas=2, surge=1, unavailable=0, failure_domains=FDS, full_domains=frozenset("a")
+        )
+    )
+    assert sorted(step.create) == ["b", "c"]
+    step = plan(
+        PlanInput(
+            [],
+            replicas=2,
+            surge=1,
+            unavailable=0,
+            failure_domains=("a",),
+            full_domains=frozenset("a"),
+        )
+    )
+    assert step.create == []
+    assert step.waiting
+
+
+def test_spread_prefers_domains_short_of_up_to_date_instances() -> None:
+    members = [member(0, "a"), member(1, "b", up_to_date=False), member(2, "c", up_to_date=False)]
+    assert spread(FDS, members, 2) == ["b", "c"]
+
+
+# --- properties: simulate reconciles until the pool settles -------------------------------
+
+
+def _simulate(
+    members: list[Member], replicas: int, surge: int, unavailable: int, policy: DeletePolicy
+) -> list[Member]:
+    """Apply plans step by step: created instances boot Ready by the next step; deleted ones
+    vanish. Checks the availability floor at every observed moment."""
+    floor = replicas - unavailable
+    serial = 1000
+    for _ in range(200):
+        step = plan(PlanInput(members, replicas, surge, unavailable, policy, FDS, seed="pool-uid"))
+        if step.empty:
+            return members
+        before_ready = sum(1 for m in members if m.ready and m.active)
+        members = [m for m in members if m.id not in set(step.delete)]
+        after_ready = sum(1 for m in members if m.ready and m.active)
+        outdated_before = any(not m.up_to_date for m in members)
+        if outdated_before and len(members) >= replicas:
+            assert after_ready >= min(before_ready, floor)
+        for fd in step.create:
+            serial += 1
+            members.append(member(serial, fd))
+    raise AssertionError("pool never settled")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    start=st.lists(
+        st.tuples(st.sampled_from(FDS), st.booleans(), st.booleans(), st.booleans()), max_size=12
+    ),
+    replicas=st.integers(0, 12),
+    surge=st.integers(0, 4),
+    unavailable=st.integers(0, 4),
+    policy=st.sampled_from(list(DeletePolicy)),
+)
+def test_any_pool_converges_to_replicas_up_to_date_and_spread(
+    start: list[tuple[str, bool, bool, bool]],
+    replicas: int,
+    surge: int,
+    unavailable: int,
+    policy: DeletePolicy,
+) -> None:
+    if surge == 0 and unavailable == 0:
+        unavailable = 1  # what RollingUpdate.resolve does
+    members = [
+        member(
+            i,
+            fd,
+            up_to_date=fresh,
+            state=InstanceState.FAILED if broken else InstanceState.RUNNING,
+            ready=not broken,
+            delete_requested=annotated,
+        )
+        for i, (fd, fresh, broken, annotated) in enumerate(start)
+    ]
+    final = _simulate(members, replicas, surge, unavailable, policy)
+    assert len(final) == replicas
+    assert all(m.up_to_date and m.state is InstanceState.RUNNING for m in final)
+    counts = Counter(m.failure_domain for m in final)
+    started = {m.id for m in members}
+    # Only instances the engine placed are spread (it does not move survivors around).
+    if replicas >= len(FDS) and not started & {m.id for m in final}:
+        assert max(counts[fd] for fd in FDS) - min(counts[fd] for fd in FDS) <= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    replicas=st.integers(1, 10),
+    surge=st.integers(0, 3),
+    unavailable=st.integers(0, 3),
+)
+def test_rollout_of_a_ready_pool_keeps_the_floor(
+    replicas: int, surge: int, unavailable: int
+) -> None:
+    if surge == 0 and unavailable == 0:
+        surge = 1
+    members = pool(replicas, up_to_date=False)
+    floor = replicas - unavailable
+    serial = 500
+    for _ in range(100):
+        step = plan(PlanInput(members, replicas, surge, unavailable, failure_domains=FDS))
+        if step.empty:
+            break
+        members = [m for m in members if m.id not in set(step.delete)]
+        assert sum(1 for m in members if m.ready) >= min(floor, replicas)
+        assert len(members) + len(step.create) <= replicas + surge
+        for fd in step.create:
+            serial += 1
+            members.append(member(serial, fd))
+    assert len(members) == replicas
+    assert all(m.up_to_date for m in members)
