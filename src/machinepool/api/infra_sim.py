@@ -1,0 +1,255 @@
+"""Typed ``infrastructure.cluster.x-k8s.io/v1beta2`` SimMachinePool and SimMachine.
+
+The simulated infrastructure provider (``machinepool.providers.sim``) reconciles these: a
+SimMachinePool is a pool of simulated instances serving one MachinePool, a SimMachine is one
+of its instances (so core creates a MachinePool Machine for it). The CRDs carry the contract
+label ``cluster.x-k8s.io/v1beta2: v1beta2``. Failure domains come from the MachinePool's
+``spec.failureDomains`` (as upstream providers read them), not from this object.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from machinepool.api import constants as c
+from machinepool.api.meta import (
+    IntOrString,
+    K8sModel,
+    MetaCondition,
+    ObjectMeta,
+    OpenAPI,
+    list_map,
+)
+from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
+
+__all__ = [
+    "SIM_MACHINE",
+    "SIM_MACHINE_POOL",
+    "SIM_PROVIDER_NAME",
+    "SimInstanceStatus",
+    "SimMachine",
+    "SimMachinePool",
+    "SimMachinePoolSpec",
+    "SimMachinePoolStatus",
+    "SimMachineSpec",
+    "SimMachineStatus",
+    "SimPoolStrategy",
+    "SimRollingUpdate",
+    "SimSettings",
+    "SimTemplate",
+]
+
+GROUP_VERSION = "infrastructure.cluster.x-k8s.io/v1beta2"
+SIM_PROVIDER_NAME = "infrastructure-sim"
+
+_Int32 = Annotated[int | None, OpenAPI({"format": "int32"})]
+_Conditions = Annotated[list[MetaCondition] | None, list_map("type"), Field(max_length=32)]
+_ProviderID = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class SimTemplate(K8sModel):
+    """What each instance looks like; a change replaces instances (rolling update)."""
+
+    instance_type: Annotated[str | None, Field(max_length=256)] = None
+    """Simulated instance shape, e.g. small."""
+    image: Annotated[str | None, Field(max_length=512)] = None
+    """Simulated machine image."""
+
+
+class SimRollingUpdate(K8sModel):
+    """How fast instances are replaced."""
+
+    max_surge: IntOrString | None = None
+    """Instances above replicas during a rollout; int or percent (rounds up). Default 1."""
+    max_unavailable: IntOrString | None = None
+    """Ready instances below replicas allowed during a rollout; int or percent (rounds down).
+    Default 0. maxSurge and maxUnavailable may not both be 0."""
+    delete_policy: Literal["Oldest", "Newest", "Random"] | None = None
+    """Order of deletion when nothing else decides. Default Oldest."""
+
+
+class SimPoolStrategy(K8sModel):
+    """The replacement strategy."""
+
+    type: Literal["RollingUpdate"] | None = None
+    """Only RollingUpdate."""
+    rolling_update: SimRollingUpdate | None = None
+    """Rolling update settings."""
+
+
+class SimSettings(K8sModel):
+    """How the simulated cloud behaves for this pool."""
+
+    boot_delay_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
+    """Seconds from creation until an instance runs. Default 0."""
+    boot_failure_rate: Annotated[float | None, Field(ge=0, le=1)] = None
+    """Probability (0-1) that an instance fails to boot. Default 0."""
+    capacity_per_failure_domain: Annotated[
+        int | None, OpenAPI({"format": "int32"}), Field(ge=0)
+    ] = None
+    """Most instances of this pool per failure domain; 0 or unset is unbounded."""
+
+
+class SimMachinePoolSpec(K8sModel):
+    """The desired state of a simulated pool."""
+
+    provider_id_list: Annotated[
+        list[_ProviderID] | None,
+        OpenAPI({"x-kubernetes-list-type": "atomic"}),
+        Field(max_length=10000, alias="providerIDList"),
+    ] = None
+    """Provider IDs of the pool's instances (sim:///<failure-domain>/<instance-id>), sorted."""
+    template: SimTemplate | None = None
+    """Instance template."""
+    strategy: SimPoolStrategy | None = None
+    """Replacement strategy."""
+    sim: SimSettings | None = None
+    """Simulation settings."""
+
+
+class SimInstanceStatus(K8sModel):
+    """One instance of the pool."""
+
+    instance_id: str = Field(alias="instanceID")
+    """Instance id, also the name of its SimMachine and Node."""
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """Provider ID of the instance."""
+    failure_domain: str | None = None
+    """Failure domain of the instance."""
+    state: str | None = None
+    """pending, running, failed or terminated."""
+    version: str | None = None
+    """Kubernetes version it runs."""
+    up_to_date: bool | None = None
+    """Whether it matches the current template."""
+
+
+class SimMachinePoolStatus(K8sModel):
+    """What the controller observed of the pool."""
+
+    ready: bool | None = None
+    """True once providerIDList covers every instance (stays true while scaling)."""
+    replicas: _Int32 = None
+    """Number of instances in providerIDList."""
+    instances: Annotated[
+        list[SimInstanceStatus] | None,
+        OpenAPI({"x-kubernetes-list-type": "atomic"}),
+        Field(max_length=10000),
+    ] = None
+    """The pool's instances, sorted by id."""
+    infrastructure_machine_kind: str | None = None
+    """SimMachine: opts in to MachinePool Machines."""
+    conditions: _Conditions = None
+    """Ready, InstancesReady, ScalingUp, ScalingDown, RollingOut, Paused."""
+    initialization: dict[str, bool] | None = None
+    """Contract flags: provisioned."""
+    observed_generation: Annotated[int | None, OpenAPI({"format": "int64"})] = None
+    """Generation last reconciled without error."""
+
+
+class SimMachinePool(K8sModel):
+    """A pool of simulated instances serving one MachinePool."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "SimMachinePool"
+    metadata: ObjectMeta | None = None
+    spec: SimMachinePoolSpec | None = None
+    """Desired state."""
+    status: SimMachinePoolStatus | None = None
+    """Observed state."""
+
+
+class SimMachineSpec(K8sModel):
+    """One simulated instance of a pool."""
+
+    provider_id: str | None = Field(default=None, alias="providerID")
+    """sim:///<failure-domain>/<instance-id>, equal to the Node's providerID."""
+    instance_id: str | None = Field(default=None, alias="instanceID")
+    """Instance id."""
+    failure_domain: str | None = None
+    """Failure domain of the instance."""
+
+
+class SimMachineStatus(K8sModel):
+    """What the controller observed of one instance."""
+
+    ready: bool | None = None
+    """True while the instance runs."""
+    instance_state: str | None = None
+    """pending, running, failed or terminated."""
+    initialization: dict[str, bool] | None = None
+    """Contract flags: provisioned."""
+    conditions: _Conditions = None
+    """Ready."""
+
+
+class SimMachine(K8sModel):
+    """A simulated instance; owned by its SimMachinePool, deleted through its Machine."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "SimMachine"
+    metadata: ObjectMeta | None = None
+    spec: SimMachineSpec | None = None
+    status: SimMachineStatus | None = None
+
+
+_AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since creation")
+_LABELS = {c.PROVIDER_LABEL: SIM_PROVIDER_NAME, c.CONTRACT_LABEL: c.V1BETA2}
+
+SIM_MACHINE_POOL = register_kind(
+    KindInfo(
+        group=c.INFRASTRUCTURE_GROUP,
+        kind="SimMachinePool",
+        plural="simmachinepools",
+        singular="simmachinepool",
+        short_names=("simmp",),
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=SimMachinePool,
+                storage=True,
+                printer_columns=(
+                    PrinterColumn("Ready", "string", ".status.ready", "Pool ready"),
+                    PrinterColumn("Replicas", "integer", ".status.replicas", "Instances"),
+                    PrinterColumn("Type", "string", ".spec.template.instanceType", "Shape"),
+                    _AGE,
+                ),
+            ),
+        ),
+    )
+)
+
+SIM_MACHINE = register_kind(
+    KindInfo(
+        group=c.INFRASTRUCTURE_GROUP,
+        kind="SimMachine",
+        plural="simmachines",
+        singular="simmachine",
+        short_names=("simm",),
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=SimMachine,
+                storage=True,
+                printer_columns=(
+                    PrinterColumn(
+                        "Cluster",
+                        "string",
+                        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+                        "Cluster name",
+                    ),
+                    PrinterColumn("State", "string", ".status.instanceState", "Instance state"),
+                    PrinterColumn("Ready", "string", ".status.ready", "Instance ready"),
+                    PrinterColumn("ProviderID", "string", ".spec.providerID", "Provider ID"),
+                    _AGE,
+                ),
+            ),
+        ),
+    )
+)
