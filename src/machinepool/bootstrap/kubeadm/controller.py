@@ -1,0 +1,214 @@
+"""The KubeadmConfig reconciler and its wiring into a ``Manager``.
+
+``setup`` (re-exported by the package) registers the controller: it reconciles every
+``bootstrap.cluster.x-k8s.io/v1beta2`` KubeadmConfig, and is woken by changes to the config, to
+MachinePools referencing it (their nodeRefs switch refresh to rotation) and to its Cluster.
+
+One reconcile: read the config, snapshot it, run the phases in order until one halts, write the
+Ready summary, and patch once (metadata, then status, only what changed). Phase errors are
+collected; any error means a retry with backoff, otherwise the shortest requeue wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from machinepool.api import constants as c
+from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
+from machinepool.bootstrap.kubeadm import resources as r
+from machinepool.bootstrap.kubeadm.data import write_data
+from machinepool.bootstrap.kubeadm.delete import delete
+from machinepool.bootstrap.kubeadm.prerequisites import (
+    check_cluster_ready,
+    check_paused,
+    load_certificates,
+    resolve_cluster,
+    resolve_owner,
+)
+from machinepool.bootstrap.kubeadm.rotation import reconcile_token
+from machinepool.bootstrap.kubeadm.scope import Options, Scope
+from machinepool.bootstrap.kubeadm.status import summarize
+from machinepool.bootstrap.kubeadm.tokens import DEFAULT_TOKEN_TTL_SECONDS
+from machinepool.runtime import (
+    CLUSTERS,
+    ClusterCache,
+    EventRecorder,
+    Informer,
+    Manager,
+    NotFound,
+    Obj,
+    ObjectKey,
+    Result,
+    TerminalError,
+    get_logger,
+)
+from machinepool.runtime.patch import Patcher
+
+Phase = Callable[[Scope], Awaitable[Result]]
+
+RECONCILE_PHASES: tuple[Phase, ...] = (
+    resolve_owner,
+    resolve_cluster,
+    check_paused,
+    check_cluster_ready,
+    load_certificates,
+    reconcile_token,
+    write_data,
+)
+DELETE_PHASES: tuple[Phase, ...] = (resolve_owner, delete)
+CLUSTER_INDEX = "kubeadm-bootstrap/cluster"
+CONTROLLER_NAME = "kubeadmconfig"
+
+
+class KubeadmConfigReconciler:
+    """Reconciles one KubeadmConfig per call (see the module docstring)."""
+
+    def __init__(
+        self,
+        mgr: Manager,
+        cluster_cache: ClusterCache,
+        configs: Informer,
+        options: Options,
+        recorder: EventRecorder,
+    ) -> None:
+        self.client = mgr.client
+        self.cluster_cache = cluster_cache
+        self.configs = configs
+        self.options = options
+        self.recorder = recorder
+        self.log = get_logger(__name__).bind(controller=CONTROLLER_NAME)
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        try:
+            config = await self.client.get(r.KUBEADM_CONFIGS, key.name, key.namespace)
+        except NotFound:
+            return None
+        try:
+            model = KubeadmConfig.from_dict(copy.deepcopy(config))
+        except ValidationError as exc:
+            raise TerminalError(f"KubeadmConfig {key} does not match the API: {exc}") from exc
+        scope = Scope(
+            self.client,
+            self.cluster_cache,
+            self.recorder,
+            self.log.bind(kubeadmconfig=str(key)),
+            self.options,
+            config,
+            model,
+        )
+        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config)
+        meta = config["metadata"]
+        if meta.get("deletionTimestamp"):
+            result, errors = await _run(scope, DELETE_PHASES)
+            await _patch(patcher, config, key)
+            _raise(errors, key)
+            return result
+        if r.FINALIZER not in (meta.get("finalizers") or []):
+            # Persist the finalizer before any token exists, so none can be left behind.
+            meta.setdefault("finalizers", []).append(r.FINALIZER)
+            await patcher.patch(config)
+            return None
+        result, errors = await _run(scope, RECONCILE_PHASES)
+        summarize(scope, failed=bool(errors))
+        await _patch(patcher, config, key)
+        _raise(errors, key)
+        return result
+
+
+async def _run(scope: Scope, phases: tuple[Phase, ...]) -> tuple[Result, list[Exception]]:
+    """Run ``phases`` until one halts; collect errors; the shortest requeue wins."""
+    errors: list[Exception] = []
+    after: float | None = None
+    for phase in phases:
+        try:
+            result = await phase(scope)
+        except Exception as exc:
+            errors.append(exc)
+            break  # later phases depend on earlier ones
+        if result.requeue_after is not None:
+            after = min(after, result.requeue_after) if after is not None else result.requeue_after
+        if scope.halt:
+            break
+    return Result(requeue_after=after), errors
+
+
+async def _patch(patcher: Patcher, config: Obj, key: ObjectKey) -> None:
+    with contextlib.suppress(NotFound):  # the finalizer was the last thing holding it: gone
+        await patcher.patch(config)
+
+
+def _raise(errors: list[Exception], key: ObjectKey) -> None:
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ExceptionGroup(f"reconciling KubeadmConfig {key} failed", errors)
+
+
+def _cluster_index(config: Obj) -> list[str]:
+    meta = config.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL)
+    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+
+
+def _pool_to_config(pool: Obj) -> list[ObjectKey]:
+    """A MachinePool's KubeadmConfig, from spec.template.spec.bootstrap.configRef."""
+    spec = ((pool.get("spec") or {}).get("template") or {}).get("spec") or {}
+    ref = (spec.get("bootstrap") or {}).get("configRef") or {}
+    if ref.get("kind") != "KubeadmConfig" or ref.get("apiGroup", c.BOOTSTRAP_GROUP) != (
+        c.BOOTSTRAP_GROUP
+    ):
+        return []
+    return [ObjectKey(ObjectKey.of(pool).namespace, str(ref.get("name", "")))]
+
+
+def _cluster_to_configs(configs: Informer, pools: Informer) -> Callable[[Obj], list[ObjectKey]]:
+    def mapper(cluster: Obj) -> list[ObjectKey]:
+        key = ObjectKey.of(cluster)
+        found = {ObjectKey.of(cfg) for cfg in configs.by_index(CLUSTER_INDEX, str(key))}
+        for pool in pools.list(key.namespace):
+            if (pool.get("spec") or {}).get("clusterName") == key.name:
+                found.update(_pool_to_config(pool))
+        return sorted(found)
+
+    return mapper
+
+
+async def setup(
+    mgr: Manager,
+    cluster_cache: ClusterCache,
+    *,
+    token_ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS,
+    concurrency: int = 2,
+) -> None:
+    """Register the KubeadmConfig controller on ``mgr``.
+
+    ``token_ttl_seconds`` [900]: lifetime of each bootstrap token; pools' tokens rotate at half
+    of it. ``concurrency`` [2]: configs reconciled at once.
+    """
+    if token_ttl_seconds <= 0:
+        raise ValueError(f"token_ttl_seconds must be positive, not {token_ttl_seconds}")
+    configs = await mgr.cache.get_informer(r.KUBEADM_CONFIGS)
+    if CLUSTER_INDEX not in _index_names(configs):
+        configs.add_indexer(CLUSTER_INDEX, _cluster_index)
+    pools = await mgr.cache.get_informer(r.MACHINE_POOLS)
+    clusters = await mgr.cache.get_informer(CLUSTERS)
+    options = Options(token_ttl=timedelta(seconds=token_ttl_seconds))
+    recorder = mgr.event_recorder(r.COMPONENT)
+    reconciler = KubeadmConfigReconciler(mgr, cluster_cache, configs, options, recorder)
+    ctrl = mgr.new_controller(CONTROLLER_NAME, reconciler, concurrency=concurrency)
+    ctrl.watch(configs)
+    ctrl.watch(pools, _pool_to_config)
+    ctrl.watch(clusters, _cluster_to_configs(configs, pools))
+
+
+def _index_names(informer: Informer) -> list[str]:
+    try:
+        informer.index_values(CLUSTER_INDEX)
+    except KeyError:
+        return []
+    return [CLUSTER_INDEX]

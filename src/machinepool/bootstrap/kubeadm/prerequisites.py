@@ -1,0 +1,168 @@
+"""Phases that gather what a join needs before anything is written: the owner, the Cluster,
+the pause state, the Cluster's readiness, and the workload CA.
+
+Called in order by ``controller.py``; each sets ``scope.halt`` (with a condition saying why)
+when the reconcile cannot go on yet. Waiting on things that send no event we watch (Secrets)
+requeues after ``POLL_SECONDS``.
+"""
+
+from __future__ import annotations
+
+from machinepool.api import conditions
+from machinepool.api import constants as c
+from machinepool.bootstrap.kubeadm import resources as r
+from machinepool.bootstrap.kubeadm.certs import (
+    InvalidClusterSecret,
+    ca_from_ca_secret,
+    ca_from_kubeconfig,
+)
+from machinepool.bootstrap.kubeadm.scope import Scope
+from machinepool.runtime import CLUSTERS, SECRETS, NotFound, Obj, Result
+
+POLL_SECONDS = 10.0
+_OWNER_KINDS = {"MachinePool": r.MACHINE_POOLS, "Machine": r.MACHINES}
+
+
+def _owner_ref(config: Obj) -> Obj | None:
+    """The MachinePool or Machine among the owners (the controller owner first)."""
+    refs = [
+        ref
+        for ref in (config.get("metadata") or {}).get("ownerReferences") or []
+        if ref.get("kind") in _OWNER_KINDS
+        and str(ref.get("apiVersion", "")).startswith(c.CLUSTER_GROUP + "/")
+    ]
+    refs.sort(key=lambda ref: not ref.get("controller"))
+    return refs[0] if refs else None
+
+
+async def resolve_owner(scope: Scope) -> Result:
+    """Find the owning MachinePool or Machine and the Cluster name.
+
+    A config with neither an owner nor a cluster-name label waits: the core controller adopts
+    it and labels it.
+    """
+    ref = _owner_ref(scope.config)
+    labels = scope.config["metadata"].get("labels") or {}
+    scope.cluster_name = str(labels.get(c.CLUSTER_NAME_LABEL, ""))
+    if ref is not None:
+        scope.owner_kind = str(ref["kind"])
+        try:
+            scope.owner = await scope.client.get(
+                _OWNER_KINDS[scope.owner_kind], str(ref["name"]), scope.key.namespace
+            )
+        except NotFound:
+            scope.owner = None
+        if scope.owner is not None:
+            owner_cluster = (scope.owner.get("spec") or {}).get("clusterName")
+            scope.cluster_name = str(owner_cluster or scope.cluster_name)
+    if not scope.cluster_name:
+        scope.wait(
+            r.WAITING_FOR_CLUSTER,
+            "KubeadmConfig has no owner naming a Cluster and no "
+            f"{c.CLUSTER_NAME_LABEL} label; set the label or let a MachinePool adopt it",
+        )
+    return Result()
+
+
+async def resolve_cluster(scope: Scope) -> Result:
+    try:
+        scope.cluster = await scope.client.get(CLUSTERS, scope.cluster_name, scope.key.namespace)
+    except NotFound:
+        scope.wait(r.WAITING_FOR_CLUSTER, f"Cluster {scope.cluster_key} does not exist yet")
+    return Result()
+
+
+def _paused(scope: Scope) -> bool:
+    cluster_paused = bool(((scope.cluster or {}).get("spec") or {}).get("paused"))
+    annotations = scope.config["metadata"].get("annotations") or {}
+    return cluster_paused or c.PAUSED_ANNOTATION in annotations
+
+
+async def check_paused(scope: Scope) -> Result:
+    """Paused=True (and stop) while the Cluster or the config is paused."""
+    generation = scope.config["metadata"].get("generation")
+    cond_list = scope.status.setdefault("conditions", [])
+    if _paused(scope):
+        conditions.set_condition(
+            cond_list, r.PAUSED, True, c.PAUSED_REASON, "", observed_generation=generation
+        )
+        scope.halt = True
+    else:
+        conditions.set_condition(
+            cond_list, r.PAUSED, False, c.NOT_PAUSED_REASON, "", observed_generation=generation
+        )
+    return Result()
+
+
+def control_plane_initialized(cluster: Obj) -> bool:
+    status = cluster.get("status") or {}
+    if (status.get("initialization") or {}).get("controlPlaneInitialized"):
+        return True
+    return conditions.is_true(status.get("conditions"), c.CONTROL_PLANE_INITIALIZED_CONDITION)
+
+
+def infrastructure_provisioned(cluster: Obj) -> bool:
+    """Upstream waits for this before the control plane; an initialized control plane implies
+    it (a Cluster without an infrastructure provider reports only the control plane)."""
+    status = cluster.get("status") or {}
+    initialization = status.get("initialization") or {}
+    return bool(initialization.get("infrastructureProvisioned")) or control_plane_initialized(
+        cluster
+    )
+
+
+async def check_cluster_ready(scope: Scope) -> Result:
+    """Workers join only once the Cluster's infrastructure and control plane are up."""
+    cluster = scope.cluster or {}
+    if not infrastructure_provisioned(cluster):
+        scope.wait(
+            r.WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            f"waiting for Cluster {scope.cluster_key} status.initialization"
+            ".infrastructureProvisioned to be true",
+        )
+    elif not control_plane_initialized(cluster):
+        scope.wait(
+            r.WAITING_FOR_CONTROL_PLANE,
+            f"waiting for Cluster {scope.cluster_key} control plane to be initialized"
+            " (condition ControlPlaneInitialized)",
+        )
+    return Result()
+
+
+async def _secret(scope: Scope, name: str) -> Obj | None:
+    try:
+        return await scope.client.get(SECRETS, name, scope.key.namespace)
+    except NotFound:
+        return None
+
+
+async def load_certificates(scope: Scope) -> Result:
+    """Read the workload CA from ``<cluster>-ca`` or ``<cluster>-kubeconfig``, and the
+    existing data Secret."""
+    scope.data_secret = await _secret(scope, scope.key.name)
+    ca_secret = await _secret(scope, f"{scope.cluster_name}-ca")
+    kubeconfig = await _secret(scope, f"{scope.cluster_name}-kubeconfig")
+    if kubeconfig is None:
+        scope.mark(
+            r.CERTIFICATES_AVAILABLE,
+            False,
+            r.WAITING_FOR_KUBECONFIG,
+            f"secret {scope.key.namespace}/{scope.cluster_name}-kubeconfig not found; the"
+            " control plane provider writes it (key 'value': a kubeconfig)",
+            c.SEVERITY_INFO,
+        )
+        scope.wait(r.WAITING_FOR_KUBECONFIG, "waiting for the cluster's kubeconfig secret")
+        return Result(requeue_after=POLL_SECONDS)
+    try:
+        ca_pem = ca_from_ca_secret(ca_secret).ca_pem if ca_secret is not None else None
+        scope.ca = ca_from_kubeconfig(kubeconfig, ca_pem)
+    except InvalidClusterSecret as exc:
+        scope.mark(
+            r.CERTIFICATES_AVAILABLE, False, r.CERTIFICATES_CORRUPTED, str(exc), c.SEVERITY_ERROR
+        )
+        scope.wait(
+            r.CERTIFICATES_CORRUPTED, "the cluster CA cannot be read; see CertificatesAvailable"
+        )
+        return Result(requeue_after=POLL_SECONDS)
+    scope.mark(r.CERTIFICATES_AVAILABLE, True, r.AVAILABLE)
+    return Result()

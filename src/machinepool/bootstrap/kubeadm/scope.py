@@ -1,0 +1,117 @@
+"""The per-reconcile state every phase of the KubeadmConfig controller shares.
+
+``controller.py`` builds one ``Scope`` per reconcile and passes it to each phase in turn;
+each field's comment names the phase that fills it. Phases mutate ``config`` (the raw object:
+finalizers and status) and the controller patches it once at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from machinepool.api import conditions
+from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
+from machinepool.bootstrap.kubeadm import resources as r
+from machinepool.bootstrap.kubeadm.certs import CAInfo
+from machinepool.bootstrap.kubeadm.tokens import BootstrapToken
+from machinepool.runtime import Client, ClusterCache, EventRecorder, KVLogger, Obj, ObjectKey
+
+
+@dataclass(frozen=True)
+class Options:
+    """Controller settings. ``token_ttl`` [900 s]: lifetime of each bootstrap token."""
+
+    token_ttl: timedelta = timedelta(seconds=900)
+
+
+@dataclass
+class Scope:
+    """What one reconcile of one KubeadmConfig knows so far."""
+
+    client: Client
+    cluster_cache: ClusterCache
+    recorder: EventRecorder
+    log: KVLogger
+    options: Options
+    config: Obj
+    """The KubeadmConfig as read (status and finalizers are edited in place)."""
+    model: KubeadmConfig
+    """``config`` parsed, for typed access to the spec."""
+    owner_kind: str = ""
+    """owner phase: "MachinePool", "Machine", or "" for a standalone config."""
+    owner: Obj | None = None
+    """owner phase: the owning MachinePool or Machine, when it exists."""
+    cluster_name: str = ""
+    """owner phase: from the owner's spec.clusterName, else the cluster-name label."""
+    cluster: Obj | None = None
+    """cluster phase."""
+    ca: CAInfo | None = None
+    """certificates phase: the workload CA (and kubeconfig server)."""
+    data_secret: Obj | None = None
+    """certificates phase: the existing data Secret, if any."""
+    token: BootstrapToken | None = None
+    """token phase: the token to render (``None`` when the user supplies discovery)."""
+    halt: bool = False
+    """Set by a phase that must stop the reconcile (waiting, paused, invalid input)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> ObjectKey:
+        return ObjectKey.of(self.config)
+
+    @property
+    def cluster_key(self) -> ObjectKey:
+        return ObjectKey(self.key.namespace, self.cluster_name)
+
+    @property
+    def uid(self) -> str:
+        return str(self.config["metadata"].get("uid", ""))
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.config.setdefault("status", {})
+        return status
+
+    @property
+    def pool_owned(self) -> bool:
+        return self.owner_kind == "MachinePool"
+
+    def mark(
+        self,
+        type_: str,
+        status: bool | str,
+        reason: str,
+        message: str = "",
+        severity: str = "",
+    ) -> None:
+        """Set a condition in both the v1beta2 list and the deprecated v1beta1 list."""
+        generation = self.config["metadata"].get("generation")
+        conditions.set_condition(
+            self.status.setdefault("conditions", []), type_, status, reason, message, generation
+        )
+        v1beta1 = self.status.setdefault("deprecated", {}).setdefault("v1beta1", {})
+        if status is True:
+            reason, message, severity = "", "", ""
+        conditions.set_v1beta1_condition(
+            v1beta1.setdefault("conditions", []), type_, status, reason, message, severity
+        )
+
+    def wait(self, reason: str, message: str, severity: str = "Info") -> None:
+        """DataSecretAvailable=False for something awaited; stop this reconcile."""
+        if not self.data_secret_created:
+            self.mark(r.DATA_SECRET_AVAILABLE, False, reason, message, severity)
+        self.halt = True
+
+    @property
+    def user_token(self) -> str:
+        """A token the user wrote into the spec (used as is, never managed), or ""."""
+        join = self.model.spec.join_configuration if self.model.spec else None
+        discovery = join.discovery if join else None
+        bootstrap = discovery.bootstrap_token if discovery else None
+        return (bootstrap.token if bootstrap else None) or ""
+
+    @property
+    def data_secret_created(self) -> bool:
+        return bool((self.status.get("initialization") or {}).get("dataSecretCreated"))
