@@ -1,0 +1,136 @@
+"""Tell the apiserver about the webhook server: admission configurations and CRD conversion.
+
+``register()`` is called by the CLI after ``serve()`` (and by the test fixture). It
+server-side-applies a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration for
+MachinePools (failurePolicy Fail, so nothing slips through while the server is down) and
+switches the MachinePool CRD's conversion to the ``/convert`` endpoint. ``unregister()``
+removes the configurations again.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from machinepool.api.constants import CLUSTER_GROUP
+from machinepool.runtime import CRDS, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, Client, PatchType
+from machinepool.webhooks.server import CONVERT_PATH, MUTATE_PATH, VALIDATE_PATH
+
+__all__ = [
+    "DEFAULTING_WEBHOOK_NAME",
+    "FIELD_MANAGER",
+    "MACHINE_POOL_CRD",
+    "VALIDATING_WEBHOOK_NAME",
+    "register",
+    "unregister",
+]
+
+MACHINE_POOL_CRD = f"machinepools.{CLUSTER_GROUP}"
+DEFAULTING_WEBHOOK_NAME = "default.machinepool.cluster.x-k8s.io"
+VALIDATING_WEBHOOK_NAME = "validation.machinepool.cluster.x-k8s.io"
+FIELD_MANAGER = "machinepool-webhooks"
+_DEFAULT_CONFIG_NAME = "machinepool-webhooks"
+
+
+def _webhook(
+    name: str,
+    url: str,
+    ca_bundle: str,
+    operations: list[str],
+    object_selector: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"url": url, "caBundle": ca_bundle},
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "rules": [
+            {
+                "apiGroups": [CLUSTER_GROUP],
+                "apiVersions": ["v1beta2"],
+                "operations": operations,
+                "resources": ["machinepools"],
+                "scope": "Namespaced",
+            }
+        ],
+    }
+    if object_selector:
+        hook["objectSelector"] = {"matchLabels": dict(object_selector)}
+    return hook
+
+
+async def register(
+    client: Client,
+    server_url_base: str,
+    ca_bundle_pem: bytes,
+    *,
+    config_name: str = _DEFAULT_CONFIG_NAME,
+    object_selector: Mapping[str, str] | None = None,
+    conversion: bool = True,
+) -> None:
+    """Point MachinePool admission (and, with ``conversion``, CRD conversion) at the server.
+
+    ``config_name`` names both webhook configurations; a second server (another feature-gate
+    setting, a test) can register under another name with an ``object_selector`` so it only
+    sees the MachinePools labelled for it.
+    """
+    base = server_url_base.rstrip("/")
+    ca = base64.b64encode(ca_bundle_pem).decode()
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": config_name},
+        "webhooks": [
+            _webhook(
+                DEFAULTING_WEBHOOK_NAME,
+                base + MUTATE_PATH,
+                ca,
+                ["CREATE", "UPDATE"],
+                object_selector,
+            )
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": config_name},
+        "webhooks": [
+            _webhook(
+                VALIDATING_WEBHOOK_NAME,
+                base + VALIDATE_PATH,
+                ca,
+                ["CREATE", "UPDATE", "DELETE"],
+                object_selector,
+            )
+        ],
+    }
+    await client.apply(MUTATING_WEBHOOKS, mutating, field_manager=FIELD_MANAGER)
+    await client.apply(VALIDATING_WEBHOOKS, validating, field_manager=FIELD_MANAGER)
+    if conversion:
+        patch = {
+            "spec": {
+                "conversion": {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {"url": base + CONVERT_PATH, "caBundle": ca},
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+            }
+        }
+        await client.patch(CRDS, MACHINE_POOL_CRD, patch, patch_type=PatchType.MERGE)
+
+
+async def unregister(
+    client: Client, *, config_name: str = _DEFAULT_CONFIG_NAME, conversion: bool = False
+) -> None:
+    """Delete the two configurations; with ``conversion`` also set the CRD back to None."""
+    await client.delete(MUTATING_WEBHOOKS, config_name)
+    await client.delete(VALIDATING_WEBHOOKS, config_name)
+    if conversion:
+        patch = {"spec": {"conversion": {"strategy": "None", "webhook": None}}}
+        await client.patch(CRDS, MACHINE_POOL_CRD, patch, patch_type=PatchType.MERGE)

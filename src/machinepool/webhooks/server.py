@@ -1,0 +1,288 @@
+"""The HTTPS admission and conversion server for MachinePools.
+
+``serve()`` starts it (the CLI and the test fixture are the callers); the apiserver then
+POSTs AdmissionReview v1 to the mutating and validating paths (upstream's paths) and
+ConversionReview v1 to ``/convert``. Handlers never raise: any failure, including a bug,
+becomes a refusal with a message, so a broken request cannot take the server down and the
+apiserver always gets an answer quickly. TLS only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from machinepool.api.features import FeatureGates
+from machinepool.runtime import Client, get_logger
+from machinepool.webhooks.certs import self_signed
+from machinepool.webhooks.conversion import (
+    HUB_API_VERSION,
+    SPOKE_API_VERSION,
+    ConversionError,
+    from_hub,
+    referenced_group_kinds,
+    to_hub,
+)
+from machinepool.webhooks.jsonpatch import diff
+from machinepool.webhooks.machinepool import (
+    AdmissionDenied,
+    default_machine_pool,
+    validate_machine_pool,
+    validate_machine_pool_delete,
+)
+
+__all__ = ["CONVERT_PATH", "MUTATE_PATH", "VALIDATE_PATH", "WebhookServer", "serve"]
+
+MUTATE_PATH = "/mutate-cluster-x-k8s-io-v1beta2-machinepool"
+VALIDATE_PATH = "/validate-cluster-x-k8s-io-v1beta2-machinepool"
+CONVERT_PATH = "/convert"
+_API_VERSION_TTL = 30.0
+_log = get_logger("machinepool.webhooks")
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class _Resolver:
+    """``(apiGroup, kind) -> apiVersion`` through CRD contract labels, cached briefly."""
+
+    client: Client | None
+    cache: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
+
+    async def resolve(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        found = {}
+        for pair in pairs:
+            version = await self._one(pair)
+            if version is not None:
+                found[pair] = version
+        return found
+
+    async def _one(self, pair: tuple[str, str]) -> str | None:
+        hit = self.cache.get(pair)
+        if hit is not None and time.monotonic() - hit[0] < _API_VERSION_TTL:
+            return hit[1]
+        if self.client is None or not all(pair):
+            return None
+        try:
+            resource = await self.client.contract_resource(pair[0], pair[1])
+        except Exception as err:
+            _log.debug("cannot resolve API version", group=pair[0], kind=pair[1], error=str(err))
+            return None
+        self.cache[pair] = (time.monotonic(), resource.api_version)
+        return resource.api_version
+
+
+class WebhookServer:
+    """A running server: ``url`` (https://host:port), ``ca_bundle`` (PEM), ``stop()``."""
+
+    def __init__(self, gates: FeatureGates, client: Client | None) -> None:
+        self.gates = gates
+        self._resolver = _Resolver(client)
+        self._runner: web.AppRunner | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.url = ""
+        self.ca_bundle = b""
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_post(MUTATE_PATH, _guard(self._mutate, _admission_failure))
+        app.router.add_post(VALIDATE_PATH, _guard(self._validate, _admission_failure))
+        app.router.add_post(CONVERT_PATH, _guard(self._convert, _conversion_failure))
+        app.router.add_get("/healthz", _healthz)
+        return app
+
+    async def start(
+        self, host: str, port: int, cert_file: Path | None, key_file: Path | None
+    ) -> None:
+        if cert_file is None or key_file is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="machinepool-webhook-")
+            serving = self_signed(Path(self._tmp.name), (host,))
+            cert_file, key_file, self.ca_bundle = (
+                serving.cert_file,
+                serving.key_file,
+                serving.ca_bundle,
+            )
+        else:
+            self.ca_bundle = cert_file.read_bytes()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cert_file, key_file)
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=context)
+        await site.start()
+        bound = self._runner.addresses[0]
+        shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
+        self.url = f"https://{shown}:{bound[1]}"
+        _log.info("webhook server listening", url=self.url, gates=str(self.gates))
+
+    async def stop(self) -> None:
+        """Stop listening; idempotent."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # -- handlers ---------------------------------------------------------------------
+
+    async def _mutate(self, review: Obj) -> Obj:
+        request = review["request"]
+        obj = request.get("object")
+        if not isinstance(obj, dict):
+            return _allowed(request)
+        old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+        try:
+            defaulted = default_machine_pool(
+                obj, old if isinstance(old, dict) else None, dry_run=bool(request.get("dryRun"))
+            )
+        except AdmissionDenied as denied:
+            return _denied(request, denied.status)
+        response = _allowed(request)
+        ops = diff(obj, defaulted)
+        if ops:
+            response["response"]["patchType"] = "JSONPatch"
+            response["response"]["patch"] = _b64(json.dumps(ops))
+        return response
+
+    async def _validate(self, review: Obj) -> Obj:
+        request = review["request"]
+        operation = request.get("operation")
+        try:
+            if operation == "DELETE":
+                validate_machine_pool_delete(request.get("oldObject"), self.gates)
+            elif operation in ("CREATE", "UPDATE"):
+                old = request.get("oldObject") if operation == "UPDATE" else None
+                validate_machine_pool(old, request.get("object") or {}, self.gates)
+        except AdmissionDenied as denied:
+            return _denied(request, denied.status)
+        return _allowed(request)
+
+    async def _convert(self, review: Obj) -> Obj:
+        request = review["request"]
+        desired = request["desiredAPIVersion"]
+        objects = request.get("objects") or []
+        pairs: set[tuple[str, str]] = set()
+        if desired == SPOKE_API_VERSION:
+            for obj in objects:
+                if obj.get("apiVersion") == HUB_API_VERSION:
+                    pairs |= referenced_group_kinds(obj)
+        versions = await self._resolver.resolve(pairs)
+        converted = [_convert_one(obj, desired, versions) for obj in objects]
+        return _conversion_review(request, {"status": "Success"}, converted)
+
+
+def _convert_one(obj: Obj, desired: str, versions: dict[tuple[str, str], str]) -> Obj:
+    current = obj.get("apiVersion")
+    if obj.get("kind") != "MachinePool":
+        raise ConversionError(f"cannot convert kind {obj.get('kind')!r}: only MachinePool")
+    if current == desired:
+        return obj
+    if (current, desired) == (SPOKE_API_VERSION, HUB_API_VERSION):
+        return to_hub(obj)
+    if (current, desired) == (HUB_API_VERSION, SPOKE_API_VERSION):
+        return from_hub(obj, versions)
+    raise ConversionError(f"cannot convert MachinePool from {current!r} to {desired!r}")
+
+
+# --- review envelopes ----------------------------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _envelope(kind: str, body: Obj) -> Obj:
+    api_version = "admission.k8s.io/v1" if kind == "AdmissionReview" else "apiextensions.k8s.io/v1"
+    return {"apiVersion": api_version, "kind": kind, "response": body}
+
+
+def _allowed(request: Obj) -> Obj:
+    return _envelope("AdmissionReview", {"uid": request.get("uid", ""), "allowed": True})
+
+
+def _denied(request: Obj, status: Obj) -> Obj:
+    body = {"uid": request.get("uid", ""), "allowed": False, "status": status}
+    return _envelope("AdmissionReview", body)
+
+
+def _conversion_review(request: Obj, result: Obj, objects: list[Obj]) -> Obj:
+    body: Obj = {"uid": request.get("uid", ""), "result": result}
+    if result.get("status") == "Success":
+        body["convertedObjects"] = objects
+    return _envelope("ConversionReview", body)
+
+
+def _admission_failure(review: Any, message: str) -> Obj:
+    request = review.get("request") if isinstance(review, dict) else None
+    request = request if isinstance(request, dict) else {}
+    status = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": message}
+    return _denied(request, status)
+
+
+def _conversion_failure(review: Any, message: str) -> Obj:
+    request = review.get("request") if isinstance(review, dict) else None
+    request = request if isinstance(request, dict) else {}
+    return _conversion_review(request, {"status": "Failure", "message": message}, [])
+
+
+Handler = Callable[[Obj], Awaitable[Obj]]
+
+
+def _guard(
+    handler: Handler, failure: Callable[[Any, str], Obj]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """Wrap a handler so every request gets a JSON answer, whatever goes wrong."""
+
+    async def endpoint(request: web.Request) -> web.Response:
+        review: Any = None
+        try:
+            review = json.loads(await request.read())
+            if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+                raise ValueError("expected a review object with a request")
+            return web.json_response(await handler(review))
+        except asyncio.CancelledError:
+            raise
+        except ConversionError as err:
+            return web.json_response(failure(review, str(err)))
+        except Exception as err:
+            _log.error("webhook request failed", path=request.path, exc_info=err)
+            return web.json_response(failure(review, f"{type(err).__name__}: {err}"))
+
+    return endpoint
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 9443,
+    gates: FeatureGates | None = None,
+    *,
+    client: Client | None = None,
+    cert_file: Path | None = None,
+    key_file: Path | None = None,
+) -> WebhookServer:
+    """Start the server and return it once it listens (port 0 picks a free port).
+
+    ``client`` lets conversion resolve the served version of referenced kinds; without it
+    only refs remembered in the conversion-data annotation can be converted to v1beta1.
+    Without ``cert_file``/``key_file`` a self-signed CA and serving cert are generated and
+    ``ca_bundle`` holds the CA; with them ``ca_bundle`` is ``cert_file``'s content.
+    """
+    server = WebhookServer(gates or FeatureGates(), client)
+    await server.start(host, port, cert_file, key_file)
+    return server
