@@ -1,1 +1,37 @@
-"""controllers/machinepool."""
+"""The core MachinePool controller, with upstream Cluster API semantics.
+
+``setup(mgr, cluster_cache)`` registers the controller on a ``Manager``: it watches
+MachinePools, Clusters and Machines up front, and at runtime the kinds MachinePools reference
+(bootstrap configs, infra pools, infra machines) and each workload cluster's Nodes.
+
+Modules by concern: ``controller`` (reconcile and patch on exit), ``scope`` (state shared by
+phases), ``bootstrap``, ``infrastructure``, ``machines`` (MachinePool Machines), ``noderefs``,
+``status`` (counters, phase, conditions), ``delete``, ``external`` (adopting references),
+``watches`` (indexes and mappers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.controllers.machinepool.controller import (
+    COMPONENT,
+    CONTROLLER_NAME,
+    MachinePoolReconciler,
+)
+from machinepool.runtime import ClusterCache, Manager
+
+__all__ = ["COMPONENT", "CONTROLLER_NAME", "MachinePoolReconciler", "setup"]
+
+
+async def setup(
+    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4, **_options: Any
+) -> MachinePoolReconciler:
+    """Register the MachinePool controller on ``mgr``.
+
+    ``concurrency`` [4]: MachinePools reconciled at once. Other options are accepted and
+    ignored so the app can pass one option set to every controller package.
+    """
+    reconciler = MachinePoolReconciler(mgr, cluster_cache, concurrency=concurrency)
+    await reconciler.start_watches()
+    return reconciler

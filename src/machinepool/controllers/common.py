@@ -1,0 +1,109 @@
+"""Helpers both core controllers share: resources of the core kinds, safe field access on raw
+objects, Node readiness, and reference resolution.
+
+Used by ``controllers.machinepool`` and ``controllers.machine``; kept here so those sibling
+packages never import each other.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.api.meta import parse_time
+from machinepool.runtime import CLUSTERS, Obj, ObjectKey, Resource
+
+__all__ = [
+    "CLUSTERS",
+    "MACHINEPOOLS",
+    "MACHINES",
+    "dig",
+    "ensure",
+    "group_of",
+    "is_controlled_by",
+    "is_deleting",
+    "node_available",
+    "node_ready",
+    "node_ready_since",
+    "now",
+    "ref_text",
+]
+
+MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
+MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def dig(obj: Any, *path: str, default: Any = None) -> Any:
+    """``obj[path[0]][path[1]]...`` or ``default`` when any step is missing or not a dict.
+
+    Objects come from users and providers: every read tolerates a wrong shape.
+    """
+    for key in path:
+        if not isinstance(obj, dict):
+            return default
+        obj = obj.get(key)
+    return default if obj is None else obj
+
+
+def ensure(obj: Obj, *path: str) -> Obj:
+    """The dict at ``path`` inside ``obj``, created (or replaced if not a dict) on the way."""
+    for key in path:
+        child = obj.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            obj[key] = child
+        obj = child
+    return obj
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def is_deleting(obj: Obj) -> bool:
+    return bool(dig(obj, "metadata", "deletionTimestamp"))
+
+
+def is_controlled_by(obj: Obj, owner: Obj) -> bool:
+    """Whether ``owner`` (by UID) is the controller owner of ``obj``."""
+    uid = dig(owner, "metadata", "uid")
+    for ref in dig(obj, "metadata", "ownerReferences", default=[]):
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") == uid:
+            return True
+    return False
+
+
+def ref_text(kind: str, namespace: str, name: str) -> str:
+    """How messages name an object: ``TestMachinePool ns/name``."""
+    return f"{kind} {ObjectKey(namespace, name)}"
+
+
+def node_ready_since(node: Obj | None) -> datetime | None:
+    """When the Node's Ready condition became True, or ``None`` when it is not Ready."""
+    for cond in dig(node, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            if cond.get("status") != "True":
+                return None
+            stamp = cond.get("lastTransitionTime")
+            try:
+                return parse_time(str(stamp)) if stamp else datetime.min.replace(tzinfo=UTC)
+            except ValueError:
+                return datetime.min.replace(tzinfo=UTC)
+    return None
+
+
+def node_ready(node: Obj | None) -> bool:
+    return node_ready_since(node) is not None
+
+
+def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bool:
+    """Ready for at least ``min_ready_seconds`` at ``at`` (ready is enough when it is 0)."""
+    since = node_ready_since(node)
+    if since is None:
+        return False
+    return min_ready_seconds <= 0 or (at - since).total_seconds() >= min_ready_seconds

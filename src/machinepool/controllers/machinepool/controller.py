@@ -1,0 +1,319 @@
+"""The MachinePool reconciler: one reconcile per MachinePool key, phases over a shared Scope.
+
+Built by ``machinepool.controllers.machinepool.setup``. A reconcile reads the MachinePool and
+its Cluster from the informer cache, adds the finalizer, honours pause, runs the phases
+(every phase runs even if an earlier one failed), computes status and phase, and patches once
+(spec and status separately, only what changed). Errors are aggregated; the shortest requeue
+wins when there is none. Problems with references (missing Cluster, config or infra pool, an
+infra pool controlled by someone else) become conditions and wait for a watch, not a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition, set_v1beta1_condition
+from machinepool.controllers.common import (
+    CLUSTERS,
+    MACHINEPOOLS,
+    MACHINES,
+    dig,
+    ensure,
+    is_deleting,
+)
+from machinepool.controllers.machinepool import status, watches
+from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
+from machinepool.controllers.machinepool.delete import reconcile_delete
+from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
+from machinepool.controllers.machinepool.machines import reconcile_machines, set_machines_up_to_date
+from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
+from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, lowest_requeue
+from machinepool.runtime import (
+    NODES,
+    ClusterCache,
+    ClusterNotConnected,
+    Controller,
+    Informer,
+    Manager,
+    NotFound,
+    Obj,
+    ObjectKey,
+    Resource,
+    Result,
+    TerminalError,
+    get_logger,
+)
+from machinepool.runtime.patch import Patcher
+
+Phase = Callable[[Scope], Awaitable[Result]]
+
+CONTROLLER_NAME = "machinepool"
+COMPONENT = "machinepool-controller"
+
+log = get_logger(__name__)
+
+
+class MachinePoolReconciler:
+    """Reconciles MachinePools; owns the dynamic watches their references need."""
+
+    def __init__(self, mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 1) -> None:
+        self.client = mgr.client
+        self.cache = mgr.cache
+        self.cluster_cache = cluster_cache
+        self.recorder = mgr.event_recorder(COMPONENT)
+        self.controller: Controller = mgr.new_controller(
+            CONTROLLER_NAME, self.reconcile, concurrency=concurrency
+        )
+        self.pools: Informer
+        self.clusters: Informer
+        self.machines: Informer
+        self._watched: set[Resource] = set()
+        self._watched_clusters: set[ObjectKey] = set()
+        self._lock = asyncio.Lock()
+
+    async def start_watches(self) -> None:
+        """Informers and watches known up front: MachinePools, Clusters, Machines."""
+        self.pools = await self.cache.get_informer(MACHINEPOOLS)
+        for name, fn in watches.POOL_INDEXERS.items():
+            self.pools.add_indexer(name, fn)
+        self.clusters = await self.cache.get_informer(CLUSTERS)
+        self.machines = await self.cache.get_informer(MACHINES)
+        self.controller.watch(self.pools)
+        self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
+        self.controller.watch(self.machines, watches.machine_to_pool(self.pools))
+
+    # -- dynamic watches ------------------------------------------------------------------
+
+    async def watch_referenced_kind(self, resource: Resource) -> Informer:
+        """The informer of a referenced kind; changes map to the MachinePool that owns or
+        names the object."""
+        informer = await self.cache.get_informer(resource)
+        async with self._lock:
+            if resource not in self._watched:
+                self._watched.add(resource)
+                self.controller.watch(informer, watches.referenced_to_pool(self.pools))
+        return informer
+
+    async def watch_infra_machine_kind(self, resource: Resource) -> Informer:
+        """The informer of an infra machine kind; changes map to the pool by its labels."""
+        informer = await self.cache.get_informer(resource)
+        async with self._lock:
+            if resource not in self._watched:
+                self._watched.add(resource)
+                self.controller.watch(informer, watches.labels_to_pool(self.pools))
+        return informer
+
+    async def node_map(self, scope: Scope) -> dict[str, Obj] | None:
+        """Workload Nodes by providerID, watching them (once per cluster) for this controller.
+
+        ``None`` when the workload cluster cannot be reached; the caller reports it.
+        """
+        key = scope.cluster_key
+        try:
+            nodes = await self.cluster_cache.get_informer(key, NODES)
+            if key not in self._watched_clusters:
+                handler = self.controller.handler(watches.node_to_pool(self.pools, key))
+                await self.cluster_cache.watch(key, NODES, handler)
+                self._watched_clusters.add(key)
+        except ClusterNotConnected as exc:
+            log.info("workload cluster not reachable", cluster=str(key), error=str(exc))
+            return None
+        found: dict[str, Obj] = {}
+        for node in nodes.list():
+            pid = dig(node, "spec", "providerID")
+            if pid:
+                found[str(pid)] = node
+        return found
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    async def reconcile(self, key: ObjectKey) -> Result:
+        cached = self.pools.get_key(key)
+        if cached is None:
+            return Result()
+        mp = copy.deepcopy(cached)
+        ensure(mp, "status")
+        patcher = Patcher(self.client, MACHINEPOOLS, mp)
+        cluster_name = str(dig(mp, "spec", "clusterName", default=""))
+        cluster = self.clusters.get(cluster_name, key.namespace)
+        if cluster is None:
+            _report_missing_cluster(mp, key.namespace, cluster_name)
+            await _patch(patcher, mp)
+            return Result()  # the Cluster watch brings us back when it appears
+        finalizers = dig(mp, "metadata", "finalizers", default=[])
+        if not is_deleting(mp) and c.MACHINE_POOL_FINALIZER not in finalizers:
+            mp["metadata"]["finalizers"] = [*finalizers, c.MACHINE_POOL_FINALIZER]
+            await _patch(patcher, mp)
+            return Result()
+        if _set_paused(mp, cluster):
+            await _patch(patcher, mp)
+            return Result()
+        scope = Scope(self, mp, cluster)
+        result, errors = await _run(scope, _phases(mp))
+        update_status(scope)
+        if not errors:
+            mp["status"]["observedGeneration"] = dig(mp, "metadata", "generation")
+        try:
+            await _patch(patcher, mp)
+        except Exception as exc:
+            errors.append(exc)
+        return _settle(scope, result, errors)
+
+
+def _phases(mp: Obj) -> list[Phase]:
+    if is_deleting(mp):
+        return [set_owner_and_labels, reconcile_delete]
+    return [
+        set_owner_and_labels,
+        reconcile_bootstrap,
+        reconcile_infrastructure,
+        reconcile_machines,
+        reconcile_node_refs,
+        set_machines_up_to_date,
+    ]
+
+
+async def _run(scope: Scope, phases: list[Phase]) -> tuple[Result, list[BaseException]]:
+    results: list[Result] = []
+    errors: list[BaseException] = []
+    for phase in phases:
+        try:
+            results.append(await phase(scope))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            errors.append(exc)
+    return lowest_requeue(results), errors
+
+
+def _settle(scope: Scope, result: Result, errors: list[BaseException]) -> Result:
+    if not errors:
+        return result
+    retryable = [e for e in errors if not isinstance(e, ReferenceProblem)]
+    message = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    if not retryable:
+        raise TerminalError(f"{scope.text}: {message}")
+    raise RuntimeError(f"{scope.text}: {message}") from retryable[0]
+
+
+async def _patch(patcher: Patcher, mp: Obj) -> None:
+    try:
+        await patcher.patch(mp)
+    except NotFound:
+        if not is_deleting(mp):
+            raise  # gone under us while not deleting: the next event decides
+
+
+async def set_owner_and_labels(scope: Scope) -> Result:
+    mp, cluster = scope.mp, scope.cluster
+    ensure(mp, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(mp, "spec", "clusterName"))
+    uid = dig(cluster, "metadata", "uid")
+    refs = dig(mp, "metadata", "ownerReferences", default=[])
+    if not any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
+        mp["metadata"]["ownerReferences"] = [
+            *refs,
+            {
+                "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+                "kind": "Cluster",
+                "name": dig(cluster, "metadata", "name"),
+                "uid": uid,
+            },
+        ]
+    return Result()
+
+
+def _set_paused(mp: Obj, cluster: Obj) -> bool:
+    """Set the Paused condition; True when the reconcile must stop here (paused, or the
+    condition just changed and is written first, as upstream does)."""
+    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
+        mp, "metadata", "annotations", default={}
+    )
+    conditions = status.v1beta2_conditions(mp)
+    generation = dig(mp, "metadata", "generation")
+    if paused:
+        why = (
+            "Cluster spec.paused is true"
+            if dig(cluster, "spec", "paused")
+            else (f"MachinePool has the {c.PAUSED_ANNOTATION} annotation")
+        )
+        changed = set_condition(
+            conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
+        )
+    else:
+        changed = set_condition(
+            conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
+        )
+    return paused or changed
+
+
+def _report_missing_cluster(mp: Obj, namespace: str, name: str) -> None:
+    message = (
+        f"Cluster {namespace}/{name} does not exist; create it, or recreate this MachinePool"
+        f" with spec.clusterName naming an existing Cluster"
+    )
+    set_v1beta1_condition(
+        status.v1beta1_conditions(mp),
+        c.V1BETA1_READY_CONDITION,
+        False,
+        "ClusterNotFound",
+        message,
+        c.SEVERITY_ERROR,
+    )
+    status.apply_conditions(mp, {c.AVAILABLE_CONDITION: ("False", "ClusterDoesNotExist", message)})
+
+
+def update_status(scope: Scope) -> None:
+    """Counters, conditions and phase at the end of every reconcile."""
+    mp = scope.mp
+    has_machines = scope.has_machine_pool_machines
+    if scope.infra_pool is not None:
+        nodes_by_name = {
+            str(dig(n, "metadata", "name")): n for n in (scope.node_map or {}).values()
+        }
+        status.set_replica_counters(mp, has_machines, scope.machines, nodes_by_name)
+    values = _ref_conditions(scope)
+    values.update(status.replica_conditions(mp))
+    values.update(status.machine_conditions(has_machines, scope.machines))
+    values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
+    status.apply_conditions(mp, values)
+    status.set_v1beta1_ready(mp)
+    mp["status"]["phase"] = status.compute_phase(mp)
+
+
+def _ref_conditions(scope: Scope) -> dict[str, tuple[str, str, str]]:
+    mp = scope.mp
+    tspec = dig(mp, "spec", "template", "spec", default={})
+    init = dig(mp, "status", "initialization", default={})
+    bootstrap_ref = dig(tspec, "bootstrap", "configRef")
+    infra_ref = dig(tspec, "infrastructureRef", default={})
+    bootstrap = status.RefFacts(
+        str(dig(bootstrap_ref, "kind", default="")),
+        scope.bootstrap_config,
+        scope.bootstrap_config_not_found,
+        scope.bootstrap_problem,
+    )
+    infra = status.RefFacts(
+        str(infra_ref.get("kind", "")),
+        scope.infra_pool,
+        scope.infra_pool_not_found,
+        scope.infra_problem,
+    )
+    deleting = is_deleting(mp)
+    return {
+        c.BOOTSTRAP_CONFIG_READY_CONDITION: status.ref_condition(
+            bootstrap,
+            bool(init.get("bootstrapDataSecretCreated")),
+            "status.initialization.dataSecretCreated",
+            deleting and bool(init.get("bootstrapDataSecretCreated")),
+            defined=bool(bootstrap_ref) or bool(scope.bootstrap_problem),
+        ),
+        c.INFRASTRUCTURE_READY_CONDITION: status.ref_condition(
+            infra,
+            bool(init.get("infrastructureProvisioned")),
+            "status.initialization.provisioned",
+            bool(init.get("infrastructureProvisioned")),
+        ),
+    }

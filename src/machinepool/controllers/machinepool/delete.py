@@ -1,0 +1,85 @@
+"""The delete phase: remove what a deleted MachinePool owns, then let it go.
+
+Called by ``controller`` when the MachinePool has a deletionTimestamp. Deletes the bootstrap
+config and the infra pool and waits until both are gone (their informers' delete events bring
+the MachinePool back); then deletes the pool's workload Nodes unless
+``nodeDeletionTimeoutSeconds`` has passed since deletion started; then drops the finalizer.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from machinepool.api import constants as c
+from machinepool.api.meta import parse_time
+from machinepool.controllers.common import dig, now, ref_text
+from machinepool.controllers.machinepool import external, noderefs
+from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
+from machinepool.runtime import Obj, Result
+
+
+def node_deletion_timed_out(mp: Obj) -> bool:
+    """Whether ``nodeDeletionTimeoutSeconds`` (non-zero) passed since deletion began (pure)."""
+    stamp = dig(mp, "metadata", "deletionTimestamp")
+    timeout = dig(mp, "spec", "template", "spec", "deletion", "nodeDeletionTimeoutSeconds")
+    if not stamp or not isinstance(timeout, int) or timeout == 0:
+        return False
+    try:
+        started = parse_time(str(stamp))
+    except ValueError:
+        return False
+    return started + timedelta(seconds=timeout) < now()
+
+
+async def reconcile_delete(scope: Scope) -> Result:
+    mp = scope.mp
+    refs = [
+        (dig(mp, "spec", "template", "spec", "bootstrap", "configRef"), False),
+        (dig(mp, "spec", "template", "spec", "infrastructureRef"), True),
+    ]
+    remaining: list[str] = []
+    for ref, is_infra in refs:
+        if not isinstance(ref, dict) or not ref.get("name"):
+            continue
+        if await _delete_ref(scope, ref, is_infra):
+            remaining.append(ref_text(str(ref.get("kind")), scope.namespace, str(ref["name"])))
+    if remaining:
+        scope.deleting_message = "Waiting for " + " and ".join(remaining) + " to be deleted"
+        return Result()
+    if node_deletion_timed_out(mp):
+        scope.deleting_message = "Node deletion timeout passed; leaving Nodes behind"
+    else:
+        scope.deleting_message = "Deleting Nodes"
+        await noderefs.delete_retired_nodes(scope, dig(mp, "status", "nodeRefs", default=[]), None)
+    finalizers = dig(mp, "metadata", "finalizers", default=[])
+    mp["metadata"]["finalizers"] = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
+    scope.deleting_message = "Deletion completed"
+    return Result()
+
+
+async def _delete_ref(scope: Scope, ref: Obj, is_infra: bool) -> bool:
+    """Delete the referenced object; whether it still exists."""
+    try:
+        resource = await external.resolve(scope, ref)
+    except ReferenceProblem:
+        return False  # its kind is not served, so no such object can exist
+    informer = await scope.reconciler.watch_referenced_kind(resource)
+    obj = informer.get(str(ref["name"]), scope.namespace)
+    if obj is None:
+        if is_infra:
+            scope.infra_pool_not_found = True
+        else:
+            scope.bootstrap_config_not_found = True
+        return False
+    if is_infra:
+        scope.infra_pool = obj
+        replicas = dig(obj, "status", "replicas")
+        if isinstance(replicas, int):
+            scope.mp["status"]["replicas"] = replicas
+    else:
+        scope.bootstrap_config = obj
+    if not dig(obj, "metadata", "deletionTimestamp"):
+        await scope.reconciler.client.delete(
+            resource, str(ref["name"]), scope.namespace, uid=dig(obj, "metadata", "uid")
+        )
+    return True

@@ -1,0 +1,114 @@
+"""Fetching and adopting the objects a MachinePool references (bootstrap config, infra pool).
+
+Called by the ``bootstrap`` and ``infrastructure`` phases. The version of a reference comes
+from the target CRD's contract label; the object is read from a shared informer of its kind,
+which also makes the reconciler watch that kind from then on. Adoption makes the MachinePool
+the controller owner (with blockOwnerDeletion) and sets the cluster-name label, in one patch
+and only when something is missing.
+"""
+
+from __future__ import annotations
+
+from machinepool.api import constants as c
+from machinepool.controllers.common import dig, ref_text
+from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, deprecated_v1beta1
+from machinepool.runtime import Conflict, NotFound, Obj, Resource
+
+
+async def resolve(scope: Scope, ref: Obj) -> Resource:
+    """The served resource of a ``{apiGroup, kind}`` reference; a ReferenceProblem if none."""
+    group, kind = str(ref.get("apiGroup") or ""), str(ref.get("kind") or "")
+    try:
+        return await scope.reconciler.client.contract_resource(group, kind)
+    except NotFound as exc:
+        raise ReferenceProblem(
+            f"kind {kind} in API group {group or '<empty>'} is not served: install its CRD or"
+            f" fix the reference"
+        ) from exc
+
+
+async def get_and_adopt(scope: Scope, ref: Obj) -> Obj:
+    """The referenced object, adopted by the MachinePool.
+
+    Raises ``NotFound`` when it does not exist and ``ReferenceProblem`` when it cannot be used
+    (kind not served, or controlled by another owner).
+    """
+    resource = await resolve(scope, ref)
+    informer = await scope.reconciler.watch_referenced_kind(resource)
+    name = str(ref.get("name") or "")
+    text = ref_text(resource.kind, scope.namespace, name)
+    obj = informer.get(name, scope.namespace)
+    if obj is None:
+        raise NotFound(404, "NotFound", f"{text} does not exist")
+    owner = _other_controller(obj, scope.mp)
+    if owner:
+        raise ReferenceProblem(
+            f"{text} is already controlled by {owner}; reference an object of this"
+            f" MachinePool's own"
+        )
+    return await _adopt(scope, resource, obj)
+
+
+def _other_controller(obj: Obj, mp: Obj) -> str:
+    uid = dig(mp, "metadata", "uid")
+    for ref in dig(obj, "metadata", "ownerReferences", default=[]):
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") != uid:
+            return f"{ref.get('kind')} {ref.get('name')}"
+    return ""
+
+
+def _owner_ref(mp: Obj) -> Obj:
+    return {
+        "apiVersion": mp.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+        "kind": "MachinePool",
+        "name": dig(mp, "metadata", "name"),
+        "uid": dig(mp, "metadata", "uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+async def _adopt(scope: Scope, resource: Resource, obj: Obj) -> Obj:
+    meta = obj.get("metadata") or {}
+    refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
+    want = _owner_ref(scope.mp)
+    mine = [r for r in refs if r.get("uid") == want["uid"]]
+    cluster_name = str(dig(scope.mp, "spec", "clusterName", default=""))
+    labels = meta.get("labels") or {}
+    patch: Obj = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
+    if not mine or any(r != want for r in mine) or len(mine) > 1:
+        others = [r for r in refs if r.get("uid") != want["uid"]]
+        patch["metadata"]["ownerReferences"] = [*others, want]
+    if labels.get(c.CLUSTER_NAME_LABEL) != cluster_name:
+        patch["metadata"]["labels"] = {c.CLUSTER_NAME_LABEL: cluster_name}
+    if len(patch["metadata"]) == 1:
+        return obj
+    try:
+        return await scope.reconciler.client.patch(
+            resource, str(meta.get("name")), patch, scope.namespace
+        )
+    except Conflict:
+        # The cache was behind; the next reconcile (triggered by that newer version) adopts.
+        return obj
+
+
+def copy_failures(scope: Scope, obj: Obj, kind: str) -> None:
+    """Carry a referenced object's terminal failure into the MachinePool's v1beta1 status.
+
+    Reads ``status.failureReason``/``failureMessage`` (v1beta1 contract) or their
+    ``status.deprecated.v1beta1`` home. Upstream means to do this but its nil checks are
+    inverted, so it never does; this does what was intended.
+    """
+    status: Obj = obj["status"] if isinstance(obj.get("status"), dict) else {}
+    reason = status.get("failureReason") or dig(status, "deprecated", "v1beta1", "failureReason")
+    message = status.get("failureMessage") or dig(status, "deprecated", "v1beta1", "failureMessage")
+    if not reason and not message:
+        return
+    v1 = deprecated_v1beta1(scope.mp)
+    if reason:
+        v1["failureReason"] = str(reason)
+    if message:
+        name = dig(obj, "metadata", "name", default="")
+        v1["failureMessage"] = (
+            f"Failure detected from referenced resource {kind} {name!r}: {message}"
+        )[:10240]

@@ -1,0 +1,198 @@
+"""MachinePool Machines: one Machine per infra machine when the provider opts in.
+
+Called by ``controller``: ``reconcile_machines`` after ``infrastructure`` and
+``set_machines_up_to_date`` last. A provider opts in by setting
+``status.infrastructureMachineKind`` on its infra pool; its infra machines carry the
+cluster-name and pool-name labels. Machines are written by server-side apply as
+``machinepool-controller`` and only when they differ from what is wanted. Core never deletes
+a Machine, except one whose infra machine vanished out of band.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
+from machinepool.api.constants import pool_name_label_value
+from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting
+from machinepool.controllers.machinepool.scope import Scope
+from machinepool.runtime import NotFound, Obj, Result
+from machinepool.runtime.patch import Patcher
+
+FIELD_MANAGER = "machinepool-controller"
+
+
+def pool_labels(mp: Obj) -> dict[str, str]:
+    """The labels that tie Machines and infra machines to ``mp``."""
+    return {
+        c.POOL_NAME_LABEL: pool_name_label_value(str(dig(mp, "metadata", "name", default=""))),
+        c.CLUSTER_NAME_LABEL: str(dig(mp, "spec", "clusterName", default="")),
+    }
+
+
+def _matches(obj: Obj, namespace: str, labels: dict[str, str]) -> bool:
+    have = dig(obj, "metadata", "labels", default={})
+    return dig(obj, "metadata", "namespace") == namespace and all(
+        have.get(k) == v for k, v in labels.items()
+    )
+
+
+def _controlled_elsewhere(machine: Obj, mp: Obj) -> bool:
+    uid = dig(mp, "metadata", "uid")
+    refs = dig(machine, "metadata", "ownerReferences", default=[])
+    return any(isinstance(r, dict) and r.get("controller") and r.get("uid") != uid for r in refs)
+
+
+def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
+    """The Machine that mirrors ``infra_machine`` (pure; unit-tested)."""
+    meta = mp.get("metadata") or {}
+    template_meta = dig(mp, "spec", "template", "metadata", default={})
+    labels = {**(template_meta.get("labels") or {}), **pool_labels(mp)}
+    spec: Obj = {
+        "clusterName": dig(mp, "spec", "clusterName", default=""),
+        "bootstrap": {"dataSecretName": ""},
+        "infrastructureRef": {
+            "apiGroup": group_of(str(infra_machine.get("apiVersion", ""))),
+            "kind": infra_machine.get("kind", ""),
+            "name": dig(infra_machine, "metadata", "name"),
+        },
+    }
+    version = dig(node, "status", "nodeInfo", "kubeletVersion")
+    if version:
+        spec["version"] = str(version)
+    # Not upstream: the pool's deletion limits and minReadySeconds travel with each Machine so
+    # that draining a pool Machine honours the pool's nodeDrainTimeoutSeconds.
+    template_spec = dig(mp, "spec", "template", "spec", default={})
+    for key in ("deletion", "minReadySeconds"):
+        if template_spec.get(key) is not None:
+            spec[key] = template_spec[key]
+    return {
+        "apiVersion": f"{c.CLUSTER_GROUP}/{c.V1BETA2}",
+        "kind": "Machine",
+        "metadata": {
+            "name": dig(infra_machine, "metadata", "name"),
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+            "annotations": dict(template_meta.get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": mp.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+                    "kind": "MachinePool",
+                    "name": meta.get("name"),
+                    "uid": meta.get("uid"),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _contains(have: Any, want: Any) -> bool:
+    """Whether ``have`` already holds everything in ``want`` (what apply would not change)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_contains(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(have == want)
+
+
+async def reconcile_machines(scope: Scope) -> Result:
+    r = scope.reconciler
+    labels = pool_labels(scope.mp)
+    scope.machines = [
+        m
+        for m in r.machines.list(scope.namespace)
+        if _matches(m, scope.namespace, labels) and not _controlled_elsewhere(m, scope.mp)
+    ]
+    kind = dig(scope.infra_pool, "status", "infrastructureMachineKind")
+    if not kind or scope.infra_pool is None or is_deleting(scope.mp):
+        return Result()
+    resource = await r.client.resource(str(scope.infra_pool.get("apiVersion", "")), str(kind))
+    informer = await r.watch_infra_machine_kind(resource)
+    infra_machines = [
+        m for m in informer.list(scope.namespace) if _matches(m, scope.namespace, labels)
+    ]
+    by_name = {str(dig(m, "metadata", "name")): m for m in scope.machines}
+    errors: list[str] = []
+    for infra_machine in infra_machines:
+        name = str(dig(infra_machine, "metadata", "name"))
+        existing = by_name.get(name)
+        if existing is not None and is_deleting(existing):
+            continue
+        pid = dig(infra_machine, "spec", "providerID")
+        node = (scope.node_map or {}).get(str(pid)) if pid else None
+        want = desired_machine(scope.mp, infra_machine, node)
+        if existing is not None and _contains(existing, want):
+            continue
+        try:
+            applied = await r.client.apply(MACHINES, want, field_manager=FIELD_MANAGER)
+        except Exception as exc:
+            errors.append(f"failed to apply Machine {name}: {exc}")
+            continue
+        if existing is None:
+            scope.machines.append(applied)
+        else:
+            scope.machines[scope.machines.index(existing)] = applied
+    await _delete_orphans(scope, {str(dig(m, "metadata", "name")) for m in infra_machines}, kind)
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return Result()
+
+
+async def _delete_orphans(scope: Scope, infra_names: set[str], kind: str) -> None:
+    """Delete Machines whose infra machine vanished out of band (never one being created)."""
+    for machine in list(scope.machines):
+        ref = dig(machine, "spec", "infrastructureRef", default={})
+        if is_deleting(machine) or ref.get("kind") != kind or ref.get("name") in infra_names:
+            continue
+        meta = machine["metadata"]
+        await scope.reconciler.client.delete(
+            MACHINES, meta["name"], scope.namespace, uid=meta.get("uid")
+        )
+        scope.machines.remove(machine)
+
+
+async def set_machines_up_to_date(scope: Scope) -> Result:
+    """UpToDate on every pool Machine: True, or False while it is being deleted (as upstream)."""
+    errors: list[str] = []
+    for i, machine in enumerate(scope.machines):
+        patcher = Patcher(scope.reconciler.client, MACHINES, machine)
+        updated = _with_up_to_date(machine)
+        if updated is machine:
+            continue
+        try:
+            scope.machines[i] = await patcher.patch(updated)
+        except NotFound:
+            continue
+        except Exception as exc:
+            errors.append(
+                f"failed to set UpToDate on Machine {dig(machine, 'metadata', 'name')}: {exc}"
+            )
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return Result()
+
+
+def _with_up_to_date(machine: Obj) -> Obj:
+    """A copy of ``machine`` with its UpToDate condition set, or ``machine`` if unchanged."""
+    updated = copy.deepcopy(machine)
+    conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+    if is_deleting(machine):
+        changed = set_condition(
+            conditions,
+            c.UP_TO_DATE_CONDITION,
+            False,
+            c.NOT_UP_TO_DATE_REASON,
+            "Machine is being deleted",
+        )
+    else:
+        changed = set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
+    return updated if changed else machine

@@ -1,0 +1,226 @@
+"""The node-refs phase: match workload Nodes to the pool's providerIDList, count ready and
+available replicas, label the Nodes as the pool's, and delete Nodes the provider retired.
+
+Called by ``controller`` after ``machines``. Matching is by exact string equality of
+``Node.spec.providerID`` with a providerIDList entry, so pools whose IDs share a suffix
+(``.../vmss-a/virtualMachines/1`` and ``.../vmss-aa/virtualMachines/1``) never mix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.controllers.common import dig, node_available, node_ready, node_ready_since, now
+from machinepool.controllers.machinepool import status
+from machinepool.controllers.machinepool.scope import Scope, deprecated_v1beta1
+from machinepool.runtime import NODES, Conflict, NotFound, Obj, Result
+
+WAIT_FOR_REPLICAS = 30.0
+"""Seconds between checks while replicas are not all ready (upstream's interval)."""
+
+
+@dataclass
+class NodeRefs:
+    """Nodes matched to a providerIDList, in list order."""
+
+    refs: list[Obj] = field(default_factory=list)
+    ready: int = 0
+    available: int = 0
+
+
+def match_nodes(
+    provider_ids: list[str], node_map: dict[str, Obj], min_ready_seconds: int, at: datetime
+) -> NodeRefs:
+    """Walk ``provider_ids`` in order and match Nodes by exact providerID (pure)."""
+    result = NodeRefs()
+    for pid in provider_ids:
+        node = node_map.get(pid) if pid else None
+        if node is None:
+            continue
+        if node_ready(node):
+            result.ready += 1
+            if node_available(node, min_ready_seconds, at):
+                result.available += 1
+        result.refs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": dig(node, "metadata", "name"),
+                "uid": dig(node, "metadata", "uid"),
+            }
+        )
+    return result
+
+
+def desired_node_patch(node: Obj, mp: Obj) -> Obj | None:
+    """The merge patch that marks ``node`` as ``mp``'s, or ``None`` if it already is (pure).
+
+    Adds the four ownership annotations and drops the uninitialized taint; every other
+    annotation and taint is kept.
+    """
+    meta = mp.get("metadata") or {}
+    want = {
+        c.NODE_CLUSTER_NAME_ANNOTATION: str(dig(mp, "spec", "clusterName", default="")),
+        c.NODE_CLUSTER_NAMESPACE_ANNOTATION: str(meta.get("namespace", "")),
+        c.NODE_OWNER_KIND_ANNOTATION: "MachinePool",
+        c.NODE_OWNER_NAME_ANNOTATION: str(meta.get("name", "")),
+    }
+    have = dig(node, "metadata", "annotations", default={})
+    patch: Obj = {}
+    missing = {k: v for k, v in want.items() if have.get(k) != v}
+    if missing:
+        patch["metadata"] = {"annotations": missing}
+    taints = dig(node, "spec", "taints", default=[])
+    kept = [
+        t
+        for t in taints
+        if not (
+            isinstance(t, dict)
+            and t.get("key") == c.UNINITIALIZED_TAINT_KEY
+            and t.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
+        )
+    ]
+    if len(kept) != len(taints):
+        # Taints are a list a merge patch replaces whole: guard it with the resourceVersion.
+        patch.setdefault("metadata", {})["resourceVersion"] = dig(
+            node, "metadata", "resourceVersion"
+        )
+        patch["spec"] = {"taints": kept}
+    return patch or None
+
+
+def _ready_replicas(mp: Obj) -> int:
+    return int(dig(mp, "status", "deprecated", "v1beta1", "readyReplicas", default=0) or 0)
+
+
+def _refs_still_valid(scope: Scope) -> bool:
+    by_name = {dig(n, "metadata", "name"): n for n in (scope.node_map or {}).values()}
+    for ref in dig(scope.mp, "status", "nodeRefs", default=[]):
+        node = by_name.get(ref.get("name"))
+        if node is None or dig(node, "metadata", "uid") != ref.get("uid"):
+            return False
+    return True
+
+
+async def reconcile_node_refs(scope: Scope) -> Result:
+    mp = scope.mp
+    replicas = int(dig(mp, "status", "replicas", default=0) or 0)
+    ready = _ready_replicas(mp)
+    node_refs = dig(mp, "status", "nodeRefs", default=[])
+    conditions = status.v1beta1_conditions(mp)
+    if (
+        replicas == ready
+        and len(node_refs) == ready
+        and scope.node_map is not None
+        and _refs_still_valid(scope)
+    ):
+        set_v1beta1_condition(conditions, c.V1BETA1_REPLICAS_READY_CONDITION, True)
+        return requeue_for_min_ready_seconds(scope)
+    provider_ids = [str(p) for p in dig(mp, "spec", "providerIDList", default=[])]
+    if not provider_ids and dig(mp, "spec", "replicas") != 0:
+        return Result()  # no instances listed yet
+    await delete_retired_nodes(scope, node_refs, set(provider_ids))
+    if scope.node_map is None:
+        raise RuntimeError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
+    min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
+    found = match_nodes(provider_ids, scope.node_map, min_ready, now())
+    if not found.refs and provider_ids:
+        return Result()  # a Node event brings us back when one registers
+    v1 = deprecated_v1beta1(mp)
+    v1["readyReplicas"] = found.ready
+    v1["availableReplicas"] = found.available
+    v1["unavailableReplicas"] = replicas - found.available
+    if found.refs != node_refs:
+        mp["status"]["nodeRefs"] = found.refs
+        names = ", ".join(str(r["name"]) for r in found.refs[:10])
+        more = f" and {len(found.refs) - 10} more" if len(found.refs) > 10 else ""
+        await scope.reconciler.recorder.event(
+            mp, "Normal", "SuccessfulSetNodeRefs", f"Set {len(found.refs)} nodeRefs: {names}{more}"
+        )
+    await patch_nodes(scope, found.refs)
+    if replicas != found.ready or len(found.refs) != found.ready:
+        set_v1beta1_condition(
+            conditions,
+            c.V1BETA1_REPLICAS_READY_CONDITION,
+            False,
+            c.V1BETA1_WAITING_FOR_REPLICAS_READY_REASON,
+            f"{found.ready} of {replicas} replicas ready, {len(found.refs)} Nodes matched",
+            c.SEVERITY_INFO,
+        )
+        return Result(requeue_after=WAIT_FOR_REPLICAS)
+    set_v1beta1_condition(conditions, c.V1BETA1_REPLICAS_READY_CONDITION, True)
+    return requeue_for_min_ready_seconds(scope)
+
+
+def requeue_for_min_ready_seconds(scope: Scope) -> Result:
+    """Come back when the next ready-but-not-yet-available Node turns available.
+
+    Nodes send no event when minReadySeconds pass, so this is the one timer the count needs.
+    """
+    mp = scope.mp
+    min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
+    if min_ready <= 0 or scope.node_map is None or scope.has_machine_pool_machines:
+        return Result()
+    at = now()
+    waits: list[float] = []
+    for pid in dig(mp, "spec", "providerIDList", default=[]):
+        since = node_ready_since(scope.node_map.get(str(pid)))
+        if since is None:
+            continue
+        remaining = min_ready - (at - since).total_seconds()
+        if remaining > 0:
+            waits.append(min(float(min_ready), max(1.0, math.ceil(remaining))))
+    return Result(requeue_after=min(waits)) if waits else Result()
+
+
+async def delete_retired_nodes(
+    scope: Scope, node_refs: list[Obj], provider_ids: set[str] | None
+) -> None:
+    """Delete the Nodes in ``node_refs`` whose providerID left ``provider_ids``.
+
+    ``provider_ids=None`` deletes every referenced Node (MachinePool deletion).
+    """
+    refs = [r for r in node_refs if isinstance(r, dict) and r.get("name")]
+    if not refs:
+        return
+    r = scope.reconciler
+    client = await r.cluster_cache.get_client(scope.cluster_key)
+    nodes = await r.cluster_cache.get_informer(scope.cluster_key, NODES)
+    for ref in refs:
+        node = nodes.get(str(ref["name"]))
+        if node is None:
+            continue
+        pid = dig(node, "spec", "providerID")
+        if not pid or (provider_ids is not None and pid in provider_ids):
+            continue
+        await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
+
+
+async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
+    r = scope.reconciler
+    client = await r.cluster_cache.get_client(scope.cluster_key)
+    by_name = {dig(n, "metadata", "name"): n for n in (scope.node_map or {}).values()}
+    for ref in refs:
+        node = by_name.get(ref.get("name"))
+        patch = desired_node_patch(node, scope.mp) if node is not None else None
+        if patch is None:
+            continue
+        try:
+            await client.patch(NODES, str(ref["name"]), patch)
+        except NotFound:
+            continue
+        except Conflict:
+            # Someone changed the Node since the cache saw it; its event re-queues us.
+            continue
+        except Exception as exc:
+            await r.recorder.event(
+                scope.mp,
+                "Warning",
+                "FailedSetNodeRef",
+                f"Failed to patch Node {ref['name']}: {exc}",
+            )
+            raise

@@ -1,0 +1,89 @@
+"""The per-reconcile ``Scope``: what the phases of one MachinePool reconcile share.
+
+Built by ``controller.MachinePoolReconciler.reconcile``; each phase module reads and fills it.
+Every field says which phase fills it. ``errors`` collects the failures phases choose to
+report without stopping later phases (a phase may also simply raise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from machinepool.controllers.common import dig, ensure
+from machinepool.runtime import Obj, ObjectKey, Result
+
+if TYPE_CHECKING:
+    from machinepool.controllers.machinepool.controller import MachinePoolReconciler
+
+
+class ReferenceProblem(Exception):
+    """An object the MachinePool names is missing or not ours to take.
+
+    Reported as a condition; not retried with backoff because a watch on the referenced kind
+    (or on Clusters) brings the MachinePool back as soon as the object changes.
+    """
+
+
+@dataclass
+class Scope:
+    """State shared by the phases of one reconcile."""
+
+    reconciler: MachinePoolReconciler
+    """The reconciler: client, caches, event recorder and dynamic watches."""
+    mp: Obj
+    """The MachinePool being reconciled (a private copy; phases mutate it). Set by controller."""
+    cluster: Obj
+    """Its Cluster. Set by controller."""
+    bootstrap_config: Obj | None = None
+    """The bootstrap config once fetched and adopted. Set by bootstrap."""
+    bootstrap_config_not_found: bool = False
+    """The configRef names nothing. Set by bootstrap (and delete)."""
+    bootstrap_problem: str = ""
+    """Why the bootstrap config cannot be used, for the condition. Set by bootstrap."""
+    infra_pool: Obj | None = None
+    """The infrastructure pool once fetched and adopted. Set by infrastructure (and delete)."""
+    infra_pool_not_found: bool = False
+    """The infrastructureRef names nothing. Set by infrastructure (and delete)."""
+    infra_problem: str = ""
+    """Why the infra pool cannot be used, for the condition. Set by infrastructure."""
+    node_map: dict[str, Obj] | None = None
+    """Workload Nodes by exact spec.providerID; ``None`` when unreadable. Set by infrastructure."""
+    provider_ids_observed: bool = False
+    """providerIDList was copied from a ready infra pool this pass. Set by infrastructure."""
+    machines: list[Obj] = field(default_factory=list)
+    """MachinePool Machines (pool and cluster labels, ours or uncontrolled). Set by machines."""
+    deleting_message: str = ""
+    """What deletion waits for, for the Deleting condition. Set by delete."""
+
+    @property
+    def key(self) -> ObjectKey:
+        return ObjectKey.of(self.mp)
+
+    @property
+    def namespace(self) -> str:
+        return self.key.namespace
+
+    @property
+    def cluster_key(self) -> ObjectKey:
+        return ObjectKey(self.namespace, str(dig(self.mp, "spec", "clusterName", default="")))
+
+    @property
+    def has_machine_pool_machines(self) -> bool:
+        """The provider opted into MachinePool Machines (infrastructureMachineKind is set)."""
+        return bool(dig(self.infra_pool, "status", "infrastructureMachineKind"))
+
+    @property
+    def text(self) -> str:
+        return f"MachinePool {self.key}"
+
+
+def lowest_requeue(results: list[Result]) -> Result:
+    """The result that comes back soonest; ``Result()`` when none asks to come back."""
+    delays = [r.requeue_after for r in results if r.requeue_after]
+    return Result(requeue_after=min(delays)) if delays else Result()
+
+
+def deprecated_v1beta1(mp: Obj) -> Obj:
+    """``status.deprecated.v1beta1`` of ``mp``, created if missing."""
+    return ensure(mp, "status", "deprecated", "v1beta1")

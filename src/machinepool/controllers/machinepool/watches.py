@@ -1,0 +1,155 @@
+"""Indexes over MachinePools and the mappers that turn other objects' events into
+MachinePool keys: Clusters, Machines, referenced objects, infra machines and workload Nodes.
+
+Used by ``controller.MachinePoolReconciler`` when it sets up (static) and discovers (dynamic)
+watches. Index values are namespaced strings so that one informer can serve every namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from machinepool.api import constants as c
+from machinepool.api.constants import pool_name_label_value
+from machinepool.controllers.common import dig, group_of
+from machinepool.runtime import IndexFunc, Informer, Mapper, Obj, ObjectKey, controller_owner
+
+BY_CLUSTER = "machinepool.core/cluster"
+BY_REF = "machinepool.core/ref"
+BY_POOL_LABEL = "machinepool.core/pool-label"
+BY_PROVIDER_ID = "machinepool.core/provider-id"
+BY_NODE_NAME = "machinepool.core/node-name"
+
+
+def _ns(obj: Obj) -> str:
+    return str(dig(obj, "metadata", "namespace", default=""))
+
+
+def _cluster(obj: Obj) -> str:
+    return str(dig(obj, "spec", "clusterName", default=""))
+
+
+def ref_key(namespace: str, group: str, kind: str, name: str) -> str:
+    return f"{namespace}/{group}/{kind}/{name}"
+
+
+def _by_cluster(mp: Obj) -> list[str]:
+    return [f"{_ns(mp)}/{_cluster(mp)}"]
+
+
+def _by_ref(mp: Obj) -> list[str]:
+    spec = dig(mp, "spec", "template", "spec", default={})
+    refs = [dig(spec, "bootstrap", "configRef"), spec.get("infrastructureRef")]
+    return [
+        ref_key(_ns(mp), str(r.get("apiGroup")), str(r.get("kind")), str(r.get("name")))
+        for r in refs
+        if isinstance(r, dict) and r.get("name")
+    ]
+
+
+def _by_pool_label(mp: Obj) -> list[str]:
+    name = str(dig(mp, "metadata", "name", default=""))
+    return [f"{_ns(mp)}/{_cluster(mp)}/{pool_name_label_value(name)}"]
+
+
+def _by_provider_id(mp: Obj) -> list[str]:
+    ids = dig(mp, "spec", "providerIDList", default=[])
+    prefix = f"{_ns(mp)}/{_cluster(mp)}/"
+    return [prefix + str(p) for p in ids if p] if isinstance(ids, list) else []
+
+
+def _by_node_name(mp: Obj) -> list[str]:
+    refs = dig(mp, "status", "nodeRefs", default=[])
+    prefix = f"{_ns(mp)}/{_cluster(mp)}/"
+    return [prefix + str(r.get("name")) for r in refs if isinstance(r, dict) and r.get("name")]
+
+
+POOL_INDEXERS: dict[str, IndexFunc] = {
+    BY_CLUSTER: _by_cluster,
+    BY_REF: _by_ref,
+    BY_POOL_LABEL: _by_pool_label,
+    BY_PROVIDER_ID: _by_provider_id,
+    BY_NODE_NAME: _by_node_name,
+}
+
+
+def _keys(pools: Iterable[Obj]) -> list[ObjectKey]:
+    return [ObjectKey.of(p) for p in pools]
+
+
+def cluster_to_pools(pools: Informer) -> Mapper:
+    def mapper(cluster: Obj) -> list[ObjectKey]:
+        name = dig(cluster, "metadata", "name", default="")
+        return _keys(pools.by_index(BY_CLUSTER, f"{_ns(cluster)}/{name}"))
+
+    return mapper
+
+
+def machine_to_pool(pools: Informer) -> Mapper:
+    """A Machine maps to its controlling MachinePool, or by its pool labels."""
+
+    def mapper(machine: Obj) -> list[ObjectKey]:
+        owner = controller_owner(machine)
+        if owner is not None:
+            if owner.get("kind") != "MachinePool" or group_of(str(owner.get("apiVersion"))) != (
+                c.CLUSTER_GROUP
+            ):
+                return []
+            return [ObjectKey(_ns(machine), str(owner.get("name")))]
+        return list(labels_to_pool(pools)(machine))
+
+    return mapper
+
+
+def referenced_to_pool(pools: Informer) -> Mapper:
+    """A bootstrap config or infra pool maps to its controlling MachinePool and to every
+    MachinePool that references it (one not adopted yet, or just created)."""
+
+    def mapper(obj: Obj) -> list[ObjectKey]:
+        keys: list[ObjectKey] = []
+        owner = controller_owner(obj)
+        if owner is not None and owner.get("kind") == "MachinePool":
+            keys.append(ObjectKey(_ns(obj), str(owner.get("name"))))
+        key = ref_key(
+            _ns(obj),
+            group_of(str(obj.get("apiVersion", ""))),
+            str(obj.get("kind")),
+            str(dig(obj, "metadata", "name")),
+        )
+        keys.extend(k for k in _keys(pools.by_index(BY_REF, key)) if k not in keys)
+        return keys
+
+    return mapper
+
+
+def labels_to_pool(pools: Informer) -> Mapper:
+    """An object labelled cluster-name and pool-name maps to that MachinePool."""
+
+    def mapper(obj: Obj) -> list[ObjectKey]:
+        labels = dig(obj, "metadata", "labels", default={})
+        cluster, pool = labels.get(c.CLUSTER_NAME_LABEL), labels.get(c.POOL_NAME_LABEL)
+        if not cluster or not pool:
+            return []
+        return _keys(pools.by_index(BY_POOL_LABEL, f"{_ns(obj)}/{cluster}/{pool}"))
+
+    return mapper
+
+
+def node_to_pool(pools: Informer, cluster: ObjectKey) -> Mapper:
+    """A workload Node of ``cluster`` maps to the MachinePool listing its providerID, or
+    naming it in nodeRefs (a Node whose providerID changed or was cleared)."""
+    prefix = f"{cluster.namespace}/{cluster.name}/"
+
+    def mapper(node: Obj) -> list[ObjectKey]:
+        keys: list[ObjectKey] = []
+        pid = dig(node, "spec", "providerID")
+        if pid:
+            keys.extend(_keys(pools.by_index(BY_PROVIDER_ID, prefix + str(pid))))
+        name = dig(node, "metadata", "name", default="")
+        keys.extend(k for k in _keys(pools.by_index(BY_NODE_NAME, prefix + name)) if k not in keys)
+        if not keys and pid:
+            # Not listed anywhere yet: a pool of this cluster may be waiting for it.
+            keys.extend(_keys(pools.by_index(BY_CLUSTER, f"{cluster.namespace}/{cluster.name}")))
+        return keys
+
+    return mapper
