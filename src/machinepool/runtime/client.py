@@ -28,6 +28,7 @@ from machinepool.runtime.errors import ApiError, NotFound, error_for
 Obj = dict[str, Any]
 DEFAULT_USER_AGENT = "machinepool"
 CONTRACT_LABEL = "cluster.x-k8s.io/v1beta2"
+_READ_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -216,13 +217,25 @@ class Client:
         content_type: str = "application/json",
         verb: str | None = None,
     ) -> Obj:
-        """Send one request and return its JSON body; raise an ``ApiError`` on failure."""
-        async with await self._open(
-            method, path, params=params, body=body, content_type=content_type
-        ) as resp:
-            raw = await resp.read()
-            self._count(verb or method.lower(), path, resp.status)
-            return _decode(resp.status, raw)
+        """Send one request and return its JSON body; raise an ``ApiError`` on failure.
+
+        Reads answered 429 (the server's watch cache is still initializing a new kind, or it
+        is shedding load) are retried a few times after the server's Retry-After, at most a
+        second each, as client-go does. Writes are not: a 429 from a write (an eviction a
+        PodDisruptionBudget forbids) is an answer the caller must see.
+        """
+        for attempt in range(_READ_RETRIES + 1):
+            async with await self._open(
+                method, path, params=params, body=body, content_type=content_type
+            ) as resp:
+                raw = await resp.read()
+                self._count(verb or method.lower(), path, resp.status)
+                retry = resp.status == 429 and method == "GET" and attempt < _READ_RETRIES
+                if not retry:
+                    return _decode(resp.status, raw)
+                delay = _retry_after(resp.headers.get("Retry-After"))
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _count(self, verb: str, path: str, status: int) -> None:
         if self._on_request is None and not self._request_hooks:
@@ -473,6 +486,13 @@ class Client:
                     status = event.get("object") or {}
                     raise error_for(int(status.get("code", 500)), status)
                 yield WatchEvent(event["type"], event["object"])
+
+
+def _retry_after(header: str | None) -> float:
+    try:
+        return min(max(float(header or 1), 0.1), 1.0)
+    except ValueError:
+        return 1.0
 
 
 def _decode(status: int, raw: bytes) -> Obj:
