@@ -150,7 +150,7 @@ def validate_machine_pool(
     """Refuse an invalid create (``old`` None) or update; returns None when allowed."""
     _gate_check(gates)
     errors = _bootstrap_errors(new) + _cluster_name_errors(old, new) + _version_errors(new)
-    errors += _taint_errors(new, gates) + _metadata_errors(new) + _replica_errors(new)
+    errors += _taint_errors(new, gates) + _metadata_errors(new)
     if errors:
         name = _dict(new.get("metadata")).get("name") or ""
         raise AdmissionDenied(invalid_status(c.CLUSTER_GROUP, _KIND, str(name), errors))
@@ -233,12 +233,3 @@ def _metadata_errors(new: dict[str, Any]) -> list[FieldError]:
     return validate_labels(_dict(meta.get("labels")), f"{path}.labels") + validate_annotations(
         _dict(meta.get("annotations")), f"{path}.annotations"
     )
-
-
-def _replica_errors(new: dict[str, Any]) -> list[FieldError]:
-    # Not in upstream (its schema has no minimum either): a negative count can only be a
-    # mistake, and refusing it here beats a controller that cannot act on it.
-    replicas = _dict(new.get("spec")).get("replicas")
-    if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas < 0:
-        return [invalid("spec.replicas", replicas, "must be greater than or equal to 0")]
-    return []

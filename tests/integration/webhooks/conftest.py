@@ -1,0 +1,152 @@
+"""Fixtures for the MachinePool webhooks against the real apiserver.
+
+- ``webhooks``: the webhook server running in-process on a free loopback port, registered
+  for admission and CRD conversion, and proven effective before any test runs.
+- ``infra_crd``: a tiny infrastructure CRD so refs to it can be converted to v1beta1.
+- ``machine_pool(namespace, name, **changes)``: a valid v1beta2 MachinePool body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+
+from machinepool.api.features import FeatureGates
+from machinepool.runtime import CRDS, ApiError, Client, Resource
+from machinepool.webhooks import WebhookServer, register, serve, unregister
+
+MP = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
+MP_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
+INFRA_GROUP = "infrastructure.webhooks.test"
+INFRA_KIND = "TestMachinePool"
+INFRA_VERSION = "v1alpha9"
+DENIED = 'admission webhook "validation.machinepool.cluster.x-k8s.io" denied the request: '
+DEFAULT_DENIED = 'admission webhook "default.machinepool.cluster.x-k8s.io" denied the request: '
+
+
+def machine_pool(namespace: str, name: str = "mp", **spec_changes: Any) -> dict[str, Any]:
+    """A valid v1beta2 MachinePool; keyword arguments replace top-level spec fields."""
+    body: dict[str, Any] = {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachinePool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "clusterName": "c1",
+            "template": {
+                "spec": {
+                    "clusterName": "c1",
+                    "bootstrap": {
+                        "configRef": {
+                            "apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "KubeadmConfig",
+                            "name": f"{name}-bootstrap",
+                        }
+                    },
+                    "infrastructureRef": {
+                        "apiGroup": INFRA_GROUP,
+                        "kind": INFRA_KIND,
+                        "name": f"{name}-infra",
+                    },
+                    "version": "v1.34.0",
+                }
+            },
+        },
+    }
+    body["spec"].update(copy.deepcopy(spec_changes))
+    return body
+
+
+def _infra_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"testmachinepools.{INFRA_GROUP}",
+            "labels": {"cluster.x-k8s.io/v1beta2": INFRA_VERSION},
+        },
+        "spec": {
+            "group": INFRA_GROUP,
+            "names": {"kind": INFRA_KIND, "plural": "testmachinepools"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": INFRA_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def wait_until_effective(client: Client, config_name_hint: str, probe: dict[str, Any]) -> str:
+    """Dry-run create ``probe`` until a webhook answers; returns the refusal message."""
+    for _ in range(300):
+        try:
+            await client.create(MP, probe, dry_run=True)
+        except ApiError as err:
+            if "admission webhook" in err.message:
+                return err.message
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"webhook configuration {config_name_hint} never took effect")
+
+
+async def _wait_for_conversion(client: Client) -> None:
+    """Dry-run a v1beta1 create until the conversion webhook (not plain pruning) answers."""
+    body = machine_pool("default", "conversion-probe")
+    body["apiVersion"] = "cluster.x-k8s.io/v1beta1"
+    template_spec = body["spec"]["template"]["spec"]
+    template_spec["bootstrap"] = {"dataSecretName": "probe"}
+    template_spec["infrastructureRef"] = {
+        "apiVersion": f"{INFRA_GROUP}/{INFRA_VERSION}",
+        "kind": INFRA_KIND,
+        "name": "probe",
+    }
+    body["spec"]["minReadySeconds"] = 7
+    for _ in range(300):
+        try:
+            created = await client.create(MP_V1BETA1, body, dry_run=True)
+            if created["spec"].get("minReadySeconds") == 7:
+                return
+        except ApiError:
+            pass
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the MachinePool CRD never started calling the conversion webhook")
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def infra_crd(client: Client, crds: list[str]) -> str:
+    crd = _infra_crd()
+    await client.apply(CRDS, crd, field_manager="machinepool-tests")
+    for _ in range(300):
+        got = await client.get(CRDS, crd["metadata"]["name"])
+        conditions = (got.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return str(crd["metadata"]["name"])
+        await asyncio.sleep(0.1)
+    raise TimeoutError("test infrastructure CRD never became Established")
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def webhooks(client: Client, crds: list[str], infra_crd: str) -> AsyncIterator[WebhookServer]:
+    server = await serve("127.0.0.1", 0, FeatureGates(), client=client)
+    try:
+        await register(client, server.url, server.ca_bundle)
+        probe = machine_pool("default", "admission-probe")
+        probe["spec"]["template"]["spec"]["bootstrap"] = {}
+        await wait_until_effective(client, "machinepool-webhooks", probe)
+        await _wait_for_conversion(client)
+        yield server
+    finally:
+        await unregister(client, conversion=True)
+        await server.stop()
