@@ -1,1 +1,60 @@
-"""providers/sim."""
+"""machinepool.providers.sim: SimMachinePool and SimMachine, the embedded default provider.
+
+The pool engine (``machinepool.providers.pool``) over a simulated cloud whose instances live as
+Secrets in the management cluster (``cloud.py``), so they survive controller restarts and the
+node simulator (``machinepool.kubelet``) can join them to the workload cluster. Wire it with
+``await setup(mgr, cluster_cache)``; inject faults with ``SimCloud``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.providers.pool.engine import start_engine
+from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
+from machinepool.providers.sim.cloud import (
+    DEFAULT_ZONES,
+    INSTANCE_LABEL,
+    Faults,
+    InstanceRecord,
+    SimCloud,
+    provider_id,
+)
+from machinepool.providers.sim.provider import SIM_MACHINE_POOLS, SIM_MACHINES, SimProvider
+from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
+
+__all__ = [
+    "DEFAULT_ZONES",
+    "SIM_MACHINES",
+    "SIM_MACHINE_POOLS",
+    "Faults",
+    "InstanceRecord",
+    "SimBackend",
+    "SimCloud",
+    "SimPoolSettings",
+    "SimProvider",
+    "provider_id",
+    "setup",
+]
+
+
+async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
+    """Register the SimMachinePool and SimMachine controllers on ``mgr``.
+
+    Options: ``zones`` (failure domains the simulated cloud offers, default zone-a/b/c),
+    ``concurrency`` (workers per controller, default 4). Other options are ignored, so one
+    option set can be passed to every package's ``setup``.
+    """
+    zones = tuple(options.get("zones") or DEFAULT_ZONES)
+    records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
+    provider = SimProvider(mgr.client, records, zones)
+    engine = await start_engine(
+        mgr, cluster_cache, provider, concurrency=int(options.get("concurrency", 4))
+    )
+    assert engine.controller is not None
+    engine.controller.watch(records, _record_to_pool)
+
+
+def _record_to_pool(secret: Obj) -> list[ObjectKey]:
+    record = InstanceRecord.from_secret(secret)
+    return [ObjectKey(record.namespace, record.pool)] if record.pool else []

@@ -1,0 +1,56 @@
+"""Deleting an infra pool: terminate every instance (even ones no infra machine ever
+mapped), delete the infra machines, forget the records, then let the pool go.
+
+Called by ``engine.PoolEngine`` when the pool has a deletionTimestamp.
+"""
+
+from __future__ import annotations
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.provider import SupportsPurge
+from machinepool.providers.pool.scope import PoolScope
+from machinepool.providers.pool.types import InstanceState
+from machinepool.runtime import Result
+
+__all__ = ["delete_pool"]
+
+_WAIT = 1.0
+
+
+async def delete_pool(scope: PoolScope) -> Result:
+    """One pass of deletion; returns a requeue until nothing is left, then drops the finalizer."""
+    env = scope.env
+    backend = await env.provider.backend(scope.pool)
+    scope.backend = backend
+    set_condition(scope.conditions, c.READY_CONDITION, False, c.DELETING_REASON, "deleting pool")
+    instances = await backend.list(scope.key.name)
+    for instance in instances:
+        if instance.state is not InstanceState.TERMINATED:
+            await backend.delete(instance.id)
+    kind = env.provider.pool_resource.kind
+    remaining = 0
+    for machine in env.infra_machines.list(scope.namespace):
+        refs = machine["metadata"].get("ownerReferences") or []
+        if not any(r.get("kind") == kind and r.get("name") == scope.key.name for r in refs):
+            continue
+        remaining += 1
+        if not machine["metadata"].get("deletionTimestamp"):
+            await env.client.delete(
+                env.provider.machine_resource,
+                machine["metadata"]["name"],
+                scope.namespace,
+                uid=machine["metadata"].get("uid"),
+            )
+    if remaining:
+        return Result(requeue_after=_WAIT)
+    if isinstance(backend, SupportsPurge):
+        for instance in instances:
+            await backend.purge(instance.id)
+    finalizers = [
+        f
+        for f in scope.pool["metadata"].get("finalizers") or []
+        if f != env.provider.pool_finalizer
+    ]
+    scope.pool["metadata"]["finalizers"] = finalizers
+    return Result()

@@ -1,0 +1,217 @@
+"""The pool engine's reconciler and its wiring onto a Manager.
+
+``start_engine(mgr, cluster_cache, provider)`` registers the informers, the pool controller
+(``PoolEngine``) and the infra machine controller (``InfraMachineReconciler``) for one provider;
+providers call it from their ``setup``. A pool reconcile snapshots the pool, runs the phases
+in order (observe, decide, act, sync infra machines), always reports, and patches once:
+metadata+spec and status separately, only what changed. Errors are collected; the first is
+raised after the patch so the controller backs off; the shortest requeue wins otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+
+from machinepool.providers.pool.delete import delete_pool
+from machinepool.providers.pool.machines import (
+    InfraMachineReconciler,
+    prune_records,
+    sync_infra_machines,
+)
+from machinepool.providers.pool.observe import (
+    PROVIDER_ID_INDEX,
+    ensure_provider_id_index,
+    list_instances,
+    load_owner,
+    read_nodes,
+)
+from machinepool.providers.pool.provider import MACHINE_POOLS, MACHINES, PoolProvider
+from machinepool.providers.pool.report import report
+from machinepool.providers.pool.scale import act, decide
+from machinepool.providers.pool.scope import EngineEnv, PoolScope
+from machinepool.providers.pool.types import CloudError
+from machinepool.runtime import (
+    CLUSTERS,
+    NODES,
+    ClusterCache,
+    ClusterNotConnected,
+    Controller,
+    Manager,
+    Obj,
+    ObjectKey,
+    Result,
+    get_logger,
+)
+from machinepool.runtime.patch import Patcher
+
+__all__ = ["PoolEngine", "start_engine"]
+
+Phase = Callable[[PoolScope], Awaitable[Result]]
+PHASES: tuple[Phase, ...] = (
+    load_owner,
+    list_instances,
+    read_nodes,
+    decide,
+    act,
+    sync_infra_machines,
+    prune_records,
+)
+"""Run in order until one sets ``scope.halt`` or fails; ``report`` always follows."""
+
+log = get_logger(__name__)
+
+
+class PoolEngine:
+    """Reconciles one provider's infra pools."""
+
+    def __init__(self, env: EngineEnv) -> None:
+        self.env = env
+        self.controller: Controller | None = None
+        self._watched_clusters: set[ObjectKey] = set()
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        env = self.env
+        cached = env.pools.get_key(key)
+        if cached is None:
+            return None
+        pool = copy.deepcopy(cached)
+        patcher = Patcher(env.client, env.provider.pool_resource, pool)
+        scope = PoolScope(env=env, key=key, pool=pool)
+        meta = pool["metadata"]
+        if meta.get("deletionTimestamp"):
+            if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
+                return None
+            result = await delete_pool(scope)
+            await patcher.patch(pool)
+            return result
+        if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), env.provider.pool_finalizer]
+            await patcher.patch(pool)
+            return None
+        await self._run(scope)
+        await patcher.patch(pool)
+        await self._watch_nodes(scope)
+        return _outcome(scope)
+
+    async def _run(self, scope: PoolScope) -> None:
+        for phase in PHASES:
+            if scope.halt:
+                break
+            await _guarded(phase, scope)
+        await _guarded(report, scope)
+        for exc in scope.errors:
+            if not isinstance(exc, CloudError):
+                log.error("pool reconcile failed", pool=str(scope.key), error=repr(exc))
+
+    async def _watch_nodes(self, scope: PoolScope) -> None:
+        """Have the workload cluster's Node events reach this pool's reconciles."""
+        cluster = scope.cluster_key
+        if cluster is None or cluster in self._watched_clusters or self.controller is None:
+            return
+        try:
+            informer = await self.env.cluster_cache.watch(
+                cluster, NODES, self.controller.handler(self._node_to_pool)
+            )
+        except ClusterNotConnected:
+            return
+        ensure_provider_id_index(informer)
+        self._watched_clusters.add(cluster)
+
+    def _node_to_pool(self, node: Obj) -> list[ObjectKey]:
+        provider_id = (node.get("spec") or {}).get("providerID")
+        if not provider_id:
+            return []
+        keys = []
+        for machine in self.env.infra_machines.by_index(PROVIDER_ID_INDEX, str(provider_id)):
+            keys.extend(infra_machine_to_pool(self.env, machine))
+        return keys
+
+
+async def _guarded(phase: Phase, scope: PoolScope) -> None:
+    try:
+        result = await phase(scope)
+    except Exception as exc:
+        scope.errors.append(exc)
+        scope.halt = True
+        if not isinstance(exc, CloudError):
+            scope.block("ReconcileError", f"{phase.__name__}: {exc}")
+        return
+    if result.requeue_after:
+        scope.requeue.append(result.requeue_after)
+
+
+def _outcome(scope: PoolScope) -> Result:
+    if scope.errors:
+        raise scope.errors[0]
+    return Result(requeue_after=min(scope.requeue)) if scope.requeue else Result()
+
+
+def infra_machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
+    namespace = str(machine["metadata"].get("namespace", ""))
+    kind = env.provider.pool_resource.kind
+    return [
+        ObjectKey(namespace, str(ref.get("name", "")))
+        for ref in machine["metadata"].get("ownerReferences") or []
+        if ref.get("kind") == kind
+    ]
+
+
+async def start_engine(
+    mgr: Manager, cluster_cache: ClusterCache, provider: PoolProvider, *, concurrency: int = 4
+) -> PoolEngine:
+    """Register informers and controllers for ``provider``'s pools and infra machines."""
+    cache = mgr.cache
+    env = EngineEnv(
+        client=mgr.client,
+        provider=provider,
+        cluster_cache=cluster_cache,
+        recorder=mgr.event_recorder(provider.component),
+        pools=await cache.get_informer(provider.pool_resource),
+        infra_machines=await cache.get_informer(provider.machine_resource),
+        machines=await cache.get_informer(MACHINES),
+        machine_pools=await cache.get_informer(MACHINE_POOLS),
+        clusters=await cache.get_informer(CLUSTERS),
+    )
+    ensure_provider_id_index(env.infra_machines)
+    engine = PoolEngine(env)
+    ctrl = mgr.new_controller(f"{provider.component}-pool", engine, concurrency=concurrency)
+    engine.controller = ctrl
+    ctrl.watch(env.pools)
+    ctrl.watch(env.infra_machines, lambda m: infra_machine_to_pool(env, m))
+    ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m))
+    ctrl.watch(env.machine_pools, lambda mp: _machine_pool_to_pool(env, mp))
+    ctrl.watch(env.clusters, lambda cl: _cluster_to_pools(env, cl))
+    machines = mgr.new_controller(
+        f"{provider.component}-machine", InfraMachineReconciler(env), concurrency=concurrency
+    )
+    machines.watch(env.infra_machines)
+    return engine
+
+
+def _machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
+    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
+    if ref.get("kind") != env.provider.machine_resource.kind:
+        return []
+    infra = env.infra_machines.get(
+        str(ref.get("name", "")), machine["metadata"].get("namespace", "")
+    )
+    return infra_machine_to_pool(env, infra) if infra is not None else []
+
+
+def _machine_pool_to_pool(env: EngineEnv, mp: Obj) -> list[ObjectKey]:
+    spec = (mp.get("spec") or {}).get("template", {}).get("spec") or {}
+    ref = spec.get("infrastructureRef") or {}
+    if ref.get("kind") != env.provider.pool_resource.kind:
+        return []
+    return [ObjectKey(str(mp["metadata"].get("namespace", "")), str(ref.get("name", "")))]
+
+
+def _cluster_to_pools(env: EngineEnv, cluster: Obj) -> list[ObjectKey]:
+    namespace = str(cluster["metadata"].get("namespace", ""))
+    name = cluster["metadata"].get("name")
+    keys = []
+    for mp in env.machine_pools.list(namespace):
+        if (mp.get("spec") or {}).get("clusterName") == name:
+            keys.extend(_machine_pool_to_pool(env, mp))
+    return keys

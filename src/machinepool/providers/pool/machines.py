@@ -1,0 +1,200 @@
+"""Infra machines: one per live instance, created and kept current by the engine, and the
+controller that releases an instance when its infra machine is deleted.
+
+``sync_infra_machines`` is an engine phase. ``InfraMachineReconciler`` is its own controller:
+an infra machine carries the provider's finalizer, so deleting it (which the core Machine
+controller does after draining the Node) terminates the instance before the object goes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.provider import MACHINES, SupportsPurge
+from machinepool.providers.pool.scope import EngineEnv, PoolScope
+from machinepool.providers.pool.types import Instance, InstanceState
+from machinepool.runtime import (
+    AlreadyExists,
+    NotFound,
+    Obj,
+    ObjectKey,
+    PatchType,
+    Result,
+)
+
+__all__ = ["InfraMachineReconciler", "prune_records", "sync_infra_machines"]
+
+
+async def sync_infra_machines(scope: PoolScope) -> Result:
+    """Create missing infra machines, refresh their status, and clean up after instances that
+    vanished out of band (through their Machine when there is one)."""
+    live = {i.id: i for i in scope.instances if i.state is not InstanceState.TERMINATED}
+    for instance in live.values():
+        machine = scope.infra_machines.get(instance.id)
+        if machine is None:
+            scope.infra_machines[instance.id] = await _create(scope, instance)
+        elif not _deleting(machine):
+            await _refresh_status(scope, machine, instance)
+    for name, machine in scope.infra_machines.items():
+        if name not in live and not _deleting(machine):
+            await _release(scope, name, machine)
+    return Result()
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+async def _create(scope: PoolScope, instance: Instance) -> Obj:
+    env = scope.env
+    assert scope.machine_pool is not None
+    mp_meta = scope.machine_pool["metadata"]
+    pool_meta = scope.pool["metadata"]
+    body: Obj = {
+        "apiVersion": env.provider.machine_resource.api_version,
+        "kind": env.provider.machine_resource.kind,
+        "metadata": {
+            "name": instance.id,
+            "namespace": scope.namespace,
+            "labels": {
+                c.CLUSTER_NAME_LABEL: str(scope.machine_pool["spec"].get("clusterName", "")),
+                c.POOL_NAME_LABEL: c.pool_name_label_value(str(mp_meta["name"])),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": scope.pool.get(
+                        "apiVersion", env.provider.pool_resource.api_version
+                    ),
+                    "kind": env.provider.pool_resource.kind,
+                    "name": pool_meta["name"],
+                    "uid": pool_meta["uid"],
+                }
+            ],
+            "finalizers": [env.provider.machine_finalizer],
+        },
+        "spec": {
+            "providerID": instance.provider_id,
+            "instanceID": instance.id,
+            "failureDomain": instance.failure_domain,
+        },
+    }
+    try:
+        created = await env.client.create(env.provider.machine_resource, body, scope.namespace)
+    except AlreadyExists:
+        created = await env.client.get(env.provider.machine_resource, instance.id, scope.namespace)
+    await _refresh_status(scope, created, instance)
+    return created
+
+
+def _machine_status(machine: Obj, instance: Instance) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "ready": instance.state is InstanceState.RUNNING,
+        "instanceState": instance.state.value,
+        "initialization": {"provisioned": True},
+        "conditions": list((machine.get("status") or {}).get("conditions") or []),
+    }
+    running = instance.state is InstanceState.RUNNING
+    reason = c.READY_REASON if running else c.NOT_READY_REASON
+    message = "" if running else f"instance is {instance.state.value}"
+    set_condition(status["conditions"], c.READY_CONDITION, running, reason, message)
+    return status
+
+
+async def _refresh_status(scope: PoolScope, machine: Obj, instance: Instance) -> None:
+    current = machine.get("status") or {}
+    desired = _machine_status(machine, instance)
+    if all(current.get(k) == v for k, v in desired.items()):
+        return
+    env = scope.env
+    await env.client.patch(
+        env.provider.machine_resource,
+        machine["metadata"]["name"],
+        {"status": desired},
+        scope.namespace,
+        subresource="status",
+    )
+
+
+async def _release(scope: PoolScope, name: str, machine: Obj) -> None:
+    """The instance is gone: delete its Machine (which drains and deletes the rest), or the
+    infra machine itself when no Machine was ever made for it."""
+    env = scope.env
+    owner = scope.machines.get(name)
+    if owner is not None:
+        if not _deleting(owner):
+            await env.client.delete(
+                MACHINES, name, scope.namespace, uid=owner["metadata"].get("uid")
+            )
+        return
+    await env.client.delete(
+        env.provider.machine_resource, name, scope.namespace, uid=machine["metadata"].get("uid")
+    )
+
+
+class InfraMachineReconciler:
+    """Terminates an instance when its infra machine is deleted, then lets the object go."""
+
+    def __init__(self, env: EngineEnv) -> None:
+        self.env = env
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        env = self.env
+        machine = env.infra_machines.get_key(key)
+        if machine is None or not _deleting(machine):
+            return None
+        finalizers = list(machine["metadata"].get("finalizers") or [])
+        if env.provider.machine_finalizer not in finalizers:
+            return None
+        pool = _pool_of(env, machine)
+        instance_id = str((machine.get("spec") or {}).get("instanceID") or key.name)
+        if pool is not None:
+            backend = await env.provider.backend(pool)
+            await backend.delete(instance_id)
+        finalizers.remove(env.provider.machine_finalizer)
+        patch = [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": machine["metadata"]["resourceVersion"],
+            },
+            {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
+        ]
+        try:
+            await env.client.patch(
+                env.provider.machine_resource,
+                key.name,
+                patch,
+                key.namespace,
+                patch_type=PatchType.JSON,
+            )
+        except NotFound:
+            return None
+        return None
+
+
+def _pool_of(env: EngineEnv, machine: Obj) -> Obj | None:
+    kind = env.provider.pool_resource.kind
+    namespace = machine["metadata"].get("namespace", "")
+    for ref in machine["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == kind:
+            return env.pools.get(str(ref.get("name", "")), namespace)
+    return None
+
+
+async def prune_records(scope: PoolScope) -> Result:
+    """Forget terminated instances whose infra machine is gone, keeping the one with the
+    highest ordinal so ids are never reused."""
+    backend = scope.backend
+    if not isinstance(backend, SupportsPurge):
+        return Result()
+    top = max((i.index for i in scope.instances), default=0)
+    for instance in scope.instances:
+        if (
+            instance.state is InstanceState.TERMINATED
+            and instance.index != top
+            and instance.id not in scope.infra_machines
+        ):
+            await backend.purge(instance.id)
+    return Result()

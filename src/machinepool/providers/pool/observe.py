@@ -1,0 +1,118 @@
+"""Engine phases that read the world: the owner MachinePool and Cluster, instances, infra
+machines, owner Machines and Node readiness. Called in order by ``engine.PoolEngine``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.scope import PoolScope
+from machinepool.runtime import (
+    NODES,
+    ClusterNotConnected,
+    Informer,
+    Obj,
+    Result,
+    controller_owner,
+    field_indexer,
+)
+
+__all__ = ["PROVIDER_ID_INDEX", "list_instances", "load_owner", "read_nodes"]
+
+PROVIDER_ID_INDEX = "pool-engine.providerID"
+
+
+async def load_owner(scope: PoolScope) -> Result:
+    """Find the owning MachinePool and its Cluster; stop when there is none or it is paused."""
+    env = scope.env
+    ref = controller_owner(scope.pool)
+    if ref is None or ref.get("kind") != "MachinePool":
+        scope.block("WaitingForOwner", "waiting for a MachinePool to adopt this pool")
+        scope.halt = True
+        return Result()
+    mp = env.machine_pools.get(str(ref.get("name", "")), scope.namespace)
+    if mp is None:
+        scope.block("WaitingForOwner", f"MachinePool {ref.get('name')} not found")
+        scope.halt = True
+        return Result()
+    scope.machine_pool = mp
+    cluster_key = scope.cluster_key
+    assert cluster_key is not None
+    scope.cluster = env.clusters.get(cluster_key.name, cluster_key.namespace)
+    paused = _paused(scope)
+    reason = c.PAUSED_REASON if paused else c.NOT_PAUSED_REASON
+    set_condition(scope.conditions, c.PAUSED_CONDITION, paused, reason)
+    if paused:
+        scope.halt = True
+        return Result()
+    scope.backend = await env.provider.backend(scope.pool)
+    return Result()
+
+
+def _paused(scope: PoolScope) -> bool:
+    if scope.cluster is not None and (scope.cluster.get("spec") or {}).get("paused"):
+        return True
+    for obj in (scope.pool, scope.machine_pool):
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        if c.PAUSED_ANNOTATION in annotations:
+            return True
+    return False
+
+
+async def list_instances(scope: PoolScope) -> Result:
+    """Instances from the backend; infra machines and owner Machines from the caches."""
+    assert scope.backend is not None
+    env = scope.env
+    pool_name = scope.key.name
+    scope.instances = await scope.backend.list(pool_name)
+    kind = env.provider.pool_resource.kind
+    for machine in env.infra_machines.list(scope.namespace):
+        if _owned_by(machine, kind, pool_name):
+            scope.infra_machines[machine["metadata"]["name"]] = machine
+    infra_kind = env.provider.machine_resource.kind
+    for machine in env.machines.list(scope.namespace):
+        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
+        name = str(ref.get("name", ""))
+        if ref.get("kind") == infra_kind and name in scope.infra_machines:
+            scope.machines[name] = machine
+    return Result()
+
+
+def _owned_by(obj: Obj, kind: str, name: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("kind") == kind and r.get("name") == name for r in refs)
+
+
+async def read_nodes(scope: PoolScope) -> Result:
+    """Which instances have a Ready Node; unknown (None) when the workload is unreachable."""
+    cluster = scope.cluster_key
+    if cluster is None:
+        return Result()
+    try:
+        nodes = await scope.env.cluster_cache.get_informer(cluster, NODES)
+    except ClusterNotConnected as exc:
+        scope.block("WorkloadClusterUnreachable", str(exc))
+        return Result(requeue_after=10)
+    ensure_provider_id_index(nodes)
+    ready: set[str] = set()
+    for instance in scope.instances:
+        for node in nodes.by_index(PROVIDER_ID_INDEX, instance.provider_id):
+            if node_ready(node):
+                ready.add(instance.provider_id)
+    scope.ready_ids = ready
+    return Result()
+
+
+def ensure_provider_id_index(informer: Informer) -> None:
+    """Add the providerID index once (informers are shared; the name is ours)."""
+    with contextlib.suppress(ValueError):  # already there
+        informer.add_indexer(PROVIDER_ID_INDEX, field_indexer("spec.providerID"))
+
+
+def node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False

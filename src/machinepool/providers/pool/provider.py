@@ -1,0 +1,52 @@
+"""What a provider plugs into the pool engine: its kinds, its backend, its template.
+
+``machinepool.providers.sim`` implements ``PoolProvider``; the engine (``engine.py``) and the
+infra machine controller (``machines.py``) call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from machinepool.providers.pool.types import Backend
+from machinepool.runtime import Obj, Resource
+
+__all__ = ["MACHINES", "MACHINE_POOLS", "PoolProvider", "SupportsPurge"]
+
+MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
+MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
+
+
+class PoolProvider(Protocol):
+    """A provider's kinds and hooks."""
+
+    pool_resource: Resource
+    machine_resource: Resource
+    pool_finalizer: str
+    machine_finalizer: str
+    component: str
+    """Name used for Events and the field manager, e.g. ``sim-provider``."""
+
+    async def backend(self, pool: Obj) -> Backend:
+        """The backend serving ``pool`` (faults and settings read now)."""
+        ...
+
+    def template(self, pool: Obj, version: str) -> tuple[str, Mapping[str, str]]:
+        """(template hash, backend attributes) of new instances for Kubernetes ``version``."""
+        ...
+
+    def instance_id(self, pool: Obj, index: int) -> str:
+        """The deterministic id of the pool's ``index``-th instance."""
+        ...
+
+    def strategy(self, pool: Obj) -> Mapping[str, Any] | None:
+        """The pool's ``spec.strategy``."""
+        ...
+
+
+@runtime_checkable
+class SupportsPurge(Protocol):
+    """Backends that keep terminated instances as records and can forget them."""
+
+    async def purge(self, instance_id: str) -> None: ...

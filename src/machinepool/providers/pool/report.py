@@ -1,0 +1,108 @@
+"""The engine's last phase: providerIDList, status and conditions of the infra pool.
+
+Runs on every reconcile, even when an earlier phase failed, so the pool always says why it
+is not converging. The list is sorted so patches are stable, and it holds every live instance,
+so ``ready`` (once true) stays true while scaling: core keeps copying the list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.scope import PoolScope
+from machinepool.providers.pool.types import InstanceState
+from machinepool.runtime import Result
+
+__all__ = ["report"]
+
+
+async def report(scope: PoolScope) -> Result:
+    live = [i for i in scope.instances if i.state is not InstanceState.TERMINATED]
+    if scope.backend is not None:
+        scope.pool.setdefault("spec", {})["providerIDList"] = sorted(i.provider_id for i in live)
+        status = scope.status
+        status["replicas"] = len(live)
+        status["instances"] = [
+            {
+                "instanceID": i.id,
+                "providerID": i.provider_id,
+                "failureDomain": i.failure_domain,
+                "state": i.state.value,
+                "upToDate": i.template_hash == scope.template_hash,
+            }
+            for i in sorted(live, key=lambda i: i.id)
+        ]
+    status = scope.status
+    status["infrastructureMachineKind"] = scope.env.provider.machine_resource.kind
+    provisioned = bool((status.get("initialization") or {}).get("provisioned"))
+    ready = scope.backend is not None and (provisioned or not _blocking(scope))
+    status["ready"] = ready
+    if ready:
+        status["initialization"] = {"provisioned": True}
+    _conditions(scope, ready)
+    if not scope.errors and not scope.blocked:
+        generation = scope.pool["metadata"].get("generation")
+        if generation:
+            status["observedGeneration"] = generation
+    return Result()
+
+
+def _blocking(scope: PoolScope) -> bool:
+    return any(reason != "CloudError" for reason, _ in scope.blocked)
+
+
+def _conditions(scope: PoolScope, ready: bool) -> None:
+    conditions = scope.conditions
+    if scope.blocked:
+        reason, message = scope.blocked[0]
+        messages = "; ".join(m for _, m in scope.blocked)
+        set_condition(conditions, c.READY_CONDITION, False, reason, messages or message)
+    else:
+        set_condition(
+            conditions, c.READY_CONDITION, ready, c.READY_REASON if ready else c.NOT_READY_REASON
+        )
+    counts = _counts(scope)
+    step = scope.plan
+    creating = bool(step and step.create)
+    deleting = bool(step and step.delete) or counts["deleting"] > 0
+    rolling = counts["outdated"] > 0
+    set_condition(
+        conditions,
+        c.SCALING_UP_CONDITION,
+        creating,
+        c.SCALING_UP_REASON if creating else c.NOT_SCALING_UP_REASON,
+        f"creating {len(step.create)} instance(s)" if step and creating else "",
+    )
+    set_condition(
+        conditions,
+        c.SCALING_DOWN_CONDITION,
+        deleting,
+        c.SCALING_DOWN_REASON if deleting else c.NOT_SCALING_DOWN_REASON,
+        f"{counts['deleting']} instance(s) being deleted" if deleting else "",
+    )
+    waiting = "; ".join(step.waiting) if step else ""
+    set_condition(
+        conditions,
+        c.ROLLING_OUT_CONDITION,
+        rolling,
+        c.ROLLING_OUT_REASON if rolling else c.NOT_ROLLING_OUT_REASON,
+        f"{counts['outdated']} outdated instance(s) to replace. {waiting}".strip()
+        if rolling
+        else "",
+    )
+
+
+def _counts(scope: PoolScope) -> dict[str, Any]:
+    outdated = deleting = 0
+    for instance in scope.instances:
+        if instance.state is InstanceState.TERMINATED:
+            continue
+        if scope.template_hash and instance.template_hash != scope.template_hash:
+            outdated += 1
+        for obj in (scope.machines.get(instance.id), scope.infra_machines.get(instance.id)):
+            if obj is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+                deleting += 1
+                break
+    return {"outdated": outdated, "deleting": deleting}

@@ -1,0 +1,233 @@
+"""Engine phases that change the pool: decide the target, then create and delete.
+
+``decide`` validates the input (replicas, strategy, failure domains) and works out the desired
+count, honouring ``replicas-managed-by``; ``act`` plans one step (``plan.plan``), deletes
+victims through their owner Machines and creates instances through the backend.
+Called in order by ``engine.PoolEngine``.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from machinepool.api import constants as c
+from machinepool.providers.pool.plan import Member, PlanInput, plan
+from machinepool.providers.pool.provider import MACHINE_POOLS, MACHINES
+from machinepool.providers.pool.scope import PoolScope
+from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
+from machinepool.providers.pool.types import CloudError, InstanceSpec, InstanceState
+from machinepool.runtime import SECRETS, NotFound, Obj, Result
+
+__all__ = ["act", "decide"]
+
+_BOOTING_REQUEUE = 2.0
+
+
+async def decide(scope: PoolScope) -> Result:
+    """Desired count, strategy and template hash; invalid input blocks with a clear message."""
+    assert scope.machine_pool is not None
+    spec = scope.machine_pool["spec"]
+    replicas = spec.get("replicas")
+    replicas = 1 if replicas is None else int(replicas)
+    if replicas < 0:
+        scope.block(
+            "InvalidReplicas",
+            f"MachinePool spec.replicas is {replicas}; it must be 0 or more",
+        )
+        return Result()
+    try:
+        scope.strategy = parse_strategy(scope.env.provider.strategy(scope.pool))
+    except InvalidStrategy as exc:
+        scope.block("InvalidStrategy", str(exc))
+        scope.strategy = None
+        return Result()
+    if _externally_managed(scope.machine_pool):
+        replicas = _observed_size(scope)
+        await _write_back_replicas(scope, replicas)
+    scope.replicas = replicas
+    version = str((spec.get("template", {}).get("spec") or {}).get("version") or "")
+    scope.template_hash, _ = scope.env.provider.template(scope.pool, version)
+    return Result()
+
+
+def _externally_managed(mp: Obj) -> bool:
+    annotations = (mp.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(c.REPLICAS_MANAGED_BY_ANNOTATION)
+    return value is not None and value.lower() != "false"
+
+
+def _observed_size(scope: PoolScope) -> int:
+    return sum(
+        1
+        for i in scope.instances
+        if i.state is not InstanceState.TERMINATED and not _member_deleting(scope, i.id)
+    )
+
+
+async def _write_back_replicas(scope: PoolScope, replicas: int) -> None:
+    """Something else owns the size: report it in MachinePool.spec.replicas, never change it."""
+    assert scope.machine_pool is not None
+    if scope.machine_pool["spec"].get("replicas") == replicas:
+        return
+    meta = scope.machine_pool["metadata"]
+    await scope.env.client.patch(
+        MACHINE_POOLS, meta["name"], {"spec": {"replicas": replicas}}, scope.namespace
+    )
+
+
+def _member_deleting(scope: PoolScope, name: str) -> bool:
+    for obj in (scope.machines.get(name), scope.infra_machines.get(name)):
+        if obj is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return True
+    return False
+
+
+def _members(scope: PoolScope) -> list[Member]:
+    ready = scope.ready_ids or set()
+    members = []
+    for instance in scope.instances:
+        if instance.state is InstanceState.TERMINATED:
+            continue
+        machine = scope.machines.get(instance.id)
+        annotations = ((machine or {}).get("metadata") or {}).get("annotations") or {}
+        deleting = _member_deleting(scope, instance.id)
+        members.append(
+            Member(
+                id=instance.id,
+                state=instance.state,
+                failure_domain=instance.failure_domain,
+                created=instance.created,
+                up_to_date=instance.template_hash == scope.template_hash,
+                ready=instance.provider_id in ready,
+                deleting=deleting,
+                delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
+                has_machine=machine is not None and not deleting,
+            )
+        )
+    return members
+
+
+def _failure_domains(scope: PoolScope) -> list[str]:
+    """The MachinePool's failure domains the backend knows; all of the backend's when unset."""
+    assert scope.machine_pool is not None
+    assert scope.backend is not None
+    offered = list(scope.backend.failure_domains())
+    wanted = list(scope.machine_pool["spec"].get("failureDomains") or [])
+    if not wanted:
+        return offered
+    unknown = [fd for fd in wanted if fd not in offered]
+    if unknown:
+        scope.block(
+            "UnknownFailureDomain",
+            f"MachinePool spec.failureDomains lists {', '.join(unknown)}, which the"
+            f" infrastructure does not offer; use one of: {', '.join(offered)}",
+        )
+    return [fd for fd in wanted if fd in offered]
+
+
+def _full_domains(scope: PoolScope, members: list[Member]) -> frozenset[str]:
+    assert scope.backend is not None
+    counts: dict[str, int] = {}
+    for m in members:
+        if m.active:
+            counts[m.failure_domain] = counts.get(m.failure_domain, 0) + 1
+    return frozenset(
+        fd
+        for fd, capacity in scope.backend.failure_domains().items()
+        if capacity is not None and counts.get(fd, 0) >= capacity
+    )
+
+
+async def act(scope: PoolScope) -> Result:
+    """Plan one step and carry it out (nothing when ``decide`` found the input invalid)."""
+    if scope.strategy is None or scope.backend is None:
+        return Result()
+    members = _members(scope)
+    surge, unavailable = scope.strategy.resolve(scope.replicas)
+    step = plan(
+        PlanInput(
+            members=members,
+            replicas=scope.replicas,
+            surge=surge,
+            unavailable=unavailable,
+            delete_policy=scope.strategy.delete_policy,
+            failure_domains=_failure_domains(scope),
+            full_domains=_full_domains(scope, members),
+            nodes_known=scope.ready_ids is not None,
+            seed=str(scope.pool["metadata"].get("uid", "")),
+        )
+    )
+    scope.plan = step
+    for victim in step.delete:
+        await _delete_machine(scope, victim)
+    if step.create:
+        await _create_instances(scope, step.create)
+    booting = any(m.state is InstanceState.PENDING for m in members)
+    return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
+
+
+async def _delete_machine(scope: PoolScope, name: str) -> None:
+    """Scale-down goes through the owner Machine: core drains the Node, then deletes the infra
+    machine, whose finalizer terminates the instance."""
+    machine = scope.machines[name]
+    await scope.env.client.delete(
+        MACHINES, name, scope.namespace, uid=machine["metadata"].get("uid")
+    )
+
+
+async def _bootstrap_data(scope: PoolScope) -> tuple[bytes, str] | None:
+    assert scope.machine_pool is not None
+    template = scope.machine_pool["spec"].get("template", {}).get("spec") or {}
+    name = (template.get("bootstrap") or {}).get("dataSecretName")
+    if not name:
+        return None
+    try:
+        secret = await scope.env.client.get(SECRETS, name, scope.namespace)
+    except NotFound:
+        return None
+    value = (secret.get("data") or {}).get("value")
+    if not value:
+        return None
+    return base64.b64decode(value), f"{name}@{secret['metadata'].get('resourceVersion', '')}"
+
+
+async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
+    """Create instances with ids from the next free ordinals; re-reads the bootstrap data so
+    each new instance boots with the current token."""
+    assert scope.backend is not None
+    assert scope.machine_pool is not None
+    data = await _bootstrap_data(scope)
+    if data is None:
+        scope.block(
+            "WaitingForBootstrapData",
+            "MachinePool spec.template.spec.bootstrap.dataSecretName is not set or its Secret"
+            " has no data yet",
+        )
+        return
+    payload, version_tag = data
+    spec = scope.machine_pool["spec"]
+    version = str((spec.get("template", {}).get("spec") or {}).get("version") or "")
+    template_hash, attributes = scope.env.provider.template(scope.pool, version)
+    next_index = max((i.index for i in scope.instances), default=0) + 1
+    for offset, domain in enumerate(domains):
+        index = next_index + offset
+        instance_id = scope.env.provider.instance_id(scope.pool, index)
+        try:
+            created = await scope.backend.create(
+                InstanceSpec(
+                    pool_id=scope.key.name,
+                    instance_id=instance_id,
+                    index=index,
+                    failure_domain=domain,
+                    template_hash=template_hash,
+                    version=version,
+                    bootstrap_data=payload,
+                    bootstrap_version=version_tag,
+                    attributes=attributes,
+                )
+            )
+        except CloudError as exc:
+            scope.block("CloudError", f"creating instance {instance_id} failed: {exc}")
+            scope.errors.append(exc)
+            return
+        scope.instances.append(created)

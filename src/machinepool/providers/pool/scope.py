@@ -1,0 +1,94 @@
+"""The per-reconcile state the pool engine's phases share.
+
+Built by ``engine.PoolEngine.reconcile`` and handed to each phase in turn; each field's
+comment names the phase that fills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from machinepool.providers.pool.plan import Plan
+from machinepool.providers.pool.provider import PoolProvider
+from machinepool.providers.pool.strategy import RollingUpdate
+from machinepool.providers.pool.types import Backend, Instance
+from machinepool.runtime import Client, ClusterCache, EventRecorder, Informer, Obj, ObjectKey
+
+__all__ = ["EngineEnv", "PoolScope"]
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """What every reconcile of one engine uses: clients, informers, the provider."""
+
+    client: Client
+    provider: PoolProvider
+    cluster_cache: ClusterCache
+    recorder: EventRecorder
+    pools: Informer
+    infra_machines: Informer
+    machines: Informer
+    machine_pools: Informer
+    clusters: Informer
+
+
+@dataclass
+class PoolScope:
+    """One reconcile of one infra pool."""
+
+    env: EngineEnv
+    key: ObjectKey
+    pool: Obj
+    """The infra pool, mutated by phases and patched once on exit."""
+    machine_pool: Obj | None = None
+    """The owning MachinePool (observe.load_owner)."""
+    cluster: Obj | None = None
+    """Its Cluster (observe.load_owner)."""
+    backend: Backend | None = None
+    """observe.load_owner."""
+    instances: list[Instance] = field(default_factory=list)
+    """Every instance of the pool, terminated ones included (observe.list_instances)."""
+    infra_machines: dict[str, Obj] = field(default_factory=dict)
+    """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
+    machines: dict[str, Obj] = field(default_factory=dict)
+    """Owner Machines by infra machine name (observe.list_instances)."""
+    ready_ids: set[str] | None = None
+    """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
+    replicas: int = 0
+    """Desired instances (scale.decide)."""
+    strategy: RollingUpdate | None = None
+    """scale.decide."""
+    template_hash: str = ""
+    """scale.decide."""
+    plan: Plan | None = None
+    """scale.act."""
+    blocked: list[tuple[str, str]] = field(default_factory=list)
+    """(reason, message) of problems that keep the pool from converging (any phase)."""
+    halt: bool = False
+    """Set by a phase when later phases must not run (no owner, paused)."""
+    errors: list[Exception] = field(default_factory=list)
+    requeue: list[float] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.key.namespace
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.pool.setdefault("status", {})
+        return status
+
+    @property
+    def conditions(self) -> list[dict[str, Any]]:
+        conditions: list[dict[str, Any]] = self.status.setdefault("conditions", [])
+        return conditions
+
+    @property
+    def cluster_key(self) -> ObjectKey | None:
+        if self.machine_pool is None:
+            return None
+        return ObjectKey(self.namespace, str(self.machine_pool["spec"].get("clusterName", "")))
+
+    def block(self, reason: str, message: str) -> None:
+        self.blocked.append((reason, message))

@@ -1,0 +1,181 @@
+"""The sim provider's ``Backend``: create, list and delete instances of one SimMachinePool.
+
+Built per reconcile by the sim controller with that pool's settings and the namespace's
+current faults; the pool engine calls it. Creation is idempotent: the engine picks the
+instance id, the record is created under that name, and a second create of the same id
+returns the existing instance (the "creation record" is the instance itself, written in one
+atomic request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import random
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from machinepool.api import constants as c
+from machinepool.providers.pool.types import CloudError, Instance, InstanceSpec, InstanceState
+from machinepool.providers.sim.cloud import (
+    INSTANCE_LABEL,
+    INSTANCE_SECRET_TYPE,
+    POOL_ANNOTATION,
+    POOL_LABEL,
+    STATE_ANNOTATION,
+    Faults,
+    InstanceRecord,
+    now_utc,
+    provider_id,
+)
+from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
+
+__all__ = ["SimBackend", "SimPoolSettings"]
+
+
+class SimPoolSettings:
+    """A SimMachinePool's ``spec.sim`` with defaults applied."""
+
+    def __init__(self, spec: Mapping[str, object] | None) -> None:
+        spec = spec or {}
+        self.boot_delay = float(str(spec.get("bootDelaySeconds") or 0))
+        self.boot_failure_rate = float(str(spec.get("bootFailureRate") or 0))
+        capacity = int(str(spec.get("capacityPerFailureDomain") or 0))
+        self.capacity: int | None = capacity or None
+
+
+class SimBackend:
+    """Instances of one pool, stored as Secrets in the pool's namespace.
+
+    ``records`` lists the namespace's instance Secrets (an informer's view, or a fresh list);
+    ``owner`` is the ownerReference every record carries (the SimMachinePool), so garbage
+    collection removes records a crash left behind.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        records: Callable[[], list[Obj]],
+        *,
+        namespace: str,
+        pool: str,
+        cluster: str,
+        owner: Obj,
+        settings: SimPoolSettings,
+        faults: Faults,
+        zones: tuple[str, ...],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self._records = records
+        self.namespace = namespace
+        self.pool = pool
+        self.cluster = cluster
+        self.owner = owner
+        self.settings = settings
+        self.faults = faults
+        self.zones = zones
+        self._rng = rng or random.Random()
+
+    def failure_domains(self) -> Mapping[str, int | None]:
+        return {zone: self.settings.capacity for zone in self.zones}
+
+    async def list(self, pool_id: str) -> list[Instance]:
+        now = now_utc()
+        records = [InstanceRecord.from_secret(s) for s in self._records()]
+        return sorted(
+            (_instance(r, now) for r in records if r.pool == pool_id), key=lambda i: i.index
+        )
+
+    async def create(self, spec: InstanceSpec) -> Instance:
+        await self._weather("create")
+        now = now_utc()
+        record = InstanceRecord(
+            namespace=self.namespace,
+            id=spec.instance_id,
+            pool=spec.pool_id,
+            index=spec.index,
+            cluster=self.cluster,
+            failure_domain=spec.failure_domain,
+            provider_id=provider_id(spec.failure_domain, spec.instance_id),
+            template_hash=spec.template_hash,
+            version=spec.version,
+            created=now,
+            boot_at=now + timedelta(seconds=self.settings.boot_delay),
+            will_fail=self._rng.random() < self.settings.boot_failure_rate,
+            bootstrap_version=spec.bootstrap_version,
+            forced_state="",
+            attributes=dict(spec.attributes),
+        )
+        try:
+            created = await self.client.create(SECRETS, self._secret(record, spec), self.namespace)
+        except AlreadyExists:
+            created = await self.client.get(SECRETS, spec.instance_id, self.namespace)
+        self._after("create")
+        return _instance(InstanceRecord.from_secret(created), now_utc())
+
+    async def delete(self, instance_id: str) -> None:
+        """Terminate: the record stays as a tombstone (its index is never reused)."""
+        await self._weather("delete")
+        patch = {"metadata": {"annotations": {STATE_ANNOTATION: InstanceState.TERMINATED.value}}}
+        with contextlib.suppress(NotFound):
+            await self.client.patch(SECRETS, instance_id, patch, self.namespace)
+        self._after("delete")
+
+    async def purge(self, instance_id: str) -> None:
+        """Remove a terminated instance's record for good."""
+        await self.client.delete(SECRETS, instance_id, self.namespace)
+
+    def _secret(self, record: InstanceRecord, spec: InstanceSpec) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": INSTANCE_SECRET_TYPE,
+            "metadata": {
+                "name": record.id,
+                "namespace": self.namespace,
+                "labels": {
+                    INSTANCE_LABEL: "true",
+                    POOL_LABEL: c.pool_name_label_value(self.pool),
+                    c.CLUSTER_NAME_LABEL: self.cluster,
+                    **dict(spec.labels),
+                },
+                "annotations": {POOL_ANNOTATION: self.pool},
+                "ownerReferences": [self.owner],
+            },
+            "data": {
+                "instance.json": _b64(json.dumps(record.info(), sort_keys=True).encode()),
+                "userdata": _b64(spec.bootstrap_data),
+            },
+        }
+
+    async def _weather(self, call: str) -> None:
+        """Injected faults that strike before the call acts."""
+        if self.faults.stall_rate and self._rng.random() < self.faults.stall_rate:
+            await asyncio.sleep(self.faults.stall_seconds)
+        if self.faults.error_rate and self._rng.random() < self.faults.error_rate:
+            raise CloudError(f"simulated cloud error on {call} (injected fault)")
+
+    def _after(self, call: str) -> None:
+        """Injected faults that strike after the call took effect (a lost response)."""
+        if self.faults.error_after_rate and self._rng.random() < self.faults.error_after_rate:
+            raise CloudError(f"simulated cloud timeout after {call} (injected fault)")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _instance(record: InstanceRecord, now: datetime) -> Instance:
+    return Instance(
+        id=record.id,
+        provider_id=record.provider_id,
+        failure_domain=record.failure_domain,
+        state=record.state_at(now),
+        template_hash=record.template_hash,
+        created=record.created,
+        bootstrap_version=record.bootstrap_version,
+        index=record.index,
+    )

@@ -1,0 +1,75 @@
+"""The sim provider's side of the pool engine: its kinds, backend, template and ids.
+
+``SimProvider`` implements ``machinepool.providers.pool.PoolProvider`` for SimMachinePool /
+SimMachine; ``machinepool.providers.sim.setup`` builds one and starts the engine with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.providers.pool import Backend, template_hash
+from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
+from machinepool.providers.sim.cloud import DEFAULT_ZONES, SimCloud
+from machinepool.runtime import Client, Informer, Obj, Resource
+
+__all__ = ["SIM_MACHINES", "SIM_MACHINE_POOLS", "SimProvider"]
+
+SIM_MACHINE_POOLS = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "simmachinepools", "SimMachinePool")
+SIM_MACHINES = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "simmachines", "SimMachine")
+_MAX_NAME_PREFIX = 200
+
+
+class SimProvider:
+    """SimMachinePool/SimMachine over instance records in the management cluster."""
+
+    pool_resource = SIM_MACHINE_POOLS
+    machine_resource = SIM_MACHINES
+    pool_finalizer = "simmachinepool.infrastructure.cluster.x-k8s.io"
+    machine_finalizer = "simmachine.infrastructure.cluster.x-k8s.io"
+    component = "sim-provider"
+
+    def __init__(self, client: Client, records: Informer, zones: tuple[str, ...]) -> None:
+        self.client = client
+        self.records = records
+        self.zones = zones or DEFAULT_ZONES
+        self.cloud = SimCloud(client)
+
+    async def backend(self, pool: Obj) -> Backend:
+        meta = pool["metadata"]
+        namespace = str(meta.get("namespace", ""))
+        owner = {
+            "apiVersion": SIM_MACHINE_POOLS.api_version,
+            "kind": SIM_MACHINE_POOLS.kind,
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
+        return SimBackend(
+            self.client,
+            lambda: self.records.list(namespace),
+            namespace=namespace,
+            pool=str(meta["name"]),
+            cluster=str((meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL, "")),
+            owner=owner,
+            settings=SimPoolSettings((pool.get("spec") or {}).get("sim")),
+            faults=await self.cloud.faults(namespace),
+            zones=self.zones,
+        )
+
+    def template(self, pool: Obj, version: str) -> tuple[str, Mapping[str, str]]:
+        spec = (pool.get("spec") or {}).get("template") or {}
+        shape = {"instanceType": str(spec.get("instanceType") or "")}
+        image = str(spec.get("image") or "")
+        return template_hash(version, image, shape), {**shape, "image": image}
+
+    def instance_id(self, pool: Obj, index: int) -> str:
+        """``<pool>-<uid prefix>-<ordinal>``: also the SimMachine, Machine and Node name."""
+        meta = pool["metadata"]
+        uid = str(meta.get("uid", ""))[:5]
+        return f"{str(meta['name'])[:_MAX_NAME_PREFIX]}-{uid}-{index}"
+
+    def strategy(self, pool: Obj) -> Mapping[str, Any] | None:
+        strategy: Mapping[str, Any] | None = (pool.get("spec") or {}).get("strategy")
+        return strategy
