@@ -1,0 +1,102 @@
+"""The AWSMachine controller: terminate a pool instance when its AWSMachine is deleted.
+
+Pool AWSMachines are created by the AWSMachinePool ``machines`` phase with a finalizer. They are
+deleted by the core Machine controller after it drained the Node (or by the pool when its
+instance vanished, or on pool deletion). The finalizer calls
+TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity=True, so the group
+shrinks by exactly the instance that was drained instead of picking its own victim. When the
+decrement would take the group below its minimum size AWS refuses it; the instance is then
+terminated without decrement and the group replaces it, which is what deleting a Machine of a
+pool at its minimum means. An instance that is already gone needs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER
+from machinepool.providers.aws import plan
+from machinepool.providers.aws.cloud import AWS, AWSError
+from machinepool.providers.aws.scope import AWSMACHINES
+from machinepool.runtime import Client, EventRecorder, KVLogger, NotFound, ObjectKey, Result
+from machinepool.runtime.patch import Patcher
+
+__all__ = ["AWSMachineReconciler"]
+
+
+def _instance_id(obj: dict[str, Any]) -> str | None:
+    spec = obj.get("spec") or {}
+    if spec.get("instanceID"):
+        return str(spec["instanceID"])
+    parsed = plan.parse_provider_id(str(spec.get("providerID") or ""))
+    return parsed[1] if parsed else None
+
+
+def _gone(exc: AWSError) -> bool:
+    """The instance no longer exists, or no longer belongs to a group."""
+    text = exc.message.lower()
+    return exc.not_found or "not found" in text or "not part of" in text or "terminated" in text
+
+
+class AWSMachineReconciler:
+    """Reconciles AWSMachines: only deletion does anything (instances belong to the group)."""
+
+    def __init__(self, client: Client, aws: AWS, recorder: EventRecorder, log: KVLogger) -> None:
+        self.client = client
+        self.aws = aws
+        self.recorder = recorder
+        self.log = log
+
+    async def reconcile(self, key: ObjectKey) -> Result:
+        try:
+            obj = await self.client.get(AWSMACHINES, key.name, key.namespace)
+        except NotFound:
+            return Result()
+        meta = obj["metadata"]
+        if not meta.get("deletionTimestamp") or AWS_MACHINE_FINALIZER not in (
+            meta.get("finalizers") or []
+        ):
+            return Result()
+        instance = _instance_id(obj)
+        if instance is not None:
+            await self._terminate(obj, instance)
+        patcher = Patcher(self.client, AWSMACHINES, obj)
+        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != AWS_MACHINE_FINALIZER]
+        with contextlib.suppress(NotFound):  # gone already: nothing left to release
+            await patcher.patch(obj)
+        return Result()
+
+    async def _terminate(self, obj: dict[str, Any], instance: str) -> None:
+        try:
+            await self._terminate_in_group(instance, decrement=True)
+        except AWSError as exc:
+            if "min size" in exc.message.lower() or "minsize" in exc.message.lower():
+                await self._terminate_in_group(instance, decrement=False)
+            elif _gone(exc):
+                await self._terminate_outside_group(instance)
+            else:
+                await self.recorder.event(
+                    obj, "Warning", "TerminateFailed", f"instance {instance}: {exc.summary}"
+                )
+                raise
+        await self.recorder.event(
+            obj, "Normal", "InstanceTerminated", f"terminated instance {instance}"
+        )
+        self.log.info("terminated instance", instance=instance, awsmachine=obj["metadata"]["name"])
+
+    async def _terminate_in_group(self, instance: str, *, decrement: bool) -> None:
+        await self.aws.call(
+            "autoscaling",
+            "terminate_instance_in_auto_scaling_group",
+            InstanceId=instance,
+            ShouldDecrementDesiredCapacity=decrement,
+        )
+
+    async def _terminate_outside_group(self, instance: str) -> None:
+        """A detached (or already terminated) instance: terminate it directly if it exists."""
+        try:
+            await self.aws.call("ec2", "terminate_instances", InstanceIds=[instance])
+        except AWSError as exc:
+            if not _gone(exc):
+                raise

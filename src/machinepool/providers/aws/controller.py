@@ -1,0 +1,261 @@
+"""The AWSMachinePool reconcile: read, run the phases, summarise, patch once.
+
+``AWSMachinePoolReconciler.reconcile`` is the controller's entry point (wired by ``setup`` in
+this package's ``__init__``). It reads the pool, its owning MachinePool and Cluster, builds a
+``Scope``, and runs, in order: ``asg.observe``, then for a live pool ``launchtemplate``,
+``asg.reconcile_group``, ``refresh``, ``groupsettings`` and ``machines``; for a deleted pool
+``delete``. Every phase runs even when an earlier one failed (they skip what they cannot do);
+errors are collected and raised together after the single patch, so the controller backs off
+while conditions already say what failed. Invalid specs (``webhook.validate``) are reported
+as ``ASGReady=False, InvalidConfiguration`` and not retried until the spec changes.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from machinepool.api import conditions as cond
+from machinepool.api import constants as c
+from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
+from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
+from machinepool.providers.aws.cloud import AWS, AWSError
+from machinepool.providers.aws.scope import (
+    ASG_READY,
+    AWSMACHINEPOOLS,
+    LAUNCH_TEMPLATE_READY,
+    MACHINEPOOLS,
+    Options,
+    Scope,
+)
+from machinepool.providers.aws.webhook import validate
+from machinepool.runtime import (
+    CLUSTERS,
+    SECRETS,
+    ApiError,
+    Client,
+    EventRecorder,
+    Informer,
+    KVLogger,
+    NotFound,
+    ObjectKey,
+    Result,
+)
+from machinepool.runtime.patch import Patcher
+
+__all__ = ["AWSMachinePoolReconciler", "Phase"]
+
+Phase = Callable[[Scope], Awaitable[Result]]
+
+_LIVE_PHASES: tuple[Phase, ...] = (
+    launchtemplate.reconcile_launch_template,
+    asg.reconcile_group,
+    refresh.reconcile_refresh,
+    groupsettings.reconcile_group_settings,
+    machines.reconcile_machines,
+)
+_SUMMARISED = (ASG_READY, LAUNCH_TEMPLATE_READY)
+
+
+def _owner_pool_name(pool: dict[str, Any]) -> str | None:
+    for ref in pool["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "MachinePool" and str(ref.get("apiVersion", "")).startswith(
+            c.CLUSTER_GROUP + "/"
+        ):
+            return str(ref["name"])
+    return None
+
+
+def summarise(status: dict[str, Any]) -> None:
+    """Ready = ASGReady and LaunchTemplateReady; otherwise the first one not True explains."""
+    conditions = status.setdefault("conditions", [])
+    for type_ in _SUMMARISED:
+        found = cond.get_condition(conditions, type_)
+        if found is None or found.get("status") != cond.TRUE:
+            found = found or {"status": cond.FALSE, "reason": "WaitingFor" + type_}
+            cond.set_v1beta1_condition(
+                conditions,
+                c.V1BETA1_READY_CONDITION,
+                str(found.get("status")),
+                str(found.get("reason") or ""),
+                str(found.get("message") or ""),
+                str(found.get("severity") or c.SEVERITY_INFO),
+            )
+            return
+    cond.set_v1beta1_condition(conditions, c.V1BETA1_READY_CONDITION, True)
+
+
+class AWSMachinePoolReconciler:
+    """Reconciles AWSMachinePools against EC2 Auto Scaling."""
+
+    def __init__(
+        self,
+        client: Client,
+        aws: AWS,
+        recorder: EventRecorder,
+        log: KVLogger,
+        options: Options,
+        aws_machines: Informer,
+        machine_informer: Informer,
+    ) -> None:
+        self.client = client
+        self.aws = aws
+        self.recorder = recorder
+        self.log = log
+        self.options = options
+        self.aws_machines = aws_machines
+        self.machines = machine_informer
+
+    async def reconcile(self, key: ObjectKey) -> Result:
+        try:
+            pool = await self.client.get(AWSMACHINEPOOLS, key.name, key.namespace)
+        except NotFound:
+            return Result()
+        scope = await self._scope(pool)
+        if scope is None or await self._paused(scope):
+            return Result()
+        if scope.deleting:
+            return await self._run(scope, (delete.reconcile_delete,))
+        if not scope.has_finalizer:
+            scope.pool["metadata"].setdefault("finalizers", []).append(AWS_MACHINE_POOL_FINALIZER)
+            await scope.checkpoint()
+        if not await self._ready_to_build(scope):
+            return await self._finish(scope)
+        return await self._run(scope, _LIVE_PHASES)
+
+    # -- building the scope ----------------------------------------------------------------
+
+    async def _scope(self, pool: dict[str, Any]) -> Scope | None:
+        meta = pool["metadata"]
+        mp_name = _owner_pool_name(pool)
+        machine_pool: dict[str, Any] | None = None
+        if mp_name is not None:
+            try:
+                machine_pool = await self.client.get(MACHINEPOOLS, mp_name, meta["namespace"])
+            except NotFound:
+                machine_pool = None
+        if machine_pool is None and not meta.get("deletionTimestamp"):
+            self.log.info(
+                "waiting for the MachinePool to own this AWSMachinePool", pool=meta["name"]
+            )
+            return None
+        if machine_pool is None:  # deleting without its MachinePool: enough to clean up
+            machine_pool = {"metadata": {"name": meta["name"]}, "spec": {"template": {"spec": {}}}}
+        cluster = str(
+            machine_pool["spec"].get("clusterName")
+            or (meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL)
+            or ""
+        )
+        return Scope(
+            client=self.client,
+            aws=self.aws,
+            recorder=self.recorder,
+            log=self.log.bind(pool=f"{meta['namespace']}/{meta['name']}"),
+            options=self.options,
+            pool=pool,
+            patcher=Patcher(self.client, AWSMACHINEPOOLS, pool),
+            machine_pool=machine_pool,
+            cluster_name=cluster,
+            aws_machines=self.aws_machines,
+            machines=self.machines,
+        )
+
+    async def _paused(self, scope: Scope) -> bool:
+        """The pool or its Cluster is paused: touch nothing, not even status."""
+        if c.PAUSED_ANNOTATION in (scope.pool["metadata"].get("annotations") or {}):
+            return True
+        try:
+            cluster = await self.client.get(CLUSTERS, scope.cluster_name, scope.namespace)
+        except NotFound:
+            return False
+        return bool((cluster.get("spec") or {}).get("paused"))
+
+    async def _ready_to_build(self, scope: Scope) -> bool:
+        """Spec valid, cluster infrastructure provisioned, bootstrap data present."""
+        problems = validate(scope.pool)
+        if problems:
+            scope.mark(
+                ASG_READY, False, "InvalidConfiguration", "; ".join(problems), c.SEVERITY_ERROR
+            )
+            return False
+        if not await self._cluster_ready(scope):
+            return False
+        return await self._load_user_data(scope)
+
+    async def _cluster_ready(self, scope: Scope) -> bool:
+        try:
+            cluster = await self.client.get(CLUSTERS, scope.cluster_name, scope.namespace)
+        except NotFound:
+            scope.mark(
+                ASG_READY, False, "WaitingForCluster", f"Cluster {scope.cluster_name} not found"
+            )
+            return False
+        status = cluster.get("status") or {}
+        provisioned = (status.get("initialization") or {}).get("infrastructureProvisioned")
+        if not provisioned and not cond.is_true(
+            status.get("conditions"), c.INFRASTRUCTURE_READY_CONDITION
+        ):
+            scope.mark(ASG_READY, False, "WaitingForClusterInfrastructure", "")
+            return False
+        return True
+
+    async def _load_user_data(self, scope: Scope) -> bool:
+        bootstrap = scope.machine_pool["spec"]["template"]["spec"].get("bootstrap") or {}
+        secret_name = bootstrap.get("dataSecretName")
+        if not secret_name:
+            scope.mark(ASG_READY, False, "WaitingForBootstrapData", "")
+            return False
+        try:
+            secret = await self.client.get(SECRETS, secret_name, scope.namespace)
+        except NotFound:
+            scope.mark(
+                ASG_READY, False, "WaitingForBootstrapData", f"Secret {secret_name} not found"
+            )
+            scope.busy = True
+            return False
+        value = (secret.get("data") or {}).get("value")
+        if not value:
+            scope.mark(
+                ASG_READY,
+                False,
+                "WaitingForBootstrapData",
+                f"Secret {secret_name} has no data key 'value'",
+                c.SEVERITY_WARNING,
+            )
+            return False
+        base64.b64decode(value, validate=True)  # the launch template wants exactly this
+        scope.user_data = str(value)
+        return True
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def _run(self, scope: Scope, phases: tuple[Phase, ...]) -> Result:
+        try:
+            await asg.observe(scope)
+        except AWSError as exc:
+            scope.errors.append(exc)
+            return await self._finish(scope)
+        for phase in phases:
+            try:
+                await phase(scope)
+            except (AWSError, ApiError) as exc:
+                scope.errors.append(exc)
+        return await self._finish(scope)
+
+    async def _finish(self, scope: Scope) -> Result:
+        if not scope.deleting:
+            summarise(scope.status)
+        try:
+            scope.pool = await scope.patcher.patch(scope.pool)
+        except NotFound:
+            return Result()  # deleted while we worked: nothing left to report on
+        for exc in scope.errors:
+            if isinstance(exc, AWSError):
+                await self.recorder.event(scope.pool, "Warning", "ReconcileFailed", str(exc))
+        if len(scope.errors) == 1:
+            raise scope.errors[0]
+        if scope.errors:
+            raise ExceptionGroup(f"AWSMachinePool {scope.namespace}/{scope.name}", scope.errors)
+        interval = self.options.busy_poll_interval if scope.busy else self.options.poll_interval
+        return Result(requeue_after=interval)

@@ -1,0 +1,286 @@
+"""Machines phase: providerIDs, one AWSMachine per instance, and drain-safe scale-down.
+
+Run last by ``controller.reconcile``. It writes ``spec.providerIDList`` (sorted) and the
+replica/instance status from the group's live instances, and marks the pool ready once that
+list covers every InService instance. Each instance gets an AWSMachine (named
+``<pool>-<instance-id>`` so a retried create finds it, labelled cluster-name and pool-name,
+owned by the AWSMachinePool without being controlled by it): core turns those into Machines.
+
+Scale-down: when the group's desired capacity exceeds what the MachinePool asks for, victims
+are chosen (``plan.order_victims``) among instances whose Machine exists, and their Machines
+are deleted. The Machine controller drains the Node and deletes the AWSMachine, whose
+finalizer (``awsmachine``) terminates the instance with a decrement. An AWSMachine without an
+owner Machine is never a victim. An instance that vanished out of band loses its Machine (or
+its AWSMachine, when no Machine was made yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from machinepool.api import conditions as cond
+from machinepool.api import constants as c
+from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, GROUP_VERSION
+from machinepool.providers.aws import plan
+from machinepool.providers.aws.scope import AWSMACHINES, MACHINES, Scope
+from machinepool.runtime import AlreadyExists, NotFound, Result
+
+__all__ = ["aws_machine_name", "owner_machine", "pool_aws_machines", "reconcile_machines"]
+
+_GONE_STATES = frozenset(
+    {
+        "Terminating",
+        "Terminating:Wait",
+        "Terminating:Proceed",
+        "Terminated",
+        "Detaching",
+        "Detached",
+    }
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def aws_machine_name(pool: str, instance_id: str) -> str:
+    """Deterministic AWSMachine name of an instance (at most 253 characters)."""
+    return f"{pool[: 252 - len(instance_id)]}-{instance_id}"
+
+
+def _ec2_state(lifecycle: str) -> str:
+    if lifecycle == "InService":
+        return "running"
+    if lifecycle.startswith("Pending"):
+        return "pending"
+    if lifecycle == "Standby":
+        return "stopped"
+    return "shutting-down"
+
+
+def owner_machine(scope: Scope, aws_machine: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Machine that owns ``aws_machine`` (by ownerReference, else by infrastructureRef)."""
+    meta = aws_machine["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "Machine" and str(ref.get("apiVersion", "")).startswith(
+            c.CLUSTER_GROUP + "/"
+        ):
+            found = scope.machines.get(str(ref["name"]), meta["namespace"])
+            if found is not None:
+                return found
+    found = scope.machines.get(meta["name"], meta["namespace"])
+    infra = ((found or {}).get("spec") or {}).get("infrastructureRef") or {}
+    if (
+        found is not None
+        and infra.get("kind") == "AWSMachine"
+        and infra.get("name") == meta["name"]
+    ):
+        return found
+    return None
+
+
+def pool_aws_machines(scope: Scope) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in scope.aws_machines.list(scope.namespace)
+        if (m["metadata"].get("labels") or {}).get(c.POOL_NAME_LABEL) == scope.pool_label
+        and (m["metadata"].get("labels") or {}).get(c.CLUSTER_NAME_LABEL) == scope.cluster_name
+    ]
+
+
+def _new_aws_machine(scope: Scope, instance: Mapping[str, Any]) -> dict[str, Any]:
+    iid, zone = str(instance["InstanceId"]), str(instance["AvailabilityZone"])
+    meta = scope.pool["metadata"]
+    spec: dict[str, Any] = {
+        "providerID": plan.provider_id(zone, iid),
+        "instanceID": iid,
+        "failureDomain": zone,
+    }
+    if instance.get("InstanceType"):
+        spec["instanceType"] = instance["InstanceType"]
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "AWSMachine",
+        "metadata": {
+            "name": aws_machine_name(scope.name, iid),
+            "namespace": scope.namespace,
+            "labels": {
+                c.CLUSTER_NAME_LABEL: scope.cluster_name,
+                c.POOL_NAME_LABEL: scope.pool_label,
+            },
+            "finalizers": [AWS_MACHINE_FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "AWSMachinePool",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def _machine_status(instance: Mapping[str, Any]) -> dict[str, Any]:
+    lifecycle = str(instance.get("LifecycleState", ""))
+    return {"ready": lifecycle == "InService", "instanceState": _ec2_state(lifecycle)}
+
+
+async def _ensure_aws_machine(
+    scope: Scope, instance: Mapping[str, Any], existing: Mapping[str, Any] | None
+) -> None:
+    status = _machine_status(instance)
+    if existing is None:
+        body = _new_aws_machine(scope, instance)
+        try:
+            existing = await scope.client.create(AWSMACHINES, body, scope.namespace)
+        except AlreadyExists:
+            existing = await scope.client.get(
+                AWSMACHINES, body["metadata"]["name"], scope.namespace
+            )
+    current = existing.get("status") or {}
+    if any(current.get(k) != v for k, v in status.items()):
+        await scope.client.patch(
+            AWSMACHINES,
+            existing["metadata"]["name"],
+            {"status": status},
+            scope.namespace,
+            subresource="status",
+        )
+
+
+async def _remove_vanished(scope: Scope, aws_machine: Mapping[str, Any]) -> None:
+    """The instance is gone: delete its Machine (core cleans up), else the AWSMachine."""
+    meta = aws_machine["metadata"]
+    machine = owner_machine(scope, aws_machine)
+    try:
+        if machine is not None:
+            if not machine["metadata"].get("deletionTimestamp"):
+                await scope.client.delete(MACHINES, machine["metadata"]["name"], meta["namespace"])
+        elif not meta.get("deletionTimestamp"):
+            await scope.client.delete(AWSMACHINES, meta["name"], meta["namespace"])
+    except NotFound:
+        pass
+
+
+async def _sync_aws_machines(scope: Scope, live: list[dict[str, Any]]) -> None:
+    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in pool_aws_machines(scope)}
+    live_pids = set()
+    for instance in live:
+        pid = plan.provider_id(instance["AvailabilityZone"], instance["InstanceId"])
+        live_pids.add(pid)
+        existing = by_pid.get(pid)
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+            continue
+        await _ensure_aws_machine(scope, instance, existing)
+    for pid, aws_machine in by_pid.items():
+        if pid not in live_pids:
+            await _remove_vanished(scope, aws_machine)
+
+
+async def _launch_times(scope: Scope, ids: list[str]) -> dict[str, datetime]:
+    if not ids:
+        return {}
+    out = await scope.aws.call("ec2", "describe_instances", InstanceIds=ids)
+    times: dict[str, datetime] = {}
+    for reservation in out.get("Reservations") or []:
+        for inst in reservation.get("Instances") or []:
+            launched = inst.get("LaunchTime")
+            if isinstance(launched, datetime):
+                times[str(inst["InstanceId"])] = launched
+    return times
+
+
+def _machine_ready_false(machine: Mapping[str, Any]) -> bool:
+    ready = cond.get_condition((machine.get("status") or {}).get("conditions"), c.READY_CONDITION)
+    return ready is not None and ready.get("status") == cond.FALSE
+
+
+async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[plan.Candidate], int]:
+    """Removable instances with their Machines, and how many are already on their way out."""
+    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in pool_aws_machines(scope)}
+    times = await _launch_times(scope, [str(i["InstanceId"]) for i in live])
+    candidates: list[plan.Candidate] = []
+    leaving = 0
+    for instance in live:
+        iid = str(instance["InstanceId"])
+        aws_machine = by_pid.get(plan.provider_id(instance["AvailabilityZone"], iid))
+        machine = owner_machine(scope, aws_machine) if aws_machine is not None else None
+        if (aws_machine or {}).get("metadata", {}).get("deletionTimestamp") or (
+            machine is not None and machine["metadata"].get("deletionTimestamp")
+        ):
+            leaving += 1
+            continue
+        if machine is None:
+            continue  # no Machine yet: never a victim (its Node could not be drained)
+        annotations = machine["metadata"].get("annotations") or {}
+        version = str((instance.get("LaunchTemplate") or {}).get("Version") or "")
+        candidates.append(
+            plan.Candidate(
+                name=str(machine["metadata"]["name"]),
+                delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
+                healthy=instance.get("LifecycleState") == "InService"
+                and instance.get("HealthStatus", "Healthy") == "Healthy"
+                and not _machine_ready_false(machine),
+                outdated=bool(scope.latest_version) and version != scope.latest_version,
+                launched=times.get(iid, _EPOCH),
+            )
+        )
+    return candidates, leaving
+
+
+async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
+    if scope.group is None or plan.replicas_managed_externally(
+        scope.machine_pool["metadata"].get("annotations")
+    ):
+        return
+    target = plan.desired_capacity(
+        scope.machine_pool["spec"].get("replicas"),
+        int(scope.spec.get("minSize", 1)),
+        int(scope.spec.get("maxSize", 1)),
+    )
+    excess = int(scope.group.get("DesiredCapacity") or 0) - target
+    if excess <= 0:
+        return
+    scope.busy = True
+    candidates, leaving = await _candidates(scope, live)
+    for victim in plan.order_victims(candidates)[: max(0, excess - leaving)]:
+        try:
+            await scope.client.delete(MACHINES, victim.name, scope.namespace)
+        except NotFound:
+            continue
+        await scope.recorder.event(
+            scope.pool,
+            "Normal",
+            "ScalingDown",
+            f"deleting Machine {victim.name} to scale {scope.asg_name} down to {target}",
+        )
+
+
+async def reconcile_machines(scope: Scope) -> Result:
+    """providerIDList, replicas, ready; AWSMachines per instance; scale-down through Machines."""
+    if scope.group is None:
+        scope.status["ready"] = False
+        return Result()
+    live = [
+        i for i in scope.group.get("Instances") or [] if i.get("LifecycleState") not in _GONE_STATES
+    ]
+    ids = sorted(plan.provider_id(i["AvailabilityZone"], i["InstanceId"]) for i in live)
+    scope.spec["providerIDList"] = ids
+    scope.status["replicas"] = len(ids)
+    scope.status["instances"] = [
+        {"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)
+    ]
+    scope.status["infrastructureMachineKind"] = "AWSMachine"
+    in_service = {
+        plan.provider_id(i["AvailabilityZone"], i["InstanceId"])
+        for i in live
+        if i.get("LifecycleState") == "InService"
+    }
+    scope.status["ready"] = in_service <= set(ids)
+    if len(live) != int(scope.group.get("DesiredCapacity") or 0) or len(in_service) != len(live):
+        scope.busy = True
+    await _sync_aws_machines(scope, live)
+    await _scale_down(scope, live)
+    return Result()

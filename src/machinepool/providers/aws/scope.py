@@ -1,0 +1,148 @@
+"""What one AWSMachinePool reconcile shares between its phases, and the resources it touches.
+
+``controller.reconcile`` builds a ``Scope`` after reading the AWSMachinePool, its MachinePool
+and Cluster; the phases (``launchtemplate``, ``asg``, ``refresh``, ``groupsettings``,
+``machines``, ``delete``) read and fill it. Each field's comment says which phase fills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from machinepool.api import conditions as cond
+from machinepool.api import constants as c
+from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
+from machinepool.providers.aws.cloud import AWS, AWSError
+from machinepool.runtime import Client, EventRecorder, Informer, KVLogger, Resource
+from machinepool.runtime.patch import Patcher
+
+__all__ = [
+    "AWSMACHINEPOOLS",
+    "AWSMACHINES",
+    "MACHINEPOOLS",
+    "MACHINES",
+    "Options",
+    "Scope",
+]
+
+AWSMACHINEPOOLS = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachinepools", "AWSMachinePool")
+AWSMACHINES = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachines", "AWSMachine")
+MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
+MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
+
+# Condition types and reasons of AWSMachinePool (CAPA's names).
+ASG_READY = "ASGReady"
+LAUNCH_TEMPLATE_READY = "LaunchTemplateReady"
+INSTANCE_REFRESH_STARTED = "InstanceRefreshStarted"
+LIFECYCLE_HOOK_READY = "LifecycleHookReady"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Provider settings (``setup(..., **options)``), with defaults.
+
+    ``poll_interval`` [30 s]: how often a settled pool is re-read from AWS (instances launch
+    and die without Kubernetes events). ``busy_poll_interval`` [5 s]: the same while the pool
+    is converging (scaling, refreshing, waiting for a cancellation). ``concurrency`` [4]:
+    pools reconciled at once.
+    """
+
+    poll_interval: float = 30.0
+    busy_poll_interval: float = 5.0
+    concurrency: int = 4
+
+
+@dataclass
+class Scope:
+    """One reconcile of one AWSMachinePool."""
+
+    client: Client
+    aws: AWS
+    recorder: EventRecorder
+    log: KVLogger
+    options: Options
+    pool: dict[str, Any]
+    """The AWSMachinePool, mutated by phases and patched once at the end."""
+    patcher: Patcher
+    machine_pool: dict[str, Any]
+    """The owning MachinePool (read; spec.replicas written only when managed externally)."""
+    cluster_name: str
+    aws_machines: Informer
+    machines: Informer
+    user_data: str | None = None
+    """Base64 bootstrap data from the MachinePool's data secret (launchtemplate)."""
+    template_id: str | None = None
+    """ID of the pool's launch template (launchtemplate)."""
+    latest_version: str | None = None
+    """Latest version number of the launch template (launchtemplate)."""
+    group: dict[str, Any] | None = None
+    """The Auto Scaling group as DescribeAutoScalingGroups returned it (asg)."""
+    busy: bool = False
+    """Something is converging: come back after ``busy_poll_interval`` (any phase)."""
+    errors: list[Exception] = field(default_factory=list)
+
+    # -- names ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return str(self.pool["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.pool["metadata"]["namespace"])
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.pool.setdefault("spec", {})  # type: ignore[no-any-return]
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.pool.setdefault("status", {})  # type: ignore[no-any-return]
+
+    @property
+    def asg_name(self) -> str:
+        """The group's name: recorded in status once chosen, the pool's name before that."""
+        return str(self.status.get("asgName") or self.name)
+
+    @property
+    def template_name(self) -> str:
+        """Launch template name: spec.awsLaunchTemplate.name, else the pool's name."""
+        return str((self.spec.get("awsLaunchTemplate") or {}).get("name") or self.name)
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.pool["metadata"].get("deletionTimestamp"))
+
+    @property
+    def pool_label(self) -> str:
+        return c.pool_name_label_value(str(self.machine_pool["metadata"]["name"]))
+
+    # -- conditions -----------------------------------------------------------------------
+
+    def mark(
+        self,
+        type_: str,
+        status: bool,
+        reason: str = "",
+        message: str = "",
+        severity: str = c.SEVERITY_INFO,
+    ) -> None:
+        """Set a (v1beta1-style, as CAPA's) condition on the pool."""
+        conditions = self.status.setdefault("conditions", [])
+        cond.set_v1beta1_condition(
+            conditions, type_, status, reason, message, "" if status else severity
+        )
+
+    def fail(self, type_: str, reason: str, exc: AWSError) -> AWSError:
+        """Record an AWS failure on condition ``type_`` (code and message) and return it."""
+        self.mark(type_, False, reason, exc.summary, c.SEVERITY_ERROR)
+        return exc
+
+    async def checkpoint(self) -> None:
+        """Write status now, before a step whose result must survive a crash."""
+        self.pool = await self.patcher.patch(self.pool)
+
+    @property
+    def has_finalizer(self) -> bool:
+        return AWS_MACHINE_POOL_FINALIZER in (self.pool["metadata"].get("finalizers") or [])
