@@ -1,1 +1,47 @@
-"""kubelet."""
+"""machinepool.kubelet: the node simulator that turns running sim instances into Nodes.
+
+Watches the simulated cloud's instance records (``machinepool.providers.sim``), joins each
+running instance to its workload cluster with the bootstrap token it booted with, heartbeats
+its Node, runs the pods bound to it and removes the Node when the instance is terminated.
+Wire it with ``await setup(mgr, cluster_cache)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.api.infra_sim import INSTANCE_LABEL
+from machinepool.kubelet.agent import KubeletSimulator
+from machinepool.kubelet.join import JoinRejected, ca_pin, verify_join
+from machinepool.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
+from machinepool.runtime import SECRETS, ClusterCache, FuncHandler, Manager
+
+__all__ = [
+    "InvalidBootstrapData",
+    "JoinInfo",
+    "JoinRejected",
+    "KubeletSimulator",
+    "ca_pin",
+    "parse_join",
+    "setup",
+    "verify_join",
+]
+
+
+async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
+    """Register the node simulator on ``mgr``.
+
+    Options: ``heartbeat_seconds`` (Ready heartbeat period, default 30), ``concurrency``
+    (default 4). Other options are ignored.
+    """
+    records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
+    sim = KubeletSimulator(
+        mgr.client,
+        records,
+        cluster_cache,
+        heartbeat_seconds=float(options.get("heartbeat_seconds", 30.0)),
+    )
+    records.add_handler(FuncHandler(delete=sim.remember_deleted))
+    ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=int(options.get("concurrency", 4)))
+    sim.controller = ctrl
+    ctrl.watch(records)

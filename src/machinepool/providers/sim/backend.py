@@ -173,7 +173,7 @@ def _instance(record: InstanceRecord, now: datetime) -> Instance:
         id=record.id,
         provider_id=record.provider_id,
         failure_domain=record.failure_domain,
-        state=record.state_at(now),
+        state=InstanceState(record.state_at(now)),
         template_hash=record.template_hash,
         created=record.created,
         bootstrap_version=record.bootstrap_version,

@@ -1,0 +1,226 @@
+"""The node simulator's controller: one reconcile per simulated instance.
+
+For a running instance it joins the workload cluster with the bootstrap data the instance
+booted with (``join.py``), registers the Node, heartbeats Ready, and runs the pods bound to it:
+pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
+drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
+NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
+controller would. Wired by ``machinepool.kubelet.setup``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+from machinepool.api.infra_sim import InstanceRecord, user_data
+from machinepool.kubelet.join import JoinRejected, verify_join
+from machinepool.kubelet.joinconfig import InvalidBootstrapData, parse_join
+from machinepool.kubelet.node import node_object, node_status, pod_running_status
+from machinepool.runtime import (
+    NODES,
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    ClusterCache,
+    ClusterNotConnected,
+    Controller,
+    Informer,
+    NotFound,
+    Obj,
+    ObjectKey,
+    Result,
+    field_indexer,
+    get_logger,
+)
+
+__all__ = ["KubeletSimulator"]
+
+NODE_NAME_INDEX = "kubelet-sim.nodeName"
+log = get_logger(__name__)
+
+
+class KubeletSimulator:
+    """Reconciles instance records (Secrets) into Nodes and pod status in workload clusters."""
+
+    def __init__(
+        self,
+        client: Any,
+        records: Informer,
+        cluster_cache: ClusterCache,
+        *,
+        heartbeat_seconds: float = 30.0,
+        retry_seconds: float = 5.0,
+    ) -> None:
+        self.client = client
+        self.records = records
+        self.cluster_cache = cluster_cache
+        self.heartbeat = heartbeat_seconds
+        self.retry = retry_seconds
+        self.controller: Controller | None = None
+        self._gone: dict[ObjectKey, InstanceRecord] = {}
+        self._node_keys: dict[str, ObjectKey] = {}
+        self._pod_watches: set[ObjectKey] = set()
+
+    def remember_deleted(self, secret: Obj) -> None:
+        """Keep a deleted record so its reconcile can still find (and delete) the Node."""
+        record = InstanceRecord.from_secret(secret)
+        self._gone[ObjectKey(record.namespace, record.id)] = record
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        secret = self.records.get_key(key)
+        if secret is None:
+            gone = self._gone.pop(key, None)
+            if gone is not None:
+                await self._delete_node(gone)
+            return None
+        record = InstanceRecord.from_secret(secret)
+        if not record.cluster:
+            return None
+        self._node_keys[record.id] = key
+        now = datetime.now(UTC)
+        state = record.state_at(now)
+        if state == "pending":
+            return Result(requeue_after=max(0.2, (record.boot_at - now).total_seconds() + 0.05))
+        try:
+            return await self._converge(record, secret, state, now)
+        except ClusterNotConnected as exc:
+            log.info("workload cluster not reachable", instance=record.id, error=str(exc))
+            return Result(requeue_after=self.retry)
+
+    async def _converge(
+        self, record: InstanceRecord, secret: Obj, state: str, now: datetime
+    ) -> Result | None:
+        cluster = ObjectKey(record.namespace, record.cluster)
+        nodes = await self.cluster_cache.get_informer(cluster, NODES)
+        node = nodes.get(record.id)
+        if state == "terminated":
+            await self._delete_node(record)
+            return None
+        if state == "failed":
+            if node is not None and _ready(node):
+                await self._post_status(record, ready=False, now=now, reason="InstanceFailed")
+            return None
+        if node is None:
+            return await self._join(record, secret, now)
+        if _needs_heartbeat(node, now, self.heartbeat):
+            await self._post_status(record, ready=True, now=now)
+        await self._run_pods(cluster, record.id, now)
+        return Result(requeue_after=self.heartbeat)
+
+    async def _join(self, record: InstanceRecord, secret: Obj, now: datetime) -> Result | None:
+        # Re-read the record: a stale cache must not resurrect a Node that was just removed.
+        cluster = ObjectKey(record.namespace, record.cluster)
+        try:
+            fresh = await self.client.get(SECRETS, record.id, record.namespace)
+        except NotFound:
+            return None
+        record = InstanceRecord.from_secret(fresh)
+        if record.state_at(now) != "running":
+            return Result(requeue_after=0.2)
+        try:
+            join = parse_join(user_data(fresh))
+            await verify_join(join, await self._admin_kubeconfig(cluster))
+        except (InvalidBootstrapData, JoinRejected) as exc:
+            log.warning("instance cannot join", instance=record.id, reason=str(exc))
+            return Result(requeue_after=self.retry)
+        client = await self.cluster_cache.get_client(cluster)
+        body = node_object(record, list(join.taints), join.node_labels)
+        with contextlib.suppress(AlreadyExists):
+            await client.create(NODES, body)
+        await self._post_status(record, ready=True, now=now)
+        await self._watch_pods(cluster)
+        log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
+        return Result(requeue_after=self.heartbeat)
+
+    async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
+        secret = await self.client.get(SECRETS, f"{cluster.name}-kubeconfig", cluster.namespace)
+        raw = base64.b64decode((secret.get("data") or {}).get("value", ""))
+        loaded: dict[str, Any] = yaml.safe_load(raw)
+        return loaded
+
+    async def _post_status(
+        self, record: InstanceRecord, *, ready: bool, now: datetime, reason: str = ""
+    ) -> None:
+        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        status = node_status(record, ready, now, reason)
+        with contextlib.suppress(NotFound):
+            await client.patch(NODES, record.id, status, subresource="status")
+
+    async def _delete_node(self, record: InstanceRecord) -> None:
+        cluster = ObjectKey(record.namespace, record.cluster)
+        self._node_keys.pop(record.id, None)
+        try:
+            client = await self.cluster_cache.get_client(cluster)
+            nodes = await self.cluster_cache.get_informer(cluster, NODES)
+        except ClusterNotConnected:
+            return  # the cluster is gone, and its Nodes with it
+        node = nodes.get(record.id)
+        if node is None or (node.get("spec") or {}).get("providerID") != record.provider_id:
+            return
+        await client.delete(NODES, record.id, uid=node["metadata"].get("uid"))
+
+    # -- pods -----------------------------------------------------------------------------
+
+    async def _watch_pods(self, cluster: ObjectKey) -> None:
+        if cluster in self._pod_watches or self.controller is None:
+            return
+        informer = await self.cluster_cache.watch(
+            cluster, PODS, self.controller.handler(self._pod_to_record)
+        )
+        with contextlib.suppress(ValueError):
+            informer.add_indexer(NODE_NAME_INDEX, field_indexer("spec.nodeName"))
+        self._pod_watches.add(cluster)
+
+    def _pod_to_record(self, pod: Obj) -> list[ObjectKey]:
+        key = self._node_keys.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        return [key] if key is not None else []
+
+    async def _run_pods(self, cluster: ObjectKey, node_name: str, now: datetime) -> None:
+        await self._watch_pods(cluster)
+        pods = await self.cluster_cache.get_informer(cluster, PODS)
+        client = await self.cluster_cache.get_client(cluster)
+        for pod in pods.by_index(NODE_NAME_INDEX, node_name):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                # Containers "stopped": confirm the deletion, as a kubelet does.
+                await client.delete(
+                    PODS,
+                    meta["name"],
+                    meta["namespace"],
+                    uid=meta.get("uid"),
+                    grace_period_seconds=0,
+                )
+            elif (pod.get("status") or {}).get("phase") in (None, "Pending"):
+                with contextlib.suppress(NotFound):
+                    await client.patch(
+                        PODS,
+                        meta["name"],
+                        pod_running_status(pod, now),
+                        meta["namespace"],
+                        subresource="status",
+                    )
+
+
+def _ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _needs_heartbeat(node: Obj, now: datetime, interval: float) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            if cond.get("status") != "True":
+                return True
+            beat = cond.get("lastHeartbeatTime")
+            if not beat:
+                return True
+            age = (now - datetime.fromisoformat(str(beat).replace("Z", "+00:00"))).total_seconds()
+            return age >= interval * 0.8
+    return True

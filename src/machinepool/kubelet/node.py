@@ -1,0 +1,110 @@
+"""What a simulated kubelet writes: its Node, the Node's status, and Running pod status.
+
+Pure builders; ``agent.py`` sends them. A Node registers with spec.providerID, the taints from
+its JoinConfiguration (kubeadm adds ``node.cluster.x-k8s.io/uninitialized:NoSchedule``),
+and reports the kubelet version the instance was created with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.api.infra_sim import InstanceRecord
+from machinepool.api.meta import format_time
+from machinepool.runtime import Obj
+
+__all__ = ["node_object", "node_status", "pod_running_status"]
+
+_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+
+
+def node_object(
+    record: InstanceRecord, taints: list[dict[str, Any]], labels: dict[str, str]
+) -> Obj:
+    """The Node a kubelet registers for ``record``."""
+    taint_list = [dict(t) for t in taints]
+    if not any(t.get("key") == c.UNINITIALIZED_TAINT_KEY for t in taint_list):
+        taint_list.append(
+            {"key": c.UNINITIALIZED_TAINT_KEY, "effect": c.UNINITIALIZED_TAINT_EFFECT}
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": record.id,
+            "labels": {
+                **labels,
+                "kubernetes.io/hostname": record.id,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "topology.kubernetes.io/zone": record.failure_domain,
+                "node.kubernetes.io/instance-type": str(
+                    record.attributes.get("instanceType") or "sim"
+                ),
+            },
+        },
+        "spec": {"providerID": record.provider_id, "taints": taint_list},
+    }
+
+
+def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "") -> Obj:
+    """Node status with a Ready condition (heartbeat ``now``) and the kubelet version."""
+    stamp = format_time(now)
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else (reason or "KubeletNotReady"),
+        "message": "kubelet is posting ready status" if ready else "instance is not running",
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+    return {
+        "status": {
+            "conditions": [condition],
+            "capacity": dict(_CAPACITY),
+            "allocatable": dict(_CAPACITY),
+            "addresses": [{"type": "Hostname", "address": record.id}],
+            "nodeInfo": {
+                "kubeletVersion": record.version,
+                "kubeProxyVersion": record.version,
+                "containerRuntimeVersion": "sim://1.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": str(record.attributes.get("image") or "sim"),
+                "kernelVersion": "sim",
+                "machineID": record.id,
+                "systemUUID": record.uid or record.id,
+                "bootID": record.uid or record.id,
+            },
+        }
+    }
+
+
+def pod_running_status(pod: Obj, now: Any) -> Obj:
+    """The status a kubelet reports once every container of ``pod`` runs."""
+    stamp = format_time(now)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    conditions = [
+        {"type": t, "status": "True", "lastTransitionTime": stamp}
+        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+    ]
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": conditions,
+            "startTime": stamp,
+            "containerStatuses": [
+                {
+                    "name": ctr.get("name", ""),
+                    "image": ctr.get("image", ""),
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": stamp}},
+                }
+                for ctr in containers
+            ],
+        }
+    }
