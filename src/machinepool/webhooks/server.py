@@ -23,7 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from machinepool.api.features import FeatureGates
-from machinepool.runtime import Client, get_logger
+from machinepool.api.constants import CONTRACT_LABEL
+from machinepool.runtime import CRDS, ApiError, Client, NotFound, get_logger
 from machinepool.webhooks.certs import self_signed
 from machinepool.webhooks.conversion import (
     HUB_API_VERSION,
@@ -74,12 +75,31 @@ class _Resolver:
         if self.client is None or not all(pair):
             return None
         try:
-            resource = await self.client.contract_resource(pair[0], pair[1])
-        except Exception as err:
-            _log.debug("cannot resolve API version", group=pair[0], kind=pair[1], error=str(err))
+            api_version = await _contract_api_version(self.client, *pair)
+        except ApiError as err:
+            _log.warning("cannot resolve API version", group=pair[0], kind=pair[1], error=str(err))
             return None
-        self.cache[pair] = (time.monotonic(), resource.api_version)
-        return resource.api_version
+        self.cache[pair] = (time.monotonic(), api_version)
+        return api_version
+
+
+async def _contract_api_version(client: Client, group: str, kind: str) -> str:
+    """The version of ``kind`` that speaks our contract, as upstream's conversion resolves it.
+
+    The CRD's ``cluster.x-k8s.io/v1beta2`` label lists versions joined by "_", the last one
+    wins; without it the group's preferred version is used. (Done here rather than with
+    ``Client.contract_resource``, whose group-only discovery path is currently broken.)
+    """
+    info = await client.request("GET", f"/apis/{group}", verb="discovery")
+    preferred = str(info["preferredVersion"]["version"])
+    resource = await client.resource(f"{group}/{preferred}", kind)
+    try:
+        crd = await client.get(CRDS, f"{resource.plural}.{group}")
+    except NotFound:
+        return f"{group}/{preferred}"
+    labels = (crd.get("metadata") or {}).get("labels") or {}
+    versions = [v for v in str(labels.get(CONTRACT_LABEL, "")).split("_") if v]
+    return f"{group}/{versions[-1] if versions else preferred}"
 
 
 class WebhookServer:
