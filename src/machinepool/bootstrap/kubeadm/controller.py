@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from machinepool.api import constants as c
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.bootstrap.kubeadm import resources as r
-from machinepool.bootstrap.kubeadm.data import write_data
+from machinepool.bootstrap.kubeadm.data import validate_spec, write_data
 from machinepool.bootstrap.kubeadm.delete import delete
 from machinepool.bootstrap.kubeadm.prerequisites import (
     check_cluster_ready,
@@ -55,6 +55,7 @@ RECONCILE_PHASES: tuple[Phase, ...] = (
     resolve_owner,
     resolve_cluster,
     check_paused,
+    validate_spec,
     check_cluster_ready,
     load_certificates,
     reconcile_token,

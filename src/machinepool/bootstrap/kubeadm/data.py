@@ -134,23 +134,36 @@ def _invalid(scope: Scope, message: str) -> None:
     scope.halt = True
 
 
-async def render(scope: Scope) -> str | None:
-    """The cloud-config for this config, or ``None`` (with a condition) when it cannot be
-    rendered yet or at all."""
-    spec = scope.model.spec or KubeadmConfigSpec()
+def _spec_problem(spec: KubeadmConfigSpec) -> str:
     fmt = spec.format or r.FORMAT_CLOUD_CONFIG
     if fmt != r.FORMAT_CLOUD_CONFIG:
-        _invalid(scope, f"spec.format {fmt!r} is not supported here; use cloud-config")
-        return None
+        return f"spec.format {fmt!r} is not supported by this provider; use cloud-config"
     join = spec.join_configuration or JoinConfiguration()
     if join.control_plane is not None:
-        _invalid(
-            scope,
+        return (
             "spec.joinConfiguration.controlPlane is set, but this provider joins workers only;"
-            " remove it",
+            " remove it"
         )
-        return None
-    validate_files(spec.files or [])
+    try:
+        validate_files(spec.files or [])
+    except InvalidBootstrapInput as exc:
+        return str(exc)
+    return ""
+
+
+async def validate_spec(scope: Scope) -> Result:
+    """Reject what can never render before any token is made for it."""
+    problem = _spec_problem(scope.model.spec or KubeadmConfigSpec())
+    if problem:
+        _invalid(scope, problem)
+    return Result()
+
+
+async def render(scope: Scope) -> str | None:
+    """The cloud-config for this config, or ``None`` (with a condition) when it cannot be
+    rendered yet."""
+    spec = scope.model.spec or KubeadmConfigSpec()
+    join = spec.join_configuration or JoinConfiguration()
     files = await _resolve_files(scope, list(spec.files or []))
     users = await _resolve_users(scope, list(spec.users or []))
     endpoint = _endpoint(scope, join)

@@ -1,0 +1,258 @@
+"""Fixtures for the kubeadm bootstrap controller against the real control plane.
+
+``bootstrap_env`` builds a Cluster (ControlPlaneInitialized) and its ``<cluster>-kubeconfig``
+Secret for the per-test ``workload`` cluster; ``run_controller(ttl)`` starts a Manager with the
+controller in-process and stops it (and its ClusterCache) after the test. ``captured`` collects
+every log line (as JSON, with key/value pairs) so tests can search them for secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+
+from machinepool.bootstrap.kubeadm import setup
+from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
+from machinepool.controlplane import WorkloadCluster
+from machinepool.runtime import (
+    CLUSTERS,
+    SECRETS,
+    Client,
+    ClusterCache,
+    Manager,
+    Obj,
+    Resource,
+)
+from machinepool.runtime.logging import JSONFormatter
+
+WITHIN = 60.0
+
+
+def b64(text: str | bytes) -> str:
+    return base64.b64encode(text.encode() if isinstance(text, str) else text).decode()
+
+
+def unb64(text: str) -> str:
+    return base64.b64decode(text).decode()
+
+
+async def wait_for(
+    client: Client,
+    res: Resource,
+    namespace: str | None,
+    name: str,
+    predicate: Callable[[Obj | None], bool],
+    within: float = WITHIN,
+) -> Obj | None:
+    """Watch one object until ``predicate(obj)`` holds (``obj`` is ``None`` once deleted)."""
+    async with asyncio.timeout(within):
+        while True:
+            listed = await client.list(res, namespace, field_selector=f"metadata.name={name}")
+            obj = listed.items[0] if listed.items else None
+            if predicate(obj):
+                return obj
+            async for event in client.watch(
+                res,
+                namespace,
+                resource_version=listed.resource_version,
+                field_selector=f"metadata.name={name}",
+                timeout_seconds=10,
+            ):
+                if event.type == "BOOKMARK":
+                    continue
+                obj = None if event.type == "DELETED" else event.object
+                if predicate(obj):
+                    return obj
+
+
+def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
+async def whoami(workload: WorkloadCluster, token: str) -> tuple[int, str]:
+    """(HTTP status, username) of a SelfSubjectReview made with ``token`` on the workload."""
+    context = ssl.create_default_context(cadata=workload.ca_cert_pem.decode())
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{workload.url}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            ssl=context,
+        ) as resp,
+    ):
+        payload = await resp.json(content_type=None)
+        status = payload.get("status") if isinstance(payload, dict) else None
+        user = (status.get("userInfo") if isinstance(status, dict) else None) or {}
+        return resp.status, str(user.get("username", ""))
+
+
+@dataclass
+class Env:
+    client: Client
+    workload: WorkloadCluster
+    workload_client: Client
+    namespace: str
+    cluster: str
+
+    async def create_cluster(
+        self, name: str, *, infrastructure: bool = True, control_plane: bool = True
+    ) -> None:
+        """A Cluster whose infrastructure is provisioned and control plane initialized, as
+        asked (the initialized control plane both ways: condition and initialization flag)."""
+        body = {"apiVersion": CLUSTERS.api_version, "kind": "Cluster", "metadata": {"name": name}}
+        await self.client.create(CLUSTERS, body, self.namespace)
+        if not infrastructure:
+            return
+        status: Obj = {"initialization": {"infrastructureProvisioned": True}}
+        if control_plane:
+            status["initialization"]["controlPlaneInitialized"] = True
+            status["conditions"] = [
+                {
+                    "type": "ControlPlaneInitialized",
+                    "status": "True",
+                    "reason": "Initialized",
+                    "message": "",
+                    "lastTransitionTime": "2025-01-01T00:00:00Z",
+                }
+            ]
+        await self.client.patch(
+            CLUSTERS, name, {"status": status}, self.namespace, subresource="status"
+        )
+
+    async def create_kubeconfig(self, cluster: str) -> None:
+        secret = {
+            "metadata": {"name": f"{cluster}-kubeconfig"},
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": b64(self.workload.kubeconfig_yaml())},
+        }
+        await self.client.create(SECRETS, secret, self.namespace)
+
+    async def create_pool(self, name: str, config: str) -> Obj:
+        pool = {
+            "apiVersion": MACHINE_POOLS.api_version,
+            "kind": "MachinePool",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterName": self.cluster,
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "clusterName": self.cluster,
+                        "bootstrap": {
+                            "configRef": {
+                                "apiGroup": "bootstrap.cluster.x-k8s.io",
+                                "kind": "KubeadmConfig",
+                                "name": config,
+                            }
+                        },
+                        "infrastructureRef": {
+                            "apiGroup": "infrastructure.cluster.x-k8s.io",
+                            "kind": "SimMachinePool",
+                            "name": name,
+                        },
+                    }
+                },
+            },
+        }
+        return await self.client.create(MACHINE_POOLS, pool, self.namespace)
+
+    async def create_config(
+        self, name: str, spec: Obj, *, pool: Obj | None = None, cluster: str | None = None
+    ) -> Obj:
+        meta: Obj = {"name": name}
+        if pool is not None:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "cluster.x-k8s.io/v1beta2",
+                    "kind": "MachinePool",
+                    "name": pool["metadata"]["name"],
+                    "uid": pool["metadata"]["uid"],
+                    "controller": True,
+                }
+            ]
+        meta["labels"] = {"cluster.x-k8s.io/cluster-name": cluster or self.cluster}
+        body = {
+            "apiVersion": KUBEADM_CONFIGS.api_version,
+            "kind": "KubeadmConfig",
+            "metadata": meta,
+            "spec": spec,
+        }
+        return await self.client.create(KUBEADM_CONFIGS, body, self.namespace)
+
+    async def wait_config(
+        self, name: str, predicate: Callable[[Obj | None], bool], within: float = WITHIN
+    ) -> Obj | None:
+        return await wait_for(self.client, KUBEADM_CONFIGS, self.namespace, name, predicate, within)
+
+
+@pytest.fixture
+async def bootstrap_env(
+    client: Client, crds: list[str], namespace: str, workload: WorkloadCluster
+) -> AsyncIterator[Env]:
+    async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
+        env = Env(client, workload, workload_client, namespace, f"c-{uuid.uuid4().hex[:6]}")
+        await env.create_cluster(env.cluster)
+        await env.create_kubeconfig(env.cluster)
+        yield env
+
+
+@pytest.fixture
+async def run_controller(
+    client: Client,
+) -> AsyncIterator[Callable[[int], Awaitable[Manager]]]:
+    started: list[tuple[Manager, ClusterCache]] = []
+
+    async def start(ttl: int = 900) -> Manager:
+        cache = ClusterCache(client, probe_interval=5.0)
+        mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0")
+        started.append((mgr, cache))
+        await setup(mgr, cache, token_ttl_seconds=ttl)
+        await mgr.start()
+        return mgr
+
+    yield start
+    for mgr, cache in started:
+        await mgr.stop()
+        await cache.stop()
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    """Every log record at DEBUG and above, formatted as JSON lines with their pairs."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+async def rejected_eventually(workload: WorkloadCluster, token: str, within: float = WITHIN) -> int:
+    """Poll until ``token`` gets 401: the apiserver caches successful token authentications
+    (10 s by default) and reads token Secrets through an informer, so a deleted token keeps
+    working briefly."""
+    async with asyncio.timeout(within):
+        while (status := (await whoami(workload, token))[0]) != 401:  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+    return status

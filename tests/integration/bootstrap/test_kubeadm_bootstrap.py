@@ -1,0 +1,284 @@
+"""The kubeadm bootstrap controller against a real management cluster and a real workload
+kube-apiserver with bootstrap-token authentication."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from machinepool.bootstrap.kubeadm import (
+    DATA_TOKEN_ID_ANNOTATION,
+    TOKEN_CONFIG_UID_LABEL,
+    ca_public_key_hash,
+)
+from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
+from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj
+
+from .conftest import Env, b64, condition, rejected_eventually, unb64, wait_for, whoami
+
+JINJA_NAME = '{{ ds.meta_data["local_hostname"] }}'
+JSON_BODY = json.dumps({"registry": {"mirrors": ["a", "b"]}, "note": "# not: yaml"}, indent=2)
+SCRIPT = "#!/bin/sh\nset -eu\n  echo 'indented'   \necho done"
+
+RunController = Callable[[int], Awaitable[Manager]]
+
+
+def data_created(obj: Obj | None) -> bool:
+    return bool(
+        ((obj or {}).get("status") or {}).get("initialization", {}).get("dataSecretCreated")
+    )
+
+
+async def read_data(env: Env, name: str) -> tuple[Obj, dict[str, Any], dict[str, Any]]:
+    """(data Secret, parsed cloud-config, parsed JoinConfiguration)."""
+    secret = await env.client.get(SECRETS, name, env.namespace)
+    text = unb64(secret["data"]["value"])
+    assert text.startswith("## template: jinja\n#cloud-config\n")
+    cloud = yaml.safe_load(text)
+    join_file = next(
+        f for f in cloud["write_files"] if f["path"] == "/run/kubeadm/kubeadm-join-config.yaml"
+    )
+    return secret, cloud, yaml.safe_load(join_file["content"])
+
+
+def join_token(join: dict[str, Any]) -> str:
+    return str(join["discovery"]["bootstrapToken"]["token"])
+
+
+async def test_pool_config_joins_with_a_working_token_and_cleans_up(
+    bootstrap_env: Env, run_controller: RunController, captured: io.StringIO
+) -> None:
+    env = bootstrap_env
+    await env.client.create(
+        SECRETS,
+        {"metadata": {"name": "extra"}, "data": {"ca.pem": b64("-----BEGIN X-----\nabc\n")}},
+        env.namespace,
+    )
+    pool = await env.create_pool("workers", "workers")
+    await env.create_config(
+        "workers",
+        {
+            "files": [
+                {
+                    "path": "/etc/app.json",
+                    "owner": "root:root",
+                    "permissions": "0600",
+                    "content": JSON_BODY,
+                },
+                {"path": "/usr/local/bin/setup.sh", "permissions": "0755", "content": SCRIPT},
+                {
+                    "path": "/etc/extra/ca.pem",
+                    "contentFrom": {"secret": {"name": "extra", "key": "ca.pem"}},
+                },
+            ],
+            "preKubeadmCommands": ["/usr/local/bin/setup.sh"],
+            "postKubeadmCommands": ["echo joined {{ ds.meta_data.instance_id }}"],
+            "users": [{"name": "ops", "sshAuthorizedKeys": ["ssh-ed25519 AAAA ops"]}],
+            "joinConfiguration": {
+                "nodeRegistration": {
+                    "name": JINJA_NAME,
+                    "kubeletExtraArgs": [{"name": "node-labels", "value": "pool=workers"}],
+                }
+            },
+        },
+        pool=pool,
+    )
+    await run_controller(900)
+    config = await env.wait_config("workers", data_created)
+    assert config is not None
+    status = config["status"]
+    assert status["dataSecretName"] == "workers"
+    assert status["ready"] is True
+    for type_ in ("Ready", "DataSecretAvailable", "CertificatesAvailable"):
+        assert condition(config, type_)["status"] == "True", type_
+    assert "kubeadmconfig.bootstrap.cluster.x-k8s.io" in config["metadata"]["finalizers"]
+
+    secret, cloud, join = await read_data(env, "workers")
+    assert secret["type"] == "cluster.x-k8s.io/secret"
+    assert unb64(secret["data"]["format"]) == "cloud-config"
+    assert secret["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == env.cluster
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "KubeadmConfig",
+        config["metadata"]["uid"],
+        True,
+    )
+    files = {f["path"]: f for f in cloud["write_files"]}
+    assert files["/etc/app.json"]["content"] == JSON_BODY
+    assert files["/etc/app.json"]["permissions"] == "0600"
+    assert files["/usr/local/bin/setup.sh"]["content"] == SCRIPT
+    assert files["/etc/extra/ca.pem"]["content"] == "-----BEGIN X-----\nabc\n"
+    assert cloud["runcmd"][0] == "/usr/local/bin/setup.sh"
+    assert cloud["runcmd"][-1] == "echo joined {{ ds.meta_data.instance_id }}"
+    assert cloud["users"] == [{"name": "ops", "ssh_authorized_keys": ["ssh-ed25519 AAAA ops"]}]
+    assert join["kind"] == "JoinConfiguration"
+    assert join["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert join["nodeRegistration"]["name"] == JINJA_NAME
+    discovery = join["discovery"]["bootstrapToken"]
+    assert discovery["apiServerEndpoint"] == env.workload.url.removeprefix("https://")
+    assert discovery["caCertHashes"] == [ca_public_key_hash(env.workload.ca_cert_pem)]
+
+    token = join_token(join)
+    token_id = token.split(".")[0]
+    assert secret["metadata"]["annotations"][DATA_TOKEN_ID_ANNOTATION] == token_id
+    assert await whoami(env.workload, token) == (201, f"system:bootstrap:{token_id}")
+    assert (await whoami(env.workload, "zzzzzz.0123456789abcdef"))[0] == 401
+    stored = await env.workload_client.get(SECRETS, f"bootstrap-token-{token_id}", "kube-system")
+    assert stored["type"] == "bootstrap.kubernetes.io/token"
+    assert unb64(stored["data"]["auth-extra-groups"]) == (
+        "system:bootstrappers:kubeadm:default-node-token"
+    )
+    assert stored["metadata"]["labels"][TOKEN_CONFIG_UID_LABEL] == config["metadata"]["uid"]
+
+    # No token value, and no kubeconfig credential, in logs or Events.
+    events = await env.client.list(EVENTS, env.namespace)
+    notes = [e.get("note", "") for e in events.items]
+    assert any(f"bootstrap-token-{token_id}" in n for n in notes)
+    kubeconfig = env.workload.kubeconfig_dict()
+    client_key = kubeconfig["users"][0]["user"]["client-key-data"]
+    secret_half = token.split(".")[1]
+    for haystack in (captured.getvalue(), json.dumps(events.items)):
+        assert secret_half not in haystack
+        assert client_key not in haystack
+
+    await env.client.delete(KUBEADM_CONFIGS, "workers", env.namespace)
+    await env.wait_config("workers", lambda obj: obj is None)
+    assert (
+        await wait_for(env.client, SECRETS, env.namespace, "workers", lambda o: o is None) is None
+    )
+    remaining = await env.workload_client.list(
+        SECRETS,
+        "kube-system",
+        label_selector=f"{TOKEN_CONFIG_UID_LABEL}={config['metadata']['uid']}",
+    )
+    assert remaining.items == []
+    assert await rejected_eventually(env.workload, token) == 401
+
+
+async def test_pool_token_is_refreshed_then_rotated_and_the_old_one_expires(
+    bootstrap_env: Env, run_controller: RunController
+) -> None:
+    env = bootstrap_env
+    ttl = 20
+    pool = await env.create_pool("rot", "rot")
+    await env.create_config("rot", {}, pool=pool)
+    await run_controller(ttl)
+    await env.wait_config("rot", data_created)
+    secret, _, join = await read_data(env, "rot")
+    first = join_token(join)
+    first_id = first.split(".")[0]
+    token_name = f"bootstrap-token-{first_id}"
+    created = await env.workload_client.get(SECRETS, token_name, "kube-system")
+    expiration = created["data"]["expiration"]
+
+    # No Node has joined yet: the token is extended, not replaced.
+    await wait_for(
+        env.workload_client,
+        SECRETS,
+        "kube-system",
+        token_name,
+        lambda o: o is not None and o["data"]["expiration"] != expiration,
+    )
+    _, _, join = await read_data(env, "rot")
+    assert join_token(join) == first
+
+    # A Node joined: from now on the token rotates at half its TTL.
+    await env.client.patch(
+        MACHINE_POOLS,
+        "rot",
+        {"status": {"nodeRefs": [{"name": "node-1"}], "replicas": 1}},
+        env.namespace,
+        subresource="status",
+    )
+
+    def rotated(obj: Obj | None) -> bool:
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        return annotations.get(DATA_TOKEN_ID_ANNOTATION) not in (None, first_id)
+
+    rewritten = await wait_for(env.client, SECRETS, env.namespace, "rot", rotated, within=3 * ttl)
+    assert rewritten is not None
+    assert rewritten["metadata"]["uid"] == secret["metadata"]["uid"]  # rewritten in place
+    _, _, join = await read_data(env, "rot")
+    second = join_token(join)
+    assert second != first
+    second_id = second.split(".")[0]
+    assert await whoami(env.workload, second) == (201, f"system:bootstrap:{second_id}")
+
+    # The old token lives out its lifetime, then is gone and no longer authenticates.
+    await wait_for(
+        env.workload_client, SECRETS, "kube-system", token_name, lambda o: o is None, 3 * ttl
+    )
+    assert await rejected_eventually(env.workload, first) == 401
+    assert (await whoami(env.workload, second))[0] == 201
+
+
+async def test_bad_input_is_reported_in_conditions_not_crashes(
+    bootstrap_env: Env, run_controller: RunController
+) -> None:
+    env = bootstrap_env
+    with pytest.raises(Invalid, match=r"spec\.format"):
+        await env.create_config("bad-format", {"format": "yaml"})
+    await env.create_config(
+        "bad-mode", {"files": [{"path": "/etc/x", "permissions": "rw-r--r--", "content": "x"}]}
+    )
+    await env.create_config(
+        "missing-source",
+        {"files": [{"path": "/etc/y", "contentFrom": {"secret": {"name": "nope", "key": "k"}}}]},
+    )
+    await env.create_cluster("no-kubeconfig")
+    await env.create_config("no-kubeconfig", {}, cluster="no-kubeconfig")
+    await env.create_cluster("not-initialized", control_plane=False)
+    await env.create_config("not-initialized", {}, cluster="not-initialized")
+    await env.create_cluster("no-infra", infrastructure=False)
+    await env.create_config("no-infra", {}, cluster="no-infra")
+    await env.create_config("ok", {})
+    await run_controller(900)
+
+    def reason(type_: str, want: str) -> Callable[[Obj | None], bool]:
+        return lambda obj: condition(obj, type_).get("reason") == want
+
+    bad_mode = await env.wait_config(
+        "bad-mode", reason("DataSecretAvailable", "DataSecretGenerationFailed")
+    )
+    message = condition(bad_mode, "DataSecretAvailable")["message"]
+    assert "spec.files[0]" in message
+    assert '"0644"' in message
+    assert condition(bad_mode, "Ready")["status"] == "False"
+    missing = await env.wait_config(
+        "missing-source", reason("DataSecretAvailable", "DataSecretGenerationFailed")
+    )
+    assert "secret" in condition(missing, "DataSecretAvailable")["message"]
+    assert "nope" in condition(missing, "DataSecretAvailable")["message"]
+    no_kubeconfig = await env.wait_config(
+        "no-kubeconfig", reason("CertificatesAvailable", "WaitingForKubeconfigSecret")
+    )
+    assert (
+        "no-kubeconfig-kubeconfig" in condition(no_kubeconfig, "CertificatesAvailable")["message"]
+    )
+    await env.wait_config(
+        "not-initialized", reason("DataSecretAvailable", "WaitingForControlPlaneAvailable")
+    )
+    await env.wait_config(
+        "no-infra", reason("DataSecretAvailable", "WaitingForClusterInfrastructure")
+    )
+    # The controller survived all of that and still serves a good config.
+    await env.wait_config("ok", data_created)
+    # No token was made for a config that can never render.
+    for name in ("bad-mode",):
+        obj = await env.client.get(KUBEADM_CONFIGS, name, env.namespace)
+        tokens = await env.workload_client.list(
+            SECRETS,
+            "kube-system",
+            label_selector=f"{TOKEN_CONFIG_UID_LABEL}={obj['metadata']['uid']}",
+        )
+        assert tokens.items == []
+    # Fixing the input recovers.
+    await env.client.create(
+        SECRETS, {"metadata": {"name": "nope"}, "data": {"k": b64("fixed\n")}}, env.namespace
+    )
+    await env.wait_config("missing-source", data_created)
