@@ -1,0 +1,225 @@
+"""Processes and helpers for running the upstream cluster-autoscaler against machinepool.
+
+Used by the fixtures in ``conftest.py``: a kube-scheduler for a workload cluster (so that pending
+Pods get bound to the Nodes the node simulator registers) and cluster-autoscaler itself, with
+the clusterapi cloud provider pointed at the management cluster (where the MachinePools live)
+and the workload cluster (where the Nodes and Pods live). Both run as supervised children of the
+test process (``machinepool.controlplane.process.Process``): they die with it.
+
+The binaries are built, never downloaded: kube-scheduler by ``hack/controlplane/build.sh`` and
+cluster-autoscaler by ``hack/autoscaler/build.sh``. A build that fails raises ``BuildFailed``
+with the script's own explanation, so a test that needs the binary fails loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from machinepool.api import constants as c
+from machinepool.controlplane import find_binaries
+from machinepool.controlplane.process import Process, free_port
+from machinepool.runtime import Client, Gone, Obj, Resource
+
+REPO = Path(__file__).resolve().parents[3]
+AUTOSCALER_BUILD = REPO / "hack" / "autoscaler" / "build.sh"
+
+CAPACITY_PREFIX = c.AUTOSCALER_CAPACITY_ANNOTATION_PREFIX
+"""Prefix of the scale-from-zero annotations (cpu, memory, ephemeral-disk, maxPods, labels,
+taints, gpu-type, gpu-count) that cluster-autoscaler reads from a node group."""
+
+
+class BuildFailed(RuntimeError):
+    """A binary the autoscaler tests need could not be built; the message says why."""
+
+
+def build_autoscaler() -> Path:
+    """Path of a cluster-autoscaler binary with the clusterapi provider, building it if needed."""
+    result = subprocess.run(
+        ["bash", str(AUTOSCALER_BUILD)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BuildFailed(
+            f"{AUTOSCALER_BUILD.relative_to(REPO)} failed (exit {result.returncode}):\n"
+            f"{result.stderr.strip()}"
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def scheduler_binary() -> Path:
+    """The kube-scheduler built beside the control-plane binaries."""
+    path = find_binaries() / "kube-scheduler"
+    if not os.access(path, os.X_OK):
+        raise BuildFailed(
+            f"no kube-scheduler in {path.parent}: run hack/controlplane/build.sh (it builds one), "
+            "or add kube-scheduler to KUBEBUILDER_ASSETS"
+        )
+    return path
+
+
+def scheduler_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
+    """kube-scheduler for one workload cluster: no leader election, health on a free port."""
+    kubeconfig = str(workload_kubeconfig)
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={free_port()}",
+        "--v=2",
+    ]
+
+
+def autoscaler_argv(
+    binary: Path,
+    *,
+    management_kubeconfig: Path,
+    workload_kubeconfig: Path,
+    namespace: str,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """cluster-autoscaler with the clusterapi provider, tuned for short test scenarios.
+
+    The management kubeconfig goes to ``--cloud-config`` (the clusterapi provider reads it as
+    the cluster holding the MachinePools), the workload one to ``--kubeconfig``. Discovery is
+    limited to the test's namespace so concurrent tests never share a node group.
+    """
+    return [
+        str(binary),
+        "--cloud-provider=clusterapi",
+        f"--cloud-config={management_kubeconfig}",
+        f"--kubeconfig={workload_kubeconfig}",
+        f"--node-group-auto-discovery=clusterapi:namespace={namespace}",
+        "--scan-interval=2s",
+        "--scale-down-delay-after-add=5s",
+        "--scale-down-unneeded-time=5s",
+        "--scale-down-delay-after-delete=0s",
+        "--max-node-provision-time=2m",
+        "--expander=random",
+        # One process per test and no second replica to hand over to.
+        "--leader-elect=false",
+        f"--address=127.0.0.1:{free_port()}",
+        "--v=3",
+        *extra,
+    ]
+
+
+def start(name: str, argv: Sequence[str], log_dir: Path) -> Process:
+    """Start ``argv`` as a supervised child logging to ``<log_dir>/<name>.log``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    proc = Process(name, argv, log_dir)
+    proc.start()
+    return proc
+
+
+def node_group_annotations(
+    min_size: int, max_size: int, capacity: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The annotations that make a MachinePool a node group, plus scale-from-zero capacity
+    (keys without the ``capacity.cluster-autoscaler.kubernetes.io/`` prefix, e.g. ``cpu``)."""
+    annotations = {
+        c.AUTOSCALER_MIN_SIZE_ANNOTATION: str(min_size),
+        c.AUTOSCALER_MAX_SIZE_ANNOTATION: str(max_size),
+    }
+    for key, value in (capacity or {}).items():
+        annotations[CAPACITY_PREFIX + key] = value
+    return annotations
+
+
+MACHINESET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {
+        "name": "machinesets.cluster.x-k8s.io",
+        "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
+    },
+    "spec": {
+        "group": "cluster.x-k8s.io",
+        "names": {
+            "kind": "MachineSet",
+            "listKind": "MachineSetList",
+            "plural": "machinesets",
+            "singular": "machineset",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1beta2",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+"""cluster-autoscaler's clusterapi provider always watches MachineSets (MachinePools and
+MachineDeployments only when served) and waits for that watch to sync before it scales
+anything. machinepool serves no MachineSets, so the tests install this schemaless stand-in:
+with no MachineSet objects it changes nothing but lets the provider start."""
+
+
+async def wait_for(
+    client: Client,
+    res: Resource,
+    namespace: str | None,
+    done: Callable[[dict[str, Obj]], bool],
+    what: str,
+    *,
+    label_selector: str | None = None,
+    timeout: float = 180.0,
+    procs: Sequence[Process] = (),
+) -> dict[str, Obj]:
+    """Watch ``res`` until ``done(objects by name)`` holds; return those objects.
+
+    Lists once, then follows the watch (re-listing if it expires), so the wait ends as soon as
+    the state is reached rather than on a poll tick. ``timeout`` only bounds a stuck scenario;
+    on expiry, or if one of ``procs`` died, the error names ``what`` and the processes' logs.
+    """
+
+    def failure(reason: str) -> AssertionError:
+        tails = "\n".join(f"--- {p.log_path}\n{p.log_tail(40)}" for p in procs)
+        return AssertionError(f"{reason} waiting for {what}\n{tails}")
+
+    async def follow() -> dict[str, Obj]:
+        while True:
+            listed = await client.list(res, namespace, label_selector=label_selector)
+            objects = {o["metadata"]["name"]: o for o in listed.items}
+            if done(objects):
+                return objects
+            try:
+                async for event in client.watch(
+                    res,
+                    namespace,
+                    resource_version=listed.resource_version,
+                    label_selector=label_selector,
+                    timeout_seconds=30,
+                ):
+                    for proc in procs:
+                        if not proc.running():
+                            raise failure(f"{proc.name} exited")
+                    name = event.object.get("metadata", {}).get("name", "")
+                    if event.type == "DELETED":
+                        objects.pop(name, None)
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        objects[name] = event.object
+                    if done(objects):
+                        return objects
+            except Gone:
+                continue
+
+    try:
+        return await asyncio.wait_for(follow(), timeout)
+    except TimeoutError:
+        raise failure(f"timed out after {timeout:.0f}s") from None

@@ -1,0 +1,125 @@
+"""The autoscaler harness's kube-scheduler against a real workload cluster, and its command lines.
+
+cluster-autoscaler scales up for Pods the scheduler marked unschedulable and scales down Nodes
+whose Pods fit elsewhere, so the scenarios rely on a real scheduler binding Pods by their
+requests against Node allocatable. These tests pin that behaviour on a bare workload cluster
+(no controllers): a Pod that fits is bound, one that fits nowhere stays Pending with
+``PodScheduled=False/Unschedulable``, the signal the autoscaler acts on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from machinepool.api import constants as c
+from machinepool.controlplane.process import Process
+from machinepool.runtime import NODES, PODS, SERVICE_ACCOUNTS, Client, Obj
+
+from .harness import autoscaler_argv, node_group_annotations, wait_for
+
+
+def _node(name: str, cpu: str, memory: str) -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {"providerID": f"sim:///zone-a/{name}"},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def _pod(name: str, cpu: str) -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.invalid/pause",
+                    "resources": {"requests": {"cpu": cpu}},
+                }
+            ],
+        },
+    }
+
+
+def _scheduled(pod: Obj) -> bool:
+    return bool(pod.get("spec", {}).get("nodeName"))
+
+
+def _unschedulable(pod: Obj) -> bool:
+    return any(
+        cond.get("type") == "PodScheduled"
+        and cond.get("status") == "False"
+        and cond.get("reason") == "Unschedulable"
+        for cond in pod.get("status", {}).get("conditions", [])
+    )
+
+
+async def _create_pod(client: Client, pod: Obj) -> None:
+    # The default ServiceAccount appears shortly after the workload cluster starts; until then
+    # admission refuses Pods in the namespace.
+    await wait_for(client, SERVICE_ACCOUNTS, "default", lambda o: "default" in o, "default SA")
+    await client.create(PODS, pod, "default")
+
+
+async def test_scheduler_binds_fitting_pod_and_marks_the_rest_unschedulable(
+    workload_client: Client, scheduler: Process
+) -> None:
+    node = f"n-{uuid.uuid4().hex[:6]}"
+    await workload_client.create(NODES, _node(node, "2", "4Gi"))
+    await _create_pod(workload_client, _pod("fits", "1500m"))
+    await _create_pod(workload_client, _pod("too-big", "1"))
+
+    pods = await wait_for(
+        workload_client,
+        PODS,
+        "default",
+        lambda p: (
+            {"fits", "too-big"} <= p.keys()
+            and _scheduled(p["fits"])
+            and _unschedulable(p["too-big"])
+        ),
+        "one Pod bound and the other marked Unschedulable",
+        procs=[scheduler],
+    )
+    assert pods["fits"]["spec"]["nodeName"] == node
+    assert not _scheduled(pods["too-big"])
+
+
+def test_autoscaler_command_line_points_at_both_clusters() -> None:
+    argv = autoscaler_argv(
+        Path("/bin/ca"),
+        management_kubeconfig=Path("/m.kubeconfig"),
+        workload_kubeconfig=Path("/w.kubeconfig"),
+        namespace="ns1",
+    )
+    assert argv[0] == "/bin/ca"
+    for flag in (
+        "--cloud-provider=clusterapi",
+        "--cloud-config=/m.kubeconfig",
+        "--kubeconfig=/w.kubeconfig",
+        "--node-group-auto-discovery=clusterapi:namespace=ns1",
+        "--scan-interval=2s",
+        "--scale-down-delay-after-add=5s",
+        "--scale-down-unneeded-time=5s",
+        "--scale-down-delay-after-delete=0s",
+        "--max-node-provision-time=2m",
+        "--expander=random",
+        "--v=3",
+    ):
+        assert flag in argv
+
+
+def test_node_group_annotations_carry_sizes_and_capacity() -> None:
+    annotations = node_group_annotations(0, 5, {"cpu": "2", "memory": "4Gi"})
+    assert annotations == {
+        c.AUTOSCALER_MIN_SIZE_ANNOTATION: "0",
+        c.AUTOSCALER_MAX_SIZE_ANNOTATION: "5",
+        "capacity.cluster-autoscaler.kubernetes.io/cpu": "2",
+        "capacity.cluster-autoscaler.kubernetes.io/memory": "4Gi",
+    }
