@@ -1,0 +1,166 @@
+"""The controller processes under test and what they cost.
+
+Three kinds of process, each a child that dies with the benchmark (``Process`` from
+machinepool.controlplane sets PR_SET_PDEATHSIG), logging into the run's work directory:
+
+- ``ours_core``: ``python -m machinepool run --components core`` (MachinePool + Machine);
+- ``upstream_core``: upstream Cluster API's core manager built by bench/upstream/build.sh,
+  with the MachinePool feature gate on, insecure (HTTP) diagnostics for /metrics, and its
+  webhook server serving a self-signed certificate (no webhook configuration points at it, as
+  none points at ours: both cores see the same objects, written fully specified);
+- ``infra``: ``python -m machinepool run --components bootstrap,sim,kubelet`` -- the parts both
+  runs share (kubeadm bootstrap, Sim provider, node simulator).
+
+Called by ``bench_machinepool.py``; ``Controller.sample()`` reads /proc, ``reconciles()`` the
+process's own /metrics.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from machinepool.controlplane import pki
+from machinepool.controlplane.process import Process, ProcessFailed, free_port
+from mpbench.stats import ProcSample, prom_by_label, read_proc
+
+BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "upstream" / "build.sh"
+MACHINEPOOL_CONTROLLER = "machinepool"
+"""The MachinePool controller's name (the ``controller`` metric label), ours and upstream's."""
+
+
+@dataclass
+class Controller:
+    """One running controller process with its diagnostics endpoints."""
+
+    name: str
+    process: Process
+    metrics_url: str
+    ready_url: str
+    user: str
+
+    @property
+    def pid(self) -> int:
+        pid = self.process.pid
+        if pid is None:
+            raise ProcessFailed(f"{self.name} is not running")
+        return pid
+
+    def sample(self) -> ProcSample:
+        self.process.check_alive()
+        return read_proc(self.pid)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
+            return str(resp.read().decode())
+
+    def reconciles(self) -> dict[str, float]:
+        """Reconciles so far by controller name (every result)."""
+        counts = prom_by_label(self.metrics(), "controller_runtime_reconcile_total", ["controller"])
+        return {name: value for (name,), value in counts.items()}
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until /readyz answers 200 and the core controllers (if any) have registered."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.process.check_alive()
+            if _ok(self.ready_url) and self._controllers_started():
+                return
+            time.sleep(0.2)
+        raise ProcessFailed(
+            f"{self.name} not ready within {timeout:.0f}s; log tail:\n{self.process.log_tail()}"
+        )
+
+    def _controllers_started(self) -> bool:
+        if self.name == "infra":
+            return True
+        try:
+            text = self.metrics()
+        except (urllib.error.URLError, OSError):
+            return False
+        started = prom_by_label(
+            text, "controller_runtime_max_concurrent_reconciles", ["controller"]
+        )
+        return (MACHINEPOOL_CONTROLLER,) in started
+
+    def stop(self) -> None:
+        self.process.stop(timeout=20)
+
+
+def _ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _ours(name: str, components: str, kubeconfig: Path, workdir: Path, user: str) -> Controller:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "machinepool",
+        "run",
+        f"--components={components}",
+        f"--kubeconfig={kubeconfig}",
+        f"--name=machinepool-{name}",
+        "--no-leader-elect",
+        f"--metrics-bind-address=127.0.0.1:{port}",
+        "--log-level=WARNING",
+    ]
+    proc = Process(name, argv, workdir)
+    proc.start()
+    base = f"http://127.0.0.1:{port}"
+    return Controller(name, proc, f"{base}/metrics", f"{base}/readyz", user)
+
+
+def ours_core(kubeconfig: Path, workdir: Path, user: str) -> Controller:
+    return _ours("core", "core", kubeconfig, workdir, user)
+
+
+def infra(kubeconfig: Path, workdir: Path, user: str) -> Controller:
+    return _ours("infra", "bootstrap,sim,kubelet", kubeconfig, workdir, user)
+
+
+def build_upstream() -> Path:
+    """Path of the upstream manager binary, built first if the cache lacks it."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def upstream_core(binary: Path, kubeconfig: Path, workdir: Path, user: str) -> Controller:
+    certs = workdir / "upstream-webhook-certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    ca = pki.new_ca("bench-webhook-ca")
+    serving = pki.issue(
+        ca, "localhost", dns_names=("localhost",), ip_addresses=("127.0.0.1",), server=True
+    )
+    serving.write(certs, "tls")
+    diagnostics, health, webhook = free_port(), free_port(), free_port()
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--feature-gates=MachinePool=true",
+        f"--diagnostics-address=127.0.0.1:{diagnostics}",
+        "--insecure-diagnostics",
+        f"--health-addr=127.0.0.1:{health}",
+        f"--webhook-port={webhook}",
+        f"--webhook-cert-dir={certs}",
+        "--v=0",
+    ]
+    proc = Process("upstream-core", argv, workdir)
+    proc.start()
+    return Controller(
+        "upstream-core",
+        proc,
+        f"http://127.0.0.1:{diagnostics}/metrics",
+        f"http://127.0.0.1:{health}/readyz",
+        user,
+    )

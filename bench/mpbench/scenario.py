@@ -1,0 +1,307 @@
+"""The benchmark workload and how convergence is observed.
+
+``pool_objects`` writes the three objects of one pool (KubeadmConfig, SimMachinePool with zero
+boot delay, MachinePool), fully specified so no defaulting webhook is needed by either core.
+``Observer`` watches MachinePools, SimMachinePools (management) and Nodes (workload) with the
+runtime's informers and records, on arrival of each event, when a pool reached a target and
+when each Node turned Ready; ``wait`` returns the moment every named pool met its target.
+Nothing polls: the benchmark's own clock stops on the watch event that completes the target.
+Called by ``bench_machinepool.py`` for the convergence, scale and latency runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from machinepool.runtime import NODES, Client, FuncHandler, Informer, Resource
+from mpbench.env import CLUSTER, DRIVER_AGENT, NAMESPACE
+
+Obj = dict[str, Any]
+
+MACHINEPOOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
+KUBEADM_CONFIGS = Resource(
+    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
+)
+SIM_POOLS = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
+)
+FROM_VERSION = "v1.33.4"
+TO_VERSION = "v1.34.4"
+
+
+def pool_name(i: int) -> str:
+    return f"pool-{i:04d}"
+
+
+def pool_objects(name: str, replicas: int, version: str) -> list[tuple[Resource, Obj]]:
+    """Bootstrap config, Sim infra pool and MachinePool of one benchmark pool."""
+    meta = {"name": name, "namespace": NAMESPACE}
+    kubeadm: Obj = {
+        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "kind": "KubeadmConfig",
+        "metadata": meta,
+        "spec": {
+            "joinConfiguration": {
+                "nodeRegistration": {"name": '{{ ds.meta_data["local_hostname"] }}'}
+            }
+        },
+    }
+    sim: Obj = {
+        "apiVersion": SIM_POOLS.api_version,
+        "kind": "SimMachinePool",
+        "metadata": meta,
+        "spec": {
+            "template": {"instanceType": "sim.small", "image": "sim-ubuntu-2404"},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0, "deletePolicy": "Oldest"},
+            },
+            "sim": {"bootDelaySeconds": 0},
+        },
+    }
+    pool: Obj = {
+        "apiVersion": MACHINEPOOLS.api_version,
+        "kind": "MachinePool",
+        "metadata": {**meta, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
+        "spec": {
+            "clusterName": CLUSTER,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "clusterName": CLUSTER,
+                    "version": version,
+                    "bootstrap": {
+                        "configRef": {
+                            "apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "KubeadmConfig",
+                            "name": name,
+                        }
+                    },
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "SimMachinePool",
+                        "name": name,
+                    },
+                }
+            },
+        },
+    }
+    return [(KUBEADM_CONFIGS, kubeadm), (SIM_POOLS, sim), (MACHINEPOOLS, pool)]
+
+
+async def bounded(coros: Iterable[Any], limit: int = 16) -> None:
+    """Await ``coros`` with at most ``limit`` in flight (so 3,000 creates do not stampede)."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(coro: Any) -> None:
+        async with sem:
+            await coro
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+async def create_pools(client: Client, names: list[str], replicas: int, version: str) -> None:
+    async def create(name: str) -> None:
+        for res, obj in pool_objects(name, replicas, version):
+            await client.create(res, obj, NAMESPACE)
+
+    await bounded(create(n) for n in names)
+
+
+async def scale_pools(client: Client, names: list[str], replicas: int) -> None:
+    await bounded(client.set_scale(MACHINEPOOLS, n, NAMESPACE, replicas) for n in names)
+
+
+async def roll_pools(client: Client, names: list[str], version: str) -> None:
+    patch = {"spec": {"template": {"spec": {"version": version}}}}
+    await bounded(client.patch(MACHINEPOOLS, n, patch, NAMESPACE) for n in names)
+
+
+# -- observing ---------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def kubelet_version(node: Obj) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
+
+
+def pool_running(pool: Obj, replicas: int) -> bool:
+    """What the core reports: Running, current, ``replicas`` desired, existing and ready."""
+    spec, status = pool.get("spec") or {}, pool.get("status") or {}
+    return (
+        spec.get("replicas") == replicas
+        and status.get("observedGeneration") == pool["metadata"].get("generation")
+        and status.get("phase") == "Running"
+        and status.get("replicas") == replicas
+        and status.get("readyReplicas") == replicas
+        and len(status.get("nodeRefs") or []) == replicas
+    )
+
+
+def node_names(pool: Obj) -> list[str]:
+    return [ref.get("name", "") for ref in (pool.get("status") or {}).get("nodeRefs") or []]
+
+
+@dataclass
+class Target:
+    """What every named pool must reach: replicas, and the kubelet version of all its Nodes."""
+
+    names: frozenset[str]
+    replicas: int
+    version: str
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    met: set[str] = field(default_factory=set)
+    done_at: float = 0.0
+
+
+class Observer:
+    """Watches pools, infra pools and Nodes; records arrival times; resolves ``Target``s."""
+
+    def __init__(self, client: Client, workload: Client) -> None:
+        self.pools = Informer(client, MACHINEPOOLS, NAMESPACE)
+        self.sim_pools = Informer(client, SIM_POOLS, NAMESPACE)
+        self.nodes = Informer(workload, NODES)
+        self.node_pool: dict[str, str] = {}
+        """Node name -> pool whose nodeRefs name it (so a Node event re-checks one pool)."""
+        self.node_ready_at: dict[str, float] = {}
+        """Node name -> when it was first seen Ready."""
+        self.running_at: dict[str, float] = {}
+        """Pool -> when it was last seen turning Running at its spec.replicas (see pool_running)."""
+        self.sim_updated_at: dict[str, float] = {}
+        """Infra pool -> arrival time of its latest change."""
+        self.on_sim_update: Callable[[str, float], None] | None = None
+        self._target: Target | None = None
+        self.pools.add_handler(FuncHandler(add=self._pool, update=self._pool_update))
+        self.nodes.add_handler(FuncHandler(add=self._node, update=self._node_update))
+        self.sim_pools.add_handler(FuncHandler(update=self._sim_update))
+
+    async def start(self) -> None:
+        for informer in (self.pools, self.sim_pools, self.nodes):
+            await informer.start()
+        for informer in (self.pools, self.sim_pools, self.nodes):
+            await informer.wait_synced()
+
+    async def stop(self) -> None:
+        for informer in (self.pools, self.sim_pools, self.nodes):
+            await informer.stop()
+
+    # -- handlers (run on each watch event, so time.monotonic() is the arrival time) --------
+
+    def _pool_update(self, old: Obj, new: Obj) -> None:
+        self._pool(new, old)
+
+    def _pool(self, pool: Obj, old: Obj | None = None) -> None:
+        now = time.monotonic()
+        name = pool["metadata"]["name"]
+        replicas = (pool.get("spec") or {}).get("replicas", -1)
+        if pool_running(pool, replicas) and (old is None or not pool_running(old, replicas)):
+            self.running_at[name] = now
+        for node in node_names(pool):
+            self.node_pool[node] = name
+        self._check(name, now)
+
+    def _node_update(self, old: Obj, new: Obj) -> None:
+        self._node(new)
+
+    def _node(self, node: Obj) -> None:
+        now = time.monotonic()
+        name = node["metadata"]["name"]
+        if node_ready(node) and name not in self.node_ready_at:
+            self.node_ready_at[name] = now
+        pool = self.node_pool.get(name)
+        if pool is not None:
+            self._check(pool, now)
+
+    def _sim_update(self, old: Obj, new: Obj) -> None:
+        now = time.monotonic()
+        name = new["metadata"]["name"]
+        self.sim_updated_at[name] = now
+        if self.on_sim_update is not None:
+            self.on_sim_update(name, now)
+
+    # -- targets -----------------------------------------------------------------------
+
+    def pool_meets(self, name: str, replicas: int, version: str) -> bool:
+        pool = self.pools.get(name, NAMESPACE)
+        if pool is None or not pool_running(pool, replicas):
+            return False
+        for node_name in node_names(pool):
+            node = self.nodes.get(node_name)
+            if node is None or not node_ready(node) or kubelet_version(node) != version:
+                return False
+        return True
+
+    def _check(self, name: str, now: float) -> None:
+        target = self._target
+        if target is None or name not in target.names:
+            return
+        if self.pool_meets(name, target.replicas, target.version):
+            target.met.add(name)
+        else:
+            target.met.discard(name)
+        if len(target.met) == len(target.names) and not target.done.is_set():
+            target.done_at = now
+            target.done.set()
+
+    def expect(self, names: Iterable[str], replicas: int, version: str) -> Target:
+        """Start tracking a target; pools already meeting it count at once."""
+        target = Target(frozenset(names), replicas, version)
+        self._target = target
+        now = time.monotonic()
+        for name in target.names:
+            self._check(name, now)
+        return target
+
+    async def wait(self, target: Target, timeout: float, progress: float = 15.0) -> float:
+        """The arrival time of the event that completed ``target``; TimeoutError with a
+        summary of what is missing after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not target.done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(self.summary(target))
+            try:
+                await asyncio.wait_for(target.done.wait(), min(progress, left))
+            except TimeoutError:
+                print(f"    ... {self.summary(target)}", flush=True)
+        return target.done_at
+
+    def summary(self, target: Target) -> str:
+        missing = sorted(target.names - target.met)
+        ready = sum(1 for n in self.nodes.list() if node_ready(n))
+        text = (
+            f"{len(target.met)}/{len(target.names)} pools at {target.replicas} x "
+            f"{target.version}; {ready}/{len(self.nodes)} Nodes Ready"
+        )
+        if missing:
+            pool = self.pools.get(missing[0], NAMESPACE)
+            status = (pool or {}).get("status") or {}
+            text += (
+                f"; e.g. {missing[0]}: phase={status.get('phase')} "
+                f"replicas={status.get('replicas')} ready={status.get('readyReplicas')} "
+                f"nodeRefs={len(status.get('nodeRefs') or [])}"
+            )
+        return text
+
+
+__all__ = [
+    "DRIVER_AGENT",
+    "FROM_VERSION",
+    "MACHINEPOOLS",
+    "TO_VERSION",
+    "Observer",
+    "create_pools",
+    "pool_name",
+    "roll_pools",
+    "scale_pools",
+]
