@@ -15,6 +15,7 @@ import contextlib
 import copy
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -61,7 +62,17 @@ RECONCILE_PHASES: tuple[Phase, ...] = (
     reconcile_token,
     write_data,
 )
-DELETE_PHASES: tuple[Phase, ...] = (resolve_owner, delete)
+
+
+async def _owner_for_delete(scope: Scope) -> Result:
+    """Like ``resolve_owner``, but never stops a deletion: without a Cluster name there is
+    just no workload cluster to clean."""
+    await resolve_owner(scope)
+    scope.halt = False
+    return Result()
+
+
+DELETE_PHASES: tuple[Phase, ...] = (_owner_for_delete, delete)
 CLUSTER_INDEX = "kubeadm-bootstrap/cluster"
 CONTROLLER_NAME = "kubeadmconfig"
 
@@ -185,11 +196,13 @@ async def setup(
     *,
     token_ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS,
     concurrency: int = 2,
+    **_other_components_options: Any,
 ) -> None:
     """Register the KubeadmConfig controller on ``mgr``.
 
     ``token_ttl_seconds`` [900]: lifetime of each bootstrap token; pools' tokens rotate at half
-    of it. ``concurrency`` [2]: configs reconciled at once.
+    of it. ``concurrency`` [2]: configs reconciled at once. The app passes every component
+    the same options, so options meant for others are accepted and ignored.
     """
     if token_ttl_seconds <= 0:
         raise ValueError(f"token_ttl_seconds must be positive, not {token_ttl_seconds}")
