@@ -25,7 +25,7 @@ EXPECTED = {
     "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
     "RuntimeMetrics",
     # events, logging, workload clusters
-    "EventRecorder", "KVLogger", "configure_logging", "get_logger",
+    "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
 }  # fmt: skip
 

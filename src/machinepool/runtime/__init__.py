@@ -79,6 +79,7 @@ from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElect
 from machinepool.runtime.logging import KVLogger, configure_logging, get_logger
 from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.patch import Patcher, merge_patch
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -133,6 +134,7 @@ __all__ = [
     "ObjectKey",
     "ObjectList",
     "PatchType",
+    "Patcher",
     "QueueShutDown",
     "RateLimiter",
     "ReconcileFunc",
@@ -152,6 +154,7 @@ __all__ = [
     "field_indexer",
     "get_logger",
     "label_indexer",
+    "merge_patch",
     "object_key",
     "owner_indexer",
     "owner_key",

@@ -355,6 +355,7 @@ class Client:
     ) -> Obj:
         ns = namespace or body.get("metadata", {}).get("namespace")
         params = {"dryRun": "All"} if dry_run else None
+        body = {"apiVersion": res.api_version, "kind": res.kind, **body}
         return await self.request("POST", res.path(ns), body=body, params=params, verb="create")
 
     async def replace(self, res: Resource, body: Obj, *, subresource: str | None = None) -> Obj:
@@ -397,6 +398,7 @@ class Client:
     ) -> Obj:
         """Server-side apply ``body`` (which names itself) as ``field_manager``."""
         meta = body["metadata"]
+        body = {"apiVersion": res.api_version, "kind": res.kind, **body}
         return await self.patch(
             res,
             meta["name"],
