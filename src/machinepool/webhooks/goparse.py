@@ -20,7 +20,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 def parse_int32(text: str) -> int:
     """Parse a base-10 int32 or raise ValueError worded like Go's strconv."""
-    body = text[1:] if text[:1] in "+-" else text
+    body = text[1:] if text[:1] in ("+", "-") else text
     if not body or not body.isascii() or not body.isdigit():
         raise ValueError(f'strconv.ParseInt: parsing "{text}": invalid syntax')
     value = int(text)
@@ -88,7 +88,7 @@ _INT64_MAX = 2**63 - 1
 def parse_duration(text: str) -> int:
     """``time.ParseDuration``: "1h2m3.5s" -> nanoseconds; ValueError when Go would refuse."""
     original, sign = text, 1
-    if text[:1] in "+-":
+    if text[:1] in ("+", "-"):
         sign = -1 if text[0] == "-" else 1
         text = text[1:]
     if text == "0":

@@ -1,0 +1,77 @@
+"""Feature gate parsing: the --feature-gates flag, EXP_* env vars and defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from machinepool.api.features import (
+    MACHINE_POOL,
+    MACHINE_TAINT_PROPAGATION,
+    FeatureGateError,
+    FeatureGates,
+)
+
+
+def test_defaults_match_upstream() -> None:
+    gates = FeatureGates()
+    assert gates.enabled(MACHINE_POOL)
+    assert not gates.enabled(MACHINE_TAINT_PROPAGATION)
+    assert not gates.enabled("NoSuchGate")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"), [("MachinePool=false", False), ("MachinePool=true", True)]
+)
+def test_flag(spec: str, expected: bool) -> None:
+    assert FeatureGates.parse(spec).enabled(MACHINE_POOL) is expected
+
+
+def test_env_var_and_flag_precedence() -> None:
+    assert not FeatureGates.parse("", {"EXP_MACHINE_POOL": "false"}).enabled(MACHINE_POOL)
+    assert FeatureGates.parse("MachinePool=true", {"EXP_MACHINE_POOL": "false"}).enabled(
+        MACHINE_POOL
+    )
+    assert FeatureGates.parse("", {"EXP_MACHINE_POOL": ""}).enabled(MACHINE_POOL)
+
+
+def test_several_gates_and_spaces() -> None:
+    gates = FeatureGates.parse(" MachinePool=false , MachineTaintPropagation=true ")
+    assert not gates.enabled(MACHINE_POOL)
+    assert gates.enabled(MACHINE_TAINT_PROPAGATION)
+    assert str(gates) == "MachinePool=false,MachineTaintPropagation=true"
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "message"),
+    [
+        (
+            "Bogus=true",
+            {},
+            "unrecognized feature gate 'Bogus'; known gates: MachinePool, MachineTaintPropagation",
+        ),
+        (
+            "MachinePool",
+            {},
+            "missing value in 'MachinePool'; write MachinePool=true or MachinePool=false",
+        ),
+        (
+            "MachinePool=maybe",
+            {},
+            "--feature-gates MachinePool: invalid value 'maybe'; use true or false",
+        ),
+        (
+            "",
+            {"EXP_MACHINE_POOL": "nope"},
+            "environment variable EXP_MACHINE_POOL: invalid value 'nope'",
+        ),
+    ],
+)
+def test_bad_input_names_the_problem(spec: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(FeatureGateError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        FeatureGates.parse(spec, env)
+
+
+def test_with_gate_returns_a_copy() -> None:
+    on = FeatureGates()
+    off = on.with_gate(MACHINE_POOL, False)
+    assert on.enabled(MACHINE_POOL) and not off.enabled(MACHINE_POOL)
