@@ -34,7 +34,9 @@ from machinepool.runtime import (
 
 MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
 MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource("bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig")
+KUBEADM_CONFIGS = Resource(
+    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
+)
 VERSION = "v1.34.0"
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""

@@ -16,7 +16,9 @@ async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> Non
     assert {r["name"] for r in mp["status"]["nodeRefs"]} == node_names
     provider_ids = sorted(n["spec"]["providerID"] for n in system.ready_nodes())
     assert mp["spec"]["providerIDList"] == provider_ids
-    zones = Counter(n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in system.ready_nodes())
+    zones = Counter(
+        n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in system.ready_nodes()
+    )
     assert sorted(zones.values()) == [1, 1, 1]
 
 

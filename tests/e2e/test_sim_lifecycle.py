@@ -1,0 +1,159 @@
+"""End to end: rolling replacement, failed instances, chosen victims, deletion, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.e2e.conftest import MACHINE_POOLS, MACHINES, System
+
+from machinepool.api import constants as c
+from machinepool.providers.sim import SIM_MACHINE_POOLS
+from machinepool.runtime import FuncHandler, Invalid, Obj
+
+
+def _pool_condition(system: System, name: str, type_: str) -> dict[str, Any] | None:
+    pool = system.watched["simmachinepools"].get(name, system.namespace)
+    for cond in ((pool or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
+
+
+async def _with_pools(system: System) -> None:
+    if "simmachinepools" not in system.watched:
+        await system.watch(
+            "simmachinepools", await system.manager.cache.get_informer(SIM_MACHINE_POOLS)
+        )
+
+
+async def test_version_change_rolls_without_dropping_below_replicas(system: System) -> None:
+    await system.create_pool("workers", 3)
+    await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes")
+    lowest = [len(system.ready_nodes())]
+
+    def record(*_: Obj) -> None:
+        lowest[0] = min(lowest[0], len(system.ready_nodes()))
+
+    system.nodes.add_handler(FuncHandler(record, lambda _o, n: record(n), record))
+    new = "v1.34.1"
+    patch = {"spec": {"template": {"spec": {"version": new}}}}
+    await system.client.patch(MACHINE_POOLS, "workers", patch, system.namespace)
+    await system.until(
+        lambda: (
+            len(system.ready_nodes(new)) == 3
+            and len(system.nodes.list()) == 3
+            and system.pool_running("workers", 3)
+        ),
+        "every node on the new version",
+    )
+    assert lowest[0] >= 3  # maxUnavailable 0
+    assert all(n["status"]["nodeInfo"]["kubeletVersion"] == new for n in system.nodes.list())
+
+
+async def test_failed_instance_is_replaced(system: System) -> None:
+    await system.create_pool("workers", 2)
+    await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
+    victim = system.machines("workers")[0]["metadata"]["name"]
+    await system.cloud.fail_instance(system.namespace, victim)
+    await system.until(
+        lambda: (
+            victim not in {n["metadata"]["name"] for n in system.nodes.list()}
+            and system.pool_running("workers", 2)
+        ),
+        "failed instance replaced",
+    )
+    assert victim not in {m["metadata"]["name"] for m in system.machines("workers")}
+
+
+async def test_delete_machine_annotation_picks_the_victim(system: System) -> None:
+    await system.create_pool("workers", 3)
+    await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes")
+    names = sorted(m["metadata"]["name"] for m in system.machines("workers"))
+    chosen = names[-1]  # the newest: Oldest policy alone would not pick it
+    annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+    await system.client.patch(MACHINES, chosen, annotation, system.namespace)
+    await system.scale("workers", 2)
+    await system.until(
+        lambda: system.pool_running("workers", 2) and len(system.nodes.list()) == 2,
+        "scaled to 2",
+    )
+    remaining = {m["metadata"]["name"] for m in system.machines("workers")}
+    assert remaining == set(names[:-1])
+
+
+async def test_deleting_the_machine_pool_leaves_nothing_behind(system: System) -> None:
+    await system.create_pool("workers", 2)
+    await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
+    await system.client.delete(MACHINE_POOLS, "workers", system.namespace)
+
+    def empty() -> bool:
+        secrets = [
+            s
+            for s in system.watched["secrets"].list(system.namespace)
+            if not s["metadata"]["name"].startswith(system.cluster + "-")
+        ]
+        return (
+            system.machine_pool("workers") is None
+            and not system.machines()
+            and not system.watched["simmachines"].list(system.namespace)
+            and not system.nodes.list()
+            and not secrets
+        )
+
+    await system.until(empty, "no MachinePool, Machine, SimMachine, Node or Secret left")
+    assert await system.cloud.instances(system.namespace) == []
+
+
+async def test_failure_domains_spread_evenly(system: System) -> None:
+    await system.create_pool("workers", 5, failure_domains=["zone-a", "zone-b"])
+    await system.until(lambda: system.pool_running("workers", 5), "5 Ready nodes")
+    zones = [n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in system.nodes.list()]
+    assert sorted(zones.count(z) for z in ("zone-a", "zone-b")) == [2, 3]
+
+
+async def test_bad_input_is_reported_in_conditions(system: System) -> None:
+    await _with_pools(system)
+    await system.create_pool(
+        "stuck", 1, strategy={"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}
+    )
+    await system.create_pool("nowhere", 1, failure_domains=["zone-x"])
+    # Negative replicas never get this far: the API server rejects them (scale subresource).
+    with pytest.raises(Invalid, match=r"spec\.replicas"):
+        await system.create_pool("negative", -1)
+
+    def reason(name: str) -> str:
+        cond = _pool_condition(system, name, "Ready") or {}
+        return str(cond.get("reason", ""))
+
+    await system.until(
+        lambda: (
+            reason("stuck") == "InvalidStrategy" and reason("nowhere") == "UnknownFailureDomain"
+        ),
+        "conditions explain each bad input",
+    )
+    stuck = _pool_condition(system, "stuck", "Ready") or {}
+    assert "maxSurge" in stuck["message"]
+    nowhere = _pool_condition(system, "nowhere", "Ready") or {}
+    assert "zone-x" in nowhere["message"]
+    assert "zone-a" in nowhere["message"]
+    assert await system.cloud.instances(system.namespace) == []
+
+
+async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None:
+    from machinepool.providers.sim import Faults
+
+    await _with_pools(system)
+    await system.cloud.set_faults(system.namespace, Faults(error_rate=1.0))
+    await system.create_pool("workers", 2)
+    await system.until(
+        lambda: (_pool_condition(system, "workers", "Ready") or {}).get("reason") == "CloudError",
+        "CloudError condition",
+    )
+    # Calls that succeed but report failure must not lead to extra instances.
+    await system.cloud.set_faults(system.namespace, Faults(error_after_rate=0.5))
+    await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes despite errors")
+    live = [
+        r for r in await system.cloud.instances(system.namespace) if r.forced_state != "terminated"
+    ]
+    assert len(live) == 2
