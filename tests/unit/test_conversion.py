@@ -436,7 +436,7 @@ def test_from_hub_needs_to_know_the_ref_version() -> None:
 def test_bad_duration_names_the_field() -> None:
     spoke = _spoke()
     spoke["spec"]["template"]["spec"]["nodeDeletionTimeout"] = "soon"
-    with pytest.raises(ConversionError, match="spec.template.spec.nodeDeletionTimeout"):
+    with pytest.raises(ConversionError, match=r"spec\.template\.spec\.nodeDeletionTimeout"):
         to_hub(spoke)
 
 

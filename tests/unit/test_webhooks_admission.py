@@ -156,7 +156,8 @@ def test_status_details_carry_every_cause() -> None:
     with pytest.raises(AdmissionDenied) as caught:
         validate_machine_pool({"spec": {"clusterName": "before"}}, obj, FeatureGates())
     status = caught.value.status
-    assert status["code"] == 422 and status["reason"] == "Invalid"
+    assert status["code"] == 422
+    assert status["reason"] == "Invalid"
     assert [c["field"] for c in status["details"]["causes"]] == [
         "spec.template.spec.bootstrap",
         "spec.clusterName",

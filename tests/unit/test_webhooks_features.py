@@ -74,4 +74,5 @@ def test_bad_input_names_the_problem(spec: str, env: dict[str, str], message: st
 def test_with_gate_returns_a_copy() -> None:
     on = FeatureGates()
     off = on.with_gate(MACHINE_POOL, False)
-    assert on.enabled(MACHINE_POOL) and not off.enabled(MACHINE_POOL)
+    assert on.enabled(MACHINE_POOL)
+    assert not off.enabled(MACHINE_POOL)

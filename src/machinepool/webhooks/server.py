@@ -22,8 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from machinepool.api.features import FeatureGates
 from machinepool.api.constants import CONTRACT_LABEL
+from machinepool.api.features import FeatureGates
 from machinepool.runtime import CRDS, ApiError, Client, NotFound, get_logger
 from machinepool.webhooks.certs import self_signed
 from machinepool.webhooks.conversion import (
