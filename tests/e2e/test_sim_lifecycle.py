@@ -157,3 +157,47 @@ async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None
         r for r in await system.cloud.instances(system.namespace) if r.forced_state != "terminated"
     ]
     assert len(live) == 2
+
+
+async def test_pdb_holds_the_drain_until_the_drain_timeout(system: System) -> None:
+    from machinepool.runtime import PDBS, PODS
+
+    await system.create_pool("workers", 2)
+    await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
+    timeout = {"spec": {"template": {"spec": {"deletion": {"nodeDrainTimeoutSeconds": 8}}}}}
+    await system.client.patch(MACHINE_POOLS, "workers", timeout, system.namespace)
+    victim = sorted(m["metadata"]["name"] for m in system.machines("workers"))[0]
+    wl = system.workload_client
+    await wl.create(
+        PODS,
+        {
+            "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
+            "spec": {"nodeName": victim, "containers": [{"name": "c", "image": "sim"}]},
+        },
+        "default",
+    )
+    await wl.create(
+        PDBS,
+        {
+            "metadata": {"name": "guard", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+        "default",
+    )
+    annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+    await system.client.patch(MACHINES, victim, annotation, system.namespace)
+    await system.scale("workers", 1)
+
+    def draining() -> bool:
+        machine = system.watched["machines"].get(victim, system.namespace)
+        return bool(machine and machine["metadata"].get("deletionTimestamp"))
+
+    await system.until(draining, "victim Machine deleting")
+    pod = await wl.get(PODS, "guarded", "default")
+    # The PDB refuses the eviction: the pod and its Node are still there while draining.
+    assert not pod["metadata"].get("deletionTimestamp")
+    assert system.nodes.get(victim) is not None
+    await system.until(
+        lambda: system.nodes.get(victim) is None and system.pool_running("workers", 1),
+        "drain gave up at its timeout and the node went",
+    )
