@@ -10,3 +10,12 @@ async def test_generated_crds_are_established(crds: list[str], client: Client) -
     mp = await client.resource("cluster.x-k8s.io/v1beta2", "MachinePool")
     assert mp.plural == "machinepools"
     assert mp.namespaced
+
+
+async def test_contract_resource_resolves_the_labelled_version(
+    crds: list[str], client: Client
+) -> None:
+    preferred = await client.resource("cluster.x-k8s.io/", "MachinePool")
+    assert preferred.version == "v1beta2"
+    kubeadm = await client.contract_resource("bootstrap.cluster.x-k8s.io", "KubeadmConfig")
+    assert (kubeadm.version, kubeadm.plural) == ("v1beta2", "kubeadmconfigs")

@@ -264,12 +264,10 @@ class Client:
     async def resource(self, api_version: str, kind: str) -> Resource:
         """Find the plural and scope of ``kind`` in ``api_version`` by API discovery.
 
-        An empty version (``"cluster.x-k8s.io/"`` or a bare group) resolves through the
-        group's preferred version.
+        An empty version (``"cluster.x-k8s.io/"``) resolves through the group's preferred
+        version.
         """
         group, _, version = api_version.rpartition("/")
-        if not version:
-            group, version = api_version, ""
         key = (f"{group}/{version}", kind)
         cached = self._discovery.by_kind.get(key)
         if cached is not None:
