@@ -22,7 +22,7 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
-from machinepool.webhooks import serve_and_register
+from machinepool.webhooks import WebhookServer, register, serve
 
 Setup = Callable[..., Awaitable[None]]
 
@@ -52,7 +52,9 @@ class Options:
     ``kubeconfig``: the management cluster (``None``: in-cluster, then ``$KUBECONFIG``).
     ``leader_elect`` [True]: take the ``<name>`` Lease in ``leader_election_namespace`` first.
     ``metrics_bind_address`` ["127.0.0.1:8080"]: /metrics, /healthz and /readyz.
-    ``webhook_port``: serve admission and conversion webhooks on 127.0.0.1 there; ``None``: off.
+    ``webhook_port``: serve admission and conversion webhooks on ``webhook_host`` [127.0.0.1]
+    there; ``None``: off. ``webhook_cert_file``/``webhook_key_file``: the serving certificate
+    (for example mounted from a cert-manager Secret); without them a self-signed one is made.
     ``register_webhooks``: point the webhook configurations and CRD conversion at that server
     (local runs; a cluster install uses the manifests in deploy/ instead).
     ``feature_gates`` ["MachinePool=true"]; ``EXP_MACHINE_POOL`` overrides when set.
@@ -67,6 +69,9 @@ class Options:
     leader_election_namespace: str = "kube-system"
     metrics_bind_address: str = "127.0.0.1:8080"
     webhook_port: int | None = None
+    webhook_host: str = "127.0.0.1"
+    webhook_cert_file: Path | None = None
+    webhook_key_file: Path | None = None
     register_webhooks: bool = False
     feature_gates: str = ""
     token_ttl_seconds: int = 900
@@ -116,14 +121,27 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
     return mgr, cache
 
 
+async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
+    """Serve (and for local runs, register) the admission and conversion webhooks."""
+    if options.webhook_port is None:
+        return None
+    gates = FeatureGates.parse(options.feature_gates)
+    server = await serve(
+        options.webhook_host,
+        options.webhook_port,
+        gates,
+        client=client,
+        cert_file=options.webhook_cert_file,
+        key_file=options.webhook_key_file,
+    )
+    if options.register_webhooks:
+        await register(client, server.url, server.ca_bundle)
+    return server
+
+
 async def run_manager(options: Options, client: Client) -> None:
     """Run the components of ``options`` until SIGTERM (or cancellation)."""
-    gates = FeatureGates.parse(options.feature_gates)
-    server = None
-    if options.webhook_port is not None:
-        server = await serve_and_register(
-            client, port=options.webhook_port, gates=gates, register=options.register_webhooks
-        )
+    server = await _webhooks(client, options)
     mgr, cache = await build(client, options)
     try:
         await mgr.run()

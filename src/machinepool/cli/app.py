@@ -82,6 +82,12 @@ def run(
         "127.0.0.1:8080"
     ),
     webhook_port: Annotated[int | None, typer.Option(help="Serve webhooks on this port.")] = None,
+    webhook_host: Annotated[str, typer.Option(help="Address the webhook server binds.")] = (
+        "127.0.0.1"
+    ),
+    webhook_cert_dir: Annotated[
+        Path | None, typer.Option(help="Folder with tls.crt and tls.key for the webhooks.")
+    ] = None,
     register_webhooks: Annotated[
         bool, typer.Option(help="Point webhook configurations at this process (local runs).")
     ] = False,
@@ -104,6 +110,9 @@ def run(
             leader_election_namespace=leader_election_namespace,
             metrics_bind_address=metrics_bind_address,
             webhook_port=webhook_port,
+            webhook_host=webhook_host,
+            webhook_cert_file=webhook_cert_dir / "tls.crt" if webhook_cert_dir else None,
+            webhook_key_file=webhook_cert_dir / "tls.key" if webhook_cert_dir else None,
             register_webhooks=register_webhooks,
             feature_gates=feature_gates,
             token_ttl_seconds=token_ttl_seconds,
