@@ -4,7 +4,9 @@
   out of the default run (the binary is a long cold build, see hack/autoscaler/build.sh) and run
   with ``pytest -m autoscaler tests/e2e/autoscaler``. Selected, they build it or fail loudly.
 - ``workload_client``: an async client on the test's workload cluster (admin).
-- ``scheduler``: a kube-scheduler for the test's workload cluster, stopped afterwards.
+- ``scheduler``: a kube-scheduler for the test's workload cluster, plus a kube-controller-manager
+  running the node lifecycle controller (which lifts the not-ready taint new Nodes get);
+  both stopped afterwards. Yields the scheduler and the controller-manager.
 - ``autoscaler_binary``: the built cluster-autoscaler (session; builds once).
 - ``machineset_crd``: the MachineSet stand-in the clusterapi provider needs to start.
 """
@@ -22,7 +24,14 @@ from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import Process
 from machinepool.runtime import CRDS, Client
 
-from .harness import MACHINESET_CRD, build_autoscaler, scheduler_argv, scheduler_binary, start
+from .harness import (
+    MACHINESET_CRD,
+    build_autoscaler,
+    control_plane_binary,
+    node_lifecycle_argv,
+    scheduler_argv,
+    start,
+)
 
 MARKER = "autoscaler"
 HERE = Path(__file__).resolve().parent
@@ -56,14 +65,18 @@ async def workload_client(workload: WorkloadCluster) -> AsyncIterator[Client]:
 
 
 @pytest.fixture
-def scheduler(workload: WorkloadCluster, tmp_path: Path) -> Iterator[Process]:
-    proc = start(
-        "kube-scheduler", scheduler_argv(scheduler_binary(), workload.kubeconfig), tmp_path
-    )
+def scheduler(workload: WorkloadCluster, tmp_path: Path) -> Iterator[list[Process]]:
+    kubeconfig = workload.kubeconfig
+    procs: list[Process] = []
     try:
-        yield proc
+        scheduler_bin = control_plane_binary("kube-scheduler")
+        procs.append(start("kube-scheduler", scheduler_argv(scheduler_bin, kubeconfig), tmp_path))
+        kcm_bin = control_plane_binary("kube-controller-manager")
+        procs.append(start("node-lifecycle", node_lifecycle_argv(kcm_bin, kubeconfig), tmp_path))
+        yield procs
     finally:
-        proc.stop()
+        for proc in procs:
+            proc.stop()
 
 
 @pytest.fixture(scope="session")

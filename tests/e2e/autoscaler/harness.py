@@ -50,13 +50,13 @@ def build_autoscaler() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
-def scheduler_binary() -> Path:
-    """The kube-scheduler built beside the control-plane binaries."""
-    path = find_binaries() / "kube-scheduler"
+def control_plane_binary(name: str) -> Path:
+    """kube-scheduler or kube-controller-manager, built beside the control-plane binaries."""
+    path = find_binaries() / name
     if not os.access(path, os.X_OK):
         raise BuildFailed(
-            f"no kube-scheduler in {path.parent}: run hack/controlplane/build.sh (it builds one), "
-            "or add kube-scheduler to KUBEBUILDER_ASSETS"
+            f"no {name} in {path.parent}: run hack/controlplane/build.sh (it builds one), "
+            f"or add {name} to KUBEBUILDER_ASSETS"
         )
     return path
 
@@ -73,6 +73,26 @@ def scheduler_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
         "--bind-address=127.0.0.1",
         f"--secure-port={free_port()}",
         "--v=2",
+    ]
+
+
+def node_lifecycle_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
+    """A kube-controller-manager running only the node lifecycle controller for a workload.
+
+    The local workload control plane runs no node lifecycle controller, so the
+    ``node.kubernetes.io/not-ready:NoSchedule`` taint that admission puts on every new Node is
+    never lifted and nothing can be scheduled. In a real cluster this controller lifts it once
+    the kubelet reports Ready (and taints Nodes whose kubelet stops reporting), which is what
+    both the scheduler and cluster-autoscaler expect.
+    """
+    return [
+        str(binary),
+        f"--kubeconfig={workload_kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        "--controllers=node-lifecycle-controller",
+        "--use-service-account-credentials=false",
     ]
 
 

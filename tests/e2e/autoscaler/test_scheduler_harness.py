@@ -10,25 +10,31 @@ requests against Node allocatable. These tests pin that behaviour on a bare work
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 from machinepool.api import constants as c
+from machinepool.api.meta import format_time
 from machinepool.controlplane.process import Process
 from machinepool.runtime import NODES, PODS, SERVICE_ACCOUNTS, Client, Obj
 
 from .harness import autoscaler_argv, node_group_annotations, wait_for
 
 
-def _node(name: str, cpu: str, memory: str) -> Obj:
-    return {
-        "metadata": {"name": name},
-        "spec": {"providerID": f"sim:///zone-a/{name}"},
-        "status": {
-            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
+async def _register_node(client: Client, name: str, cpu: str, memory: str) -> None:
+    """Register a Ready Node as a kubelet would: the object, then its status."""
+    await client.create(NODES, {"metadata": {"name": name}, "spec": {"providerID": f"t:///{name}"}})
+    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+    now = format_time(datetime.now(UTC))
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
     }
+    status = {"capacity": resources, "allocatable": resources, "conditions": [ready]}
+    await client.patch(NODES, name, {"status": status}, subresource="status")
 
 
 def _pod(name: str, cpu: str) -> Obj:
@@ -68,10 +74,10 @@ async def _create_pod(client: Client, pod: Obj) -> None:
 
 
 async def test_scheduler_binds_fitting_pod_and_marks_the_rest_unschedulable(
-    workload_client: Client, scheduler: Process
+    workload_client: Client, scheduler: list[Process]
 ) -> None:
     node = f"n-{uuid.uuid4().hex[:6]}"
-    await workload_client.create(NODES, _node(node, "2", "4Gi"))
+    await _register_node(workload_client, node, "2", "4Gi")
     await _create_pod(workload_client, _pod("fits", "1500m"))
     await _create_pod(workload_client, _pod("too-big", "1"))
 
@@ -85,7 +91,7 @@ async def test_scheduler_binds_fitting_pod_and_marks_the_rest_unschedulable(
             and _unschedulable(p["too-big"])
         ),
         "one Pod bound and the other marked Unschedulable",
-        procs=[scheduler],
+        procs=scheduler,
     )
     assert pods["fits"]["spec"]["nodeName"] == node
     assert not _scheduled(pods["too-big"])
