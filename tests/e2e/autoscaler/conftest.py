@@ -9,6 +9,10 @@
   both stopped afterwards. Yields the scheduler and the controller-manager.
 - ``autoscaler_binary``: the built cluster-autoscaler (session; builds once).
 - ``machineset_crd``: the MachineSet stand-in the clusterapi provider needs to start.
+- ``node_group_webhooks``: the MachinePool webhook server, registered only for MachinePools
+  labelled ``machinepool.test/autoscaler-e2e=true`` (so it never meets other tests' objects),
+  and proven effective before the test runs.
+- ``node_history``: per Node name, whether it was ever cordoned and whether it was deleted.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from machinepool.api.features import FeatureGates
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import Process
-from machinepool.runtime import CRDS, Client
+from machinepool.runtime import CRDS, ApiError, Client, FuncHandler, Obj
+from machinepool.webhooks import WebhookServer, register, serve, unregister
 
 from .harness import (
     MACHINESET_CRD,
@@ -32,6 +39,7 @@ from .harness import (
     scheduler_argv,
     start,
 )
+from .pools import MACHINE_POOLS, WEBHOOK_LABEL
 
 MARKER = "autoscaler"
 HERE = Path(__file__).resolve().parent
@@ -96,3 +104,81 @@ async def machineset_crd(client: Client) -> str:
             return name
         await asyncio.sleep(0.1)
     raise TimeoutError(f"CRD {name} never became Established")
+
+
+WEBHOOK_CONFIG = "machinepool-autoscaler-e2e"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def node_group_webhooks(client: Client, crds: list[str]) -> AsyncIterator[WebhookServer]:
+    server = await serve("127.0.0.1", 0, FeatureGates(), client=client)
+    try:
+        await register(
+            client,
+            server.url,
+            server.ca_bundle,
+            config_name=WEBHOOK_CONFIG,
+            object_selector={WEBHOOK_LABEL: "true"},
+            conversion=False,
+        )
+        await _until_admission_answers(client)
+        yield server
+    finally:
+        await unregister(client, config_name=WEBHOOK_CONFIG)
+        await server.stop()
+
+
+async def _until_admission_answers(client: Client) -> None:
+    """Dry-run an invalid labelled MachinePool until our validating webhook refuses it."""
+    probe = {
+        "apiVersion": MACHINE_POOLS.api_version,
+        "kind": "MachinePool",
+        "metadata": {"name": "probe", "namespace": "default", "labels": {WEBHOOK_LABEL: "true"}},
+        "spec": {
+            "clusterName": "probe",
+            "template": {
+                "spec": {
+                    "clusterName": "probe",
+                    "bootstrap": {},
+                    "infrastructureRef": {"apiGroup": "x.test", "kind": "X", "name": "x"},
+                }
+            },
+        },
+    }
+    for _ in range(300):
+        try:
+            await client.create(MACHINE_POOLS, probe, dry_run=True)
+        except ApiError as err:
+            if "admission webhook" in err.message:
+                return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"webhook configuration {WEBHOOK_CONFIG} never took effect")
+
+
+class NodeHistory:
+    """What happened to each workload Node while the test ran (fed by the Node informer)."""
+
+    def __init__(self) -> None:
+        self.cordoned: set[str] = set()
+        self.deleted: set[str] = set()
+        self.cordoned_before_delete: set[str] = set()
+
+    def seen(self, node: Obj) -> None:
+        if (node.get("spec") or {}).get("unschedulable"):
+            self.cordoned.add(node["metadata"]["name"])
+
+    def gone(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        self.seen(node)
+        self.deleted.add(name)
+        if name in self.cordoned:
+            self.cordoned_before_delete.add(name)
+
+
+@pytest.fixture
+def node_history(system: Any) -> NodeHistory:
+    history = NodeHistory()
+    system.nodes.add_handler(
+        FuncHandler(history.seen, lambda _old, new: history.seen(new), history.gone)
+    )
+    return history
