@@ -59,11 +59,13 @@ async def test_failed_instance_is_replaced(system: System) -> None:
     await system.until(
         lambda: (
             victim not in {n["metadata"]["name"] for n in system.nodes.list()}
+            and victim not in {m["metadata"]["name"] for m in system.machines("workers")}
             and system.pool_running("workers", 2)
         ),
-        "failed instance replaced",
+        "failed instance replaced and its Machine gone",
     )
-    assert victim not in {m["metadata"]["name"] for m in system.machines("workers")}
+    records = [r for r in await system.cloud.instances(system.namespace) if r.id == victim]
+    assert all(r.forced_state == "terminated" for r in records)
 
 
 async def test_delete_machine_annotation_picks_the_victim(system: System) -> None:
@@ -74,12 +76,15 @@ async def test_delete_machine_annotation_picks_the_victim(system: System) -> Non
     annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
     await system.client.patch(MACHINES, chosen, annotation, system.namespace)
     await system.scale("workers", 2)
+    survivors = set(names[:-1])
     await system.until(
-        lambda: system.pool_running("workers", 2) and len(system.nodes.list()) == 2,
-        "scaled to 2",
+        lambda: (
+            system.pool_running("workers", 2)
+            and {m["metadata"]["name"] for m in system.machines("workers")} == survivors
+        ),
+        "scaled to 2 by removing the annotated Machine",
     )
-    remaining = {m["metadata"]["name"] for m in system.machines("workers")}
-    assert remaining == set(names[:-1])
+    assert {n["metadata"]["name"] for n in system.nodes.list()} == survivors
 
 
 async def test_deleting_the_machine_pool_leaves_nothing_behind(system: System) -> None:

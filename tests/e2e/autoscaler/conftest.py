@@ -13,6 +13,8 @@
   labelled ``machinepool.test/autoscaler-e2e=true`` (so it never meets other tests' objects),
   and proven effective before the test runs.
 - ``node_history``: per Node name, whether it was ever cordoned and whether it was deleted.
+- ``cluster_autoscaler``: the real cluster-autoscaler watching the ``system`` namespace's
+  MachinePools (with ``scheduler`` running), stopped afterwards.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ import pytest
 import pytest_asyncio
 
 from machinepool.api.features import FeatureGates
-from machinepool.controlplane import WorkloadCluster
+from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.process import Process
 from machinepool.runtime import CRDS, ApiError, Client, FuncHandler, Obj
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
 from .harness import (
     MACHINESET_CRD,
+    autoscaler_argv,
     build_autoscaler,
     control_plane_binary,
     node_lifecycle_argv,
@@ -182,3 +185,25 @@ def node_history(system: Any) -> NodeHistory:
         FuncHandler(history.seen, lambda _old, new: history.seen(new), history.gone)
     )
     return history
+
+
+@pytest.fixture
+def cluster_autoscaler(
+    autoscaler_binary: Path,
+    control_plane: ControlPlane,
+    system: Any,
+    scheduler: list[Process],
+    machineset_crd: str,
+    tmp_path: Path,
+) -> Iterator[Process]:
+    argv = autoscaler_argv(
+        autoscaler_binary,
+        management_kubeconfig=control_plane.kubeconfig,
+        workload_kubeconfig=system.workload.kubeconfig,
+        namespace=system.namespace,
+    )
+    proc = start("cluster-autoscaler", argv, tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
