@@ -1,0 +1,75 @@
+"""Fixtures of the reliability suite.
+
+- ``--reliability-scale=N`` (or ``$RELIABILITY_SCALE``; default 1, the CI size) multiplies
+  kill counts, fault rounds and generated inputs. Larger runs:
+  ``pytest tests/reliability --reliability-scale=10``.
+- ``scale``: that number.
+- ``logs``: one folder for every process log the suite writes (scanned for secrets).
+- ``env``: a namespace with the test's workload cluster registered as Cluster ``work``, a
+  ``World`` watching both clusters, and controller processes stopped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from tests.reliability.harness import CLUSTER, Env, World
+
+from machinepool.controlplane import ControlPlane, WorkloadCluster
+from machinepool.controlplane.register import register_workload_cluster
+from machinepool.runtime import Client
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability-scale",
+        type=int,
+        default=None,
+        help="Multiply reliability kill counts, fault rounds and generated inputs (default 1).",
+    )
+
+
+@pytest.fixture(scope="session")
+def scale(pytestconfig: pytest.Config) -> int:
+    # getoption with a default: the option is only registered when this folder is collected
+    # as an initial conftest (pytest tests/reliability ...).
+    value = pytestconfig.getoption("--reliability-scale", default=None)
+    if value is None:
+        value = int(os.environ.get("RELIABILITY_SCALE", "1"))
+    return max(1, int(value))
+
+
+@pytest.fixture(scope="session")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``$RELIABILITY_LOGS`` keeps them somewhere pytest's tmp rotation will not delete."""
+    kept = os.environ.get("RELIABILITY_LOGS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    return tmp_path_factory.mktemp("reliability-logs")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def env(
+    client: Client,
+    namespace: str,
+    workload: WorkloadCluster,
+    control_plane: ControlPlane,
+    crds: list[str],
+    logs: Path,
+) -> AsyncIterator[Env]:
+    await register_workload_cluster(client, CLUSTER, namespace, workload)
+    async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
+        world = await World.start(client, workload_client, namespace)
+        environment = Env(
+            client, namespace, control_plane.kubeconfig, workload.kubeconfig, world, logs
+        )
+        try:
+            yield environment
+        finally:
+            environment.close()
+            await world.stop()

@@ -1,0 +1,611 @@
+"""Shared machinery of the reliability suite: controller processes, watchers, invariants.
+
+The tests in this folder run the controllers the way they run in production, as separate
+``python -m machinepool run`` processes, so they can be killed with SIGKILL at any moment.
+``ControllerProcess`` starts, kills and restarts one such process and keeps its log; ``World``
+watches the management and workload clusters (no polling loops in tests: ``until`` re-checks
+on every watched change); ``check_converged`` states what "nothing lost" means; ``scan_secrets``
+searches logs and Events for credentials. Used by every ``test_*.py`` beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ctypes
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from machinepool.controlplane.process import free_port
+from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, InstanceRecord
+from machinepool.runtime import (
+    CORE_EVENTS,
+    EVENTS,
+    NODES,
+    SECRETS,
+    Client,
+    FuncHandler,
+    Informer,
+    Obj,
+    Resource,
+)
+
+MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
+MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
+KUBEADM_CONFIGS = Resource(
+    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
+)
+VERSION = "v1.34.0"
+CLUSTER = "work"
+WAIT = 300.0
+"""Safety net for any single wait, so a broken system fails instead of hanging."""
+AWS_CANARY_SECRET = "rElIaBiLiTyCaNaRyAwSsEcReTkEy0123456789ab"
+"""Handed to every controller process as AWS_SECRET_ACCESS_KEY; must never be logged."""
+
+
+# -- controller processes ----------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: a crashed pytest must not leave controllers running on shared cores.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+@dataclass
+class ControllerProcess:
+    """One ``python -m machinepool run`` process that can be killed and restarted.
+
+    Every incarnation appends to the same ``log``; ``kills`` counts SIGKILLs; ``down`` holds
+    (killed_at, restarted_at) monotonic intervals so invariants can exempt them.
+    """
+
+    name: str
+    kubeconfig: Path
+    components: str
+    log: Path
+    leader_elect: bool = False
+    lease_name: str = "machinepool-controller"
+    webhook_port: int | None = None
+    extra_args: tuple[str, ...] = ()
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    kills: int = 0
+    down: list[tuple[float, float]] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        argv = [
+            sys.executable,
+            "-m",
+            "machinepool",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--components",
+            self.components,
+            "--name",
+            self.lease_name,
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.port}",
+            "--leader-elect" if self.leader_elect else "--no-leader-elect",
+            *self.extra_args,
+        ]
+        if self.webhook_port is not None:
+            argv += ["--webhook-port", str(self.webhook_port)]
+        return argv
+
+    def start(self) -> None:
+        env = {**os.environ, "AWS_SECRET_ACCESS_KEY": AWS_CANARY_SECRET}
+        env.setdefault("AWS_ACCESS_KEY_ID", "AKIARELIABILITYTEST0")
+        with self.log.open("ab") as out:
+            out.write(f"\n=== start {self.name} at {time.time():.3f}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no Lease release, requests cut mid-flight."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.kills += 1
+
+    def crash_and_restart(self) -> None:
+        """SIGKILL, then start again at once; down until the next ``wait_ready``."""
+        killed_at = time.monotonic()
+        self.kill()
+        self.start()
+        self.down.append((killed_at, math.inf))
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    async def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until /readyz answers 200 (informers synced); fails if the process exits."""
+        url = f"http://127.0.0.1:{self.port}/readyz"
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+            while True:
+                if not self.alive:
+                    raise AssertionError(f"{self.name} exited; log tail:\n{self.tail()}")
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                        if resp.status == 200:
+                            if self.down and self.down[-1][1] == math.inf:
+                                self.down[-1] = (self.down[-1][0], time.monotonic())
+                            return
+                await asyncio.sleep(0.2)
+
+    async def metric(self, name: str) -> float | None:
+        """One sample of a Prometheus metric (first series), ``None`` if unreachable."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        try:
+            async with aiohttp.ClientSession() as http, http.get(url) as resp:
+                text = await resp.text()
+        except (aiohttp.ClientError, OSError):
+            return None
+        for line in text.splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def was_down(self, at: float) -> bool:
+        return any(start <= at <= end for start, end in self.down)
+
+
+async def chaos_kills(
+    proc: ControllerProcess, kills: int, rng: random.Random, max_delay: float
+) -> None:
+    """Kill ``proc`` ``kills`` times at random moments of its work, restarting at once.
+
+    Each incarnation is allowed to sync its caches first (a kill during import proves
+    nothing), then runs a random 0..``max_delay`` seconds before SIGKILL.
+    """
+    for _ in range(kills):
+        await proc.wait_ready()
+        await asyncio.sleep(rng.uniform(0.0, max_delay))
+        proc.crash_and_restart()
+    await proc.wait_ready()
+
+
+# -- objects -------------------------------------------------------------------------------
+
+
+def kubeadm_config(name: str, namespace: str) -> Obj:
+    return {
+        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "kind": "KubeadmConfig",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
+    }
+
+
+def sim_pool(name: str, namespace: str, spec: dict[str, Any] | None = None) -> Obj:
+    return {
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
+        "kind": "SimMachinePool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec if spec is not None else {"template": {"instanceType": "small"}},
+    }
+
+
+def machine_pool(
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    cluster: str = CLUSTER,
+    version: str = VERSION,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    return {
+        "apiVersion": MACHINE_POOLS.api_version,
+        "kind": "MachinePool",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "clusterName": cluster,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "clusterName": cluster,
+                    "version": version,
+                    "bootstrap": {
+                        "configRef": {
+                            "apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "KubeadmConfig",
+                            "name": name,
+                        }
+                    },
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "SimMachinePool",
+                        "name": name,
+                    },
+                }
+            },
+        },
+    }
+
+
+async def create_pool(
+    client: Client,
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    sim_spec: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+) -> None:
+    """KubeadmConfig + SimMachinePool + MachinePool, all named ``name``."""
+    await client.create(KUBEADM_CONFIGS, kubeadm_config(name, namespace), namespace)
+    await client.create(SIM_MACHINE_POOLS, sim_pool(name, namespace, sim_spec), namespace)
+    await client.create(
+        MACHINE_POOLS, machine_pool(name, namespace, replicas, labels=labels), namespace
+    )
+
+
+async def roll(client: Client, name: str, namespace: str, version: str) -> None:
+    patch = {"spec": {"template": {"spec": {"version": version}}}}
+    await client.patch(MACHINE_POOLS, name, patch, namespace)
+
+
+# -- watching ------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _version(node: Obj) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
+
+
+@dataclass
+class NodeDeletion:
+    name: str
+    provider_id: str
+    version: str
+    at: float
+
+
+@dataclass
+class World:
+    """Informers over one namespace of the management cluster and its workload's Nodes.
+
+    Records every Node deletion and, on every Node change, the number of Ready Nodes, so
+    tests can judge victims and availability after the fact.
+    """
+
+    client: Client
+    workload_client: Client
+    namespace: str
+    informers: dict[str, Informer] = field(default_factory=dict)
+    deleted_nodes: list[NodeDeletion] = field(default_factory=list)
+    ready_samples: list[tuple[float, int]] = field(default_factory=list)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    async def start(cls, client: Client, workload_client: Client, namespace: str) -> World:
+        world = cls(client, workload_client, namespace)
+        sources = {
+            "nodes": Informer(workload_client, NODES),
+            "machinepools": Informer(client, MACHINE_POOLS, namespace),
+            "machines": Informer(client, MACHINES, namespace),
+            "simmachines": Informer(client, SIM_MACHINES, namespace),
+            "simmachinepools": Informer(client, SIM_MACHINE_POOLS, namespace),
+            "secrets": Informer(client, SECRETS, namespace),
+        }
+        for name, informer in sources.items():
+            informer.add_handler(
+                FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke)
+            )
+            world.informers[name] = informer
+        sources["nodes"].add_handler(
+            FuncHandler(world._sample, lambda _o, n: world._sample(n), world._node_gone)
+        )
+        for informer in sources.values():
+            await informer.start()
+        for informer in sources.values():
+            await informer.wait_synced()
+        return world
+
+    async def stop(self) -> None:
+        for informer in self.informers.values():
+            await informer.stop()
+
+    def _poke(self, *_: Obj) -> None:
+        self._changed.set()
+
+    def _sample(self, *_: Obj) -> None:
+        self.ready_samples.append((time.monotonic(), len(self.ready_nodes())))
+
+    def _node_gone(self, node: Obj) -> None:
+        self.deleted_nodes.append(
+            NodeDeletion(
+                node["metadata"]["name"],
+                str((node.get("spec") or {}).get("providerID", "")),
+                _version(node),
+                time.monotonic(),
+            )
+        )
+        self._sample()
+
+    async def until(self, check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+        """Wait until ``check()`` holds, re-checking on every watched change (and each second,
+        since boot clocks and requeues move without events)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not check():
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(1.0):
+                            await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for: {what}") from None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def list(self, kind: str) -> list[Obj]:
+        return self.informers[kind].list()
+
+    def get(self, kind: str, name: str) -> Obj | None:
+        namespace = None if kind == "nodes" else self.namespace
+        return self.informers[kind].get(name, namespace)
+
+    def nodes(self) -> list[Obj]:
+        return self.list("nodes")
+
+    def ready_nodes(self, version: str | None = None) -> list[Obj]:
+        return [
+            n for n in self.nodes() if node_ready(n) and (version is None or _version(n) == version)
+        ]
+
+    def records(self) -> list[InstanceRecord]:
+        return [
+            InstanceRecord.from_secret(s)
+            for s in self.list("secrets")
+            if s.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance"
+        ]
+
+    def live(self, pool: str) -> list[InstanceRecord]:
+        """Instances of ``pool`` the cloud would bill for (not terminated)."""
+        return [r for r in self.records() if r.pool == pool and r.forced_state != "terminated"]
+
+    def running(self, name: str, replicas: int, version: str | None = None) -> bool:
+        """The MachinePool reports ``replicas`` Ready and the workload agrees."""
+        mp = self.get("machinepools", name)
+        if mp is None:
+            return False
+        status = mp.get("status") or {}
+        return (
+            status.get("phase") == "Running"
+            and status.get("readyReplicas", 0) == replicas
+            and status.get("replicas", 0) == replicas
+            and len(status.get("nodeRefs") or []) == replicas
+            and len(self.ready_nodes(version)) == replicas
+            and len(self.nodes()) == replicas
+            and len(self.live(name)) == replicas
+            and len(self.list("machines")) == replicas
+        )
+
+
+# -- invariants ----------------------------------------------------------------------------
+
+
+def check_converged(world: World, pool: str, replicas: int, version: str) -> list[str]:
+    """Everything that must hold once ``pool`` settled at ``replicas`` on ``version``.
+
+    Returns the violations (empty when all hold): instances == desired; providerIDList ==
+    instances; one Machine and one SimMachine per instance and nothing else; one Ready Node
+    per instance and nothing else; terminated records back nothing; instance records and
+    bootstrap data Secrets belong to objects that exist.
+    """
+    problems: list[str] = []
+    mp = world.get("machinepools", pool) or {}
+    live = world.live(pool)
+    live_ids = sorted(r.id for r in live)
+    live_pids = sorted(r.provider_id for r in live)
+    if len(live) != replicas:
+        problems.append(f"{len(live)} live instances, want {replicas}: {live_ids}")
+    if len({r.index for r in live}) != len(live):
+        problems.append(f"duplicate instance ordinals: {sorted(r.index for r in live)}")
+    pid_list = list((mp.get("spec") or {}).get("providerIDList") or [])
+    if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
+        problems.append(f"providerIDList {pid_list} != live instances {live_pids}")
+    for kind in ("machines", "simmachines"):
+        names = sorted(o["metadata"]["name"] for o in world.list(kind))
+        if names != live_ids:
+            problems.append(f"{kind} {names} != live instances {live_ids}")
+    nodes = world.nodes()
+    node_pids = sorted(str((n.get("spec") or {}).get("providerID", "")) for n in nodes)
+    if node_pids != live_pids:
+        problems.append(f"Nodes {node_pids} != live instances {live_pids}")
+    stale = [n["metadata"]["name"] for n in nodes if _version(n) != version or not node_ready(n)]
+    if stale:
+        problems.append(f"Nodes not Ready on {version}: {stale}")
+    problems += _orphan_secrets(world)
+    return problems
+
+
+def _orphan_secrets(world: World) -> list[str]:
+    pools = {p["metadata"]["name"] for p in world.list("simmachinepools")}
+    configs_owned = {
+        ref.get("name")
+        for s in world.list("secrets")
+        for ref in s["metadata"].get("ownerReferences") or []
+        if ref.get("kind") == "KubeadmConfig"
+    }
+    problems = [
+        f"instance record {r.id} of missing pool {r.pool}"
+        for r in world.records()
+        if r.pool not in pools
+    ]
+    machine_pools = {p["metadata"]["name"] for p in world.list("machinepools")}
+    problems += [
+        f"bootstrap Secret owned by missing KubeadmConfig {name}"
+        for name in configs_owned
+        if name not in machine_pools
+    ]
+    return problems
+
+
+def judge_victims(
+    deleted: Iterable[NodeDeletion], *, old_version: str | None, max_deleted: int
+) -> list[str]:
+    """Node deletions during one phase must be the chosen victims: no more than the phase
+    needs, and during a rollout only Nodes of the old version."""
+    deleted = list(deleted)
+    problems = []
+    if len(deleted) > max_deleted:
+        problems.append(
+            f"{len(deleted)} Nodes deleted, at most {max_deleted} were victims: "
+            f"{[d.name for d in deleted]}"
+        )
+    if old_version is not None:
+        wrong = [d.name for d in deleted if d.version != old_version]
+        if wrong:
+            problems.append(f"Nodes on the new version deleted during the rollout: {wrong}")
+    return problems
+
+
+# -- secrets in logs and Events --------------------------------------------------------------
+
+BOOTSTRAP_TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
+PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+def secret_needles(kubeconfig_secrets: Iterable[Obj], extra: Iterable[str] = ()) -> list[str]:
+    """Literal credentials to search for: kubeconfig client keys (base64 and PEM body lines),
+    bearer tokens, the AWS canary and ``extra``."""
+    needles = [AWS_CANARY_SECRET, *extra]
+    for secret in kubeconfig_secrets:
+        raw = base64.b64decode((secret.get("data") or {}).get("value", "")).decode()
+        for match in re.finditer(r"(client-key-data|token):\s*(\S+)", raw):
+            value = match.group(2)
+            needles.append(value[:64])
+            if match.group(1) == "client-key-data":
+                pem = base64.b64decode(value).decode()
+                needles += [line for line in pem.splitlines() if len(line) >= 40][:3]
+    return [n for n in needles if len(n) >= 16]
+
+
+def scan_text(text: str, needles: Iterable[str]) -> list[str]:
+    """Credentials found in ``text``: bootstrap tokens, private keys, and any needle."""
+    found = [f"bootstrap token {m.group(0)[:7]}..." for m in BOOTSTRAP_TOKEN.finditer(text)]
+    found += ["a PEM private key" for _ in PRIVATE_KEY.finditer(text)]
+    found += [f"credential {n[:6]}..." for n in needles if n in text]
+    return found
+
+
+async def scan_events(client: Client, namespace: str, needles: list[str]) -> list[str]:
+    """Credentials in any Event (events.k8s.io and core) of ``namespace``."""
+    problems = []
+    for res in (EVENTS, CORE_EVENTS):
+        listed = await client.list(res, namespace)
+        for event in listed.items:
+            text = " ".join(str(event.get(k, "")) for k in ("note", "message", "reason", "action"))
+            problems += [
+                f"Event {event['metadata']['name']}: {f}" for f in scan_text(text, needles)
+            ]
+    return problems
+
+
+def scan_logs(paths: Iterable[Path], needles: list[str]) -> list[str]:
+    problems = []
+    for path in paths:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        problems += [f"{path.name}: {f}" for f in scan_text(text, needles)]
+    return problems
+
+
+# -- one scenario's environment ---------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    """A namespace with a registered workload Cluster, a ``World`` over it, and the
+    controller processes a test spawned (all stopped by ``close``)."""
+
+    client: Client
+    namespace: str
+    kubeconfig: Path
+    workload_kubeconfig: Path
+    world: World
+    logs: Path
+    procs: list[ControllerProcess] = field(default_factory=list)
+
+    def spawn(self, name: str, components: str, **options: Any) -> ControllerProcess:
+        proc = ControllerProcess(
+            name=name,
+            kubeconfig=options.pop("kubeconfig", self.kubeconfig),
+            components=components,
+            log=self.logs / f"{self.namespace}-{name}.log",
+            **options,
+        )
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    async def spawn_system(self) -> tuple[ControllerProcess, ControllerProcess]:
+        """The controllers (killable) and the node simulator, as two processes."""
+        controller = self.spawn("controller", "core,bootstrap,sim")
+        kubelet = self.spawn("kubelet", "kubelet")
+        await controller.wait_ready()
+        await kubelet.wait_ready()
+        return controller, kubelet
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    @property
+    def kills(self) -> int:
+        return sum(p.kills for p in self.procs)
+
+    async def secret_findings(self) -> list[str]:
+        """Credentials in this scenario's process logs or its namespace's Events."""
+        listed = await self.client.list(SECRETS, self.namespace)
+        kubeconfigs = [s for s in listed.items if s["metadata"]["name"].endswith("-kubeconfig")]
+        needles = secret_needles(kubeconfigs)
+        findings = scan_logs((p.log for p in self.procs), needles)
+        return findings + await scan_events(self.client, self.namespace, needles)

@@ -1,0 +1,323 @@
+"""Security: least-privilege RBAC, the controllers running under exactly those rights,
+webhooks only over TLS, and no credential in any log or Event.
+
+The RBAC under test is the one shipped in ``deploy/config/*/rbac.yaml``. It is applied to the
+management cluster, checked with ``kubectl auth can-i`` as each manager's ServiceAccount, and
+then each manager runs as its own process with a token of its ServiceAccount and nothing
+else. The local control plane runs no clusterrole-aggregation controller, so the test folds
+the ``aggregate-to-manager`` roles into the aggregated role itself, as that controller would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from tests.reliability.harness import (
+    MACHINE_POOLS,
+    VERSION,
+    Env,
+    check_converged,
+    create_pool,
+    scan_logs,
+    secret_needles,
+)
+
+from machinepool.controlplane import ControlPlane
+from machinepool.controlplane.process import free_port
+from machinepool.runtime import (
+    NAMESPACES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    AlreadyExists,
+    Client,
+    Obj,
+    Resource,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+KUBECTL = Path("/root/.cache/machinepool/controlplane/v1.34.4/kubectl")
+RBAC_FILES = {
+    "core": REPO / "deploy/config/core/base/rbac.yaml",
+    "bootstrap": REPO / "deploy/config/bootstrap/rbac.yaml",
+    "sim": REPO / "deploy/config/sim/rbac.yaml",
+    "aws": REPO / "deploy/config/aws/rbac.yaml",
+}
+AGGREGATE_LABEL = "cluster.x-k8s.io/aggregate-to-manager"
+CORE_RESOURCES = ("secrets", "configmaps", "pods", "nodes", "serviceaccounts", "namespaces")
+
+
+def _docs(component: str) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(RBAC_FILES[component].read_text()) if d]
+
+
+def _account(component: str) -> str:
+    sa = next(d for d in _docs(component) if d["kind"] == "ServiceAccount")
+    return f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+
+
+# -- static: the manifests themselves ------------------------------------------------------
+
+
+@pytest.mark.parametrize("component", sorted(RBAC_FILES))
+def test_rbac_has_no_wildcards_and_no_cluster_wide_escalation(component: str) -> None:
+    for doc in _docs(component):
+        for rule in doc.get("rules") or []:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in (rule.get(key) or []), f"{doc['metadata']['name']}: {rule}"
+            if "" in (rule.get("apiGroups") or []):
+                assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+            assert "rbac.authorization.k8s.io" not in (rule.get("apiGroups") or []), rule
+
+
+# -- live: the rights as the apiserver sees them -------------------------------------------
+
+
+async def _apply_rbac(client: Client) -> None:
+    """Apply every rbac.yaml (and its namespaces), then aggregate as the controller would."""
+    roles: list[Obj] = []
+    for component in RBAC_FILES:
+        for doc in _docs(component):
+            namespace = doc["metadata"].get("namespace")
+            if namespace:
+                with contextlib.suppress(AlreadyExists):
+                    await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+            await client.apply(
+                await _resource(client, doc), doc, field_manager="reliability-tests"
+            )
+            if doc["kind"] == "ClusterRole":
+                roles.append(doc)
+    for aggregated in (r for r in roles if r.get("aggregationRule")):
+        selectors = [
+            s["matchLabels"] for s in aggregated["aggregationRule"]["clusterRoleSelectors"]
+        ]
+        rules = [
+            rule
+            for role in roles
+            if any(
+                all((role["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
+                for sel in selectors
+            )
+            for rule in role.get("rules") or []
+        ]
+        res = await client.resource(aggregated["apiVersion"], "ClusterRole")
+        await client.patch(res, aggregated["metadata"]["name"], {"rules": rules})
+
+
+async def _resource(client: Client, doc: Obj) -> Resource:
+    # Client.resource() cannot resolve core ("v1") kinds yet: it looks them up under "/v1".
+    if doc["apiVersion"] == "v1":
+        return {"ServiceAccount": SERVICE_ACCOUNTS, "Namespace": NAMESPACES}[doc["kind"]]
+    return await client.resource(doc["apiVersion"], doc["kind"])
+
+
+def _can_i(kubeconfig: Path, account: str, *args: str) -> bool:
+    done = subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "auth", "can-i", *args, "--as", account],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return done.stdout.strip() == "yes"
+
+
+MUST = {
+    "core": [
+        ("get", "secrets", "-n", "default"),
+        ("patch", "machinepools.cluster.x-k8s.io", "-n", "default"),
+        ("patch", "machinepools.cluster.x-k8s.io", "--subresource", "status", "-n", "default"),
+        ("create", "machines.cluster.x-k8s.io", "-n", "default"),
+        ("delete", "simmachinepools.infrastructure.cluster.x-k8s.io", "-n", "default"),
+        ("delete", "kubeadmconfigs.bootstrap.cluster.x-k8s.io", "-n", "default"),
+    ],
+    "bootstrap": [
+        ("create", "secrets", "-n", "default"),
+        ("patch", "kubeadmconfigs.bootstrap.cluster.x-k8s.io", "-n", "default"),
+    ],
+    "sim": [
+        ("list", "secrets", "-n", "default"),
+        ("patch", "simmachinepools.infrastructure.cluster.x-k8s.io", "-n", "default"),
+    ],
+    "aws": [("get", "secrets", "-n", "default")],
+}
+MUST_NOT = {
+    "core": [
+        ("list", "secrets", "-A"),
+        ("watch", "secrets", "-n", "default"),
+        ("create", "secrets", "-n", "default"),
+        ("delete", "secrets", "-n", "default"),
+        ("create", "machinepools.cluster.x-k8s.io", "-n", "default"),
+        ("delete", "machinepools.cluster.x-k8s.io", "-n", "default"),
+        ("patch", "clusters.cluster.x-k8s.io", "-n", "default"),
+    ],
+    "bootstrap": [
+        ("list", "secrets", "-n", "default"),
+        ("watch", "secrets", "-A"),
+        ("patch", "machinepools.cluster.x-k8s.io", "-n", "default"),
+    ],
+    "sim": [
+        ("patch", "clusters.cluster.x-k8s.io", "-n", "default"),
+        ("delete", "machinepools.cluster.x-k8s.io", "-n", "default"),
+        ("create", "configmaps", "-n", "default"),
+    ],
+    "aws": [("list", "secrets", "-A"), ("create", "secrets", "-n", "default")],
+}
+EVERYONE_MUST_NOT = [
+    ("*", "*"),
+    ("create", "pods", "-n", "default"),
+    ("get", "nodes"),
+    ("delete", "nodes"),
+    ("create", "clusterrolebindings"),
+    ("escalate", "clusterroles"),
+    ("impersonate", "serviceaccounts"),
+    ("create", "serviceaccounts/token", "-n", "kube-system"),
+    ("delete", "namespaces"),
+    ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+]
+
+
+async def test_rbac_least_privilege_by_kubectl_auth_can_i(
+    client: Client, control_plane: ControlPlane, crds: list[str]
+) -> None:
+    _ = crds
+    await _apply_rbac(client)
+    problems = []
+    for component in RBAC_FILES:
+        account = _account(component)
+        for args in MUST[component]:
+            if not await asyncio.to_thread(_can_i, control_plane.kubeconfig, account, *args):
+                problems.append(f"{component} lacks {' '.join(args)}")
+        for args in MUST_NOT[component] + EVERYONE_MUST_NOT:
+            if await asyncio.to_thread(_can_i, control_plane.kubeconfig, account, *args):
+                problems.append(f"{component} may {' '.join(args)}")
+        listing = await asyncio.to_thread(
+            subprocess.run,
+            [str(KUBECTL), "--kubeconfig", str(control_plane.kubeconfig), "auth", "can-i",
+             "--list", "-n", "default", "--as", account],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        for line in listing.stdout.splitlines()[1:]:
+            resource = line.split()[0] if line.split() else ""
+            if resource in CORE_RESOURCES and "[*]" in line:
+                problems.append(f"{component} has a wildcard on {resource}: {line}")
+            if resource in ("*", "*.*"):
+                problems.append(f"{component} has a wildcard resource: {line}")
+    assert problems == []
+
+
+async def _token_kubeconfig(
+    client: Client, control_plane: ControlPlane, component: str, path: Path
+) -> tuple[Path, str]:
+    namespace, name = _account(component).split(":")[2:]
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    answer = await client.request(
+        "POST", SERVICE_ACCOUNTS.path(namespace, name) + "/token", body=request
+    )
+    token = str(answer["status"]["token"])
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "management",
+                "cluster": {
+                    "server": control_plane.url,
+                    "certificate-authority": str(control_plane.management.pki.ca_crt),
+                },
+            }
+        ],
+        "users": [{"name": component, "user": {"token": token}}],
+        "contexts": [{"name": component, "context": {"cluster": "management", "user": component}}],
+        "current-context": component,
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path, token
+
+
+async def test_controllers_run_under_exactly_the_shipped_rights(
+    env: Env, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    await _apply_rbac(env.client)
+    tokens = []
+    procs = []
+    webhook_port = free_port()
+    for component in ("core", "bootstrap", "sim"):
+        kubeconfig, token = await _token_kubeconfig(
+            env.client, control_plane, component, tmp_path / f"{component}.kubeconfig"
+        )
+        tokens.append(token)
+        options: dict[str, Any] = {"kubeconfig": kubeconfig}
+        if component == "core":
+            options["webhook_port"] = webhook_port
+        procs.append(env.spawn(f"rbac-{component}", component, **options))
+    procs.append(env.spawn("kubelet", "kubelet"))  # the simulated machines, not a manager
+    for proc in procs:
+        await proc.wait_ready()
+
+    world = env.world
+    await create_pool(env.client, "least", env.namespace, 2)
+    await world.until(lambda: world.running("least", 2, VERSION), "2 Ready under shipped RBAC")
+    await env.client.set_scale(MACHINE_POOLS, "least", env.namespace, 1)
+    await world.until(
+        lambda: (
+            world.running("least", 1, VERSION) and not check_converged(world, "least", 1, VERSION)
+        ),
+        "scaled to 1 under shipped RBAC",
+    )
+    await env.client.delete(MACHINE_POOLS, "least", env.namespace)
+    await world.until(
+        lambda: (
+            world.get("machinepools", "least") is None
+            and not world.nodes()
+            and not world.list("machines")
+            and not world.list("simmachinepools")
+        ),
+        "pool deleted under shipped RBAC",
+    )
+
+    await _assert_webhooks_tls_only(webhook_port)
+    forbidden = [
+        line
+        for proc in procs[:3]
+        for line in proc.log.read_text(errors="replace").splitlines()
+        if "forbidden" in line.lower()
+    ]
+    assert forbidden == []
+    listed = await env.client.list(SECRETS, env.namespace)
+    needles = secret_needles(
+        [s for s in listed.items if s["metadata"]["name"].endswith("-kubeconfig")], tokens
+    )
+    assert scan_logs((p.log for p in procs), needles) == []
+    assert await env.secret_findings() == []
+
+
+async def _assert_webhooks_tls_only(port: int) -> None:
+    """Plain HTTP to the webhook port gets no answer; HTTPS (TLS 1.2+) does."""
+    async with aiohttp.ClientSession() as http:
+        status: int | None = None
+        try:
+            async with http.get(
+                f"http://127.0.0.1:{port}/healthz", timeout=aiohttp.ClientTimeout(total=10)
+            ) as resp:
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError):
+            status = None
+        assert status is None or status >= 400, f"plain HTTP answered {status}"
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        async with http.get(f"https://127.0.0.1:{port}/healthz", ssl=insecure) as resp:
+            assert resp.status == 200
