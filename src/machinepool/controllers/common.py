@@ -12,12 +12,13 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.meta import parse_time
-from machinepool.runtime import CLUSTERS, Obj, ObjectKey, Resource
+from machinepool.runtime import CLUSTERS, CRDS, Client, NotFound, Obj, ObjectKey, Resource
 
 __all__ = [
     "CLUSTERS",
     "MACHINEPOOLS",
     "MACHINES",
+    "ContractResolver",
     "dig",
     "ensure",
     "group_of",
@@ -107,3 +108,44 @@ def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bo
     if since is None:
         return False
     return min_ready_seconds <= 0 or (at - since).total_seconds() >= min_ready_seconds
+
+
+class ContractResolver:
+    """Resolves ``{apiGroup, kind}`` references to a served ``Resource``, remembering answers.
+
+    The version comes from the CRD's ``cluster.x-k8s.io/<contract>`` label (last listed
+    version), else the group's preferred version. This works around
+    ``Client.contract_resource``, whose bare-group lookup builds ``/apis/<group>//<version>``
+    and so always fails; only successful lookups are remembered, so installing a CRD later
+    is picked up on the next reconcile.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._known: dict[tuple[str, str], Resource] = {}
+
+    async def resolve(self, group: str, kind: str) -> Resource:
+        """The resource; ``NotFound`` when the group or kind is not served."""
+        known = self._known.get((group, kind))
+        if known is not None:
+            return known
+        if not group:
+            raise NotFound(404, "NotFound", f"kind {kind}: apiGroup is empty")
+        info = await self._client.request("GET", f"/apis/{group}", verb="discovery")
+        preferred = str(dig(info, "preferredVersion", "version", default=""))
+        base = await self._client.resource(f"{group}/{preferred}", kind)
+        version = preferred
+        try:
+            crd = await self._client.get(CRDS, f"{base.plural}.{group}")
+            label = dig(crd, "metadata", "labels", default={}).get(c.CONTRACT_LABEL, "")
+            versions = [v for v in str(label).split("_") if v]
+            version = versions[-1] if versions else preferred
+        except NotFound:
+            pass
+        found = (
+            base
+            if version == preferred
+            else await self._client.resource(f"{group}/{version}", kind)
+        )
+        self._known[(group, kind)] = found
+        return found

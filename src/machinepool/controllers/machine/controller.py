@@ -12,13 +12,20 @@ controlled by a MachinePool are left to whoever owns them.
 from __future__ import annotations
 
 import asyncio
-import copy
 from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.meta import format_time, parse_time
-from machinepool.controllers.common import MACHINES, dig, ensure, is_deleting, now, ref_text
+from machinepool.controllers.common import (
+    MACHINES,
+    ContractResolver,
+    dig,
+    ensure,
+    is_deleting,
+    now,
+    ref_text,
+)
 from machinepool.controllers.machine import drain, status
 from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
@@ -84,6 +91,7 @@ class MachineReconciler:
         self.client = mgr.client
         self.cache = mgr.cache
         self.cluster_cache = cluster_cache
+        self.resolver = ContractResolver(mgr.client)
         self.recorder = mgr.event_recorder(COMPONENT)
         self.controller: Controller = mgr.new_controller(
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
@@ -142,7 +150,12 @@ class MachineReconciler:
         cached = self.machines.get_key(key)
         if cached is None or not _pool_owned(cached):
             return Result()
-        machine = copy.deepcopy(cached)
+        # The patch on exit diffs against this snapshot: it must be the server's, not the
+        # cache's, or changes from our previous write could be dropped.
+        try:
+            machine = await self.client.get(MACHINES, key.name, key.namespace)
+        except NotFound:
+            return Result()
         patcher = Patcher(self.client, MACHINES, machine)
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
@@ -171,9 +184,7 @@ class MachineReconciler:
         ref = dig(machine, "spec", "infrastructureRef", default={})
         if ref.get("kind") and ref.get("name"):
             try:
-                resource = await self.client.contract_resource(
-                    str(ref.get("apiGroup")), str(ref["kind"])
-                )
+                resource = await self.resolver.resolve(str(ref.get("apiGroup")), str(ref["kind"]))
             except NotFound:
                 resource = None
             if resource is not None:
@@ -261,7 +272,7 @@ async def reconcile_delete(scope: Scope) -> Result:
             scope, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON, f"Waiting for {text} to be deleted"
         )
         if not dig(scope.infra_machine, "metadata", "deletionTimestamp"):
-            resource = await scope.reconciler.client.contract_resource(
+            resource = await scope.reconciler.resolver.resolve(
                 str(ref["apiGroup"]), str(ref["kind"])
             )
             await scope.reconciler.client.delete(

@@ -11,7 +11,6 @@ infra pool controlled by someone else) become conditions and wait for a watch, n
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
@@ -20,6 +19,7 @@ from machinepool.controllers.common import (
     CLUSTERS,
     MACHINEPOOLS,
     MACHINES,
+    ContractResolver,
     dig,
     ensure,
     is_deleting,
@@ -63,6 +63,7 @@ class MachinePoolReconciler:
         self.client = mgr.client
         self.cache = mgr.cache
         self.cluster_cache = cluster_cache
+        self.resolver = ContractResolver(mgr.client)
         self.recorder = mgr.event_recorder(COMPONENT)
         self.controller: Controller = mgr.new_controller(
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
@@ -131,10 +132,12 @@ class MachinePoolReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        cached = self.pools.get_key(key)
-        if cached is None:
+        # Read from the server, not the cache: the patch on exit is a diff against this
+        # snapshot, and a stale snapshot would silently drop changes our last write made.
+        try:
+            mp = await self.client.get(MACHINEPOOLS, key.name, key.namespace)
+        except NotFound:
             return Result()
-        mp = copy.deepcopy(cached)
         ensure(mp, "status")
         patcher = Patcher(self.client, MACHINEPOOLS, mp)
         cluster_name = str(dig(mp, "spec", "clusterName", default=""))

@@ -19,7 +19,7 @@ async def resolve(scope: Scope, ref: Obj) -> Resource:
     """The served resource of a ``{apiGroup, kind}`` reference; a ReferenceProblem if none."""
     group, kind = str(ref.get("apiGroup") or ""), str(ref.get("kind") or "")
     try:
-        return await scope.reconciler.client.contract_resource(group, kind)
+        return await scope.reconciler.resolver.resolve(group, kind)
     except NotFound as exc:
         raise ReferenceProblem(
             f"kind {kind} in API group {group or '<empty>'} is not served: install its CRD or"

@@ -17,7 +17,7 @@ from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.controllers.common import dig, node_available, node_ready, node_ready_since, now
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, deprecated_v1beta1
-from machinepool.runtime import NODES, Conflict, NotFound, Obj, Result
+from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result
 
 WAIT_FOR_REPLICAS = 30.0
 """Seconds between checks while replicas are not all ready (upstream's interval)."""
@@ -119,6 +119,7 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         and _refs_still_valid(scope)
     ):
         set_v1beta1_condition(conditions, c.V1BETA1_REPLICAS_READY_CONDITION, True)
+        await patch_nodes(scope, node_refs)  # only Nodes still missing our marks
         return requeue_for_min_ready_seconds(scope)
     provider_ids = [str(p) for p in dig(mp, "spec", "providerIDList", default=[])]
     if not provider_ids and dig(mp, "spec", "replicas") != 0:
@@ -210,11 +211,8 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
         if patch is None:
             continue
         try:
-            await client.patch(NODES, str(ref["name"]), patch)
+            await _patch_node(client, str(ref["name"]), patch, scope.mp)
         except NotFound:
-            continue
-        except Conflict:
-            # Someone changed the Node since the cache saw it; its event re-queues us.
             continue
         except Exception as exc:
             await r.recorder.event(
@@ -224,3 +222,14 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
                 f"Failed to patch Node {ref['name']}: {exc}",
             )
             raise
+
+
+async def _patch_node(client: Client, name: str, patch: Obj, mp: Obj) -> None:
+    """Patch a Node; on a stale resourceVersion re-read it once and patch what is still due."""
+    try:
+        await client.patch(NODES, name, patch)
+    except Conflict:
+        fresh = await client.get(NODES, name)
+        again = desired_node_patch(fresh, mp)
+        if again is not None:
+            await client.patch(NODES, name, again)

@@ -1,0 +1,377 @@
+"""Fixtures for the core controller scenarios: a fake infrastructure provider (test CRDs the
+tests write by hand), a running manager with both core controllers, and object builders.
+
+Nothing is mocked: objects live in the real management apiserver, Nodes and Pods in a real
+workload apiserver. Waiting is event-driven (``Watch.until``), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest_asyncio
+import yaml
+
+from machinepool.controllers import machine as machine_controller
+from machinepool.controllers import machinepool as machinepool_controller
+from machinepool.controllers.common import CLUSTERS, MACHINEPOOLS, MACHINES
+from machinepool.controlplane import WorkloadCluster
+from machinepool.runtime import (
+    CRDS,
+    NODES,
+    SECRETS,
+    Client,
+    ClusterCache,
+    FuncHandler,
+    Informer,
+    Manager,
+    Obj,
+    Resource,
+)
+
+INFRA_GROUP = "infrastructure.test.machinepool.dev"
+INFRA_VERSION = "v1alpha1"
+TEST_POOLS = Resource(INFRA_GROUP, INFRA_VERSION, "testmachinepools", "TestMachinePool")
+TEST_MACHINES = Resource(INFRA_GROUP, INFRA_VERSION, "testmachines", "TestMachine")
+KUBEADM_CONFIGS = Resource(
+    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
+)
+WAIT = 60.0
+
+
+def _crd(res: Resource) -> Obj:
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{res.plural}.{res.group}",
+            "labels": {"cluster.x-k8s.io/v1beta2": INFRA_VERSION},
+        },
+        "spec": {
+            "group": res.group,
+            "scope": "Namespaced",
+            "names": {"plural": res.plural, "kind": res.kind, "singular": res.kind.lower()},
+            "versions": [
+                {
+                    "name": INFRA_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                }
+            ],
+        },
+    }
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def infra_crds(client: Client, crds: list[str]) -> None:
+    for res in (TEST_POOLS, TEST_MACHINES):
+        await client.apply(CRDS, _crd(res), field_manager="machinepool-tests")
+    for res in (TEST_POOLS, TEST_MACHINES):
+        for _ in range(300):
+            try:
+                await client.list(res, "default")
+                break
+            except Exception:
+                await asyncio.sleep(0.1)
+
+
+class Watch:
+    """An informer the test waits on: ``await w.until(name, predicate)`` returns as soon as
+    an event shows the object satisfying ``predicate`` (``None`` object: it is gone)."""
+
+    def __init__(self, informer: Informer) -> None:
+        self.informer = informer
+        self._changed = asyncio.Condition()
+        informer.add_handler(
+            FuncHandler(add=self._kick, update=lambda _o, n: self._kick(n), delete=self._kick)
+        )
+
+    def _kick(self, _obj: Obj) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    def get(self, name: str) -> Obj | None:
+        obj = self.informer.get(name, self.informer.namespace or "")
+        return copy.deepcopy(obj) if obj is not None else None
+
+    async def until(
+        self, name: str, predicate: Callable[[Obj | None], bool], within: float = WAIT
+    ) -> Obj | None:
+        async with asyncio.timeout(within), self._changed:
+            while True:
+                obj = self.get(name)
+                try:
+                    if predicate(obj):
+                        return obj
+                except (KeyError, TypeError, IndexError, AttributeError):
+                    pass
+                await self._changed.wait()
+
+
+@dataclass
+class Env:
+    """A management namespace with a Cluster wired to a workload cluster, and running core
+    controllers."""
+
+    client: Client
+    namespace: str
+    workload: WorkloadCluster
+    wclient: Client
+    mgr: Manager
+    cluster_cache: ClusterCache
+    cluster_name: str
+    pools: Watch
+    machines: Watch
+    nodes: Watch
+    writes: list[tuple[str, str]] = field(default_factory=list)
+
+    # -- builders ------------------------------------------------------------------------
+
+    async def kubeadm_config(self, name: str, *, ready: bool = False) -> Obj:
+        obj = await self.client.create(
+            KUBEADM_CONFIGS,
+            {
+                "apiVersion": KUBEADM_CONFIGS.api_version,
+                "kind": "KubeadmConfig",
+                "metadata": {"name": name},
+                "spec": {},
+            },
+            self.namespace,
+        )
+        if ready:
+            obj = await self.bootstrap_ready(name, f"{name}-data")
+        return obj
+
+    async def bootstrap_ready(self, name: str, secret: str) -> Obj:
+        return await self.client.patch(
+            KUBEADM_CONFIGS,
+            name,
+            {"status": {"initialization": {"dataSecretCreated": True}, "dataSecretName": secret}},
+            self.namespace,
+            subresource="status",
+        )
+
+    async def infra_pool(self, name: str, **status: Any) -> Obj:
+        obj = await self.client.create(
+            TEST_POOLS,
+            {
+                "apiVersion": TEST_POOLS.api_version,
+                "kind": "TestMachinePool",
+                "metadata": {"name": name},
+                "spec": {},
+            },
+            self.namespace,
+        )
+        if status:
+            obj = await self.infra_status(name, **status)
+        return obj
+
+    async def infra_status(self, name: str, **status: Any) -> Obj:
+        return await self.client.patch(
+            TEST_POOLS, name, {"status": status}, self.namespace, subresource="status"
+        )
+
+    async def infra_provider_ids(self, name: str, ids: list[str]) -> Obj:
+        return await self.client.patch(
+            TEST_POOLS, name, {"spec": {"providerIDList": ids}}, self.namespace
+        )
+
+    async def machine_pool(
+        self,
+        name: str,
+        *,
+        replicas: int = 1,
+        infra: str | None = None,
+        bootstrap: str | None = None,
+        data_secret: str | None = None,
+        cluster: str | None = None,
+        template: Obj | None = None,
+        annotations: Obj | None = None,
+    ) -> Obj:
+        boot: Obj = {}
+        if bootstrap is not None:
+            boot["configRef"] = {
+                "apiGroup": KUBEADM_CONFIGS.group,
+                "kind": "KubeadmConfig",
+                "name": bootstrap,
+            }
+        if data_secret is not None:
+            boot["dataSecretName"] = data_secret
+        spec: Obj = {
+            "clusterName": cluster or self.cluster_name,
+            "bootstrap": boot,
+            "infrastructureRef": {
+                "apiGroup": INFRA_GROUP,
+                "kind": "TestMachinePool",
+                "name": infra or name,
+            },
+            "version": "v1.31.0",
+            **(template or {}),
+        }
+        body = {
+            "apiVersion": MACHINEPOOLS.api_version,
+            "kind": "MachinePool",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {
+                "clusterName": cluster or self.cluster_name,
+                "replicas": replicas,
+                "template": {"spec": spec},
+            },
+        }
+        return await self.client.create(MACHINEPOOLS, body, self.namespace)
+
+    async def node(
+        self,
+        name: str,
+        provider_id: str,
+        *,
+        ready: bool = True,
+        taints: list[Obj] | None = None,
+        annotations: Obj | None = None,
+        kubelet: str = "v1.31.0",
+    ) -> Obj:
+        await self.wclient.create(
+            NODES,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "annotations": annotations or {}},
+                "spec": {"providerID": provider_id, "taints": taints or []},
+            },
+        )
+        return await self.node_ready(name, ready, kubelet=kubelet)
+
+    async def node_ready(self, name: str, ready: bool, *, kubelet: str = "v1.31.0") -> Obj:
+        status = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "test",
+                    "lastHeartbeatTime": _now(),
+                    "lastTransitionTime": _now(),
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": kubelet,
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "",
+                "containerRuntimeVersion": "",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+        return await self.wclient.patch(NODES, name, {"status": status}, subresource="status")
+
+    async def pool_until(self, name: str, predicate: Callable[[Obj], bool]) -> Obj:
+        found = await self.pools.until(name, lambda o: o is not None and predicate(o))
+        assert found is not None
+        return found
+
+
+def _now() -> str:
+    from machinepool.api.conditions import now_rfc3339
+
+    return now_rfc3339()
+
+
+def cond(obj: Obj | None, type_: str, *, v1beta1: bool = False) -> Obj:
+    status = (obj or {}).get("status") or {}
+    if v1beta1:
+        conds = ((status.get("deprecated") or {}).get("v1beta1") or {}).get("conditions") or []
+    else:
+        conds = status.get("conditions") or []
+    return next((c for c in conds if c.get("type") == type_), {})
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def env(
+    client: Client, namespace: str, workload: WorkloadCluster, infra_crds: None
+) -> AsyncIterator[Env]:
+    cluster_name = f"c-{uuid.uuid4().hex[:6]}"
+    secret = {
+        "metadata": {"name": f"{cluster_name}-kubeconfig"},
+        "data": {"value": base64.b64encode(workload.kubeconfig_yaml().encode()).decode()},
+        "type": "cluster.x-k8s.io/secret",
+    }
+    await client.create(SECRETS, secret, namespace)
+    await client.create(
+        CLUSTERS,
+        {
+            "apiVersion": CLUSTERS.api_version,
+            "kind": "Cluster",
+            "metadata": {"name": cluster_name},
+            "spec": {},
+        },
+        namespace,
+    )
+    wclient = await Client.from_kubeconfig_dict(yaml.safe_load(workload.kubeconfig_yaml()))
+    mgr = Manager(client, bind_address="127.0.0.1:0")
+    cache = ClusterCache(client, connect_backoff=0.2)
+    writes: list[tuple[str, str]] = []
+    remove_hook = client.add_request_hook(
+        lambda verb, plural, code: (
+            writes.append((verb, plural))
+            if verb in ("create", "patch", "update", "delete")
+            else None
+        )
+    )
+    await machinepool_controller.setup(mgr, cache)
+    await machine_controller.setup(mgr, cache)
+    pools = Watch(await mgr.cache.get_informer(MACHINEPOOLS, namespace))
+    machines = Watch(await mgr.cache.get_informer(MACHINES, namespace))
+    nodes_informer = Informer(wclient, NODES)
+    nodes = Watch(nodes_informer)
+    await nodes_informer.start()
+    await mgr.start()
+    try:
+        yield Env(
+            client,
+            namespace,
+            workload,
+            wclient,
+            mgr,
+            cache,
+            cluster_name,
+            pools,
+            machines,
+            nodes,
+            writes,
+        )
+    finally:
+        remove_hook()
+        await mgr.stop()
+        await cache.stop()
+        await nodes_informer.stop()
+        await wclient.close()
+        await _drop_finalizers(client, namespace)
+
+
+async def _drop_finalizers(client: Client, namespace: str) -> None:
+    """Let the namespace go: nothing reconciles these objects any more."""
+    for res in (MACHINEPOOLS, MACHINES):
+        for obj in (await client.list(res, namespace)).items:
+            if obj["metadata"].get("finalizers"):
+                try:
+                    await client.patch(
+                        res, obj["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace
+                    )
+                except Exception:
+                    pass
