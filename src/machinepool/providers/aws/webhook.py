@@ -32,7 +32,8 @@ _MIN_HEARTBEAT, _MAX_HEARTBEAT = 30, 172800
 def validate(obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[str]:
     """Problems with an AWSMachinePool (``old`` is the previous object on update).
 
-    >>> validate({"spec": {"minSize": 3, "maxSize": 1, "awsLaunchTemplate": {}}})
+    >>> validate({"spec": {"minSize": 3, "maxSize": 1, "availabilityZones": ["us-east-1a"],
+    ...                    "awsLaunchTemplate": {}}})
     ['spec.minSize: 3 is greater than spec.maxSize 1; lower minSize or raise maxSize']
     """
     try:
@@ -42,6 +43,7 @@ def validate(obj: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> li
     spec = obj.get("spec") or {}
     problems: list[str] = []
     problems += _sizes(spec)
+    problems += _placement(spec)
     problems += _durations(spec)
     problems += _references(spec)
     problems += _volumes(spec.get("awsLaunchTemplate") or {})
@@ -66,6 +68,16 @@ def _sizes(spec: Mapping[str, Any]) -> list[str]:
             "lower minSize or raise maxSize"
         ]
     return []
+
+
+def _placement(spec: Mapping[str, Any]) -> list[str]:
+    if spec.get("availabilityZones") or spec.get("subnets"):
+        return []
+    # CAPA takes subnets from the AWSCluster; this provider has none to take them from.
+    return [
+        "spec.availabilityZones: set availabilityZones or spec.subnets; "
+        "the group needs somewhere to place instances"
+    ]
 
 
 def _durations(spec: Mapping[str, Any]) -> list[str]:
