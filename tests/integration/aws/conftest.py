@@ -550,6 +550,7 @@ class AWSEnv:
     # Helpers for the test modules (which cannot import this conftest under importlib mode).
     eventually = staticmethod(eventually)
     in_thread = staticmethod(in_thread)
+    seq = staticmethod(seq)
 
 
 class NodeAgent:
