@@ -116,17 +116,18 @@ async def test_scale_up_by_size_then_delete_the_chosen_nodes(
     ]
     assert await provider_target_size(system, pool) == 1
 
+    # A Machine goes after its Node (its finalizer deletes the Node first), so wait for both.
     await system.until(
         lambda: (
             system.pool_running(pool, 1)
             and {n["metadata"]["name"] for n in system.nodes.list()} == {keeper}
+            and {m["metadata"]["name"] for m in system.machines(pool)}.isdisjoint(marked)
         ),
-        "only the unmarked Node left",
+        "only the unmarked Node and its Machine left",
     )
     assert node_history.deleted == {empty_node, busy_node}
     assert node_history.cordoned_before_delete == {empty_node, busy_node}
-    remaining = {m["metadata"]["name"] for m in system.machines(pool)}
-    assert remaining.isdisjoint(marked)
+    assert len(system.machines(pool)) == 1
     pods = await wait_for(
         system.workload_client,
         PODS,
