@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -369,9 +370,7 @@ async def _drop_finalizers(client: Client, namespace: str) -> None:
     for res in (MACHINEPOOLS, MACHINES):
         for obj in (await client.list(res, namespace)).items:
             if obj["metadata"].get("finalizers"):
-                try:
+                with contextlib.suppress(Exception):
                     await client.patch(
                         res, obj["metadata"]["name"], {"metadata": {"finalizers": None}}, namespace
                     )
-                except Exception:
-                    pass

@@ -19,7 +19,8 @@ async def test_happy_path_through_every_phase(env: Env) -> None:
     assert c.MACHINE_POOL_FINALIZER in mp["metadata"]["finalizers"]
     assert mp["metadata"]["labels"][c.CLUSTER_NAME_LABEL] == env.cluster_name
     owner = mp["metadata"]["ownerReferences"][0]
-    assert owner["kind"] == "Cluster" and not owner.get("controller")
+    assert owner["kind"] == "Cluster"
+    assert not owner.get("controller")
     assert cond(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "False"
     boot_ready = cond(mp, c.V1BETA1_BOOTSTRAP_READY_CONDITION, v1beta1=True)
     assert boot_ready.get("reason") == c.V1BETA1_WAITING_FOR_DATA_SECRET_FALLBACK_REASON, (

@@ -1,0 +1,314 @@
+"""Pure status logic of the core MachinePool controller: phase, counters, conditions, node
+matching and node patches, Machine templates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from machinepool.api import constants as c
+from machinepool.controllers.machine import drain
+from machinepool.controllers.machine import status as machine_status
+from machinepool.controllers.machinepool import delete, machines, noderefs, status
+
+NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def pool(**status_: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "generation": 2},
+        "spec": {"clusterName": "c", "replicas": 2, "template": {"spec": {}}},
+        "status": status_,
+    }
+
+
+def node(name: str, pid: str, *, ready: bool = True, since: datetime = NOW) -> dict[str, Any]:
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {"providerID": pid},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastTransitionTime": stamp,
+                }
+            ],
+            "nodeInfo": {"kubeletVersion": "v1.31.0"},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("status_", "replicas", "annotations", "deleting", "want"),
+    [
+        ({}, 2, {}, False, c.PHASE_PENDING),
+        (
+            {"initialization": {"bootstrapDataSecretCreated": True}},
+            2,
+            {},
+            False,
+            c.PHASE_PROVISIONING,
+        ),
+        ({"nodeRefs": [{"name": "n"}]}, 2, {}, False, c.PHASE_PROVISIONED),
+        (
+            {
+                "initialization": {"infrastructureProvisioned": True},
+                "deprecated": {"v1beta1": {"readyReplicas": 2}},
+            },
+            2,
+            {},
+            False,
+            c.PHASE_RUNNING,
+        ),
+        ({"initialization": {"infrastructureProvisioned": True}}, 2, {}, False, c.PHASE_SCALING_UP),
+        (
+            {
+                "initialization": {"infrastructureProvisioned": True},
+                "deprecated": {"v1beta1": {"readyReplicas": 3}},
+            },
+            2,
+            {},
+            False,
+            c.PHASE_SCALING_DOWN,
+        ),
+        (
+            {"initialization": {"infrastructureProvisioned": True}},
+            2,
+            {c.REPLICAS_MANAGED_BY_ANNOTATION: "autoscaler"},
+            False,
+            c.PHASE_SCALING,
+        ),
+        (
+            {"initialization": {"infrastructureProvisioned": True}},
+            2,
+            {c.REPLICAS_MANAGED_BY_ANNOTATION: "false"},
+            False,
+            c.PHASE_SCALING_UP,
+        ),
+        (
+            {"deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}}},
+            2,
+            {},
+            False,
+            c.PHASE_FAILED,
+        ),
+        ({"nodeRefs": [{"name": "n"}]}, 2, {}, True, c.PHASE_DELETING),
+        ({"initialization": {"infrastructureProvisioned": True}}, 0, {}, False, c.PHASE_RUNNING),
+    ],
+)
+def test_phase(status_: Any, replicas: int, annotations: Any, deleting: bool, want: str) -> None:
+    mp = pool(**status_)
+    mp["spec"]["replicas"] = replicas
+    mp["metadata"]["annotations"] = annotations
+    if deleting:
+        mp["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert status.compute_phase(mp) == want
+
+
+def test_counters_without_machines_follow_replicas_and_node_versions() -> None:
+    mp = pool(replicas=2, nodeRefs=[{"name": "a"}, {"name": "b"}])
+    nodes = {"a": node("a", "x://a"), "b": node("b", "x://b")}
+    status.set_replica_counters(mp, False, [], nodes)
+    assert mp["status"]["readyReplicas"] == 2
+    assert mp["status"]["availableReplicas"] == 2
+    assert mp["status"]["upToDateReplicas"] == 2
+    assert mp["status"]["versions"] == [{"version": "v1.31.0", "replicas": 2}]
+
+
+def test_counters_with_machines_count_conditions() -> None:
+    def machine(ready: str, available: str, version: str) -> dict[str, Any]:
+        return {
+            "spec": {"version": version},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": ready},
+                    {"type": "Available", "status": available},
+                    {"type": "UpToDate", "status": "True"},
+                ]
+            },
+        }
+
+    mp = pool(replicas=3)
+    ms = [
+        machine("True", "True", "v1.31.0"),
+        machine("True", "False", "v1.31.0"),
+        machine("False", "False", "v1.30.0"),
+    ]
+    status.set_replica_counters(mp, True, ms, {})
+    assert (
+        mp["status"]["readyReplicas"],
+        mp["status"]["availableReplicas"],
+        mp["status"]["upToDateReplicas"],
+    ) == (2, 1, 3)
+    assert mp["status"]["versions"] == [
+        {"version": "v1.30.0", "replicas": 1},
+        {"version": "v1.31.0", "replicas": 2},
+    ]
+
+
+def test_replica_conditions() -> None:
+    mp = pool(replicas=1, availableReplicas=1)
+    got = status.replica_conditions(mp)
+    assert got[c.SCALING_UP_CONDITION] == (
+        "True",
+        c.SCALING_UP_REASON,
+        "Scaling up from 1 to 2 replicas",
+    )
+    assert got[c.SCALING_DOWN_CONDITION][0] == "False"
+    assert got[c.AVAILABLE_CONDITION] == (
+        "False",
+        c.NOT_AVAILABLE_REASON,
+        "1 available replicas, at least 2 required",
+    )
+    mp["spec"].pop("replicas")
+    assert (
+        status.replica_conditions(mp)[c.AVAILABLE_CONDITION][1] == c.WAITING_FOR_REPLICAS_SET_REASON
+    )
+
+
+def test_ref_condition_cases() -> None:
+    facts = status.RefFacts("TestMachinePool", None, True)
+    assert status.ref_condition(facts, False, "f", False)[1] == c.OBJECT_DOES_NOT_EXIST_REASON
+    assert status.ref_condition(facts, False, "f", True)[1] == c.OBJECT_DELETED_REASON
+    bad = status.RefFacts("TestMachinePool", None, False, "is already controlled by X")
+    assert status.ref_condition(bad, False, "f", False) == (
+        "False",
+        status.INVALID_REFERENCE_REASON,
+        "is already controlled by X",
+    )
+    obj = {"status": {}}
+    assert status.ref_condition(status.RefFacts("K", obj, False), False, "status.x", False) == (
+        "False",
+        c.NOT_READY_REASON,
+        "K status.x is false",
+    )
+    obj = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Fine"}]}}
+    assert status.ref_condition(status.RefFacts("K", obj, False), False, "f", False)[:2] == (
+        "True",
+        "Fine",
+    )
+    assert status.ref_condition(facts, False, "f", False, defined=False)[0] == "True"
+
+
+def test_v1beta1_summary_picks_most_severe() -> None:
+    conds = [
+        {"type": "BootstrapReady", "status": "False", "severity": "Info", "reason": "A"},
+        {"type": "InfrastructureReady", "status": "False", "severity": "Error", "reason": "B"},
+        {"type": "ReplicasReady", "status": "True"},
+    ]
+    got = status.v1beta1_summary(conds, ("BootstrapReady", "InfrastructureReady", "ReplicasReady"))
+    assert (got["status"], got["reason"]) == ("False", "B")
+    assert status.v1beta1_summary([], ("X",))["status"] == "True"
+
+
+def test_mirror_v1beta1_uses_fallback_without_source_condition() -> None:
+    conds: list[dict[str, Any]] = []
+    status.mirror_v1beta1(conds, "BootstrapReady", {}, False, "WaitingForDataSecret")
+    assert conds[0]["reason"] == "WaitingForDataSecret"
+    assert conds[0]["severity"] == "Info"
+    status.mirror_v1beta1(conds, "BootstrapReady", {}, True, "WaitingForDataSecret")
+    assert conds[0]["status"] == "True"
+
+
+def test_aggregate_machine_conditions_name_the_machines() -> None:
+    ms = [
+        {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": s}]}}
+        for n, s in (("a", "True"), ("b", "False"), ("c", "False"))
+    ]
+    got = status.machine_conditions(True, ms)[c.MACHINES_READY_CONDITION]
+    assert got == ("False", c.NOT_READY_REASON, "Machines b, c are not ready")
+    assert (
+        status.machine_conditions(True, [])[c.MACHINES_READY_CONDITION][1] == c.NO_REPLICAS_REASON
+    )
+    assert status.machine_conditions(False, ms) == {}
+
+
+def test_exact_provider_id_matching_with_shared_suffixes() -> None:
+    a = "azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachineScaleSets/vmss-a/virtualMachines/1"
+    aa = a.replace("vmss-a/", "vmss-aa/")
+    nodes = {aa: node("other-pool-node", aa), a: node("mine", a, ready=False)}
+    got = noderefs.match_nodes([a], nodes, 0, NOW)
+    assert [r["name"] for r in got.refs] == ["mine"]
+    assert (got.ready, got.available) == (0, 0)
+
+
+def test_min_ready_seconds_gates_available() -> None:
+    nodes = {
+        "x://1": node("n1", "x://1", since=NOW - timedelta(seconds=5)),
+        "x://2": node("n2", "x://2", since=NOW - timedelta(seconds=30)),
+    }
+    got = noderefs.match_nodes(["x://1", "x://2", "x://missing"], nodes, 10, NOW)
+    assert (len(got.refs), got.ready, got.available) == (2, 2, 1)
+
+
+def test_node_patch_keeps_foreign_marks_and_is_none_when_done() -> None:
+    mp = pool()
+    n = node("n", "x://n")
+    n["metadata"]["annotations"] = {"foreign": "keep"}
+    n["metadata"]["resourceVersion"] = "7"
+    n["spec"]["taints"] = [
+        {"key": c.UNINITIALIZED_TAINT_KEY, "effect": "NoSchedule"},
+        {"key": "mine", "effect": "NoExecute"},
+    ]
+    patch = noderefs.desired_node_patch(n, mp)
+    assert patch is not None
+    assert patch["spec"]["taints"] == [{"key": "mine", "effect": "NoExecute"}]
+    assert patch["metadata"]["resourceVersion"] == "7"
+    assert "foreign" not in patch["metadata"]["annotations"]
+    n["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    n["spec"]["taints"] = patch["spec"]["taints"]
+    assert noderefs.desired_node_patch(n, mp) is None
+
+
+def test_desired_machine_hashes_long_pool_names_and_copies_template() -> None:
+    mp = pool()
+    mp["metadata"]["name"] = "p" * 70
+    mp["spec"]["template"]["metadata"] = {"labels": {"team": "a"}, "annotations": {"note": "x"}}
+    mp["spec"]["template"]["spec"]["deletion"] = {"nodeDrainTimeoutSeconds": 3}
+    infra = {"apiVersion": "infra.example/v1", "kind": "FooMachine", "metadata": {"name": "m"}}
+    got = machines.desired_machine(mp, infra, node("n", "x://n"))
+    assert got["metadata"]["labels"][c.POOL_NAME_LABEL].startswith("hash_")
+    assert got["metadata"]["labels"]["team"] == "a"
+    assert got["metadata"]["annotations"] == {"note": "x"}
+    assert got["spec"]["infrastructureRef"] == {
+        "apiGroup": "infra.example",
+        "kind": "FooMachine",
+        "name": "m",
+    }
+    assert got["spec"]["version"] == "v1.31.0"
+    assert got["spec"]["bootstrap"] == {"dataSecretName": ""}
+    assert got["spec"]["deletion"] == {"nodeDrainTimeoutSeconds": 3}
+    assert got["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+def test_node_deletion_timeout() -> None:
+    mp = pool()
+    mp["metadata"]["deletionTimestamp"] = "2000-01-01T00:00:00Z"
+    assert not delete.node_deletion_timed_out(mp)  # no timeout set
+    mp["spec"]["template"]["spec"]["deletion"] = {"nodeDeletionTimeoutSeconds": 10}
+    assert delete.node_deletion_timed_out(mp)
+    mp["spec"]["template"]["spec"]["deletion"] = {"nodeDeletionTimeoutSeconds": 0}
+    assert not delete.node_deletion_timed_out(mp)
+
+
+def test_drain_skips_daemonset_and_mirror_pods() -> None:
+    ds = {"metadata": {"ownerReferences": [{"kind": "DaemonSet", "controller": True}]}}
+    mirror = {"metadata": {"annotations": {drain.MIRROR_ANNOTATION: "x"}}}
+    assert not drain.should_evict(ds)
+    assert not drain.should_evict(mirror)
+    assert drain.should_evict({"metadata": {}})
+
+
+def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
+    m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"minReadySeconds": 10}}
+    wait = machine_status.set_node_conditions(m, node("n", "x://n", since=NOW), NOW)
+    assert wait == 10
+    conds = {x["type"]: x for x in m["status"]["conditions"]}
+    assert conds["Ready"]["status"] == "True"
+    assert conds["Available"]["reason"] == c.WAITING_FOR_MIN_READY_SECONDS_REASON
+    assert machine_status.set_node_conditions(m, None, NOW) is None
+    assert {x["type"]: x["status"] for x in m["status"]["conditions"]}["Ready"] == "False"
