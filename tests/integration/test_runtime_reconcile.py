@@ -83,7 +83,7 @@ async def test_rapid_updates_coalesce_and_never_run_concurrently_per_key(
         overlaps += active[key] > 1
         reconciles += 1
         last_seen = ((informer.get_key(key) or {}).get("data") or {}).get("v", "")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # long enough that bursts of updates coalesce
         active[key] -= 1
 
     manager.new_controller("hot", reconcile, concurrency=8).watch(informer)
@@ -112,7 +112,7 @@ async def test_failures_back_off_exponentially(client: Client, namespace: str) -
         raise RuntimeError("infrastructure not ready")
 
     ctrl = manager.new_controller(
-        "failing", reconcile, rate_limiter=ExponentialBackoff(base=0.05, cap=10.0)
+        "failing", reconcile, rate_limiter=ExponentialBackoff(base=0.2, cap=10.0)
     )
     ctrl.watch(informer)
     await manager.start()

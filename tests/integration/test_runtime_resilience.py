@@ -174,7 +174,7 @@ async def test_workload_node_informer_from_kubeconfig_secret(
     client: Client, namespace: str, workload: WorkloadCluster
 ) -> None:
     cluster = ObjectKey(namespace, "wl")
-    cache = ClusterCache(client, probe_interval=0.3, failure_threshold=2, probe_timeout=2)
+    cache = ClusterCache(client, probe_interval=0.3, failure_threshold=2, probe_timeout=10)
     with pytest.raises(ClusterNotConnected, match="wl-kubeconfig not found"):
         await cache.get_client(cluster)
     cache.connect_backoff = 0
