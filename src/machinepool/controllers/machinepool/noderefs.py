@@ -112,8 +112,12 @@ async def reconcile_node_refs(scope: Scope) -> Result:
     ready = _ready_replicas(mp)
     node_refs = dig(mp, "status", "nodeRefs", default=[])
     conditions = status.v1beta1_conditions(mp)
+    available = int(dig(mp, "status", "deprecated", "v1beta1", "availableReplicas", default=0) or 0)
+    # Unlike upstream, a pool with ready-but-not-yet-available Nodes takes the full path, so
+    # the minReadySeconds requeue actually updates availableReplicas.
     if (
         replicas == ready
+        and available == ready
         and len(node_refs) == ready
         and scope.node_map is not None
         and _refs_still_valid(scope)
