@@ -27,7 +27,8 @@ app.add_typer(get_app, name="get")
 app.add_typer(describe_app, name="describe")
 app.add_typer(rollout_app, name="rollout")
 
-console = Console()
+# Wide enough for the pool table when output is not a terminal (CI logs, pipes).
+console = Console(width=None if Console().is_terminal else 160)
 err = Console(stderr=True)
 T = TypeVar("T")
 

@@ -120,7 +120,7 @@ async def _step(client: Client, console: Console, namespace: str, step: str, tim
         done = await follow(client, POOL, namespace, timeout, show)
     if done is None:
         raise CliError(f"step '{step}' did not converge within {timeout:.0f}s")
-    console.print(f"[green]done[/green] in {time.monotonic() - started:.1f}s")
+    console.print(f"\n[green]done[/green] in {time.monotonic() - started:.1f}s")
     return done
 
 

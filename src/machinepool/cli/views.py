@@ -37,9 +37,9 @@ def problems(obj: Obj) -> list[tuple[str, str, str]]:
     """(type, reason, message) of every condition that is not as it should be.
 
     A condition is a problem when it is False, except the ones whose True means trouble
-    (Paused, Deleting, ScalingUp/Down, Remediating), which count when True.
+    (Paused, Deleting, ScalingUp/Down, Remediating, RollingOut), which count when True.
     """
-    inverted = {"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating"}
+    inverted = {"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating", "RollingOut"}
     found = []
     for cond in _get(obj, "status", "conditions", default=[]) or []:
         bad = cond.get("status") == ("True" if cond.get("type") in inverted else "False")
