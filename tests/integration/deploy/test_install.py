@@ -7,9 +7,10 @@
    Deployments are accepted; their image cannot run here (no kubelet), which is fine.
 2. The cluster templates pass server-side dry-run once substituted.
 3. ``kubectl auth can-i --as=<ServiceAccount>`` shows least privilege.
-4. ``python -m machinepool run`` with the core Deployment's own flags, authenticated as the
-   core ServiceAccount (token from the TokenRequest API), takes its Lease and reconciles a
-   MachinePool as far as its finalizer and a status, with no "forbidden" in its log.
+4. ``python -m machinepool run`` for core, kubeadm bootstrap and Sim, each with its
+   Deployment's own flags and authenticated as its own ServiceAccount (token from the
+   TokenRequest API), takes its Lease and reconciles one pool (finalizers, MachinePool status,
+   adoption of the provider objects), with no "forbidden" in any log.
 
 cert-manager is not installed here: stand-in CRDs for ``cert-manager.io/v1`` Issuer and
 Certificate (schema-less) let the apiserver accept those objects. The management
@@ -500,59 +501,86 @@ def owned(obj: Obj) -> bool:
     return any(r["kind"] == "MachinePool" and r.get("controller") for r in refs)
 
 
-async def test_core_controller_runs_under_its_service_account(
+def has_finalizer(name: str) -> Callable[[Obj], bool]:
+    return lambda o: name in (o["metadata"].get("finalizers") or [])
+
+
+def holds_lease(obj: Obj) -> bool:
+    return bool((obj.get("spec") or {}).get("holderIdentity"))
+
+
+def forbidden_lines(log: Path) -> list[str]:
+    lines = log.read_text().splitlines()
+    return [line for line in lines if "forbidden" in line.lower() or " 403" in line]
+
+
+async def start_component(
+    stack: contextlib.AsyncExitStack,
+    installed: dict[str, list[Obj]],
+    control_plane: ControlPlane,
+    client: Client,
+    component: str,
+    tmp_path: Path,
+) -> tuple[asyncio.subprocess.Process, Path, str]:
+    """Start ``component`` as its Deployment would run it, as its ServiceAccount."""
+    sa_namespace, sa = SA[component]
+    kubeconfig = await service_account_kubeconfig(
+        client, control_plane, sa_namespace, sa, tmp_path / f"{component}.kubeconfig"
+    )
+    deployment = next(d for d in installed[component] if d["kind"] == "Deployment")
+    args = local_args(deployment, sa_namespace)
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--name="))
+    # A Lease left by an earlier run would otherwise have to expire first.
+    with contextlib.suppress(NotFound):
+        await client.delete(LEASES, lease, sa_namespace)
+    log = tmp_path / f"{component}.log"
+    proc = await stack.enter_async_context(
+        controller_process([*args, f"--kubeconfig={kubeconfig}"], log)
+    )
+    await until_or_exit(proc, log, wait_for(client, LEASES, lease, sa_namespace, holds_lease))
+    return proc, log, lease
+
+
+async def test_controllers_run_under_their_service_accounts(
     installed: dict[str, list[Obj]],
     control_plane: ControlPlane,
     client: Client,
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    sa_namespace, sa = SA["core"]
-    kubeconfig = await service_account_kubeconfig(
-        client, control_plane, sa_namespace, sa, tmp_path / "core.kubeconfig"
-    )
-    deployment = next(d for d in installed["core"] if d["kind"] == "Deployment")
-    args = local_args(deployment, sa_namespace)
-    lease_name = next(a.split("=", 1)[1] for a in args if a.startswith("--name="))
-    # A fresh identity per run: a Lease left by an earlier run must not be waited out.
-    with contextlib.suppress(NotFound):
-        await client.delete(LEASES, lease_name, sa_namespace)
+    """Core, kubeadm bootstrap and Sim, each with its own token, reconcile one pool together:
+    each takes its Lease and writes its own finalizer, core adopts the provider objects
+    (through the aggregated rules), and no log mentions a forbidden request."""
     for res, body in pool_objects(namespace):
         await client.create(res, body, namespace)
-    log = tmp_path / "core.log"
-    async with controller_process([*args, f"--kubeconfig={kubeconfig}"], log) as proc:
-        lease = await until_or_exit(
-            proc,
-            log,
-            wait_for(
-                client,
-                LEASES,
-                lease_name,
-                sa_namespace,
-                lambda o: bool((o.get("spec") or {}).get("holderIdentity")),
-            ),
-        )
-        pool = await until_or_exit(
-            proc,
-            log,
-            wait_for(
-                client,
-                MACHINEPOOLS,
-                "deploy-mp",
-                namespace,
-                lambda o: (
-                    c.MACHINE_POOL_FINALIZER in (o["metadata"].get("finalizers") or [])
-                    and bool(o.get("status"))
-                ),
-            ),
-        )
-        # Adoption writes provider kinds: the rules the providers aggregate into core's role.
+    expectations = {
+        "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+        "bootstrap": (KUBEADM_CONFIGS, has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io")),
+        "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+    }
+    logs: dict[str, Path] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for component, (res, predicate) in expectations.items():
+            proc, log, _ = await start_component(
+                stack, installed, control_plane, client, component, tmp_path
+            )
+            logs[component] = log
+            await until_or_exit(proc, log, wait_for(client, res, "deploy-mp", namespace, predicate))
+        # Core's status, and adoption of the provider objects (the aggregated rules).
+        await settle(client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"])
         for res in (KUBEADM_CONFIGS, SIM_POOLS):
-            await until_or_exit(proc, log, wait_for(client, res, "deploy-mp", namespace, owned))
-    assert lease["spec"]["holderIdentity"]
-    assert pool["status"]
-    text = log.read_text()
-    forbidden = [
-        line for line in text.splitlines() if "forbidden" in line.lower() or " 403" in line
-    ]
-    assert not forbidden, "\n".join(forbidden[:20])
+            await settle(client, res, namespace, owned, logs["core"])
+    for component, log in logs.items():
+        forbidden = forbidden_lines(log)
+        assert not forbidden, f"{component}:\n" + "\n".join(forbidden[:20])
+
+
+async def settle(
+    client: Client, res: Resource, namespace: str, predicate: Callable[[Obj], bool], log: Path
+) -> Obj:
+    """Wait for ``predicate`` on the pool's ``res`` object; on timeout fail with ``log``."""
+    try:
+        async with asyncio.timeout(WAIT):
+            return await wait_for(client, res, "deploy-mp", namespace, predicate)
+    except TimeoutError:
+        pytest.fail(f"{res.kind} never got there; controller log:\n{log.read_text()[-4000:]}")
