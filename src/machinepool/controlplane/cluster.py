@@ -33,12 +33,19 @@ _START_TIMEOUT = 90.0
 _PORT_ATTEMPTS = 5
 
 _MANAGEMENT_CONTROLLERS = (
+    "clusterrole-aggregation-controller",
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
 )
-_WORKLOAD_CONTROLLERS = (*_MANAGEMENT_CONTROLLERS, "token-cleaner-controller")
+_WORKLOAD_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "token-cleaner-controller",
+)
 
 
 def _b64(data: bytes) -> str:
