@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 
-from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.api.crdgen import crd_manifests
+from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
 
 

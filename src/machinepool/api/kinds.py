@@ -7,8 +7,10 @@ Printer columns for MachinePool match upstream's so ``kubectl get mp`` looks the
 from __future__ import annotations
 
 from machinepool.api import constants as c
-from machinepool.api import infra_aws  # noqa: F401  (registers AWSMachinePool, AWSMachine)
-from machinepool.api import infra_sim  # noqa: F401  (registers SimMachinePool, SimMachine)
+from machinepool.api import (
+    infra_aws,  # noqa: F401  (registers AWSMachinePool, AWSMachine)
+    infra_sim,  # noqa: F401  (registers SimMachinePool, SimMachine)
+)
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.api.core_v1beta1 import V1Beta1MachinePool
 from machinepool.api.core_v1beta2 import Cluster, Machine, MachinePool
