@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from mpbench import procs, report, scenario
-from mpbench.env import BenchEnv
+from mpbench.env import DRIVER_AGENT, BenchEnv
 from mpbench.procs import MACHINEPOOL_CONTROLLER, Controller
 from mpbench.scenario import FROM_VERSION, TO_VERSION, Observer
 from mpbench.stats import AuditKey, ProcSample, by_verb, percentile, prom_by_label, writes
 
 OUT = Path(__file__).resolve().parent / "out"
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
+BENCH_AGENTS = frozenset({DRIVER_AGENT, "Python-urllib"})
 SETTLE_SECONDS = 2.0
 """After a target is met, how long the core may keep working before its costs are read."""
 
@@ -76,15 +77,25 @@ class Run:
         self.env.stop()
 
 
-async def start_run(core_kind: str, workdir: Path, *, audit: bool, binary: Path | None) -> Run:
+async def start_run(
+    core_kind: str,
+    workdir: Path,
+    args: argparse.Namespace,
+    *,
+    audit: bool,
+    binary: Path | None,
+    fill_conditions: bool = True,
+) -> Run:
     print(f"[{core_kind}] starting control plane in {workdir}", flush=True)
-    env = BenchEnv(workdir, audit=audit)
+    env = BenchEnv(workdir, audit=audit, binaries=procs.controlplane_binaries())
     env.start()
     started: list[Controller] = []
     try:
         driver = await env.client(DRIVER_USER)
         await env.install(driver, core_kind)
-        infra = procs.infra(env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER)
+        infra = procs.infra(
+            env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
+        )
         started.append(infra)
         core_kc = env.kubeconfig_for(CORE_USER)
         if core_kind == "upstream":
@@ -96,7 +107,7 @@ async def start_run(core_kind: str, workdir: Path, *, audit: bool, binary: Path 
         infra.wait_ready()
         core.wait_ready()
         workload = await env.workload_client()
-        observer = Observer(driver, workload)
+        observer = Observer(driver, workload, fill_conditions=fill_conditions)
         await observer.start()
         print(f"[{core_kind}] controllers ready (core pid {core.pid})", flush=True)
         return Run(core_kind, env, core, infra, observer, [driver, workload])
@@ -141,7 +152,11 @@ def audit_delta(run: Run) -> dict[str, Counter[AuditKey]]:
 def step_figures(
     before: Snapshot, after: Snapshot, audit: dict[str, Counter[AuditKey]]
 ) -> dict[str, Any]:
-    mgmt, work = audit.get("management", Counter()), audit.get("workload", Counter())
+    mgmt = audit.get("management", Counter())
+    # The bench's own requests (watching, filling node conditions, scraping) are not counted.
+    work = Counter(
+        {k: n for k, n in audit.get("workload", Counter()).items() if k[1] not in BENCH_AGENTS}
+    )
     reconciles = {
         k: after.reconciles.get(k, 0.0) - before.reconciles.get(k, 0.0) for k in after.reconciles
     }
@@ -178,7 +193,11 @@ async def timed_step(run: Run, label: str, action: Any, target_args: Any, timeou
     t0 = time.monotonic()
     await action
     target = run.observer.expect(*target_args)
-    done = await run.observer.wait(target, timeout)
+    try:
+        done = await run.observer.wait(target, timeout)
+    except TimeoutError:
+        await dump_state(run)
+        raise
     await asyncio.sleep(SETTLE_SECONDS)
     after = snapshot(run)
     figures = step_figures(before, after, audit_delta(run))
@@ -193,14 +212,29 @@ async def timed_step(run: Run, label: str, action: Any, target_args: Any, timeou
     return figures
 
 
+async def dump_state(run: Run) -> None:
+    """Write the objects a failed convergence leaves behind next to the logs, for diagnosis."""
+    out: dict[str, Any] = {}
+    for resource in (scenario.MACHINEPOOLS, scenario.MACHINES, scenario.SIM_POOLS):
+        listed = await run.driver.list(resource, "bench")
+        out[resource.plural] = listed.items[:20]
+    out["nodes"] = run.observer.nodes.list()[:20]
+    path = run.env.dir / "failure-dump.json"
+    path.write_text(json.dumps(out, indent=1, default=str))
+    print(f"[{run.core_kind}] objects written to {path}", flush=True)
+
+
 async def idle_cpu(run: Run, seconds: float) -> dict[str, float]:
     before = run.core.sample()
     infra_before = run.infra.sample()
+    reconciles_before = run.core.reconciles()
     t0 = time.monotonic()
     await asyncio.sleep(seconds)
     after, infra_after = run.core.sample(), run.infra.sample()
     elapsed = time.monotonic() - t0
+    reconciles = sum(run.core.reconciles().values()) - sum(reconciles_before.values())
     return {
+        "core_idle_reconciles_per_s": reconciles / elapsed,
         "core_idle_cpu_pct": 100 * (after.cpu_seconds - before.cpu_seconds) / elapsed,
         "infra_idle_cpu_pct": 100 * (infra_after.cpu_seconds - infra_before.cpu_seconds) / elapsed,
         "core_rss_mib": after.rss_bytes / 2**20,
@@ -219,7 +253,7 @@ def step_timeout(pools: int, replicas: int, base: float) -> float:
 async def convergence(
     core_kind: str, args: argparse.Namespace, workdir: Path, binary: Path | None
 ) -> dict[str, Any]:
-    run = await start_run(core_kind, workdir, audit=True, binary=binary)
+    run = await start_run(core_kind, workdir, args, audit=True, binary=binary)
     try:
         names = [scenario.pool_name(i) for i in range(args.pools)]
         r, r2 = args.replicas, 2 * args.replicas
@@ -257,7 +291,7 @@ async def convergence(
 async def latency(
     core_kind: str, args: argparse.Namespace, workdir: Path, binary: Path | None
 ) -> dict[str, Any]:
-    run = await start_run(core_kind, workdir, audit=False, binary=binary)
+    run = await start_run(core_kind, workdir, args, audit=False, binary=binary)
     try:
         names = [f"lat-{i}" for i in range(args.latency_pools)]
         replicas = dict.fromkeys(names, 1)
@@ -314,7 +348,9 @@ def _dist(values: list[float]) -> dict[str, float]:
 
 
 async def scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    run = await start_run("ours", workdir, audit=False, binary=None)
+    run = await start_run(
+        "ours", workdir, args, audit=False, binary=None, fill_conditions=args.upstream_like_nodes
+    )
     try:
         names = [scenario.pool_name(i) for i in range(args.scale_pools)]
         before = snapshot(run)
@@ -386,6 +422,7 @@ def convergence_rows(ours: dict[str, Any], up: dict[str, Any] | None) -> list[re
         ("core_peak_rss_mib", "core peak RSS, MiB"),
         ("core_rss_mib", "core RSS after the run, MiB"),
         ("core_idle_cpu_pct", "core idle CPU, % of one core"),
+        ("core_idle_reconciles_per_s", "core idle reconciles per second"),
     ]:
         rows.append((label, o(["idle", key]), u(["idle", key])))
     return rows
@@ -467,6 +504,7 @@ def scale_section(result: dict[str, Any], command: str, when: str, commit: str) 
         ("convergence from first create, s", result.get("converged_s"), None),
         ("core CPU until converged, s", result["core_cpu_s"], None),
         ("core idle CPU, % of one core", idle.get("core_idle_cpu_pct"), None),
+        ("core idle reconciles per second", idle.get("core_idle_reconciles_per_s"), None),
         ("core RSS, MiB", idle.get("core_rss_mib"), None),
         ("core peak RSS, MiB", idle.get("core_peak_rss_mib"), None),
         ("infra idle CPU, % of one core", idle.get("infra_idle_cpu_pct"), None),
@@ -501,6 +539,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scale-pools", type=int, default=1000)
     p.add_argument("--scale-replicas", type=int, default=10)
     p.add_argument("--scale-idle-seconds", type=float, default=60.0)
+    p.add_argument(
+        "--heartbeat-seconds",
+        type=float,
+        default=300.0,
+        help="node simulator status period [300: kubelet's nodeStatusReportFrequency]",
+    )
+    p.add_argument(
+        "--upstream-like-nodes",
+        action="store_true",
+        help="in --scale, also add the pressure conditions upstream needs (off: ours ignores them)",
+    )
     p.add_argument("--no-convergence", action="store_true", help="skip the convergence run")
     p.add_argument("--idle-seconds", type=float, default=20.0, help="idle CPU window [20]")
     p.add_argument("--timeout", type=float, default=180.0, help="base timeout per step, s [180]")
@@ -513,7 +562,7 @@ async def main(argv: list[str]) -> int:
     args = parse_args(argv)
     command = "python bench/bench_machinepool.py " + shlex.join(argv)
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    commit = dict(report.machine_info())["machinepool"]
+    commit = dict(report.machine_info())["machinepool"].removeprefix("git ")
     base = args.workdir or Path(tempfile.mkdtemp(prefix="mpbench-"))
     print(f"work directory (logs, audit logs): {base}", flush=True)
     binary = procs.build_upstream() if args.upstream else None

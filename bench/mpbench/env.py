@@ -78,10 +78,10 @@ class BenchEnv:
     >>> ...; env.stop()
     """
 
-    def __init__(self, workdir: Path, *, audit: bool) -> None:
+    def __init__(self, workdir: Path, *, audit: bool, binaries: Path | None = None) -> None:
         self.dir = workdir
         self.audit = audit
-        self.cp = ControlPlane(workdir / "cp")
+        self.cp = ControlPlane(workdir / "cp", binaries=binaries)
         self.workload: WorkloadCluster | None = None
         self.audit_logs: dict[str, AuditLog] = {}
 

@@ -30,6 +30,7 @@ from machinepool.controlplane.process import Process, ProcessFailed, free_port
 from mpbench.stats import ProcSample, prom_by_label, read_proc
 
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "upstream" / "build.sh"
+RUNNER = Path(__file__).resolve().parent / "runner.py"
 MACHINEPOOL_CONTROLLER = "machinepool"
 """The MachinePool controller's name (the ``controller`` metric label), ours and upstream's."""
 
@@ -100,38 +101,76 @@ def _ok(url: str) -> bool:
         return False
 
 
-def _ours(name: str, components: str, kubeconfig: Path, workdir: Path, user: str) -> Controller:
+def app_importable() -> bool:
+    """Whether ``python -m machinepool run`` can start (the app wiring imports cleanly)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import machinepool.app"], capture_output=True, text=True
+    )
+    return probe.returncode == 0
+
+
+def _ours(
+    name: str,
+    components: str,
+    kubeconfig: Path,
+    workdir: Path,
+    user: str,
+    *,
+    app: bool,
+    extra: tuple[str, ...] = (),
+) -> Controller:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "machinepool",
-        "run",
+    common = [
         f"--components={components}",
         f"--kubeconfig={kubeconfig}",
         f"--name=machinepool-{name}",
-        "--no-leader-elect",
         f"--metrics-bind-address=127.0.0.1:{port}",
-        "--log-level=WARNING",
     ]
-    proc = Process(name, argv, workdir)
+    if app:
+        argv = [sys.executable, "-m", "machinepool", "run", *common]
+        argv += ["--no-leader-elect", "--log-level=WARNING"]
+    else:
+        argv = [sys.executable, str(RUNNER), *common]
+    proc = Process(name, [*argv, *extra], workdir)
     proc.start()
     base = f"http://127.0.0.1:{port}"
     return Controller(name, proc, f"{base}/metrics", f"{base}/readyz", user)
 
 
 def ours_core(kubeconfig: Path, workdir: Path, user: str) -> Controller:
-    return _ours("core", "core", kubeconfig, workdir, user)
+    """``machinepool run --components core`` (bench runner if the app does not import)."""
+    app = app_importable()
+    if not app:
+        print(f"warning: machinepool.app does not import; the core runs {RUNNER.name} instead")
+    return _ours("core", "core", kubeconfig, workdir, user, app=app)
 
 
-def infra(kubeconfig: Path, workdir: Path, user: str) -> Controller:
-    return _ours("infra", "bootstrap,sim,kubelet", kubeconfig, workdir, user)
+def infra(kubeconfig: Path, workdir: Path, user: str, heartbeat_seconds: float) -> Controller:
+    """Bootstrap, Sim provider and node simulator, in the bench runner (see runner.py)."""
+    extra = (f"--heartbeat-seconds={heartbeat_seconds}",)
+    return _ours(
+        "infra", "bootstrap,sim,kubelet", kubeconfig, workdir, user, app=False, extra=extra
+    )
+
+
+def _build(target: str) -> Path:
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), target], check=False, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"bench/upstream/build.sh {target} failed:\n{out.stderr.strip()}")
+    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def build_upstream() -> Path:
-    """Path of the upstream manager binary, built first if the cache lacks it."""
-    out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+    """Path of upstream's core manager binary, built first if the cache lacks it."""
+    return _build("manager")
+
+
+def controlplane_binaries() -> Path:
+    """Folder of control-plane binaries whose kube-apiserver reports its real version (upstream's
+    manager refuses an unversioned one); both runs use it so they differ only in the core."""
+    return _build("controlplane")
 
 
 def upstream_core(binary: Path, kubeconfig: Path, workdir: Path, user: str) -> Controller:

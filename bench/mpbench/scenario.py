@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from machinepool.runtime import NODES, Client, FuncHandler, Informer, Resource
+from machinepool.runtime import NODES, ApiError, Client, FuncHandler, Informer, PatchType, Resource
 from mpbench.env import CLUSTER, DRIVER_AGENT, NAMESPACE
 
 Obj = dict[str, Any]
@@ -26,6 +26,7 @@ MACHINEPOOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachineP
 KUBEADM_CONFIGS = Resource(
     "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
 )
+MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
 SIM_POOLS = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
 )
@@ -135,6 +136,32 @@ def kubelet_version(node: Obj) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
 
 
+PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory"),
+    ("DiskPressure", "KubeletHasNoDiskPressure"),
+    ("PIDPressure", "KubeletHasSufficientPID"),
+)
+"""Conditions a real kubelet reports beside Ready; upstream's Machine NodeHealthy needs them."""
+
+
+def missing_pressure_conditions(node: Obj) -> list[Obj]:
+    """The pressure conditions ``node`` lacks, as a kubelet would report them (all False)."""
+    have = {c.get("type") for c in (node.get("status") or {}).get("conditions") or []}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": reason,
+            "message": "bench: reported for the node simulator",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        for kind, reason in PRESSURE_CONDITIONS
+        if kind not in have
+    ]
+
+
 def pool_running(pool: Obj, replicas: int) -> bool:
     """What the core reports: Running, current, ``replicas`` desired, existing and ready."""
     spec, status = pool.get("spec") or {}, pool.get("status") or {}
@@ -167,7 +194,11 @@ class Target:
 class Observer:
     """Watches pools, infra pools and Nodes; records arrival times; resolves ``Target``s."""
 
-    def __init__(self, client: Client, workload: Client) -> None:
+    def __init__(self, client: Client, workload: Client, *, fill_conditions: bool) -> None:
+        self.workload = workload
+        self.fill_conditions = fill_conditions
+        """Add the pressure conditions the node simulator does not report (see report)."""
+        self._filling: dict[str, asyncio.Task[None]] = {}
         self.pools = Informer(client, MACHINEPOOLS, NAMESPACE)
         self.sim_pools = Informer(client, SIM_POOLS, NAMESPACE)
         self.nodes = Informer(workload, NODES)
@@ -192,6 +223,8 @@ class Observer:
             await informer.wait_synced()
 
     async def stop(self) -> None:
+        for task in list(self._filling.values()):
+            task.cancel()
         for informer in (self.pools, self.sim_pools, self.nodes):
             await informer.stop()
 
@@ -218,9 +251,23 @@ class Observer:
         name = node["metadata"]["name"]
         if node_ready(node) and name not in self.node_ready_at:
             self.node_ready_at[name] = now
+        if self.fill_conditions and name not in self._filling and missing_pressure_conditions(node):
+            self._filling[name] = asyncio.create_task(self._fill(node))
         pool = self.node_pool.get(name)
         if pool is not None:
             self._check(pool, now)
+
+    async def _fill(self, node: Obj) -> None:
+        name = node["metadata"]["name"]
+        patch = {"status": {"conditions": missing_pressure_conditions(node)}}
+        try:
+            await self.workload.patch(
+                NODES, name, patch, subresource="status", patch_type=PatchType.STRATEGIC
+            )
+        except ApiError:
+            pass  # gone or changed: the next event for it retries
+        finally:
+            self._filling.pop(name, None)
 
     def _sim_update(self, old: Obj, new: Obj) -> None:
         now = time.monotonic()

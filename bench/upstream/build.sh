@@ -1,27 +1,75 @@
 #!/usr/bin/env bash
-# Builds upstream Cluster API's core manager (the `core` main package of the
-# sigs.k8s.io/cluster-api module named in go.mod) into a cache outside the repo, the same
-# way hack/controlplane/build.sh builds the control plane, and prints the binary's path.
-# Built once per version, then reused. Called by bench/bench_machinepool.py --upstream.
+# Builds what the upstream comparison of bench/bench_machinepool.py needs, from Go modules,
+# into a cache outside the repo (built once per version, then reused), and prints its path:
 #
-#   bench/upstream/build.sh    -> prints e.g. ~/.cache/machinepool/upstream/v1.14.2/capi-manager
+#   bench/upstream/build.sh manager       -> ~/.cache/machinepool/upstream/v1.14.2/capi-manager
+#       upstream Cluster API's core manager: the `core` main package of the
+#       sigs.k8s.io/cluster-api module pinned in go.mod (this folder's wrapper module).
+#   bench/upstream/build.sh controlplane  -> ~/.cache/machinepool/upstream/controlplane-v1.34.4
+#       a folder with the control-plane binaries of hack/controlplane/build.sh, except that
+#       kube-apiserver is re-linked with its version stamped (-X k8s.io/component-base/version.*):
+#       an unstamped build reports v0.0.0-master, which upstream's manager refuses to start
+#       against ("minimum required version is v1.20.0"). Same sources, same module versions.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-version="$(awk '$1 == "sigs.k8s.io/cluster-api" {print $2; exit}' "$here/go.mod")"
-cache="${MACHINEPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/machinepool}/upstream/$version"
-bin="$cache/capi-manager"
-if [ -x "$bin" ]; then echo "$bin"; exit 0; fi
+repo="$(cd "$here/../.." && pwd)"
+root="${MACHINEPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/machinepool}/upstream"
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+tmp=""
+trap '[ -z "$tmp" ] || rm -rf "$tmp"' EXIT
 
-command -v go >/dev/null 2>&1 || { echo "error: no Go toolchain on PATH (Go >= 1.26 needed)" >&2; exit 1; }
-mkdir -p "$cache"
-tmp="$(mktemp -d "$cache/.build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-echo "building upstream Cluster API core manager $version into $cache (a cold build takes minutes)" >&2
-start=$SECONDS
-cd "$here"
-CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags "-s -w" -o "$tmp/capi-manager" sigs.k8s.io/cluster-api/core \
-  || { echo "error: go build of sigs.k8s.io/cluster-api/core $version failed" >&2; exit 1; }
-mv "$tmp/capi-manager" "$bin"
-echo "built capi-manager in $((SECONDS - start))s" >&2
-echo "$bin"
+need_go() {
+  command -v go >/dev/null 2>&1 || { echo "error: no Go toolchain on PATH (Go >= 1.26 needed)" >&2; exit 1; }
+}
+
+build_manager() {
+  local version cache bin start
+  version="$(awk '$1 == "sigs.k8s.io/cluster-api" {print $2; exit}' "$here/go.mod")"
+  cache="$root/$version"
+  bin="$cache/capi-manager"
+  if [ -x "$bin" ]; then echo "$bin"; return; fi
+  need_go
+  mkdir -p "$cache"
+  tmp="$(mktemp -d "$cache/.build.XXXXXX")"
+  echo "building upstream Cluster API core manager $version into $cache (a cold build takes minutes)" >&2
+  start=$SECONDS
+  (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$tmp/capi-manager" sigs.k8s.io/cluster-api/core) \
+    || { echo "error: go build of sigs.k8s.io/cluster-api/core $version failed" >&2; exit 1; }
+  mv "$tmp/capi-manager" "$bin"
+  echo "built capi-manager in $((SECONDS - start))s" >&2
+  echo "$bin"
+}
+
+build_controlplane() {
+  local cp version major minor dir start b
+  cp="$(bash "$repo/hack/controlplane/build.sh")"
+  version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$repo/hack/controlplane/go.mod")"
+  major="${version#v}"; major="${major%%.*}"
+  minor="${version#v*.}"; minor="${minor%%.*}"
+  dir="$root/controlplane-$version"
+  if [ -x "$dir/kube-apiserver" ]; then echo "$dir"; return; fi
+  need_go
+  mkdir -p "$dir"
+  for b in etcd kube-controller-manager kube-scheduler kubectl; do
+    [ -x "$cp/$b" ] && ln -sf "$cp/$b" "$dir/$b"
+  done
+  tmp="$(mktemp -d "$dir/.build.XXXXXX")"
+  echo "re-linking kube-apiserver $version with its version stamped into $dir" >&2
+  start=$SECONDS
+  (cd "$repo/hack/controlplane" && go build -trimpath -ldflags "-s -w \
+      -X k8s.io/component-base/version.gitVersion=$version \
+      -X k8s.io/component-base/version.gitMajor=$major \
+      -X k8s.io/component-base/version.gitMinor=$minor" \
+      -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver) \
+    || { echo "error: go build of kube-apiserver $version failed" >&2; exit 1; }
+  mv "$tmp/kube-apiserver" "$dir/kube-apiserver"
+  echo "built kube-apiserver in $((SECONDS - start))s" >&2
+  echo "$dir"
+}
+
+case "${1:-manager}" in
+  manager) build_manager ;;
+  controlplane) build_controlplane ;;
+  *) echo "usage: $0 [manager|controlplane]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,72 @@
+"""The benchmark's own controller process: the shared infrastructure, and a fallback core.
+
+    python bench/mpbench/runner.py --components bootstrap,sim,kubelet --kubeconfig K \
+        --metrics-bind-address A [--heartbeat-seconds 300]
+
+Wires the named components onto one Manager as ``machinepool.app.process.build`` does (each
+package's ``setup(mgr, cluster_cache, **options)``), without webhooks or leader election, and
+runs it until SIGTERM. ``procs`` runs the shared infrastructure (bootstrap, Sim provider, node
+simulator) with it because ``machinepool run`` has no option for the node simulator's heartbeat
+(set here to kubelet's default nodeStatusReportFrequency, 5 minutes); and runs our core with it
+only when ``machinepool.app`` does not import, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from machinepool.runtime import Client, ClusterCache, Manager, configure_logging
+
+USER_AGENT = "machinepool-controller"
+
+
+def _setups(components: list[str]) -> list[Callable[..., Awaitable[object]]]:
+    from machinepool import kubelet
+    from machinepool.bootstrap import kubeadm
+    from machinepool.controllers import machine, machinepool
+    from machinepool.providers import sim
+
+    table: dict[str, list[Callable[..., Awaitable[object]]]] = {
+        "core": [machinepool.setup, machine.setup],
+        "bootstrap": [kubeadm.setup],
+        "sim": [sim.setup],
+        "kubelet": [kubelet.setup],
+    }
+    unknown = sorted(set(components) - table.keys())
+    if unknown:
+        raise SystemExit(f"unknown component(s) {', '.join(unknown)}; choose from {sorted(table)}")
+    return [fn for name in table if name in components for fn in table[name]]
+
+
+async def _main(args: argparse.Namespace) -> None:
+    client = await Client.from_kubeconfig(args.kubeconfig, user_agent=USER_AGENT)
+    async with client:
+        mgr = Manager(client, name=args.name, leader_election=None, bind_address=args.bind)
+        cache = ClusterCache(client)
+        options: dict[str, Any] = {"heartbeat_seconds": args.heartbeat_seconds}
+        for setup in _setups(args.components.split(",")):
+            await setup(mgr, cache, **options)
+        try:
+            await mgr.run()
+        finally:
+            await cache.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--components", required=True)
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--name", default="machinepool-controller")
+    p.add_argument("--metrics-bind-address", dest="bind", default="127.0.0.1:0")
+    p.add_argument("--heartbeat-seconds", type=float, default=300.0)
+    args = p.parse_args()
+    configure_logging(logging.WARNING)
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()
