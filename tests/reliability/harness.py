@@ -322,6 +322,8 @@ class World:
     informers: dict[str, Informer] = field(default_factory=dict)
     deleted_nodes: list[NodeDeletion] = field(default_factory=list)
     ready_samples: list[tuple[float, int]] = field(default_factory=list)
+    seen_records: dict[str, InstanceRecord] = field(default_factory=dict)
+    """Every instance record ever seen, by id (records are pruned once terminated)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -340,6 +342,9 @@ class World:
                 FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke)
             )
             world.informers[name] = informer
+        sources["secrets"].add_handler(
+            FuncHandler(world._remember, lambda _o, n: world._remember(n), None)
+        )
         sources["nodes"].add_handler(
             FuncHandler(world._sample, lambda _o, n: world._sample(n), world._node_gone)
         )
@@ -355,6 +360,11 @@ class World:
 
     def _poke(self, *_: Obj) -> None:
         self._changed.set()
+
+    def _remember(self, secret: Obj) -> None:
+        if secret.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance":
+            record = InstanceRecord.from_secret(secret)
+            self.seen_records[record.id] = record
 
     def _sample(self, *_: Obj) -> None:
         self.ready_samples.append((time.monotonic(), len(self.ready_nodes())))
