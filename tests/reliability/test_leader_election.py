@@ -1,0 +1,136 @@
+"""Leader election: two controller replicas with the same Lease name, the leader killed (and
+once cut off from the apiserver) again and again.
+
+Each replica reaches the apiserver only through its own ``AuditProxy``, which records every
+request it forwarded, so "never two writers at once" is checked from the outside: the spans
+between an incarnation's first and last accepted write (Lease writes aside) never overlap.
+Failover is measured on the Lease itself: the new holder's acquireTime minus the old holder's
+last renewTime stays within leaseDuration plus the retry period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import datetime
+from pathlib import Path
+
+from tests.reliability.harness import (
+    MACHINE_POOLS,
+    VERSION,
+    ControllerProcess,
+    Env,
+    check_converged,
+    create_pool,
+)
+from tests.reliability.proxy import AuditProxy, Request, overlapping_writers
+
+from machinepool.controlplane import ControlPlane
+from machinepool.runtime import LEASES
+
+LEASE_NAMESPACE = "kube-system"
+LEASE_DURATION = 15.0
+RETRY_PERIOD = 2.0
+
+
+def _time(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+async def _leader(replicas: list[ControllerProcess]) -> ControllerProcess:
+    """The replica whose metrics say it leads (asked every half second, for a while)."""
+    async with asyncio.timeout(LEASE_DURATION * 4):
+        while True:
+            for proc in replicas:
+                if proc.alive and await proc.metric("leader_election_master_status") == 1.0:
+                    return proc
+            await asyncio.sleep(0.5)
+
+
+async def test_leader_killed_and_partitioned_never_two_writers(
+    env: Env, control_plane: ControlPlane, scale: int, tmp_path: Path
+) -> None:
+    rng = random.Random(2024 + scale)
+    audit: list[Request] = []
+    ssl_context = control_plane.management.pki.ssl_context()
+    proxies: dict[str, AuditProxy] = {}
+    replicas: list[ControllerProcess] = []
+    lease = f"rel-{env.namespace}"
+    try:
+        for name in ("replica-a", "replica-b"):
+            proxy = AuditProxy(name, control_plane.url, ssl_context, audit)
+            await proxy.start()
+            proxies[name] = proxy
+            replicas.append(
+                env.spawn(
+                    name,
+                    "core,bootstrap,sim",
+                    kubeconfig=proxy.write_kubeconfig(tmp_path / f"{name}.kubeconfig"),
+                    leader_elect=True,
+                    lease_name=lease,
+                )
+            )
+        kubelet = env.spawn("kubelet", "kubelet")
+        for proc in [*replicas, kubelet]:
+            await proc.wait_ready()
+        await create_pool(env.client, "le", env.namespace, 2)
+        world = env.world
+        failovers: list[float] = []
+        rounds = 3 * scale
+        for round_ in range(rounds + 1):
+            target = rng.choice([1, 2, 3])
+            await env.client.set_scale(MACHINE_POOLS, "le", env.namespace, target)
+            await world.until(
+                lambda t=target: world.running("le", t, VERSION),
+                f"round {round_}: {target} Ready",
+            )
+            if round_ == rounds:
+                break
+            leader = await _leader(replicas)
+            before = await env.client.get(LEASES, lease, LEASE_NAMESPACE)
+            old_holder = before["spec"]["holderIdentity"]
+            proxy = proxies[leader.name]
+            if round_ == 1:
+                proxy.partition()  # the leader lives on, cut off, while the other takes over
+            else:
+                leader.kill()
+            follower = next(p for p in replicas if p is not leader)
+            await _wait_for_new_holder(env, lease, old_holder, follower)
+            after = await env.client.get(LEASES, lease, LEASE_NAMESPACE)
+            failovers.append(
+                _time(after["spec"]["acquireTime"]) - _time(before["spec"]["renewTime"])
+            )
+            if proxy.partitioned:
+                proxy.heal()
+            else:
+                proxy.incarnation += 1
+                leader.start()
+            await leader.wait_ready()
+        assert overlapping_writers(audit) == []
+        assert check_converged(world, "le", target, VERSION) == []
+        writers = {(r.replica, r.incarnation) for r in audit if r.is_write and not r.is_lease}
+        assert len(writers) >= 2  # leadership really moved between replicas
+        assert max(failovers) <= LEASE_DURATION + 2 * RETRY_PERIOD, failovers
+        assert await env.secret_findings() == []
+        print(
+            f"\nreliability: {rounds} leader failovers (1 by partition), "
+            f"longest {max(failovers):.1f}s, {len(audit)} requests audited, 0 overlapping writers"
+        )
+    finally:
+        for proc in replicas:
+            proc.stop()
+        for proxy in proxies.values():
+            await proxy.stop()
+
+
+async def _wait_for_new_holder(
+    env: Env, lease: str, old_holder: str, follower: ControllerProcess
+) -> None:
+    async def moved() -> bool:
+        current = await env.client.get(LEASES, lease, LEASE_NAMESPACE)
+        return bool(current["spec"].get("holderIdentity") not in (None, "", old_holder))
+
+    async with asyncio.timeout(LEASE_DURATION * 4):
+        while not await moved():  # noqa: ASYNC110 - the Lease is another cluster's object
+            await asyncio.sleep(0.5)
+    await follower.wait_ready()
