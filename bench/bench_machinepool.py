@@ -41,7 +41,15 @@ from mpbench import procs, report, scenario
 from mpbench.env import DRIVER_AGENT, BenchEnv
 from mpbench.procs import MACHINEPOOL_CONTROLLER, Controller
 from mpbench.scenario import FROM_VERSION, TO_VERSION, Observer
-from mpbench.stats import AuditKey, ProcSample, by_verb, percentile, prom_by_label, writes
+from mpbench.stats import (
+    AuditKey,
+    ProcSample,
+    by_verb,
+    hot_frames,
+    percentile,
+    prom_by_label,
+    writes,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
@@ -90,8 +98,10 @@ async def start_run(
     env = BenchEnv(workdir, audit=audit, binaries=procs.controlplane_binaries())
     env.start()
     started: list[Controller] = []
+    clients: list[Any] = []
     try:
         driver = await env.client(DRIVER_USER)
+        clients.append(driver)
         await env.install(driver, core_kind)
         infra = procs.infra(
             env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
@@ -107,11 +117,14 @@ async def start_run(
         infra.wait_ready()
         core.wait_ready()
         workload = await env.workload_client()
+        clients.append(workload)
         observer = Observer(driver, workload, fill_conditions=fill_conditions)
         await observer.start()
         print(f"[{core_kind}] controllers ready (core pid {core.pid})", flush=True)
-        return Run(core_kind, env, core, infra, observer, [driver, workload])
+        return Run(core_kind, env, core, infra, observer, clients)
     except BaseException:
+        for client in clients:
+            await client.close()
         for proc in started:
             proc.stop()
         env.stop()
@@ -255,6 +268,8 @@ async def convergence(
 ) -> dict[str, Any]:
     run = await start_run(core_kind, workdir, args, audit=True, binary=binary)
     try:
+        if args.profile and core_kind == "ours":
+            run.core.start_profile(workdir / "core-profile.txt")
         names = [scenario.pool_name(i) for i in range(args.pools)]
         r, r2 = args.replicas, 2 * args.replicas
         timeout = step_timeout(args.pools, r2, args.timeout)
@@ -283,9 +298,23 @@ async def convergence(
         )
         result["idle"] = await idle_cpu(run, args.idle_seconds)
         print(f"[{core_kind}] idle: {result['idle']}", flush=True)
+        if run.core.profile_path is not None:
+            run.core.stop_profile()
+            result["profile"] = profile_summary(run.core.profile_path)
         return result
     finally:
         await run.close()
+
+
+def profile_summary(path: Path) -> dict[str, Any]:
+    """The hottest frames of our code and overall, printed and kept with the results."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    ours = hot_frames(lines, "machinepool/", limit=25)
+    overall = hot_frames(lines, "", limit=25)
+    print(f"profile of the core ({path}); share of samples each frame is on the stack:")
+    for frame, share in ours:
+        print(f"  {100 * share:5.1f}%  {frame}")
+    return {"path": str(path), "machinepool": ours, "all": overall}
 
 
 async def latency(
@@ -549,6 +578,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--upstream-like-nodes",
         action="store_true",
         help="in --scale, also add the pressure conditions upstream needs (off: ours ignores them)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample our core with py-spy during the convergence run (skews its figures)",
     )
     p.add_argument("--no-convergence", action="store_true", help="skip the convergence run")
     p.add_argument("--idle-seconds", type=float, default=20.0, help="idle CPU window [20]")

@@ -163,7 +163,7 @@ async def _wait_established(client: Client, name: str, timeout: float = 60.0) ->
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         crd = await client.get(CRDS, name)
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
         await asyncio.sleep(0.1)

@@ -17,6 +17,7 @@ process's own /metrics.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -90,7 +91,36 @@ class Controller:
         return (MACHINEPOOL_CONTROLLER,) in started
 
     def stop(self) -> None:
+        self.stop_profile()
         self.process.stop(timeout=20)
+
+    # -- py-spy profile of a Python controller ------------------------------------------
+
+    _profiler: subprocess.Popen[bytes] | None = None
+    profile_path: Path | None = None
+
+    def start_profile(self, path: Path) -> None:
+        """Sample this process with py-spy (installed in the venv) until ``stop_profile``."""
+        pyspy = Path(sys.executable).parent / "py-spy"
+        if not pyspy.exists():
+            raise RuntimeError(f"--profile needs py-spy: {sys.executable} -m pip install py-spy")
+        self.profile_path = path
+        argv = [str(pyspy), "record", "--format", "raw", "--rate", "50", "--nonblocking"]
+        self._profiler = subprocess.Popen(
+            [*argv, "--pid", str(self.pid), "--output", str(path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop_profile(self) -> None:
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None and profiler.poll() is None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                profiler.wait(30)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
+                profiler.wait()
 
 
 def _ok(url: str) -> bool:

@@ -170,3 +170,27 @@ def by_verb(counts: Mapping[AuditKey, int], user: str | None = None) -> dict[str
         if user in (None, u):
             out[verb] += n
     return dict(out.most_common())
+
+
+# -- profiles ------------------------------------------------------------------------------
+
+
+def hot_frames(
+    collapsed: Iterable[str], contains: str = "", limit: int = 15
+) -> list[tuple[str, float]]:
+    """Frames by share of samples they appear in (inclusive), from py-spy's raw (collapsed)
+    output: lines ``frame;frame;... count``, frames ``function (file:line)``. Only frames whose
+    text includes ``contains`` count; each sample counts a frame once even if it recurses."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in collapsed:
+        stack, _, n = line.rstrip().rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        total += int(n)
+        for frame in set(stack.split(";")):
+            if contains in frame:
+                counts[frame] += int(n)
+    if total == 0:
+        return []
+    return [(frame, n / total) for frame, n in counts.most_common(limit)]

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from mpbench.stats import (
     AuditLog,
     agent_of,
+    hot_frames,
     by_verb,
     count_audit_lines,
     parse_proc_stat,
@@ -111,3 +112,14 @@ def test_audit_log_reads_only_new_whole_lines(tmp_path: Path) -> None:
         f.write(_event("a", "x", "get")[10:] + "\n")
     assert sum(log.read().values()) == 1
     assert sum(log.read().values()) == 0
+
+
+def test_hot_frames_share_of_samples_inclusive_once_per_sample() -> None:
+    collapsed = [
+        "main (a.py:1);loop (machinepool/x.py:5);loop (machinepool/x.py:5) 3",
+        "main (a.py:1);idle (b.py:2) 1",
+        "garbage",
+    ]
+    assert hot_frames(collapsed, "machinepool/") == [("loop (machinepool/x.py:5)", 0.75)]
+    assert hot_frames(collapsed)[0] == ("main (a.py:1)", 1.0)
+    assert hot_frames([]) == []
