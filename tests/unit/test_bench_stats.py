@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from mpbench.stats import (
     AuditLog,
     agent_of,
-    hot_frames,
     by_verb,
     count_audit_lines,
+    hot_frames,
     parse_proc_stat,
     parse_proc_status,
     percentile,
