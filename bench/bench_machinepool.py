@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -388,7 +389,7 @@ async def scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         created = time.monotonic() - t0
         print(f"[scale] created {len(names)} pools in {created:.1f}s", flush=True)
         target = run.observer.expect(names, args.scale_replicas, FROM_VERSION)
-        timeout = step_timeout(args.scale_pools, args.scale_replicas, args.timeout)
+        timeout = args.scale_timeout
         result: dict[str, Any] = {"pools": args.scale_pools, "replicas": args.scale_replicas}
         try:
             done = await run.observer.wait(target, timeout, progress=30)
@@ -569,6 +570,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scale-replicas", type=int, default=10)
     p.add_argument("--scale-idle-seconds", type=float, default=60.0)
     p.add_argument(
+        "--scale-timeout",
+        type=float,
+        default=1800.0,
+        help="give up on scale convergence after this many seconds (figures still reported) [1800]",
+    )
+    p.add_argument(
         "--heartbeat-seconds",
         type=float,
         default=300.0,
@@ -604,25 +611,35 @@ async def main(argv: list[str]) -> int:
     OUT.mkdir(exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
 
-    def save(mode: str, data: dict[str, Any], section: str) -> None:
+    def save(mode: str, data: dict[str, Any], section: str, load: str) -> None:
+        section += (
+            f"\n\nLoad average (1/5/15 min) when this mode started: {load}; on {os.cpu_count()}"
+            " CPUs shared with whatever else ran, so compare within a run, not across runs."
+        )
         (OUT / f"{stamp}-{mode}.json").write_text(json.dumps(data, indent=2, default=str))
         print("\n" + section + "\n", flush=True)
         if not args.no_results:
             report.update_results(mode, section, [command])
 
+    def load_now() -> str:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+
     if not args.no_convergence:
+        load = load_now()
         results: dict[str, Any] = {"when": when, "commit": commit}
         for core in cores:
             results[core] = await convergence(core, args, base / f"convergence-{core}", binary)
-        save("convergence", results, convergence_section(args, results, command))
+        save("convergence", results, convergence_section(args, results, command), load)
     if args.latency:
+        load = load_now()
         lat: dict[str, Any] = {"when": when, "commit": commit}
         for core in cores:
             lat[core] = await latency(core, args, base / f"latency-{core}", binary)
-        save("latency", lat, latency_section(lat, command))
+        save("latency", lat, latency_section(lat, command), load)
     if args.scale:
+        load = load_now()
         result = await scale(args, base / "scale")
-        save("scale", result, scale_section(result, command, when, commit))
+        save("scale", result, scale_section(result, command, when, commit), load)
     return 0
 
 
