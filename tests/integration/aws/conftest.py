@@ -53,6 +53,7 @@ from machinepool.controlplane.register import register_workload_cluster
 from machinepool.providers import aws as aws_provider
 from machinepool.providers.aws import AWSMACHINEPOOLS, AWSMACHINES
 from machinepool.runtime import (
+    CLUSTERS,
     NODES,
     SECRETS,
     Client,
@@ -690,6 +691,27 @@ async def aws_env(
         env = AWSEnv(client, namespace, cluster, workload, fake_aws, wc)
         await env.set_bootstrap("t1")
         yield env
+    await _clear_namespace(client, namespace)
+
+
+async def _clear_namespace(client: Client, namespace: str) -> None:
+    """Remove this test's Cluster API objects now, finalizers and all.
+
+    The next test's controllers watch every namespace; a pool left to the (slow) namespace
+    deletion would still look live to them and be rebuilt in the shared emulated AWS.
+    """
+    with contextlib.suppress(Exception):
+        await client.delete(CLUSTERS, "c1", namespace)
+    for resource in (MACHINEPOOLS, AWSMACHINEPOOLS, MACHINES, AWSMACHINES):
+        with contextlib.suppress(Exception):
+            for obj in (await client.list(resource, namespace)).items:
+                name = obj["metadata"]["name"]
+                with contextlib.suppress(Exception):
+                    await client.patch(
+                        resource, name, {"metadata": {"finalizers": None}}, namespace
+                    )
+                with contextlib.suppress(Exception):
+                    await client.delete(resource, name, namespace)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -68,10 +68,18 @@ async def test_create_scale_up_and_scale_down_through_machines(
         {"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}},
         aws_env.namespace,
     )
+    ours = {
+        pid.rsplit("/", 1)[-1] for pid in (await aws_env.pool("workers"))["spec"]["providerIDList"]
+    }
     await aws_env.scale("workers", 3)
     pool = await ready_with(aws_env, "workers", 3)
     assert all(marked_instance not in pid for pid in pool["spec"]["providerIDList"])
-    terminations = fake_aws.calls("TerminateInstanceInAutoScalingGroup")
+    # Only this pool's instances: objects of earlier tests' namespaces may still be finalizing.
+    terminations = [
+        (n, form)
+        for n, form in fake_aws.calls("TerminateInstanceInAutoScalingGroup")
+        if form["InstanceId"][0] in ours
+    ]
     assert [form["InstanceId"][0] for _, form in terminations] == [marked_instance]
     assert terminations[0][1]["ShouldDecrementDesiredCapacity"] == ["true"]
     assert not fake_aws.calls("SetDesiredCapacity")
@@ -110,7 +118,7 @@ async def test_template_changes_refresh_only_when_more_than_user_data_changed(
     await aws_env.scale("rolling", 2)
     await ready_with(aws_env, "rolling", 2)
     nodes = await aws_env.eventually(lambda: _nodes_with_tokens(aws_env, 2))
-    assert sorted(nodes) == ["t1", "t2"]
+    assert sorted(nodes) == ["t1", "t2"], nodes
 
     # A new AMI: a new version and an instance refresh.
     new_ami = await aws_env.ami(1)
@@ -148,7 +156,7 @@ async def _refresh_reported(env: AWSEnv, name: str) -> dict[str, Any] | None:
 async def _nodes_with_tokens(env: AWSEnv, count: int) -> list[str] | None:
     nodes = (await env.workload_client.list(NODES)).items
     tokens = [n["metadata"]["labels"].get("test/join-token", "") for n in nodes]
-    return tokens if len(tokens) == count else None
+    return tokens if len(tokens) >= count else None
 
 
 def _pool_resource(env: AWSEnv, name: str) -> tuple[Any, str]:

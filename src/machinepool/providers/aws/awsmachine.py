@@ -74,7 +74,9 @@ class AWSMachineReconciler:
             if "min size" in exc.message.lower() or "minsize" in exc.message.lower():
                 await self._terminate_in_group(instance, decrement=False)
             elif _gone(exc):
-                await self._terminate_outside_group(instance)
+                if not await self._terminate_outside_group(instance):
+                    self.log.info("instance already gone", instance=instance)
+                    return
             else:
                 await self.recorder.event(
                     obj, "Warning", "TerminateFailed", f"instance {instance}: {exc.summary}"
@@ -93,10 +95,15 @@ class AWSMachineReconciler:
             ShouldDecrementDesiredCapacity=decrement,
         )
 
-    async def _terminate_outside_group(self, instance: str) -> None:
-        """A detached (or already terminated) instance: terminate it directly if it exists."""
+    async def _terminate_outside_group(self, instance: str) -> bool:
+        """A detached (or already terminated) instance: terminate it directly if it exists.
+
+        Returns whether there was an instance to terminate.
+        """
         try:
             await self.aws.call("ec2", "terminate_instances", InstanceIds=[instance])
         except AWSError as exc:
             if not _gone(exc):
                 raise
+            return False
+        return True

@@ -21,6 +21,7 @@ from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
 from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
 from machinepool.providers.aws.cloud import AWS, AWSError
+from machinepool.providers.aws.machines import pool_aws_machines
 from machinepool.providers.aws.scope import (
     ASG_READY,
     AWSMACHINEPOOLS,
@@ -157,7 +158,12 @@ class AWSMachinePoolReconciler:
             patcher=Patcher(self.client, AWSMACHINEPOOLS, pool),
             machine_pool=machine_pool,
             cluster_name=cluster,
-            aws_machines=self.aws_machines,
+            aws_machines=pool_aws_machines(
+                self.aws_machines,
+                meta["namespace"],
+                c.pool_name_label_value(str(machine_pool["metadata"]["name"])),
+                cluster,
+            ),
             machines=self.machines,
         )
 

@@ -13,7 +13,7 @@ from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
 from machinepool.providers.aws.cloud import AWSError
 from machinepool.providers.aws.launchtemplate import find_template
-from machinepool.providers.aws.machines import owner_machine, pool_aws_machines
+from machinepool.providers.aws.machines import owner_machine
 from machinepool.providers.aws.scope import (
     ASG_READY,
     AWSMACHINES,
@@ -75,7 +75,7 @@ async def _delete_template(scope: Scope) -> None:
 
 
 async def _release_aws_machines(scope: Scope) -> None:
-    for aws_machine in pool_aws_machines(scope):
+    for aws_machine in scope.aws_machines:
         machine = owner_machine(scope, aws_machine)
         try:
             if machine is not None:

@@ -25,7 +25,7 @@ from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, GROUP_VERSION
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.scope import AWSMACHINES, MACHINES, Scope
-from machinepool.runtime import AlreadyExists, NotFound, Result
+from machinepool.runtime import AlreadyExists, Informer, NotFound, Result
 
 __all__ = ["aws_machine_name", "owner_machine", "pool_aws_machines", "reconcile_machines"]
 
@@ -57,17 +57,30 @@ def _ec2_state(lifecycle: str) -> str:
     return "shutting-down"
 
 
-def owner_machine(scope: Scope, aws_machine: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The Machine that owns ``aws_machine`` (by ownerReference, else by infrastructureRef)."""
+def owner_machine(
+    scope: Scope,
+    aws_machine: Mapping[str, Any],
+    machines: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """The Machine that owns ``aws_machine`` (by ownerReference, else by infrastructureRef).
+
+    Looked up in ``machines`` (name -> Machine) when given, else in the Machine informer.
+    """
     meta = aws_machine["metadata"]
+
+    def get(name: str) -> dict[str, Any] | None:
+        if machines is not None:
+            return machines.get(name)
+        return scope.machines.get(name, meta["namespace"])
+
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "Machine" and str(ref.get("apiVersion", "")).startswith(
             c.CLUSTER_GROUP + "/"
         ):
-            found = scope.machines.get(str(ref["name"]), meta["namespace"])
+            found = get(str(ref["name"]))
             if found is not None:
                 return found
-    found = scope.machines.get(meta["name"], meta["namespace"])
+    found = get(meta["name"])
     infra = ((found or {}).get("spec") or {}).get("infrastructureRef") or {}
     if (
         found is not None
@@ -78,12 +91,15 @@ def owner_machine(scope: Scope, aws_machine: Mapping[str, Any]) -> dict[str, Any
     return None
 
 
-def pool_aws_machines(scope: Scope) -> list[dict[str, Any]]:
+def pool_aws_machines(
+    informer: Informer, namespace: str, pool_label: str, cluster: str
+) -> list[dict[str, Any]]:
+    """The AWSMachines of one pool (labelled with its pool-name and cluster-name)."""
     return [
         m
-        for m in scope.aws_machines.list(scope.namespace)
-        if (m["metadata"].get("labels") or {}).get(c.POOL_NAME_LABEL) == scope.pool_label
-        and (m["metadata"].get("labels") or {}).get(c.CLUSTER_NAME_LABEL) == scope.cluster_name
+        for m in informer.list(namespace)
+        if (m["metadata"].get("labels") or {}).get(c.POOL_NAME_LABEL) == pool_label
+        and (m["metadata"].get("labels") or {}).get(c.CLUSTER_NAME_LABEL) == cluster
     ]
 
 
@@ -154,6 +170,11 @@ async def _remove_vanished(scope: Scope, aws_machine: Mapping[str, Any]) -> None
     """The instance is gone: delete its Machine (core cleans up), else the AWSMachine."""
     meta = aws_machine["metadata"]
     machine = owner_machine(scope, aws_machine)
+    scope.log.info(
+        "instance vanished; removing its Machine",
+        awsmachine=meta["name"],
+        machine=(machine or {}).get("metadata", {}).get("name", ""),
+    )
     try:
         if machine is not None:
             if not machine["metadata"].get("deletionTimestamp"):
@@ -165,7 +186,7 @@ async def _remove_vanished(scope: Scope, aws_machine: Mapping[str, Any]) -> None
 
 
 async def _sync_aws_machines(scope: Scope, live: list[dict[str, Any]]) -> None:
-    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in pool_aws_machines(scope)}
+    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
     live_pids = set()
     for instance in live:
         pid = plan.provider_id(instance["AvailabilityZone"], instance["InstanceId"])
@@ -199,15 +220,26 @@ def _machine_ready_false(machine: Mapping[str, Any]) -> bool:
 
 async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[plan.Candidate], int]:
     """Removable instances with their Machines, and how many are already on their way out."""
-    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in pool_aws_machines(scope)}
+    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
+    # Machines are listed from the API server, not the informer: the informer may not yet show
+    # a Machine this controller deleted a moment ago (nor a delete-machine annotation), and
+    # acting on that would remove one instance too many, or the wrong one.
+    selector = f"{c.POOL_NAME_LABEL}={scope.pool_label},{c.CLUSTER_NAME_LABEL}={scope.cluster_name}"
+    listed = await scope.client.list(MACHINES, scope.namespace, label_selector=selector)
+    fresh = {str(m["metadata"]["name"]): m for m in listed.items}
     times = await _launch_times(scope, [str(i["InstanceId"]) for i in live])
     candidates: list[plan.Candidate] = []
     leaving = 0
     for instance in live:
         iid = str(instance["InstanceId"])
         aws_machine = by_pid.get(plan.provider_id(instance["AvailabilityZone"], iid))
-        machine = owner_machine(scope, aws_machine) if aws_machine is not None else None
-        if (aws_machine or {}).get("metadata", {}).get("deletionTimestamp") or (
+        if aws_machine is None:
+            # No AWSMachine in the snapshot: just launched, or on its way out. Either way not
+            # removable now; counting it as leaving errs towards removing too few, never too many.
+            leaving += 1
+            continue
+        machine = owner_machine(scope, aws_machine, fresh)
+        if aws_machine["metadata"].get("deletionTimestamp") or (
             machine is not None and machine["metadata"].get("deletionTimestamp")
         ):
             leaving += 1
@@ -245,7 +277,15 @@ async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
         return
     scope.busy = True
     candidates, leaving = await _candidates(scope, live)
-    for victim in plan.order_victims(candidates)[: max(0, excess - leaving)]:
+    victims = plan.order_victims(candidates)[: max(0, excess - leaving)]
+    scope.log.info(
+        "scaling down through Machines",
+        target=target,
+        excess=excess,
+        leaving=leaving,
+        victims=[v.name for v in victims],
+    )
+    for victim in victims:
         try:
             await scope.client.delete(MACHINES, victim.name, scope.namespace)
         except NotFound:

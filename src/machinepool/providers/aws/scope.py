@@ -68,7 +68,13 @@ class Scope:
     machine_pool: dict[str, Any]
     """The owning MachinePool (read; spec.replicas written only when managed externally)."""
     cluster_name: str
-    aws_machines: Informer
+    aws_machines: list[dict[str, Any]]
+    """The pool's AWSMachines, snapshotted from the informer BEFORE the group is described.
+
+    Terminating an instance happens before its AWSMachine is deleted, so with this order an
+    AWSMachine missing from the snapshot means its instance is already gone from the (later)
+    description: a stale group description can never resurrect an AWSMachine.
+    """
     machines: Informer
     user_data: str | None = None
     """Base64 bootstrap data from the MachinePool's data secret (launchtemplate)."""
