@@ -14,6 +14,7 @@ from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
 from machinepool.providers import aws, sim
+from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
     Client,
     ClusterCache,
@@ -22,7 +23,7 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
-from machinepool.webhooks import WebhookServer, register, serve
+from machinepool.webhooks import WebhookServer, register, register_validation, serve
 
 Setup = Callable[..., Awaitable[None]]
 
@@ -126,6 +127,7 @@ async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
     if options.webhook_port is None:
         return None
     gates = FeatureGates.parse(options.feature_gates)
+    aws = "aws" in options.components
     server = await serve(
         options.webhook_host,
         options.webhook_port,
@@ -133,9 +135,19 @@ async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
         client=client,
         cert_file=options.webhook_cert_file,
         key_file=options.webhook_key_file,
+        extra_routes=[(aws_webhook.VALIDATE_PATH, aws_webhook.handle)] if aws else [],
     )
     if options.register_webhooks:
         await register(client, server.url, server.ca_bundle)
+        if aws:
+            await register_validation(
+                client,
+                name="validation.awsmachinepool.infrastructure.cluster.x-k8s.io",
+                url=server.url + aws_webhook.VALIDATE_PATH,
+                ca_bundle_pem=server.ca_bundle,
+                api_group="infrastructure.cluster.x-k8s.io",
+                resource="awsmachinepools",
+            )
     return server
 
 

@@ -15,7 +15,7 @@ from machinepool.webhooks.machinepool import (
     validate_machine_pool,
     validate_machine_pool_delete,
 )
-from machinepool.webhooks.registration import register, unregister
+from machinepool.webhooks.registration import register, register_validation, unregister
 from machinepool.webhooks.server import (
     CONVERT_PATH,
     MUTATE_PATH,
@@ -37,6 +37,7 @@ __all__ = [
     "default_machine_pool",
     "from_hub",
     "register",
+    "register_validation",
     "serve",
     "to_hub",
     "unregister",

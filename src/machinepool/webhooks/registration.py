@@ -23,6 +23,7 @@ __all__ = [
     "MACHINE_POOL_CRD",
     "VALIDATING_WEBHOOK_NAME",
     "register",
+    "register_validation",
     "unregister",
 ]
 
@@ -134,3 +135,37 @@ async def unregister(
     if conversion:
         patch = {"spec": {"conversion": {"strategy": "None", "webhook": None}}}
         await client.patch(CRDS, MACHINE_POOL_CRD, patch, patch_type=PatchType.MERGE)
+
+
+async def register_validation(
+    client: Client,
+    *,
+    name: str,
+    url: str,
+    ca_bundle_pem: bytes,
+    api_group: str,
+    resource: str,
+    operations: tuple[str, ...] = ("CREATE", "UPDATE"),
+) -> None:
+    """Apply a ValidatingWebhookConfiguration ``name`` for one namespaced resource.
+
+    Used for providers' kinds (for example AWSMachinePool) whose handlers are mounted on the
+    same server with ``serve(extra_routes=...)``.
+    """
+    hook = _webhook(name, url, base64.b64encode(ca_bundle_pem).decode(), list(operations), None)
+    hook["rules"] = [
+        {
+            "apiGroups": [api_group],
+            "apiVersions": ["v1beta2"],
+            "operations": list(operations),
+            "resources": [resource],
+            "scope": "Namespaced",
+        }
+    ]
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [hook],
+    }
+    await client.apply(VALIDATING_WEBHOOKS, config, field_manager=FIELD_MANAGER)

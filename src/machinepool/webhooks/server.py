@@ -15,7 +15,7 @@ import json
 import ssl
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +102,21 @@ async def _contract_api_version(client: Client, group: str, kind: str) -> str:
     return f"{group}/{versions[-1] if versions else preferred}"
 
 
+ExtraRoute = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]
+"""A provider's admission handler: (URL path, aiohttp handler)."""
+
+
 class WebhookServer:
     """A running server: ``url`` (https://host:port), ``ca_bundle`` (PEM), ``stop()``."""
 
-    def __init__(self, gates: FeatureGates, client: Client | None) -> None:
+    def __init__(
+        self,
+        gates: FeatureGates,
+        client: Client | None,
+        extra_routes: Sequence[ExtraRoute] = (),
+    ) -> None:
         self.gates = gates
+        self._extra_routes = tuple(extra_routes)
         self._resolver = _Resolver(client)
         self._runner: web.AppRunner | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -119,6 +129,8 @@ class WebhookServer:
         app.router.add_post(VALIDATE_PATH, _guard(self._validate, _admission_failure))
         app.router.add_post(CONVERT_PATH, _guard(self._convert, _conversion_failure))
         app.router.add_get("/healthz", _healthz)
+        for path, handler in self._extra_routes:
+            app.router.add_post(path, handler)
         return app
 
     async def start(
@@ -295,6 +307,7 @@ async def serve(
     client: Client | None = None,
     cert_file: Path | None = None,
     key_file: Path | None = None,
+    extra_routes: Sequence[ExtraRoute] = (),
 ) -> WebhookServer:
     """Start the server and return it once it listens (port 0 picks a free port).
 
@@ -302,7 +315,9 @@ async def serve(
     only refs remembered in the conversion-data annotation can be converted to v1beta1.
     Without ``cert_file``/``key_file`` a self-signed CA and serving cert are generated and
     ``ca_bundle`` holds the CA; with them ``ca_bundle`` is ``cert_file``'s content.
+    ``extra_routes`` mounts providers' admission handlers (path, handler) on the same server,
+    so one TLS endpoint serves every kind the process owns.
     """
-    server = WebhookServer(gates or FeatureGates(), client)
+    server = WebhookServer(gates or FeatureGates(), client, extra_routes)
     await server.start(host, port, cert_file, key_file)
     return server
