@@ -89,9 +89,7 @@ async def _apply_rbac(client: Client) -> None:
             if namespace:
                 with contextlib.suppress(AlreadyExists):
                     await client.create(NAMESPACES, {"metadata": {"name": namespace}})
-            await client.apply(
-                await _resource(client, doc), doc, field_manager="reliability-tests"
-            )
+            await client.apply(await _resource(client, doc), doc, field_manager="reliability-tests")
             if doc["kind"] == "ClusterRole":
                 roles.append(doc)
     for aggregated in (r for r in roles if r.get("aggregationRule")):
@@ -259,11 +257,19 @@ async def test_controllers_run_under_exactly_the_shipped_rights(
             env.client, control_plane, component, tmp_path / f"{component}.kubeconfig"
         )
         tokens.append(token)
-        options: dict[str, Any] = {"kubeconfig": kubeconfig}
+        namespace = _account(component).split(":")[2]
+        options: dict[str, Any] = {
+            "kubeconfig": kubeconfig,
+            # As deployed: leader election in the manager's own namespace, JSON logs.
+            "leader_elect": True,
+            "lease_name": f"machinepool-{component}-controller",
+            "extra_args": ("--leader-election-namespace", namespace, "--log-format", "json"),
+        }
         if component == "core":
             options["webhook_port"] = webhook_port
-        procs.append(env.spawn(f"rbac-{component}", component, **options))
-    procs.append(env.spawn("kubelet", "kubelet"))  # the simulated machines, not a manager
+        # As deployed (deploy/config/sim/manager.yaml): the node simulator runs with the provider.
+        components = "sim,kubelet" if component == "sim" else component
+        procs.append(env.spawn(f"rbac-{component}", components, **options))
     for proc in procs:
         await proc.wait_ready()
 
@@ -291,7 +297,7 @@ async def test_controllers_run_under_exactly_the_shipped_rights(
     await _assert_webhooks_tls_only(webhook_port)
     forbidden = [
         line
-        for proc in procs[:3]
+        for proc in procs
         for line in proc.log.read_text(errors="replace").splitlines()
         if "forbidden" in line.lower()
     ]
