@@ -395,15 +395,15 @@ class World:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def list(self, kind: str) -> list[Obj]:
+    def objects(self, kind: str) -> list[Obj]:
         return self.informers[kind].list()
 
     def get(self, kind: str, name: str) -> Obj | None:
-        namespace = None if kind == "nodes" else self.namespace
+        namespace = "" if kind == "nodes" else self.namespace
         return self.informers[kind].get(name, namespace)
 
     def nodes(self) -> list[Obj]:
-        return self.list("nodes")
+        return self.objects("nodes")
 
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [
@@ -413,13 +413,23 @@ class World:
     def records(self) -> list[InstanceRecord]:
         return [
             InstanceRecord.from_secret(s)
-            for s in self.list("secrets")
+            for s in self.objects("secrets")
             if s.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance"
         ]
 
     def live(self, pool: str) -> list[InstanceRecord]:
         """Instances of ``pool`` the cloud would bill for (not terminated)."""
         return [r for r in self.records() if r.pool == pool and r.forced_state != "terminated"]
+
+    def settled(self, pool: str, replicas: int, version: str) -> Callable[[], bool]:
+        """A check for ``until``: ``pool`` runs ``replicas`` on ``version``, nothing lost."""
+
+        def check() -> bool:
+            return self.running(pool, replicas, version) and not check_converged(
+                self, pool, replicas, version
+            )
+
+        return check
 
     def running(self, name: str, replicas: int, version: str | None = None) -> bool:
         """The MachinePool reports ``replicas`` Ready and the workload agrees."""
@@ -435,7 +445,7 @@ class World:
             and len(self.ready_nodes(version)) == replicas
             and len(self.nodes()) == replicas
             and len(self.live(name)) == replicas
-            and len(self.list("machines")) == replicas
+            and len(self.objects("machines")) == replicas
         )
 
 
@@ -463,7 +473,7 @@ def check_converged(world: World, pool: str, replicas: int, version: str) -> lis
     if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
         problems.append(f"providerIDList {pid_list} != live instances {live_pids}")
     for kind in ("machines", "simmachines"):
-        names = sorted(o["metadata"]["name"] for o in world.list(kind))
+        names = sorted(o["metadata"]["name"] for o in world.objects(kind))
         if names != live_ids:
             problems.append(f"{kind} {names} != live instances {live_ids}")
     nodes = world.nodes()
@@ -478,10 +488,10 @@ def check_converged(world: World, pool: str, replicas: int, version: str) -> lis
 
 
 def _orphan_secrets(world: World) -> list[str]:
-    pools = {p["metadata"]["name"] for p in world.list("simmachinepools")}
+    pools = {p["metadata"]["name"] for p in world.objects("simmachinepools")}
     configs_owned = {
         ref.get("name")
-        for s in world.list("secrets")
+        for s in world.objects("secrets")
         for ref in s["metadata"].get("ownerReferences") or []
         if ref.get("kind") == "KubeadmConfig"
     }
@@ -490,7 +500,7 @@ def _orphan_secrets(world: World) -> list[str]:
         for r in world.records()
         if r.pool not in pools
     ]
-    machine_pools = {p["metadata"]["name"] for p in world.list("machinepools")}
+    machine_pools = {p["metadata"]["name"] for p in world.objects("machinepools")}
     problems += [
         f"bootstrap Secret owned by missing KubeadmConfig {name}"
         for name in configs_owned

@@ -17,6 +17,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -58,7 +59,7 @@ class AuditProxy:
     port: int = 0
     _runner: web.AppRunner | None = None
     _session: aiohttp.ClientSession | None = None
-    _streams: set[asyncio.Task[object]] = field(default_factory=set)
+    _streams: set[asyncio.Task[Any]] = field(default_factory=set)
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -109,7 +110,7 @@ class AuditProxy:
         task = asyncio.current_task()
         assert task is not None
         assert self._session is not None
-        self._streams.add(task)  # type: ignore[arg-type]
+        self._streams.add(task)
         started, incarnation = time.monotonic(), self.incarnation
         status = 0
         try:
@@ -135,7 +136,7 @@ class AuditProxy:
                     await response.write_eof()
                 return response
         finally:
-            self._streams.discard(task)  # type: ignore[arg-type]
+            self._streams.discard(task)
             if status:
                 self.log.append(
                     Request(

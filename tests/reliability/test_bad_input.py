@@ -12,6 +12,7 @@ exit nor log a traceback.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 from collections.abc import AsyncIterator
@@ -63,7 +64,13 @@ class Case:
 
 # -- generators ---------------------------------------------------------------------------
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80)
+
+def _rarely(draw: st.DrawFn, odds: int) -> bool:
+    """True about once in ``odds + 1`` draws (plain integer draws lean on their bounds)."""
+    return bool(draw(st.sampled_from([False] * odds + [True])))
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=80)
 _dns = st.from_regex(r"\A[a-z]([-a-z0-9]{0,12}[a-z0-9])?\Z")
 
 
@@ -72,14 +79,14 @@ def machine_pools(draw: st.DrawFn) -> Case:
     name = f"mp-{next(_ids)}-{draw(_dns)}"[:63].rstrip("-")
     case = Case("MachinePool", {})
     meta: dict[str, Any] = {"name": name, "labels": {BARRAGE_LABEL: "true"}}
-    if draw(st.integers(0, 19)) == 0:
+    if _rarely(draw, 19):
         meta["name"] = name.upper()
         case.broken.append("metadata.name")
     cluster = draw(st.sampled_from([CLUSTER] * 6 + ["other", "", "x" * 64]))
     if cluster == "" or len(cluster) > 63:
         case.broken.append("spec.clusterName")
     template_cluster = cluster
-    if draw(st.integers(0, 9)) == 0:
+    if _rarely(draw, 9):
         template_cluster = cluster + "-mismatch"
         case.broken.append("spec.template.spec.clusterName")
     tspec: dict[str, Any] = {"clusterName": template_cluster}
@@ -104,20 +111,20 @@ def machine_pools(draw: st.DrawFn) -> Case:
         "kind": draw(st.sampled_from(["SimMachinePool", "AWSMachinePool"])),
         "name": name,
     }
-    if draw(st.integers(0, 7)) == 0:
+    if _rarely(draw, 7):
         tspec["taints"] = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
         case.broken.append("spec.template.spec.taints")
-    if draw(st.integers(0, 4)) == 0:
+    if _rarely(draw, 4):
         tspec["minReadySeconds"] = draw(st.integers(-3, 600))
         if tspec["minReadySeconds"] < 0:
             case.broken.append("spec.template.spec.minReadySeconds")
-    if draw(st.integers(0, 4)) == 0:
+    if _rarely(draw, 4):
         timeout = draw(st.integers(-3, 30))
         tspec["deletion"] = {"nodeDeletionTimeoutSeconds": timeout}
         if timeout < 0:
             case.broken.append("spec.template.spec.deletion.nodeDeletionTimeoutSeconds")
     template: dict[str, Any] = {"spec": tspec}
-    if draw(st.integers(0, 3)) == 0:
+    if _rarely(draw, 3):
         key = draw(st.one_of(st.sampled_from(["team", "example.com/tier"]), _text))
         template["metadata"] = {"labels": {key: "x"}}
         if key not in ("team", "example.com/tier"):
@@ -130,7 +137,7 @@ def machine_pools(draw: st.DrawFn) -> Case:
             case.broken.append("spec.replicas")
         elif replicas >= 2**31:
             case.maybe.append("spec.replicas")
-    if draw(st.integers(0, 5)) == 0:
+    if _rarely(draw, 5):
         low, high = draw(st.integers(-1, 3)), draw(st.one_of(st.integers(-1, 5), _text))
         meta["annotations"] = {
             c.AUTOSCALER_MIN_SIZE_ANNOTATION: str(low),
@@ -144,7 +151,7 @@ def machine_pools(draw: st.DrawFn) -> Case:
             c.AUTOSCALER_MIN_SIZE_ANNOTATION,
             c.AUTOSCALER_MAX_SIZE_ANNOTATION,
         ]
-    if draw(st.integers(0, 5)) == 0:
+    if _rarely(draw, 5):
         spec["failureDomains"] = draw(st.lists(_text, max_size=3))
         case.maybe.append("spec.failureDomains")
     case.body = {
@@ -166,11 +173,11 @@ def infra_pools(draw: st.DrawFn) -> Case:
     name = f"ip-{next(_ids)}-{draw(_dns)}"[:63].rstrip("-")
     case = Case("SimMachinePool", {})
     spec: dict[str, Any] = {}
-    instance_type = draw(st.sampled_from(["small", "large", "x" * 300]))
+    instance_type = draw(st.sampled_from(["small", "large", "medium", "small", "x" * 300]))
     spec["template"] = {"instanceType": instance_type}
     if len(instance_type) > 256:
         case.broken.append("spec.template.instanceType")
-    if draw(st.booleans()):
+    if _rarely(draw, 1):
         strategy: dict[str, Any] = {
             "type": draw(st.sampled_from(["RollingUpdate"] * 4 + ["Recreate"])),
             "rollingUpdate": {
@@ -186,17 +193,17 @@ def infra_pools(draw: st.DrawFn) -> Case:
         if strategy["rollingUpdate"]["deletePolicy"] == "Nope":
             case.broken.append("spec.strategy.rollingUpdate.deletePolicy")
         spec["strategy"] = strategy
-    if draw(st.booleans()):
+    if _rarely(draw, 1):
         sim = {
-            "bootDelaySeconds": draw(st.integers(-2, 5)),
-            "bootFailureRate": draw(st.floats(-0.5, 1.5, allow_nan=False)),
-            "capacityPerFailureDomain": draw(st.integers(-1, 3)),
+            "bootDelaySeconds": draw(st.sampled_from([0, 1, 5, 0, -2])),
+            "bootFailureRate": draw(st.sampled_from([0.0, 0.2, 0.5, 1.0, 0.0, -0.1, 1.5])),
+            "capacityPerFailureDomain": draw(st.sampled_from([0, 1, 3, 0, -1])),
         }
         for key in ("bootDelaySeconds", "bootFailureRate", "capacityPerFailureDomain"):
             if sim[key] < 0 or (key == "bootFailureRate" and sim[key] > 1):
                 case.broken.append(f"spec.sim.{key}")
         spec["sim"] = sim
-    if draw(st.integers(0, 5)) == 0:
+    if _rarely(draw, 5):
         spec["providerIDList"] = [""]
         case.broken.append("spec.providerIDList")
     case.body = {
@@ -337,7 +344,7 @@ async def _canary(env: Env, stop: asyncio.Event, cycles: list[int]) -> None:
         replicas = 3 - replicas
         await env.client.set_scale(MACHINE_POOLS, "canary", env.namespace, replicas)
         await env.world.until(
-            lambda r=replicas: env.world.running("canary", r, VERSION),
+            functools.partial(env.world.running, "canary", replicas, VERSION),
             f"canary at {replicas} during the barrage",
         )
         cycles[0] += 1

@@ -44,9 +44,7 @@ async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) ->
         await roll(env.client, name, env.namespace, version)
         await chaos_kills(controller, 2, rng, max_delay=4.0)
         await world.until(
-            lambda r=replicas, v=version: (
-                world.running(name, r, v) and not check_converged(world, name, r, v)
-            ),
+            world.settled(name, replicas, version),
             f"{replicas} Ready on {version} despite cloud faults",
         )
     final_replicas, final_version = steps[-1]

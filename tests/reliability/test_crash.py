@@ -68,9 +68,7 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(env: Env, scale: in
         replicas, version = phase.replicas, phase.version
         await chaos_kills(controller, kills_per_phase, rng, max_delay=3.0)
         await world.until(
-            lambda r=replicas, v=version: (
-                world.running(name, r, v) and not check_converged(world, name, r, v)
-            ),
+            world.settled(name, replicas, version),
             f"{phase.what}: {replicas} Ready on {version} with nothing lost",
         )
         problems += [f"{phase.what}: {p}" for p in check_converged(world, name, replicas, version)]

@@ -11,6 +11,7 @@ last renewTime stays within leaseDuration plus the retry period.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from datetime import datetime
 from pathlib import Path
@@ -81,7 +82,7 @@ async def test_leader_killed_and_partitioned_never_two_writers(
             target = rng.choice([1, 2, 3])
             await env.client.set_scale(MACHINE_POOLS, "le", env.namespace, target)
             await world.until(
-                lambda t=target: world.running("le", t, VERSION),
+                functools.partial(world.running, "le", target, VERSION),
                 f"round {round_}: {target} Ready",
             )
             if round_ == rounds:

@@ -127,7 +127,8 @@ def _can_i(kubeconfig: Path, account: str, *args: str) -> bool:
     return done.stdout.strip() == "yes"
 
 
-MUST = {
+Checks = dict[str, list[tuple[str, ...]]]
+MUST: Checks = {
     "core": [
         ("get", "secrets", "-n", "default"),
         ("patch", "machinepools.cluster.x-k8s.io", "-n", "default"),
@@ -146,7 +147,7 @@ MUST = {
     ],
     "aws": [("get", "secrets", "-n", "default")],
 }
-MUST_NOT = {
+MUST_NOT: Checks = {
     "core": [
         ("list", "secrets", "-A"),
         ("watch", "secrets", "-n", "default"),
@@ -168,7 +169,7 @@ MUST_NOT = {
     ],
     "aws": [("list", "secrets", "-A"), ("create", "secrets", "-n", "default")],
 }
-EVERYONE_MUST_NOT = [
+EVERYONE_MUST_NOT: list[tuple[str, ...]] = [
     ("*", "*"),
     ("create", "pods", "-n", "default"),
     ("get", "nodes"),
@@ -288,8 +289,8 @@ async def test_controllers_run_under_exactly_the_shipped_rights(
         lambda: (
             world.get("machinepools", "least") is None
             and not world.nodes()
-            and not world.list("machines")
-            and not world.list("simmachinepools")
+            and not world.objects("machines")
+            and not world.objects("simmachinepools")
         ),
         "pool deleted under shipped RBAC",
     )
