@@ -71,5 +71,5 @@ async def env(
         try:
             yield environment
         finally:
-            environment.close()
             await world.stop()
+            await environment.release()

@@ -39,6 +39,7 @@ from machinepool.runtime import (
     Client,
     FuncHandler,
     Informer,
+    NotFound,
     Obj,
     Resource,
 )
@@ -617,6 +618,21 @@ class Env:
     def close(self) -> None:
         for proc in self.procs:
             proc.stop()
+
+    async def release(self) -> None:
+        """Stop the processes, then drop our finalizers so the namespace can go: no later
+        test's controllers should find these objects pointing at a stopped workload cluster."""
+        self.close()
+        for res in (MACHINE_POOLS, MACHINES, KUBEADM_CONFIGS, SIM_MACHINE_POOLS, SIM_MACHINES):
+            for obj in (await self.client.list(res, self.namespace)).items:
+                if obj["metadata"].get("finalizers"):
+                    with contextlib.suppress(NotFound):
+                        await self.client.patch(
+                            res,
+                            obj["metadata"]["name"],
+                            {"metadata": {"finalizers": None}},
+                            self.namespace,
+                        )
 
     @property
     def kills(self) -> int:
