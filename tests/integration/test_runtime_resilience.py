@@ -14,6 +14,7 @@ import yaml
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime import (
+    CLUSTERS,
     CONFIGMAPS,
     LEASES,
     NODES,
@@ -169,11 +170,13 @@ async def kubeconfig_secret(client: Client, namespace: str, name: str, kubeconfi
     )
 
 
-@pytest.mark.usefixtures("control_plane")
+@pytest.mark.usefixtures("control_plane", "crds")
 async def test_workload_node_informer_from_kubeconfig_secret(
     client: Client, namespace: str, workload: WorkloadCluster
 ) -> None:
     cluster = ObjectKey(namespace, "wl")
+    # The cache drops a workload cluster whose Cluster object is gone, so there must be one.
+    await client.create(CLUSTERS, {"metadata": {"name": "wl"}, "spec": {}}, namespace)
     cache = ClusterCache(client, probe_interval=0.3, failure_threshold=2, probe_timeout=10)
     with pytest.raises(ClusterNotConnected, match="wl-kubeconfig not found"):
         await cache.get_client(cluster)
