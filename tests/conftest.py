@@ -66,7 +66,7 @@ async def install_crds(client: Client) -> list[str]:
     for name in names:
         for _ in range(300):
             crd = await client.get(CRDS, name)
-            conditions = crd.get("status", {}).get("conditions", [])
+            conditions = (crd.get("status") or {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 break
             await asyncio.sleep(0.1)

@@ -19,3 +19,13 @@ async def test_contract_resource_resolves_the_labelled_version(
     assert preferred.version == "v1beta2"
     kubeadm = await client.contract_resource("bootstrap.cluster.x-k8s.io", "KubeadmConfig")
     assert (kubeadm.version, kubeadm.plural) == ("v1beta2", "kubeadmconfigs")
+
+
+async def test_core_kinds_resolve_by_discovery(client: Client) -> None:
+    nodes = await client.resource("v1", "Node")
+    assert (nodes.group, nodes.version, nodes.plural, nodes.namespaced) == (
+        "",
+        "v1",
+        "nodes",
+        False,
+    )

@@ -268,7 +268,7 @@ class Client:
         version.
         """
         group, _, version = api_version.rpartition("/")
-        key = (f"{group}/{version}", kind)
+        key = (f"{group}/{version}" if group else version, kind)
         cached = self._discovery.by_kind.get(key)
         if cached is not None:
             return cached
@@ -283,7 +283,7 @@ class Client:
                 res = Resource(group, version, item["name"], item["kind"], item["namespaced"])
                 self._discovery.by_kind[(res.api_version, res.kind)] = res
                 self._discovery.by_kind[(f"{group}/", res.kind)] = res
-        found = self._discovery.by_kind.get((f"{group}/{version}", kind))
+        found = self._discovery.by_kind.get((f"{group}/{version}" if group else version, kind))
         if found is None:
             raise NotFound(404, "NotFound", f"kind {kind} is not served in {group}/{version}")
         return found
