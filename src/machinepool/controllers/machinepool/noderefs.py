@@ -130,6 +130,8 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         return Result()  # no instances listed yet
     await delete_retired_nodes(scope, node_refs, set(provider_ids))
     if scope.node_map is None:
+        if not provider_ids and not node_refs:
+            return Result()  # an empty pool: nothing to match, nothing to retire
         raise RuntimeError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
     min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
     found = match_nodes(provider_ids, scope.node_map, min_ready, now())
