@@ -105,7 +105,11 @@ async def start_run(
         clients.append(driver)
         await env.install(driver, core_kind)
         infra = procs.infra(
-            env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
+            env.kubeconfig_for(INFRA_USER),
+            workdir,
+            INFRA_USER,
+            args.heartbeat_seconds,
+            args.infra_concurrency,
         )
         started.append(infra)
         core_kc = env.kubeconfig_for(CORE_USER)
@@ -580,6 +584,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=300.0,
         help="node simulator status period [300: kubelet's nodeStatusReportFrequency]",
+    )
+    p.add_argument(
+        "--infra-concurrency",
+        type=int,
+        default=0,
+        help="workers per controller in the shared infra process [0: each component's default]",
     )
     p.add_argument(
         "--upstream-like-nodes",

@@ -175,9 +175,11 @@ def ours_core(kubeconfig: Path, workdir: Path, user: str) -> Controller:
     return _ours("core", "core", kubeconfig, workdir, user, app=app)
 
 
-def infra(kubeconfig: Path, workdir: Path, user: str, heartbeat_seconds: float) -> Controller:
+def infra(
+    kubeconfig: Path, workdir: Path, user: str, heartbeat_seconds: float, concurrency: int = 0
+) -> Controller:
     """Bootstrap, Sim provider and node simulator, in the bench runner (see runner.py)."""
-    extra = (f"--heartbeat-seconds={heartbeat_seconds}",)
+    extra = (f"--heartbeat-seconds={heartbeat_seconds}", f"--concurrency={concurrency}")
     return _ours(
         "infra", "bootstrap,sim,kubelet", kubeconfig, workdir, user, app=False, extra=extra
     )

@@ -48,6 +48,8 @@ async def _main(args: argparse.Namespace) -> None:
         mgr = Manager(client, name=args.name, leader_election=None, bind_address=args.bind)
         cache = ClusterCache(client)
         options: dict[str, Any] = {"heartbeat_seconds": args.heartbeat_seconds}
+        if args.concurrency:
+            options["concurrency"] = args.concurrency
         for setup in _setups(args.components.split(",")):
             await setup(mgr, cache, **options)
         try:
@@ -63,6 +65,7 @@ def main() -> None:
     p.add_argument("--name", default="machinepool-controller")
     p.add_argument("--metrics-bind-address", dest="bind", default="127.0.0.1:0")
     p.add_argument("--heartbeat-seconds", type=float, default=300.0)
+    p.add_argument("--concurrency", type=int, default=0, help="workers per controller [0: default]")
     args = p.parse_args()
     configure_logging(logging.WARNING)
     asyncio.run(_main(args))
