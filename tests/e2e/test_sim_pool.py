@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from tests.e2e.conftest import MACHINE_POOLS, System
@@ -33,3 +34,18 @@ async def test_scale_up_down_to_zero_and_back(system: System) -> None:
         )
     mp = await system.client.get(MACHINE_POOLS, "workers", system.namespace)
     assert mp["status"]["replicas"] == 2
+
+
+async def test_an_idle_pool_rewrites_nothing(system: System) -> None:
+    """Once converged, no controller keeps rewriting Machines or the MachinePool."""
+    await system.create_pool("quiet", 2)
+    await system.until(lambda: system.pool_running("quiet", 2), "2 Ready nodes")
+    await asyncio.sleep(2)  # let the last status writes of convergence land
+
+    def versions() -> dict[str, str]:
+        objs = [*system.machines("quiet"), system.machine_pool("quiet") or {}]
+        return {o["metadata"]["name"] + o["kind"]: o["metadata"]["resourceVersion"] for o in objs}
+
+    before = versions()
+    await asyncio.sleep(5)  # a quiet period is the thing under test; nothing to wait for
+    assert versions() == before

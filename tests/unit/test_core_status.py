@@ -312,3 +312,12 @@ def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
     assert conds["Available"]["reason"] == c.WAITING_FOR_MIN_READY_SECONDS_REASON
     assert machine_status.set_node_conditions(m, None, NOW) is None
     assert {x["type"]: x["status"] for x in m["status"]["conditions"]}["Ready"] == "False"
+
+
+def test_an_absent_map_holds_an_empty_one_so_idle_machines_are_not_reapplied() -> None:
+    from machinepool.controllers.machinepool.machines import _contains
+
+    have = {"metadata": {"name": "m", "labels": {"a": "b"}}, "spec": {"version": "v1"}}
+    want = {"metadata": {"name": "m", "labels": {"a": "b"}, "annotations": {}}, "spec": {}}
+    assert _contains(have, want)
+    assert not _contains(have, {"metadata": {"annotations": {"x": "y"}}})

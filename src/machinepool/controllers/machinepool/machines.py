@@ -92,7 +92,14 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
 
 
 def _contains(have: Any, want: Any) -> bool:
-    """Whether ``have`` already holds everything in ``want`` (what apply would not change)."""
+    """Whether ``have`` already holds everything in ``want`` (what apply would not change).
+
+    An empty map or list wanted is held by an absent one: the apiserver drops empty
+    ``annotations: {}`` on write, so comparing them strictly would re-apply every Machine on
+    every pass, and each apply would wake the MachinePool again.
+    """
+    if have is None and want in ({}, []):
+        return True
     if isinstance(want, dict):
         return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
     if isinstance(want, list):
