@@ -12,9 +12,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
 
-has_all() {
+has_all() {  # what a KUBEBUILDER_ASSETS folder must hold; kubectl and kube-scheduler optional
   local dir="$1" b
-  for b in "${binaries[@]:0:2}" etcd; do [ -x "$dir/$b" ] || return 1; done
+  for b in kube-apiserver kube-controller-manager etcd; do [ -x "$dir/$b" ] || return 1; done
 }
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
@@ -44,13 +44,17 @@ tmp="$(mktemp -d "$cache/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 echo "building ${missing[*]} $version into $cache (a cold build takes a while)" >&2
 cd "$here"
+# Stamp the Kubernetes version (a module build reports v0.0.0-master otherwise, which clients
+# that check the server version, such as upstream Cluster API's manager, refuse).
+minor="${version#v1.}"; minor="${minor%%.*}"
+stamp="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 for b in "${missing[@]}"; do
   case "$b" in
     etcd) pkg=./cmd/etcd ;;
     *) pkg="k8s.io/kubernetes/cmd/$b" ;;
   esac
   start=$SECONDS
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/$b" "$pkg" \
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $stamp" -o "$tmp/$b" "$pkg" \
     || fail "go build of $b ($pkg) failed"
   mv "$tmp/$b" "$cache/$b"
   echo "built $b in $((SECONDS - start))s" >&2
