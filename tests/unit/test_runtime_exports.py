@@ -9,6 +9,7 @@ EXPECTED = {
     "Client", "Resource", "PatchType", "ObjectList", "WatchEvent", "Obj",
     "CONFIGMAPS", "CORE_EVENTS", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
     "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS", "CLUSTERS",
+    "MACHINE_POOLS", "MACHINES", "KUBEADM_CONFIGS",
     # errors
     "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
     "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",

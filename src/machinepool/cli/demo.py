@@ -18,7 +18,7 @@ from rich.text import Text
 from machinepool.cli.kube import MACHINEPOOLS, CliError, Target, connect
 from machinepool.cli.pools import describe, follow
 from machinepool.cli.views import pool_table, problems, versions_text
-from machinepool.runtime.client import Client, Resource
+from machinepool.runtime.client import KUBEADM_CONFIGS, Client, Resource
 
 Obj = dict[str, Any]
 
@@ -26,9 +26,6 @@ POOL = "demo-pool"
 CLUSTER = "demo"
 FROM_VERSION = "v1.33.4"
 TO_VERSION = "v1.34.4"
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 SIM_POOLS = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
 )

@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 
 from machinepool.cli.local import default_home, running_state
-from machinepool.runtime.client import Client, Resource
+from machinepool.runtime.client import CLUSTERS as CLUSTERS
+from machinepool.runtime.client import MACHINE_POOLS, Client
+from machinepool.runtime.client import MACHINES as MACHINES
 from machinepool.runtime.errors import ApiError, NotFound
 
-MACHINEPOOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
+MACHINEPOOLS = MACHINE_POOLS
 
 
 class CliError(Exception):

@@ -12,7 +12,17 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.meta import parse_time
-from machinepool.runtime import CLUSTERS, CRDS, Client, NotFound, Obj, ObjectKey, Resource
+from machinepool.runtime import (
+    CLUSTERS,
+    CRDS,
+    MACHINE_POOLS,
+    MACHINES,
+    Client,
+    NotFound,
+    Obj,
+    ObjectKey,
+    Resource,
+)
 
 __all__ = [
     "CLUSTERS",
@@ -31,8 +41,7 @@ __all__ = [
     "ref_text",
 ]
 
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
-MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
+MACHINEPOOLS = MACHINE_POOLS
 
 
 def now() -> datetime:

@@ -16,10 +16,9 @@ from urllib.parse import urlparse
 from machinepool.api import constants as c
 from machinepool.api.conditions import now_rfc3339
 from machinepool.controlplane.cluster import WorkloadCluster
-from machinepool.runtime.client import SECRETS, Client, Obj, PatchType, Resource
+from machinepool.runtime.client import CLUSTERS, SECRETS, Client, Obj, PatchType
 from machinepool.runtime.errors import AlreadyExists
 
-CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
 _FIELD_MANAGER = "machinepool-local"
 
 

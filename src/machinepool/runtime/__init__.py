@@ -10,11 +10,15 @@ Import public names from here; the modules behind them are private.
 """
 
 from machinepool.runtime.client import (
+    CLUSTERS,
     CONFIGMAPS,
     CORE_EVENTS,
     CRDS,
     EVENTS,
+    KUBEADM_CONFIGS,
     LEASES,
+    MACHINE_POOLS,
+    MACHINES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -31,7 +35,6 @@ from machinepool.runtime.client import (
     WatchEvent,
 )
 from machinepool.runtime.clustercache import (
-    CLUSTERS,
     ClusterCache,
     ClusterNotConnected,
     ClusterUnhealthy,
@@ -93,7 +96,10 @@ __all__ = [
     "CORE_EVENTS",
     "CRDS",
     "EVENTS",
+    "KUBEADM_CONFIGS",
     "LEASES",
+    "MACHINES",
+    "MACHINE_POOLS",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "NODES",

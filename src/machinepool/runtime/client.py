@@ -531,6 +531,14 @@ CORE_EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+
+# The Cluster API kinds every component reads, defined once (served at the v1beta2 contract).
+CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
+MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
+MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
+KUBEADM_CONFIGS = Resource(
+    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
+)
 VALIDATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io",
     "v1",

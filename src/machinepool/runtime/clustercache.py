@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from machinepool.runtime.client import SECRETS, Client, Resource
+from machinepool.runtime.client import CLUSTERS, SECRETS, Client, Resource
 from machinepool.runtime.errors import NotFound
 from machinepool.runtime.informer import (
     EventHandler,
@@ -43,8 +43,6 @@ from machinepool.runtime.informer import (
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
-
-CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
 
 
 class ClusterNotConnected(Exception):

@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Final
 
 from machinepool.api import constants as c
-from machinepool.runtime import Resource
+from machinepool.runtime import KUBEADM_CONFIGS as KUBEADM_CONFIGS
+from machinepool.runtime import MACHINE_POOLS as MACHINE_POOLS
+from machinepool.runtime import MACHINES as MACHINES
 
-KUBEADM_CONFIGS: Final = Resource(c.BOOTSTRAP_GROUP, c.V1BETA2, "kubeadmconfigs", "KubeadmConfig")
-MACHINE_POOLS: Final = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
-MACHINES: Final = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
 KUBEADM_CONFIG_API_VERSION: Final = f"{c.BOOTSTRAP_GROUP}/{c.V1BETA2}"
 
 FINALIZER: Final = "kubeadmconfig.bootstrap.cluster.x-k8s.io"

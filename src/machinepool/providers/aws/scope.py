@@ -14,7 +14,15 @@ from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.runtime import Client, EventRecorder, Informer, KVLogger, Resource
+from machinepool.runtime import (
+    MACHINE_POOLS,
+    MACHINES,
+    Client,
+    EventRecorder,
+    Informer,
+    KVLogger,
+    Resource,
+)
 from machinepool.runtime.patch import Patcher
 
 __all__ = [
@@ -28,8 +36,7 @@ __all__ = [
 
 AWSMACHINEPOOLS = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachinepools", "AWSMachinePool")
 AWSMACHINES = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachines", "AWSMachine")
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
-MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
+MACHINEPOOLS = MACHINE_POOLS
 
 # Condition types and reasons of AWSMachinePool (CAPA's names).
 ASG_READY = "ASGReady"

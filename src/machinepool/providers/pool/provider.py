@@ -10,12 +10,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from machinepool.providers.pool.types import Backend
-from machinepool.runtime import Obj, Resource
+from machinepool.runtime import MACHINE_POOLS, MACHINES, Obj, Resource
 
 __all__ = ["MACHINES", "MACHINE_POOLS", "PoolProvider", "SupportsPurge"]
-
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
 
 
 class PoolProvider(Protocol):
