@@ -59,7 +59,16 @@ async def test_missing_references_are_reported_then_converge(env: Env) -> None:
     assert "TestMachinePool" in v1["message"]
     await env.kubeadm_config("boot", ready=True)
     await env.infra_pool("pool")
-    mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_PROVISIONING)
+    # Provisioning follows from the bootstrap config alone; wait until the infra pool, created
+    # after it, has been found (and so adopted) too.
+    mp = await env.pool_until(
+        "pool",
+        lambda o: (
+            o["status"].get("phase") == c.PHASE_PROVISIONING
+            and cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason")
+            != c.OBJECT_DOES_NOT_EXIST_REASON
+        ),
+    )
     assert cond(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "True"
     pool = await env.client.get(TEST_POOLS, "pool", env.namespace)
     assert pool["metadata"]["ownerReferences"][0]["name"] == "pool"
