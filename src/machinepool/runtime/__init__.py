@@ -83,6 +83,7 @@ from machinepool.runtime.logging import KVLogger, configure_logging, get_logger
 from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.patch import Patcher, merge_patch
+from machinepool.runtime.reader import OwnReader
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -139,6 +140,7 @@ __all__ = [
     "Obj",
     "ObjectKey",
     "ObjectList",
+    "OwnReader",
     "PatchType",
     "Patcher",
     "QueueShutDown",

@@ -15,6 +15,7 @@ other fields are not overwritten.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from machinepool.runtime.client import Client, Obj, Resource
@@ -44,12 +45,24 @@ def merge_patch(before: Any, after: Any) -> Any:
 
 
 class Patcher:
-    """Remembers an object as read and patches only the differences later."""
+    """Remembers an object as read and patches only the differences later.
 
-    def __init__(self, client: Client, resource: Resource, obj: Obj) -> None:
+    ``on_patched`` is told the server's answer after each patch that sent something (an
+    ``OwnReader``'s ``wrote``, so the next reconcile does not read an older copy).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        resource: Resource,
+        obj: Obj,
+        *,
+        on_patched: Callable[[Obj], None] | None = None,
+    ) -> None:
         self._client = client
         self._resource = resource
         self._before = copy.deepcopy(obj)
+        self._on_patched = on_patched
 
     @property
     def snapshot(self) -> Obj:
@@ -79,5 +92,7 @@ class Patcher:
             latest = await self._client.patch(
                 self._resource, name, status_patch, namespace, subresource="status"
             )
+        if latest is not obj and self._on_patched is not None:
+            self._on_patched(latest)
         self._before = copy.deepcopy(latest)
         return latest
