@@ -17,6 +17,7 @@ EXPECTED = {
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
     # informers
     "Informer", "InformerCache", "EventHandler", "FuncHandler", "IndexFunc", "Transform",
+    "OwnReader",
     "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
     "controller_owner",
     # controllers

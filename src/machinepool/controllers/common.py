@@ -7,6 +7,7 @@ packages never import each other.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from machinepool.runtime import (
     MACHINE_POOLS,
     MACHINES,
     Client,
+    Informer,
     NotFound,
     Obj,
     ObjectKey,
@@ -29,6 +31,7 @@ __all__ = [
     "MACHINEPOOLS",
     "MACHINES",
     "ContractResolver",
+    "WorkloadNodes",
     "dig",
     "ensure",
     "group_of",
@@ -117,6 +120,36 @@ def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bo
     if since is None:
         return False
     return min_ready_seconds <= 0 or (at - since).total_seconds() >= min_ready_seconds
+
+
+NODE_BY_PROVIDER_ID = "machinepool.core/node-provider-id"
+
+
+class WorkloadNodes:
+    """A workload cluster's Nodes, found by name or by exact ``spec.providerID``.
+
+    Both lookups go through the informer's store and an index, never a scan: with thousands
+    of Nodes per cluster, a scan per reconcile is what a pool's reconcile would spend its
+    time on. The index is added on first use (informers are shared, and rebuilt when the
+    cluster's kubeconfig changes, so every view makes sure it is there).
+    """
+
+    def __init__(self, informer: Informer) -> None:
+        with contextlib.suppress(ValueError):  # already indexed
+            informer.add_indexer(NODE_BY_PROVIDER_ID, _node_provider_id)
+        self._informer = informer
+
+    def by_name(self, name: str) -> Obj | None:
+        return self._informer.get(name)
+
+    def by_provider_id(self, provider_id: str) -> Obj | None:
+        found = self._informer.by_index(NODE_BY_PROVIDER_ID, provider_id)
+        return found[0] if found else None
+
+
+def _node_provider_id(node: Obj) -> list[str]:
+    pid = dig(node, "spec", "providerID")
+    return [str(pid)] if pid else []
 
 
 class ContractResolver:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yarl
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -93,6 +94,18 @@ class _Discovery:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+def _proxy_for(host: str, configured: str | None) -> tuple[str | None, aiohttp.BasicAuth | None]:
+    """The kubeconfig's proxy-url, else HTTPS_PROXY/HTTP_PROXY unless NO_PROXY exempts the
+    host (what client-go honours), resolved once per client."""
+    if configured:
+        return configured, None
+    try:
+        proxy, auth = aiohttp.helpers.get_env_proxy_for_url(yarl.URL(host))
+    except LookupError:
+        return None, None
+    return str(proxy), auth
+
+
 class Client:
     """An async Kubernetes client speaking raw JSON.
 
@@ -114,6 +127,8 @@ class Client:
         self._request_hooks: list[RequestHook] = []
         self._discovery = _Discovery()
         self._closed = False
+        self._session: aiohttp.ClientSession | None = None
+        self._proxy, self._proxy_auth = _proxy_for(self._host, api_client.configuration.proxy)
 
     # -- construction -----------------------------------------------------------------
 
@@ -165,6 +180,8 @@ class Client:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._session is not None:
+                await self._session.close()
             await self._api.close()
 
     async def __aenter__(self) -> Client:
@@ -196,16 +213,34 @@ class Client:
     ) -> aiohttp.ClientResponse:
         if self._closed:
             raise RuntimeError("client used after close()")
-        session: aiohttp.ClientSession = self._api.rest_client.pool_manager
         data = None if body is None else json.dumps(body)
-        return await session.request(
+        return await self._http().request(
             method,
             self._host + path,
             params=params,
             data=data,
             headers=await self._headers(content_type),
+            proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
             timeout=client_timeout or aiohttp.ClientTimeout(total=60),
         )
+
+    def _http(self) -> aiohttp.ClientSession:
+        """Our session over kubernetes_asyncio's connection pool (its TLS settings).
+
+        kubernetes_asyncio's own session trusts the environment, which makes aiohttp look up
+        proxy variables and ``.netrc`` in a worker thread on every request; we resolve the
+        proxy once (``_proxy_for``) and send each request without the thread hop.
+        """
+        if self._session is None:
+            pool: aiohttp.ClientSession = self._api.rest_client.pool_manager
+            self._session = aiohttp.ClientSession(
+                connector=pool.connector,
+                connector_owner=False,
+                trust_env=False,
+                read_bufsize=2**21,  # large watch events, as kubernetes_asyncio allows
+            )
+        return self._session
 
     async def request(
         self,

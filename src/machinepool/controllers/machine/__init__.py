@@ -21,11 +21,12 @@ __all__ = ["COMPONENT", "CONTROLLER_NAME", "MachineReconciler", "setup"]
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4, **_options: Any
+    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10, **_options: Any
 ) -> MachineReconciler:
     """Register the pool-Machine controller on ``mgr``.
 
-    ``concurrency`` [4]: Machines reconciled at once. Other options are ignored.
+    ``concurrency`` [10, upstream's ``--machine-concurrency``]: Machines reconciled at once.
+    Other options are ignored.
     """
     reconciler = MachineReconciler(mgr, cluster_cache, concurrency=concurrency)
     await reconciler.start_watches()

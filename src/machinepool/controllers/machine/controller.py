@@ -20,6 +20,7 @@ from machinepool.api.meta import format_time, parse_time
 from machinepool.controllers.common import (
     MACHINES,
     ContractResolver,
+    WorkloadNodes,
     dig,
     ensure,
     is_deleting,
@@ -39,6 +40,7 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     ObjectKey,
+    OwnReader,
     Resource,
     Result,
     controller_owner,
@@ -97,6 +99,7 @@ class MachineReconciler:
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
         )
         self.machines: Informer
+        self.reader: OwnReader
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
         self._lock = asyncio.Lock()
@@ -105,6 +108,7 @@ class MachineReconciler:
         self.machines = await self.cache.get_informer(MACHINES)
         for name, fn in INDEXERS.items():
             self.machines.add_indexer(name, fn)
+        self.reader = OwnReader(self.client, MACHINES, self.machines)
         self.controller.watch(self.machines)
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
@@ -147,16 +151,12 @@ class MachineReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        cached = self.machines.get_key(key)
-        if cached is None or not _pool_owned(cached):
+        # From the cache, never older than our own last write (the patch on exit diffs
+        # against this copy; see runtime.OwnReader).
+        machine = await self.reader.get(key)
+        if machine is None or not _pool_owned(machine):
             return Result()
-        # The patch on exit diffs against this snapshot: it must be the server's, not the
-        # cache's, or changes from our previous write could be dropped.
-        try:
-            machine = await self.client.get(MACHINES, key.name, key.namespace)
-        except NotFound:
-            return Result()
-        patcher = Patcher(self.client, MACHINES, machine)
+        patcher = Patcher(self.client, MACHINES, machine, on_patched=self.reader.wrote)
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
@@ -194,12 +194,12 @@ class MachineReconciler:
         pid = dig(scope.infra_machine, "spec", "providerID")
         if pid and not dig(machine, "spec", "providerID"):
             machine["spec"]["providerID"] = str(pid)
-        nodes = await self.nodes(scope.cluster_key)
+        nodes = WorkloadNodes(await self.nodes(scope.cluster_key))
         node_name = dig(machine, "status", "nodeRef", "name")
-        node = nodes.get(str(node_name)) if node_name else None
+        node = nodes.by_name(str(node_name)) if node_name else None
         pid = dig(machine, "spec", "providerID")
         if node is None and pid:
-            node = next((n for n in nodes.list() if dig(n, "spec", "providerID") == pid), None)
+            node = nodes.by_provider_id(str(pid))
         scope.node = node
 
 

@@ -25,12 +25,13 @@ __all__ = ["COMPONENT", "CONTROLLER_NAME", "MachinePoolReconciler", "setup"]
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4, **_options: Any
+    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10, **_options: Any
 ) -> MachinePoolReconciler:
     """Register the MachinePool controller on ``mgr``.
 
-    ``concurrency`` [4]: MachinePools reconciled at once. Other options are accepted and
-    ignored so the app can pass one option set to every controller package.
+    ``concurrency`` [10, upstream's ``--machinepool-concurrency``]: MachinePools reconciled
+    at once. Other options are accepted and ignored so the app can pass one option set to
+    every controller package.
     """
     reconciler = MachinePoolReconciler(mgr, cluster_cache, concurrency=concurrency)
     await reconciler.start_watches()

@@ -11,6 +11,7 @@ infra pool controlled by someone else) become conditions and wait for a watch, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
@@ -20,6 +21,7 @@ from machinepool.controllers.common import (
     MACHINEPOOLS,
     MACHINES,
     ContractResolver,
+    WorkloadNodes,
     dig,
     ensure,
     is_deleting,
@@ -36,11 +38,13 @@ from machinepool.runtime import (
     ClusterCache,
     ClusterNotConnected,
     Controller,
+    IndexFunc,
     Informer,
     Manager,
     NotFound,
     Obj,
     ObjectKey,
+    OwnReader,
     Resource,
     Result,
     TerminalError,
@@ -69,9 +73,12 @@ class MachinePoolReconciler:
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
         )
         self.pools: Informer
+        self.reader: OwnReader
         self.clusters: Informer
         self.machines: Informer
         self._watched: set[Resource] = set()
+        self._referenced: list[Informer] = []
+        """Informers of referenced kinds (bootstrap configs, infra pools), for Node mapping."""
         self._watched_clusters: set[ObjectKey] = set()
         self._lock = asyncio.Lock()
 
@@ -80,8 +87,10 @@ class MachinePoolReconciler:
         self.pools = await self.cache.get_informer(MACHINEPOOLS)
         for name, fn in watches.POOL_INDEXERS.items():
             self.pools.add_indexer(name, fn)
+        self.reader = OwnReader(self.client, MACHINEPOOLS, self.pools)
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
+        _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
         self.controller.watch(self.pools)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
         self.controller.watch(self.machines, watches.machine_to_pool(self.pools))
@@ -95,6 +104,8 @@ class MachinePoolReconciler:
         async with self._lock:
             if resource not in self._watched:
                 self._watched.add(resource)
+                _index(informer, watches.BY_INFRA_PROVIDER_ID, watches.infra_provider_ids)
+                self._referenced.append(informer)
                 self.controller.watch(informer, watches.referenced_to_pool(self.pools))
         return informer
 
@@ -104,11 +115,12 @@ class MachinePoolReconciler:
         async with self._lock:
             if resource not in self._watched:
                 self._watched.add(resource)
+                _index(informer, watches.BY_MEMBER_LABELS, watches.member_labels)
                 self.controller.watch(informer, watches.labels_to_pool(self.pools))
         return informer
 
-    async def node_map(self, scope: Scope) -> dict[str, Obj] | None:
-        """Workload Nodes by providerID, watching them (once per cluster) for this controller.
+    async def workload_nodes(self, scope: Scope) -> WorkloadNodes | None:
+        """The workload cluster's Nodes, watched (once per cluster) for this controller.
 
         ``None`` when the workload cluster cannot be reached; the caller reports it.
         """
@@ -116,30 +128,25 @@ class MachinePoolReconciler:
         try:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
-                handler = self.controller.handler(watches.node_to_pool(self.pools, key))
+                mapper = watches.node_to_pool(self.pools, key, lambda: self._referenced)
+                handler = self.controller.handler(mapper)
                 await self.cluster_cache.watch(key, NODES, handler)
                 self._watched_clusters.add(key)
         except ClusterNotConnected as exc:
             log.info("workload cluster not reachable", cluster=str(key), error=str(exc))
             return None
-        found: dict[str, Obj] = {}
-        for node in nodes.list():
-            pid = dig(node, "spec", "providerID")
-            if pid:
-                found[str(pid)] = node
-        return found
+        return WorkloadNodes(nodes)
 
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        # Read from the server, not the cache: the patch on exit is a diff against this
-        # snapshot, and a stale snapshot would silently drop changes our last write made.
-        try:
-            mp = await self.client.get(MACHINEPOOLS, key.name, key.namespace)
-        except NotFound:
+        # From the cache, as upstream reads, but never older than our own last write: the
+        # patch on exit is a diff against this copy (see runtime.OwnReader).
+        mp = await self.reader.get(key)
+        if mp is None:
             return Result()
         ensure(mp, "status")
-        patcher = Patcher(self.client, MACHINEPOOLS, mp)
+        patcher = Patcher(self.client, MACHINEPOOLS, mp, on_patched=self.reader.wrote)
         cluster_name = str(dig(mp, "spec", "clusterName", default=""))
         cluster = self.clusters.get(cluster_name, key.namespace)
         if cluster is None:
@@ -164,6 +171,12 @@ class MachinePoolReconciler:
         except Exception as exc:
             errors.append(exc)
         return _settle(scope, result, errors)
+
+
+def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
+    """Add an index to a shared informer unless a previous call did."""
+    with contextlib.suppress(ValueError):
+        informer.add_indexer(name, fn)
 
 
 def _phases(mp: Obj) -> list[Phase]:
@@ -273,10 +286,7 @@ def update_status(scope: Scope) -> None:
     mp = scope.mp
     has_machines = scope.has_machine_pool_machines
     if scope.infra_pool is not None:
-        nodes_by_name = {
-            str(dig(n, "metadata", "name")): n for n in (scope.node_map or {}).values()
-        }
-        status.set_replica_counters(mp, has_machines, scope.machines, nodes_by_name)
+        status.set_replica_counters(mp, has_machines, scope.machines, _referenced_nodes(scope))
     values = _ref_conditions(scope)
     values.update(status.replica_conditions(mp))
     values.update(status.machine_conditions(has_machines, scope.machines))
@@ -284,6 +294,19 @@ def update_status(scope: Scope) -> None:
     status.apply_conditions(mp, values)
     status.set_v1beta1_ready(mp)
     mp["status"]["phase"] = status.compute_phase(mp)
+
+
+def _referenced_nodes(scope: Scope) -> dict[str, Obj]:
+    """The Nodes ``status.nodeRefs`` names, by name (those that exist)."""
+    if scope.nodes is None:
+        return {}
+    found: dict[str, Obj] = {}
+    for ref in dig(scope.mp, "status", "nodeRefs", default=[]):
+        name = str(ref.get("name")) if isinstance(ref, dict) else ""
+        node = scope.nodes.by_name(name) if name else None
+        if node is not None:
+            found[name] = node
+    return found
 
 
 def _ref_conditions(scope: Scope) -> dict[str, tuple[str, str, str]]:

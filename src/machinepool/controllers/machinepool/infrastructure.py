@@ -53,7 +53,7 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
         ready,
         c.V1BETA1_WAITING_FOR_INFRASTRUCTURE_FALLBACK_REASON,
     )
-    scope.node_map = await scope.reconciler.node_map(scope)
+    scope.nodes = await scope.reconciler.workload_nodes(scope)
     if not ready:
         return Result()
     _copy_from_provider(scope, infra)

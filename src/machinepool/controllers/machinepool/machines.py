@@ -17,6 +17,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.constants import pool_name_label_value
 from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting
+from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import NotFound, Obj, Result
 from machinepool.runtime.patch import Patcher
@@ -114,9 +115,10 @@ def _contains(have: Any, want: Any) -> bool:
 async def reconcile_machines(scope: Scope) -> Result:
     r = scope.reconciler
     labels = pool_labels(scope.mp)
+    member_key = watches.pool_member_key(scope.mp)
     scope.machines = [
         m
-        for m in r.machines.list(scope.namespace)
+        for m in r.machines.by_index(watches.BY_MEMBER_LABELS, member_key)
         if _matches(m, scope.namespace, labels) and not _controlled_elsewhere(m, scope.mp)
     ]
     kind = dig(scope.infra_pool, "status", "infrastructureMachineKind")
@@ -125,7 +127,9 @@ async def reconcile_machines(scope: Scope) -> Result:
     resource = await r.client.resource(str(scope.infra_pool.get("apiVersion", "")), str(kind))
     informer = await r.watch_infra_machine_kind(resource)
     infra_machines = [
-        m for m in informer.list(scope.namespace) if _matches(m, scope.namespace, labels)
+        m
+        for m in informer.by_index(watches.BY_MEMBER_LABELS, member_key)
+        if _matches(m, scope.namespace, labels)
     ]
     by_name = {str(dig(m, "metadata", "name")): m for m in scope.machines}
     errors: list[str] = []
@@ -135,7 +139,7 @@ async def reconcile_machines(scope: Scope) -> Result:
         if existing is not None and is_deleting(existing):
             continue
         pid = dig(infra_machine, "spec", "providerID")
-        node = (scope.node_map or {}).get(str(pid)) if pid else None
+        node = scope.nodes.by_provider_id(str(pid)) if pid and scope.nodes else None
         want = desired_machine(scope.mp, infra_machine, node)
         if existing is not None and _contains(existing, want):
             continue

@@ -14,7 +14,14 @@ from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
-from machinepool.controllers.common import dig, node_available, node_ready, node_ready_since, now
+from machinepool.controllers.common import (
+    WorkloadNodes,
+    dig,
+    node_available,
+    node_ready,
+    node_ready_since,
+    now,
+)
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, deprecated_v1beta1
 from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result
@@ -93,14 +100,21 @@ def desired_node_patch(node: Obj, mp: Obj) -> Obj | None:
     return patch or None
 
 
+def _by_provider_id(nodes: WorkloadNodes, provider_ids: list[str]) -> dict[str, Obj]:
+    found = {pid: nodes.by_provider_id(pid) for pid in provider_ids}
+    return {pid: node for pid, node in found.items() if node is not None}
+
+
 def _ready_replicas(mp: Obj) -> int:
     return int(dig(mp, "status", "deprecated", "v1beta1", "readyReplicas", default=0) or 0)
 
 
 def _refs_still_valid(scope: Scope) -> bool:
-    by_name = {dig(n, "metadata", "name"): n for n in (scope.node_map or {}).values()}
+    nodes = scope.nodes
+    if nodes is None:
+        return False
     for ref in dig(scope.mp, "status", "nodeRefs", default=[]):
-        node = by_name.get(ref.get("name"))
+        node = nodes.by_name(str(ref.get("name")))
         if node is None or dig(node, "metadata", "uid") != ref.get("uid"):
             return False
     return True
@@ -119,7 +133,6 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         replicas == ready
         and available == ready
         and len(node_refs) == ready
-        and scope.node_map is not None
         and _refs_still_valid(scope)
     ):
         set_v1beta1_condition(conditions, c.V1BETA1_REPLICAS_READY_CONDITION, True)
@@ -129,12 +142,12 @@ async def reconcile_node_refs(scope: Scope) -> Result:
     if not provider_ids and dig(mp, "spec", "replicas") != 0:
         return Result()  # no instances listed yet
     await delete_retired_nodes(scope, node_refs, set(provider_ids))
-    if scope.node_map is None:
+    if scope.nodes is None:
         if not provider_ids and not node_refs:
             return Result()  # an empty pool: nothing to match, nothing to retire
         raise RuntimeError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
     min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
-    found = match_nodes(provider_ids, scope.node_map, min_ready, now())
+    found = match_nodes(provider_ids, _by_provider_id(scope.nodes, provider_ids), min_ready, now())
     if not found.refs and provider_ids:
         return Result()  # a Node event brings us back when one registers
     v1 = deprecated_v1beta1(mp)
@@ -170,12 +183,12 @@ def requeue_for_min_ready_seconds(scope: Scope) -> Result:
     """
     mp = scope.mp
     min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
-    if min_ready <= 0 or scope.node_map is None or scope.has_machine_pool_machines:
+    if min_ready <= 0 or scope.nodes is None or scope.has_machine_pool_machines:
         return Result()
     at = now()
     waits: list[float] = []
     for pid in dig(mp, "spec", "providerIDList", default=[]):
-        since = node_ready_since(scope.node_map.get(str(pid)))
+        since = node_ready_since(scope.nodes.by_provider_id(str(pid)))
         if since is None:
             continue
         remaining = min_ready - (at - since).total_seconds()
@@ -210,9 +223,8 @@ async def delete_retired_nodes(
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
     client = await r.cluster_cache.get_client(scope.cluster_key)
-    by_name = {dig(n, "metadata", "name"): n for n in (scope.node_map or {}).values()}
     for ref in refs:
-        node = by_name.get(ref.get("name"))
+        node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
         patch = desired_node_patch(node, scope.mp) if node is not None else None
         if patch is None:
             continue

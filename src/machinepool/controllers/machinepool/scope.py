@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from machinepool.controllers.common import dig, ensure
+from machinepool.controllers.common import WorkloadNodes, dig, ensure
 from machinepool.runtime import Obj, ObjectKey, Result
 
 if TYPE_CHECKING:
@@ -47,8 +47,8 @@ class Scope:
     """The infrastructureRef names nothing. Set by infrastructure (and delete)."""
     infra_problem: str = ""
     """Why the infra pool cannot be used, for the condition. Set by infrastructure."""
-    node_map: dict[str, Obj] | None = None
-    """Workload Nodes by exact spec.providerID; ``None`` when unreadable. Set by infrastructure."""
+    nodes: WorkloadNodes | None = None
+    """The workload cluster's Nodes; ``None`` when unreadable. Set by infrastructure."""
     provider_ids_observed: bool = False
     """providerIDList was copied from a ready infra pool this pass. Set by infrastructure."""
     machines: list[Obj] = field(default_factory=list)

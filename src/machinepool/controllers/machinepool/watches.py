@@ -7,7 +7,7 @@ watches. Index values are namespaced strings so that one informer can serve ever
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
@@ -19,6 +19,10 @@ BY_REF = "machinepool.core/ref"
 BY_POOL_LABEL = "machinepool.core/pool-label"
 BY_PROVIDER_ID = "machinepool.core/provider-id"
 BY_NODE_NAME = "machinepool.core/node-name"
+BY_MEMBER_LABELS = "machinepool.core/member-labels"
+"""On Machines and infra machines: the pool their cluster-name and pool-name labels name."""
+BY_INFRA_PROVIDER_ID = "machinepool.core/infra-provider-id"
+"""On referenced kinds: each ``spec.providerIDList`` entry of an infra pool."""
 
 
 def _ns(obj: Obj) -> str:
@@ -73,6 +77,25 @@ POOL_INDEXERS: dict[str, IndexFunc] = {
 }
 
 
+def member_labels(obj: Obj) -> list[str]:
+    """Index a Machine or infra machine under the pool its labels name (same value as
+    ``BY_POOL_LABEL`` on the pool)."""
+    labels = dig(obj, "metadata", "labels", default={})
+    cluster, pool = labels.get(c.CLUSTER_NAME_LABEL), labels.get(c.POOL_NAME_LABEL)
+    return [f"{_ns(obj)}/{cluster}/{pool}"] if cluster and pool else []
+
+
+def pool_member_key(mp: Obj) -> str:
+    """The ``BY_MEMBER_LABELS`` value of ``mp``'s Machines and infra machines."""
+    return _by_pool_label(mp)[0]
+
+
+def infra_provider_ids(obj: Obj) -> list[str]:
+    """Index an infra pool under each providerID it lists, namespaced."""
+    ids = dig(obj, "spec", "providerIDList", default=[])
+    return [f"{_ns(obj)}/{p}" for p in ids if p] if isinstance(ids, list) else []
+
+
 def _keys(pools: Iterable[Obj]) -> list[ObjectKey]:
     return [ObjectKey.of(p) for p in pools]
 
@@ -101,23 +124,28 @@ def machine_to_pool(pools: Informer) -> Mapper:
     return mapper
 
 
+def _referrers(pools: Informer, obj: Obj) -> list[ObjectKey]:
+    """The controlling MachinePool of ``obj`` and every MachinePool that references it."""
+    keys: list[ObjectKey] = []
+    owner = controller_owner(obj)
+    if owner is not None and owner.get("kind") == "MachinePool":
+        keys.append(ObjectKey(_ns(obj), str(owner.get("name"))))
+    key = ref_key(
+        _ns(obj),
+        group_of(str(obj.get("apiVersion", ""))),
+        str(obj.get("kind")),
+        str(dig(obj, "metadata", "name")),
+    )
+    keys.extend(k for k in _keys(pools.by_index(BY_REF, key)) if k not in keys)
+    return keys
+
+
 def referenced_to_pool(pools: Informer) -> Mapper:
     """A bootstrap config or infra pool maps to its controlling MachinePool and to every
     MachinePool that references it (one not adopted yet, or just created)."""
 
     def mapper(obj: Obj) -> list[ObjectKey]:
-        keys: list[ObjectKey] = []
-        owner = controller_owner(obj)
-        if owner is not None and owner.get("kind") == "MachinePool":
-            keys.append(ObjectKey(_ns(obj), str(owner.get("name"))))
-        key = ref_key(
-            _ns(obj),
-            group_of(str(obj.get("apiVersion", ""))),
-            str(obj.get("kind")),
-            str(dig(obj, "metadata", "name")),
-        )
-        keys.extend(k for k in _keys(pools.by_index(BY_REF, key)) if k not in keys)
-        return keys
+        return _referrers(pools, obj)
 
     return mapper
 
@@ -135,9 +163,17 @@ def labels_to_pool(pools: Informer) -> Mapper:
     return mapper
 
 
-def node_to_pool(pools: Informer, cluster: ObjectKey) -> Mapper:
+def node_to_pool(
+    pools: Informer, cluster: ObjectKey, infra_pools: Callable[[], Iterable[Informer]]
+) -> Mapper:
     """A workload Node of ``cluster`` maps to the MachinePool listing its providerID, or
-    naming it in nodeRefs (a Node whose providerID changed or was cleared)."""
+    naming it in nodeRefs (a Node whose providerID changed or was cleared).
+
+    A Node often registers before its pool's providerIDList has it: the infra pool lists the
+    instance first, and the core copies the list on its next pass. Such a Node maps to the
+    pool of the infra pool (of ``infra_pools()``, the informers of referenced kinds) that
+    lists it, so it is neither missed nor sent to every pool of the cluster.
+    """
     prefix = f"{cluster.namespace}/{cluster.name}/"
 
     def mapper(node: Obj) -> list[ObjectKey]:
@@ -148,8 +184,10 @@ def node_to_pool(pools: Informer, cluster: ObjectKey) -> Mapper:
         name = dig(node, "metadata", "name", default="")
         keys.extend(k for k in _keys(pools.by_index(BY_NODE_NAME, prefix + name)) if k not in keys)
         if not keys and pid:
-            # Not listed anywhere yet: a pool of this cluster may be waiting for it.
-            keys.extend(_keys(pools.by_index(BY_CLUSTER, f"{cluster.namespace}/{cluster.name}")))
+            listed = f"{cluster.namespace}/{pid}"
+            for informer in infra_pools():
+                for infra in informer.by_index(BY_INFRA_PROVIDER_ID, listed):
+                    keys.extend(k for k in _referrers(pools, infra) if k not in keys)
         return keys
 
     return mapper
