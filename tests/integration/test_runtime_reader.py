@@ -1,4 +1,5 @@
-"""OwnReader: a reconciler reads its object from the informer, never older than its own write.
+"""OwnReader: a reconciler reads its object from the informer, never older than its own write;
+Patcher: a patch that replaces a list is locked to the copy it was computed from.
 
 Real control plane. The informer is stopped to hold it behind the server, which is what a
 watch event still in flight looks like to the next reconcile.
@@ -9,9 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
+
 from machinepool.runtime import (
     CONFIGMAPS,
     Client,
+    Conflict,
     Informer,
     ObjectKey,
     OwnReader,
@@ -89,3 +93,31 @@ async def test_a_patch_that_sends_nothing_remembers_nothing(client: Client, name
         assert len(reader) == 0
     finally:
         await informer.stop()
+
+
+async def test_a_patch_replacing_a_list_does_not_undo_a_newer_change(
+    client: Client, namespace: str
+) -> None:
+    """Lists are replaced whole by a merge patch, so the patch is locked to its snapshot."""
+    body = {"metadata": {"name": "c", "finalizers": ["a.example/one"]}, "data": {"v": "0"}}
+    stale = await client.create(CONFIGMAPS, body, namespace)
+    await client.patch(
+        CONFIGMAPS,
+        "c",
+        {"metadata": {"finalizers": ["a.example/one", "b.example/two"]}},
+        namespace,
+    )
+    patcher = Patcher(client, CONFIGMAPS, stale)
+    stale["metadata"]["finalizers"] = ["a.example/one", "c.example/three"]
+    with pytest.raises(Conflict):
+        await patcher.patch(stale)
+
+    # A map-only change needs no lock: it merges with whatever changed meanwhile.
+    patcher = Patcher(client, CONFIGMAPS, stale := await client.get(CONFIGMAPS, "c", namespace))
+    await client.patch(CONFIGMAPS, "c", {"data": {"w": "other writer"}}, namespace)
+    stale["data"]["v"] = "1"
+    await patcher.patch(stale)
+    now = await client.get(CONFIGMAPS, "c", namespace)
+    assert now["data"] == {"v": "1", "w": "other writer"}
+    assert now["metadata"]["finalizers"] == ["a.example/one", "b.example/two"]
+    await client.patch(CONFIGMAPS, "c", {"metadata": {"finalizers": None}}, namespace)

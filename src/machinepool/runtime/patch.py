@@ -4,8 +4,11 @@ A reconciler takes a ``Patcher`` when it reads its object, mutates the object fr
 calls ``await patcher.patch(obj)`` once at the end. The patcher sends a JSON merge patch
 (RFC 7386) of metadata and spec, then a separate merge patch of the status subresource, each
 holding only the fields that differ from the snapshot, and skips requests that would be empty.
-One writer per field, so a merge patch without a resourceVersion is safe: concurrent writers of
-other fields are not overwritten.
+Maps merge key by key, so concurrent writers of other fields are not overwritten and no
+resourceVersion is needed. Lists do not merge: a patch carrying one replaces the whole list
+(conditions, finalizers, ownerReferences), so such a patch also carries the snapshot's
+resourceVersion and fails with ``Conflict`` rather than undo a change made since the snapshot
+was read (the same optimistic lock Cluster API's patch helper takes for conditions).
 
 >>> patcher = Patcher(client, MACHINEPOOLS, mp)
 >>> mp["status"]["phase"] = "Running"
@@ -42,6 +45,20 @@ def merge_patch(before: Any, after: Any) -> Any:
             else:
                 patch[key] = copy.deepcopy(value)
     return patch
+
+
+def _has_list(value: Any) -> bool:
+    if isinstance(value, list):
+        return True
+    return isinstance(value, dict) and any(_has_list(v) for v in value.values())
+
+
+def _lock_lists(patch: dict[str, Any], version: str | None) -> None:
+    """Guard a patch that replaces a list with the resourceVersion it was computed from."""
+    if version and _has_list(patch):
+        metadata = patch.setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata["resourceVersion"] = version
 
 
 class Patcher:
@@ -84,11 +101,15 @@ class Patcher:
         main_before, status_before = self._split(self._before)
         main_after, status_after = self._split(obj)
         latest = obj
+        version = (self._before.get("metadata") or {}).get("resourceVersion")
         main_patch = merge_patch(main_before, main_after)
         if main_patch:
+            _lock_lists(main_patch, version)
             latest = await self._client.patch(self._resource, name, main_patch, namespace)
+            version = (latest.get("metadata") or {}).get("resourceVersion")
         status_patch = merge_patch(status_before, status_after)
         if status_patch:
+            _lock_lists(status_patch, version)
             latest = await self._client.patch(
                 self._resource, name, status_patch, namespace, subresource="status"
             )

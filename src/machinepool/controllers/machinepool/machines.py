@@ -19,7 +19,7 @@ from machinepool.api.constants import pool_name_label_value
 from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import NotFound, Obj, Result
+from machinepool.runtime import Conflict, NotFound, Obj, Result
 from machinepool.runtime.patch import Patcher
 
 FIELD_MANAGER = "machinepool-controller"
@@ -175,13 +175,15 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
     """UpToDate on every pool Machine: True, or False while it is being deleted (as upstream)."""
     errors: list[str] = []
     for i, machine in enumerate(scope.machines):
-        patcher = Patcher(scope.reconciler.client, MACHINES, machine)
         updated = _with_up_to_date(machine)
         if updated is machine:
             continue
         try:
+            patcher = Patcher(scope.reconciler.client, MACHINES, machine)
             scope.machines[i] = await patcher.patch(updated)
-        except NotFound:
+        except (NotFound, Conflict):
+            # Gone, or its conditions changed since our copy: the Machine's own event brings
+            # this pool back with the newer copy.
             continue
         except Exception as exc:
             errors.append(
@@ -193,9 +195,11 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
 
 
 def _with_up_to_date(machine: Obj) -> Obj:
-    """A copy of ``machine`` with its UpToDate condition set, or ``machine`` if unchanged."""
-    updated = copy.deepcopy(machine)
-    conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+    """A copy of ``machine`` with its UpToDate condition set, or ``machine`` if unchanged.
+
+    Only the conditions are copied (this runs for every Machine of the pool on every pass).
+    """
+    conditions = copy.deepcopy(dig(machine, "status", "conditions", default=[]))
     if is_deleting(machine):
         changed = set_condition(
             conditions,
@@ -206,4 +210,6 @@ def _with_up_to_date(machine: Obj) -> Obj:
         )
     else:
         changed = set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
-    return updated if changed else machine
+    if not changed:
+        return machine
+    return {**machine, "status": {**(machine.get("status") or {}), "conditions": conditions}}
