@@ -2,11 +2,14 @@
 
 ``setup`` (re-exported by the package) registers the controller: it reconciles every
 ``bootstrap.cluster.x-k8s.io/v1beta2`` KubeadmConfig, and is woken by changes to the config, to
-MachinePools referencing it (their nodeRefs switch refresh to rotation) and to its Cluster.
+its Cluster, and to the MachinePools referencing it when something a reconcile reads changes
+(``pool_inputs``: the reference, the Cluster name, whether a Node has joined, which switches
+refresh to rotation), not on every scale or status write of the pool.
 
-One reconcile: read the config, snapshot it, run the phases in order until one halts, write the
-Ready summary, and patch once (metadata, then status, only what changed). Phase errors are
-collected; any error means a retry with backoff, otherwise the shortest requeue wins.
+One reconcile: read the config (from the informer, or this controller's newer write of it),
+snapshot it, run the phases in order until one halts, write the Ready summary, and patch once
+(metadata, then status, only what changed). Phase errors are collected; any error means a retry
+with backoff, otherwise the shortest requeue wins.
 """
 
 from __future__ import annotations
@@ -38,17 +41,19 @@ from machinepool.bootstrap.kubeadm.tokens import DEFAULT_TOKEN_TTL_SECONDS
 from machinepool.runtime import (
     CLUSTERS,
     ClusterCache,
+    EventHandler,
     EventRecorder,
     Informer,
     Manager,
     NotFound,
     Obj,
     ObjectKey,
+    OwnReader,
+    Patcher,
     Result,
     TerminalError,
     get_logger,
 )
-from machinepool.runtime.patch import Patcher
 
 Phase = Callable[[Scope], Awaitable[Result]]
 
@@ -87,33 +92,40 @@ class KubeadmConfigReconciler:
         configs: Informer,
         options: Options,
         recorder: EventRecorder,
+        *,
+        machine_pools: Informer,
+        clusters: Informer,
     ) -> None:
         self.client = mgr.client
         self.cluster_cache = cluster_cache
         self.configs = configs
+        self.machine_pools = machine_pools
+        self.clusters = clusters
         self.options = options
         self.recorder = recorder
+        self.reader = OwnReader(mgr.client, r.KUBEADM_CONFIGS, configs)
         self.log = get_logger(__name__).bind(controller=CONTROLLER_NAME)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
-        try:
-            config = await self.client.get(r.KUBEADM_CONFIGS, key.name, key.namespace)
-        except NotFound:
+        config = await self.reader.get(key)
+        if config is None:
             return None
         try:
             model = KubeadmConfig.from_dict(copy.deepcopy(config))
         except ValidationError as exc:
             raise TerminalError(f"KubeadmConfig {key} does not match the API: {exc}") from exc
         scope = Scope(
-            self.client,
-            self.cluster_cache,
-            self.recorder,
-            self.log.bind(kubeadmconfig=str(key)),
-            self.options,
-            config,
-            model,
+            client=self.client,
+            cluster_cache=self.cluster_cache,
+            recorder=self.recorder,
+            log=self.log.bind(kubeadmconfig=str(key)),
+            options=self.options,
+            machine_pools=self.machine_pools,
+            clusters=self.clusters,
+            config=config,
+            model=model,
         )
-        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config)
+        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
         meta = config["metadata"]
         if meta.get("deletionTimestamp"):
             result, errors = await _run(scope, DELETE_PHASES)
@@ -178,6 +190,35 @@ def _pool_to_config(pool: Obj) -> list[ObjectKey]:
     return [ObjectKey(ObjectKey.of(pool).namespace, str(ref.get("name", "")))]
 
 
+def pool_inputs(pool: Obj) -> tuple[object, ...]:
+    """What a KubeadmConfig reconcile reads from a MachinePool: the config it references, its
+    Cluster name, and whether a Node has joined (``rotation.consumed``)."""
+    return (
+        _pool_to_config(pool),
+        (pool.get("spec") or {}).get("clusterName"),
+        bool((pool.get("status") or {}).get("nodeRefs")),
+    )
+
+
+class PoolEvents:
+    """Passes a MachinePool's add and delete to ``inner``, and an update only when
+    ``pool_inputs`` changed: a pool changes on every scale and status write, and no other
+    change can change its config's reconcile (which requeues itself for what has no event)."""
+
+    def __init__(self, inner: EventHandler) -> None:
+        self._inner = inner
+
+    def on_add(self, obj: Obj) -> None:
+        self._inner.on_add(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if pool_inputs(old) != pool_inputs(new):
+            self._inner.on_update(old, new)
+
+    def on_delete(self, obj: Obj) -> None:
+        self._inner.on_delete(obj)
+
+
 def _cluster_to_configs(configs: Informer, pools: Informer) -> Callable[[Obj], list[ObjectKey]]:
     def mapper(cluster: Obj) -> list[ObjectKey]:
         key = ObjectKey.of(cluster)
@@ -213,10 +254,14 @@ async def setup(
     clusters = await mgr.cache.get_informer(CLUSTERS)
     options = Options(token_ttl=timedelta(seconds=token_ttl_seconds))
     recorder = mgr.event_recorder(r.COMPONENT)
-    reconciler = KubeadmConfigReconciler(mgr, cluster_cache, configs, options, recorder)
+    reconciler = KubeadmConfigReconciler(
+        mgr, cluster_cache, configs, options, recorder, machine_pools=pools, clusters=clusters
+    )
     ctrl = mgr.new_controller(CONTROLLER_NAME, reconciler, concurrency=concurrency)
     ctrl.watch(configs)
-    ctrl.watch(pools, _pool_to_config)
+    # Not ctrl.watch: that would queue on every pool update. Every config is queued when the
+    # controller starts (it watches them all), so pools need no replay of their own.
+    pools.add_handler(PoolEvents(ctrl.handler(_pool_to_config)))
     ctrl.watch(clusters, _cluster_to_configs(configs, pools))
 
 

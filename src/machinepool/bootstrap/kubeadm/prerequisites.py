@@ -2,8 +2,9 @@
 the pause state, the Cluster's readiness, and the workload CA.
 
 Called in order by ``controller.py``; each sets ``scope.halt`` (with a condition saying why)
-when the reconcile cannot go on yet. Waiting on things that send no event we watch (Secrets)
-requeues after ``POLL_SECONDS``.
+when the reconcile cannot go on yet. MachinePool owners and Clusters come from the informers
+(their changes queue the config); a Machine owner and the Secrets are read from the API server.
+Waiting on things that send no event we watch (Secrets) requeues after ``POLL_SECONDS``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from machinepool.bootstrap.kubeadm.certs import (
     ca_from_kubeconfig,
 )
 from machinepool.bootstrap.kubeadm.scope import Scope
-from machinepool.runtime import CLUSTERS, SECRETS, NotFound, Obj, Result
+from machinepool.runtime import SECRETS, NotFound, Obj, Result
 
 POLL_SECONDS = 10.0
-_OWNER_KINDS = {"MachinePool": r.MACHINE_POOLS, "Machine": r.MACHINES}
+_OWNER_KINDS = ("MachinePool", "Machine")
 
 
 def _owner_ref(config: Obj) -> Obj | None:
@@ -46,12 +47,7 @@ async def resolve_owner(scope: Scope) -> Result:
     scope.cluster_name = str(labels.get(c.CLUSTER_NAME_LABEL, ""))
     if ref is not None:
         scope.owner_kind = str(ref["kind"])
-        try:
-            scope.owner = await scope.client.get(
-                _OWNER_KINDS[scope.owner_kind], str(ref["name"]), scope.key.namespace
-            )
-        except NotFound:
-            scope.owner = None
+        scope.owner = await _owner(scope, str(ref["name"]))
         if scope.owner is not None:
             owner_cluster = (scope.owner.get("spec") or {}).get("clusterName")
             scope.cluster_name = str(owner_cluster or scope.cluster_name)
@@ -64,10 +60,20 @@ async def resolve_owner(scope: Scope) -> Result:
     return Result()
 
 
-async def resolve_cluster(scope: Scope) -> Result:
+async def _owner(scope: Scope, name: str) -> Obj | None:
+    """A MachinePool owner from the informer; a Machine (whose kind this process does not
+    watch) from the API server."""
+    if scope.owner_kind == "MachinePool":
+        return scope.machine_pools.get(name, scope.key.namespace)
     try:
-        scope.cluster = await scope.client.get(CLUSTERS, scope.cluster_name, scope.key.namespace)
+        return await scope.client.get(r.MACHINES, name, scope.key.namespace)
     except NotFound:
+        return None
+
+
+async def resolve_cluster(scope: Scope) -> Result:
+    scope.cluster = scope.clusters.get(scope.cluster_name, scope.key.namespace)
+    if scope.cluster is None:
         scope.wait(r.WAITING_FOR_CLUSTER, f"Cluster {scope.cluster_key} does not exist yet")
     return Result()
 

@@ -2,7 +2,8 @@
 
 ``controller.py`` builds one ``Scope`` per reconcile and passes it to each phase in turn;
 each field's comment names the phase that fills it. Phases mutate ``config`` (the raw object:
-finalizers and status) and the controller patches it once at the end.
+finalizers and status; a private copy) and the controller patches it once at the end.
+``owner`` and ``cluster`` may be the informers' shared objects: read them, never mutate them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import CAInfo
 from machinepool.bootstrap.kubeadm.tokens import BootstrapToken
-from machinepool.runtime import Client, ClusterCache, EventRecorder, KVLogger, Obj, ObjectKey
+from machinepool.runtime import (
+    Client,
+    ClusterCache,
+    EventRecorder,
+    Informer,
+    KVLogger,
+    Obj,
+    ObjectKey,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,10 @@ class Scope:
     recorder: EventRecorder
     log: KVLogger
     options: Options
+    machine_pools: Informer
+    """MachinePools, where the owner phase finds a pool owner."""
+    clusters: Informer
+    """Clusters, where the cluster phase finds the config's Cluster."""
     config: Obj
     """The KubeadmConfig as read (status and finalizers are edited in place)."""
     model: KubeadmConfig
@@ -42,11 +55,11 @@ class Scope:
     owner_kind: str = ""
     """owner phase: "MachinePool", "Machine", or "" for a standalone config."""
     owner: Obj | None = None
-    """owner phase: the owning MachinePool or Machine, when it exists."""
+    """owner phase: the owning MachinePool (the informer's copy) or Machine, when it exists."""
     cluster_name: str = ""
     """owner phase: from the owner's spec.clusterName, else the cluster-name label."""
     cluster: Obj | None = None
-    """cluster phase."""
+    """cluster phase (the informer's copy)."""
     ca: CAInfo | None = None
     """certificates phase: the workload CA (and kubeconfig server)."""
     data_secret: Obj | None = None
