@@ -2,15 +2,15 @@
 
 ``start_engine(mgr, cluster_cache, provider)`` registers the informers, the pool controller
 (``PoolEngine``) and the infra machine controller (``InfraMachineReconciler``) for one provider;
-providers call it from their ``setup``. A pool reconcile snapshots the pool, runs the phases
-in order (observe, decide, act, sync infra machines), always reports, and patches once:
-metadata+spec and status separately, only what changed. Errors are collected; the first is
-raised after the patch so the controller backs off; the shortest requeue wins otherwise.
+providers call it from their ``setup``. A pool reconcile reads the pool from the informer (or
+its own newer write of it, ``OwnReader``), snapshots it, runs the phases in order (observe,
+decide, act, sync infra machines), always reports, and patches once: metadata+spec and status
+separately, only what changed. Errors are collected; the first is raised after the patch so
+the controller backs off; the shortest requeue wins otherwise.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable
 
 from machinepool.providers.pool.delete import delete_pool
@@ -40,10 +40,11 @@ from machinepool.runtime import (
     Manager,
     Obj,
     ObjectKey,
+    OwnReader,
+    Patcher,
     Result,
     get_logger,
 )
-from machinepool.runtime.patch import Patcher
 
 __all__ = ["PoolEngine", "start_engine"]
 
@@ -68,15 +69,17 @@ class PoolEngine:
     def __init__(self, env: EngineEnv) -> None:
         self.env = env
         self.controller: Controller | None = None
+        self.reader = OwnReader(env.client, env.provider.pool_resource, env.pools)
         self._watched_clusters: set[ObjectKey] = set()
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         env = self.env
-        cached = env.pools.get_key(key)
-        if cached is None:
+        pool = await self.reader.get(key)
+        if pool is None:
             return None
-        pool = copy.deepcopy(cached)
-        patcher = Patcher(env.client, env.provider.pool_resource, pool)
+        patcher = Patcher(
+            env.client, env.provider.pool_resource, pool, on_patched=self.reader.wrote
+        )
         scope = PoolScope(env=env, key=key, pool=pool)
         meta = pool["metadata"]
         if meta.get("deletionTimestamp"):
