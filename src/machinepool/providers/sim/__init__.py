@@ -3,7 +3,8 @@
 The pool engine (``machinepool.providers.pool``) over a simulated cloud whose instances live as
 Secrets in the management cluster (``cloud.py``), so they survive controller restarts and the
 node simulator (``machinepool.kubelet``) can join them to the workload cluster. Wire it with
-``await setup(mgr, cluster_cache)``; inject faults with ``SimCloud``.
+``await setup(mgr, cluster_cache)``; inject faults with ``SimCloud`` (the provider watches them:
+``faults.FaultsWatch``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from machinepool.providers.sim.cloud import (
     SimCloud,
     provider_id,
 )
+from machinepool.providers.sim.faults import FaultsWatch
 from machinepool.providers.sim.provider import SIM_MACHINE_POOLS, SIM_MACHINES, SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
 
@@ -47,7 +49,9 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
     """
     zones = tuple(options.get("zones") or DEFAULT_ZONES)
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
-    provider = SimProvider(mgr.client, records, zones)
+    faults = FaultsWatch(mgr.client)
+    mgr.add_controller(faults)
+    provider = SimProvider(mgr.client, records, zones, faults=faults.faults)
     engine = await start_engine(
         mgr, cluster_cache, provider, concurrency=int(options.get("concurrency", 4))
     )

@@ -14,7 +14,7 @@ import base64
 import contextlib
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from machinepool.api import constants as c
@@ -49,15 +49,15 @@ class SimPoolSettings:
 class SimBackend:
     """Instances of one pool, stored as Secrets in the pool's namespace.
 
-    ``records`` lists the namespace's instance Secrets (an informer's view, or a fresh list);
-    ``owner`` is the ownerReference every record carries (the SimMachinePool), so garbage
-    collection removes records a crash left behind.
+    ``records`` gives the pool's instance records (an informer's view, or a fresh list;
+    records of other pools are ignored); ``owner`` is the ownerReference every record carries
+    (the SimMachinePool), so garbage collection removes records a crash left behind.
     """
 
     def __init__(
         self,
         client: Client,
-        records: Callable[[], list[Obj]],
+        records: Callable[[], Iterable[InstanceRecord]],
         *,
         namespace: str,
         pool: str,
@@ -84,9 +84,9 @@ class SimBackend:
 
     async def list(self, pool_id: str) -> list[Instance]:
         now = now_utc()
-        records = [InstanceRecord.from_secret(s) for s in self._records()]
         return sorted(
-            (_instance(r, now) for r in records if r.pool == pool_id), key=lambda i: i.index
+            (_instance(r, now) for r in self._records() if r.pool == pool_id),
+            key=lambda i: i.index,
         )
 
     async def create(self, spec: InstanceSpec) -> Instance:

@@ -12,9 +12,10 @@ a read. The state of a booting instance is derived from the clock (``bootAt``), 
 has to be running for an instance to finish booting.
 
 Faults are injected through a ConfigMap ``machinepool-sim-faults`` in the pool's namespace
-(``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``) or per instance with
-``fail_instance``. The sim provider's backend (``backend.py``) and the node simulator read
-these records; tests use ``SimCloud`` to inject faults.
+(``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``; the provider watches it,
+``faults.py``) or per instance with ``fail_instance``. The sim provider's backend
+(``backend.py``) and the node simulator read these records; tests use ``SimCloud`` to inject
+faults.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class SimCloud:
         await self.client.patch(SECRETS, instance_id, patch, namespace)
 
     async def faults(self, namespace: str) -> Faults:
+        """The faults in force in ``namespace``, read from the API server."""
         try:
             cm = await self.client.get(CONFIGMAPS, FAULTS_CONFIGMAP, namespace)
         except NotFound:
@@ -140,7 +142,8 @@ class SimCloud:
         return Faults.from_configmap(cm.get("data") or {})
 
     async def set_faults(self, namespace: str, faults: Faults) -> None:
-        """Make cloud calls for pools in ``namespace`` fail or stall from now on."""
+        """Make cloud calls for pools in ``namespace`` fail or stall from now on (from the
+        provider's next reconcile once its watch has the change: milliseconds)."""
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",

@@ -6,13 +6,14 @@ SimMachine; ``machinepool.providers.sim.setup`` builds one and starts the engine
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.cloud import DEFAULT_ZONES, SimCloud
+from machinepool.providers.sim.cloud import DEFAULT_ZONES, Faults, SimCloud
+from machinepool.providers.sim.records import PoolRecords
 from machinepool.runtime import Client, Informer, Obj, Resource
 
 __all__ = ["SIM_MACHINES", "SIM_MACHINE_POOLS", "SimProvider"]
@@ -31,15 +32,26 @@ class SimProvider:
     machine_finalizer = "simmachine.infrastructure.cluster.x-k8s.io"
     component = "sim-provider"
 
-    def __init__(self, client: Client, records: Informer, zones: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        client: Client,
+        records: Informer,
+        zones: tuple[str, ...],
+        *,
+        faults: Callable[[str], Awaitable[Faults]] | None = None,
+    ) -> None:
+        """``faults`` [read from the API server each time]: a namespace's faults, e.g. a
+        ``FaultsWatch``'s ``faults``."""
         self.client = client
         self.records = records
+        self.pool_records = PoolRecords(records)
         self.zones = zones or DEFAULT_ZONES
         self.cloud = SimCloud(client)
+        self._faults = faults or self.cloud.faults
 
     async def backend(self, pool: Obj) -> Backend:
         meta = pool["metadata"]
-        namespace = str(meta.get("namespace", ""))
+        namespace, name = str(meta.get("namespace", "")), str(meta["name"])
         owner = {
             "apiVersion": SIM_MACHINE_POOLS.api_version,
             "kind": SIM_MACHINE_POOLS.kind,
@@ -48,13 +60,13 @@ class SimProvider:
         }
         return SimBackend(
             self.client,
-            lambda: self.records.list(namespace),
+            lambda: self.pool_records.of_pool(namespace, name),
             namespace=namespace,
-            pool=str(meta["name"]),
+            pool=name,
             cluster=str((meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL, "")),
             owner=owner,
             settings=SimPoolSettings((pool.get("spec") or {}).get("sim")),
-            faults=await self.cloud.faults(namespace),
+            faults=await self._faults(namespace),
             zones=self.zones,
         )
 

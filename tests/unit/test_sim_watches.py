@@ -1,0 +1,126 @@
+"""The sim provider's cached views: one pool's records decoded once per resourceVersion, and
+the faults ConfigMaps from a watch (with a read from the server until it has listed)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from machinepool.providers.sim import Faults
+from machinepool.providers.sim.cloud import FAULTS_CONFIGMAP, POOL_ANNOTATION, STATE_ANNOTATION
+from machinepool.providers.sim.faults import FaultsWatch
+from machinepool.providers.sim.records import PoolRecords
+from machinepool.runtime import (
+    SECRETS,
+    Informer,
+    NotFound,
+    Obj,
+    ObjectList,
+    Resource,
+    WatchEvent,
+)
+
+
+class FakeApi:
+    """Just enough of ``Client`` for an informer: one list, then the events fed to it."""
+
+    def __init__(self, items: list[Obj]) -> None:
+        self.items = items
+        self.events: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        self.list_calls: list[str | None] = []
+        self.gets: list[tuple[str, str | None]] = []
+
+    async def list(self, res: Resource, namespace: str | None = None, **kw: Any) -> ObjectList:
+        self.list_calls.append(kw.get("field_selector"))
+        return ObjectList(items=[dict(o) for o in self.items], resource_version="1")
+
+    def watch(self, res: Resource, namespace: str | None = None, **kw: Any) -> Any:
+        async def stream() -> AsyncIterator[WatchEvent]:
+            while True:
+                yield await self.events.get()
+
+        return stream()
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
+        self.gets.append((name, namespace))
+        for obj in self.items:
+            if obj["metadata"]["name"] == name and obj["metadata"].get("namespace") == namespace:
+                return obj
+        raise NotFound(404, "NotFound", f"{name} not found")
+
+
+def record(name: str, pool: str, rv: str, *, annotated: bool = True) -> Obj:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    info = {"pool": pool, "index": int(name.rsplit("-", 1)[1]), "createdAt": now, "bootAt": now}
+    meta: Obj = {"name": name, "namespace": "ns", "resourceVersion": rv, "uid": name}
+    if annotated:
+        meta["annotations"] = {POOL_ANNOTATION: pool}
+    return {
+        "metadata": meta,
+        "data": {"instance.json": base64.b64encode(json.dumps(info).encode()).decode()},
+    }
+
+
+async def until(check: Any) -> None:
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError("condition not met within 5 s")
+
+
+async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
+    api = FakeApi(
+        [record("a-1", "a", "1"), record("a-2", "a", "2"), record("b-1", "b", "3", annotated=False)]
+    )
+    informer = Informer(api, SECRETS)  # type: ignore[arg-type]
+    records = PoolRecords(informer)
+    await informer.start()
+    try:
+        await informer.wait_synced()
+        first = records.of_pool("ns", "a")
+        assert sorted(r.id for r in first) == ["a-1", "a-2"]
+        assert [r.id for r in records.of_pool("ns", "b")] == ["b-1"]  # pool from instance.json
+        again = {r.id: r for r in records.of_pool("ns", "a")}
+        assert all(again[r.id] is r for r in first), "unchanged records are not decoded again"
+
+        changed = record("a-1", "a", "9")
+        changed["metadata"]["annotations"][STATE_ANNOTATION] = "failed"
+        await api.events.put(WatchEvent("MODIFIED", changed))
+        await until(lambda: any(r.forced_state for r in records.of_pool("ns", "a")))
+        await api.events.put(WatchEvent("DELETED", record("a-2", "a", "10")))
+        await until(lambda: [r.id for r in records.of_pool("ns", "a")] == ["a-1"])
+        assert len(records) == 2, "a deleted record is forgotten"
+    finally:
+        await informer.stop()
+
+
+async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
+    cm = {"metadata": {"name": FAULTS_CONFIGMAP, "namespace": "ns", "resourceVersion": "1"}}
+    cm["data"] = Faults(error_rate=0.5).to_configmap()
+    api = FakeApi([cm])
+    watch = FaultsWatch(api)  # type: ignore[arg-type]
+    assert await watch.faults("ns") == Faults(error_rate=0.5)
+    assert api.gets == [(FAULTS_CONFIGMAP, "ns")], "not running yet: read from the server"
+
+    task = asyncio.create_task(watch.run())
+    try:
+        await until(lambda: watch._informer is not None and watch._informer.has_synced)
+        assert api.list_calls == [f"metadata.name={FAULTS_CONFIGMAP}"]
+        assert await watch.faults("ns") == Faults(error_rate=0.5)
+        assert await watch.faults("other") == Faults()
+        assert len(api.gets) == 1, "answered from the watch"
+
+        updated = {**cm, "metadata": {**cm["metadata"], "resourceVersion": "2"}}
+        updated["data"] = Faults(stall_rate=1.0, stall_seconds=2.0).to_configmap()
+        await api.events.put(WatchEvent("MODIFIED", updated))
+        await until(lambda: watch._informer.get(FAULTS_CONFIGMAP, "ns")["data"] == updated["data"])  # type: ignore[union-attr]
+        assert await watch.faults("ns") == Faults(stall_rate=1.0, stall_seconds=2.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert watch._informer is None, "cancelled: the informer is stopped and not served"
