@@ -14,7 +14,7 @@ from machinepool.api.infra_sim import INSTANCE_LABEL
 from machinepool.kubelet.agent import KubeletSimulator
 from machinepool.kubelet.join import JoinRejected, ca_pin, verify_join
 from machinepool.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
-from machinepool.runtime import SECRETS, ClusterCache, FuncHandler, Manager
+from machinepool.runtime import SECRETS, ClusterCache, Manager
 
 __all__ = [
     "InvalidBootstrapData",
@@ -41,7 +41,7 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
         cluster_cache,
         heartbeat_seconds=float(options.get("heartbeat_seconds", 30.0)),
     )
-    records.add_handler(FuncHandler(delete=sim.remember_deleted))
+    sim.follow_records()
     ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=int(options.get("concurrency", 4)))
     sim.controller = ctrl
     ctrl.watch(records)

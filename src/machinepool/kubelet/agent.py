@@ -29,6 +29,7 @@ from machinepool.runtime import (
     ClusterCache,
     ClusterNotConnected,
     Controller,
+    FuncHandler,
     Informer,
     NotFound,
     Obj,
@@ -63,13 +64,36 @@ class KubeletSimulator:
         self.retry = retry_seconds
         self.controller: Controller | None = None
         self._gone: dict[ObjectKey, InstanceRecord] = {}
+        self._unjoined: set[ObjectKey] = set()
+        self._replaying = False
         self._node_keys: dict[str, ObjectKey] = {}
         self._pod_watches: set[ObjectKey] = set()
+
+    def follow_records(self) -> None:
+        """Subscribe to the records informer: births (``remember_new``) and deaths
+        (``remember_deleted``)."""
+        self._replaying = True  # add_handler replays what the informer holds: not births
+        try:
+            self.records.add_handler(
+                FuncHandler(add=self.remember_new, delete=self.remember_deleted)
+            )
+        finally:
+            self._replaying = False
+
+    def remember_new(self, secret: Obj) -> None:
+        """Note a record created while this simulator runs: until it joins the instance, no
+        Node of it can have existed, so that join may trust the informer's copy (records from
+        before, or from while another replica led, are re-read before joining)."""
+        running = self.controller is not None and self.controller.running
+        if running and self.records.has_synced and not self._replaying:
+            self._unjoined.add(ObjectKey.of(secret))
 
     def remember_deleted(self, secret: Obj) -> None:
         """Keep a deleted record so its reconcile can still find (and delete) the Node."""
         record = InstanceRecord.from_secret(secret)
-        self._gone[ObjectKey(record.namespace, record.id)] = record
+        key = ObjectKey(record.namespace, record.id)
+        self._gone[key] = record
+        self._unjoined.discard(key)
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         secret = self.records.get_key(key)
@@ -107,23 +131,27 @@ class KubeletSimulator:
             return None
         if node is None:
             return await self._join(record, secret, now)
+        self._unjoined.discard(ObjectKey(record.namespace, record.id))
         if _needs_heartbeat(node, now, self.heartbeat):
             await self._post_status(record, ready=True, now=now)
         await self._run_pods(cluster, record.id, now)
         return Result(requeue_after=self.heartbeat)
 
     async def _join(self, record: InstanceRecord, secret: Obj, now: datetime) -> Result | None:
-        # Re-read the record: a stale cache must not resurrect a Node that was just removed.
         cluster = ObjectKey(record.namespace, record.cluster)
+        key = ObjectKey(record.namespace, record.id)
+        if key not in self._unjoined:
+            # Its Node may have existed: re-read the record, so a stale cache cannot resurrect
+            # a Node that was just removed.
+            try:
+                secret = await self.client.get(SECRETS, record.id, record.namespace)
+            except NotFound:
+                return None
+            record = InstanceRecord.from_secret(secret)
+            if record.state_at(now) != "running":
+                return Result(requeue_after=0.2)
         try:
-            fresh = await self.client.get(SECRETS, record.id, record.namespace)
-        except NotFound:
-            return None
-        record = InstanceRecord.from_secret(fresh)
-        if record.state_at(now) != "running":
-            return Result(requeue_after=0.2)
-        try:
-            join = parse_join(user_data(fresh))
+            join = parse_join(user_data(secret))
             await verify_join(join, await self._admin_kubeconfig(cluster))
         except (InvalidBootstrapData, JoinRejected) as exc:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
@@ -132,6 +160,7 @@ class KubeletSimulator:
         body = node_object(record, list(join.taints), join.node_labels)
         with contextlib.suppress(AlreadyExists):
             await client.create(NODES, body)
+        self._unjoined.discard(key)
         await self._post_status(record, ready=True, now=now)
         await self._watch_pods(cluster)
         log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
