@@ -9,7 +9,11 @@ Aggregation, like client-go's events library: the first occurrence of (object, t
 action, note) creates an Event; repeats only count locally, and the Event's ``series``
 (count, lastObservedTime) is patched at most once per ``series_interval`` (and by
 ``flush()``). A reconcile failing in a hot loop therefore costs one write per interval, not one
-per failure. Recording never raises: events are best effort.
+per failure. Recording never raises and never waits for the API server: like client-go's
+broadcaster, ``event`` queues the Event (at most ``queue_size``; beyond that it is dropped with
+a warning) and one background task writes them in order, so a reconcile's latency does not
+include its Events. ``flush()`` waits for the queue and writes pending series counts;
+``close()`` (called by ``Manager.stop``) also ends the writer.
 
 Callers must never pass secret values (tokens, keys, bootstrap data, kubeconfigs) in
 ``message``: Events are readable by far more users than Secrets are. Name the Secret instead.
@@ -17,6 +21,8 @@ Callers must never pass secret values (tokens, keys, bootstrap data, kubeconfigs
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import time
 from collections import OrderedDict
@@ -63,6 +69,7 @@ class EventRecorder:
 
     ``series_interval`` [60 s]: the most often one repeating Event is patched.
     ``max_tracked`` [4096]: repeating Events remembered for aggregation (least recent dropped).
+    ``queue_size`` [1000, client-go's]: Events waiting to be written before new ones are dropped.
     """
 
     def __init__(
@@ -73,6 +80,7 @@ class EventRecorder:
         instance: str | None = None,
         series_interval: float = 60.0,
         max_tracked: int = 4096,
+        queue_size: int = 1000,
         logger: KVLogger | None = None,
     ) -> None:
         self.client = client
@@ -81,6 +89,8 @@ class EventRecorder:
         self.series_interval = series_interval
         self.max_tracked = max_tracked
         self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
+        self._queue: asyncio.Queue[tuple[Obj, str, str, str, str]] = asyncio.Queue(queue_size)
+        self._writer: asyncio.Task[None] | None = None
         self.log = (logger or get_logger(__name__)).bind(recorder=component)
 
     async def event(
@@ -88,15 +98,34 @@ class EventRecorder:
     ) -> None:
         """Record that ``reason`` happened to ``obj`` (``type_`` is ``Normal`` or ``Warning``).
 
-        ``message`` must not contain secret values (see the module docstring).
+        Returns at once; the Event is written in the background (see the module docstring).
+        ``message`` must not contain secret values.
         """
         note = message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 3] + "..."
-        regarding = _regarding(obj)
+        try:
+            self._queue.put_nowait((_regarding(obj), type_, reason, action or reason, note))
+        except asyncio.QueueFull:
+            self.log.warning("event queue full; dropping event", reason=reason)
+            return
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop(), name=f"events-{self.component}")
+
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._record(*item)
+            finally:
+                self._queue.task_done()
+
+    async def _record(
+        self, regarding: Obj, type_: str, reason: str, action: str, note: str
+    ) -> None:
         key = (
             regarding.get("uid") or f"{regarding.get('namespace')}/{regarding.get('name')}",
             type_,
             reason,
-            action or reason,
+            action,
             note,
         )
         try:
@@ -107,7 +136,7 @@ class EventRecorder:
                     return
                 except NotFound:  # the Event expired (TTL): start a new one
                     del self._series[key]
-            await self._create(key, regarding, type_, reason, action or reason, note)
+            await self._create(key, regarding, type_, reason, action, note)
         except Exception as exc:  # best effort: an Event must never fail a reconcile
             self.log.warning("could not record event", reason=reason, error=repr(exc))
 
@@ -154,9 +183,22 @@ class EventRecorder:
         series.written_at = time.monotonic()
 
     async def flush(self) -> None:
-        """Write every pending series count (call on shutdown)."""
+        """Write every queued Event and pending series count."""
+        if self._writer is not None and not self._writer.done():
+            await self._queue.join()
         for series in list(self._series.values()):
             try:
                 await self._write_series(series)
             except Exception as exc:
                 self.log.warning("could not update event series", error=repr(exc))
+
+    async def close(self) -> None:
+        """Flush (for at most 5 s) and stop the background writer."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await self.flush()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer

@@ -84,6 +84,7 @@ class Manager:
         self._bind_address = bind_address
         self._cache_sync_timeout = cache_sync_timeout
         self._controllers: list[Controller] = []
+        self._recorders: list[EventRecorder] = []
         self._controller_tasks: dict[str, asyncio.Task[None]] = {}
         self._leading = asyncio.Event()
         self._lead_task: asyncio.Task[None] | None = None
@@ -128,7 +129,9 @@ class Manager:
 
     def event_recorder(self, component: str) -> EventRecorder:
         """An ``EventRecorder`` reporting as ``component`` through this manager's client."""
-        return EventRecorder(self.client, component, logger=self.log)
+        recorder = EventRecorder(self.client, component, logger=self.log)
+        self._recorders.append(recorder)
+        return recorder
 
     def add_healthz_check(self, name: str, check: HealthCheck) -> None:
         self._healthz[name] = check
@@ -224,6 +227,8 @@ class Manager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lead_task
         await self._stop_controllers()
+        for recorder in self._recorders:
+            await recorder.close()
         if self._elector is not None and self._election and self._election.release_on_cancel:
             await self._elector.release()
         await self.cache.stop()

@@ -10,6 +10,7 @@ a Machine, except one whose infra machine vanished out of band.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -132,23 +133,26 @@ async def reconcile_machines(scope: Scope) -> Result:
         if _matches(m, scope.namespace, labels)
     ]
     by_name = {str(dig(m, "metadata", "name")): m for m in scope.machines}
-    errors: list[str] = []
+    wanted: list[tuple[Obj | None, Obj]] = []
     for infra_machine in infra_machines:
-        name = str(dig(infra_machine, "metadata", "name"))
-        existing = by_name.get(name)
+        existing = by_name.get(str(dig(infra_machine, "metadata", "name")))
         if existing is not None and is_deleting(existing):
             continue
         pid = dig(infra_machine, "spec", "providerID")
         node = scope.nodes.by_provider_id(str(pid)) if pid and scope.nodes else None
         want = desired_machine(scope.mp, infra_machine, node)
-        if existing is not None and _contains(existing, want):
-            continue
-        try:
-            applied = await r.client.apply(MACHINES, want, field_manager=FIELD_MANAGER)
-        except Exception as exc:
-            errors.append(f"failed to apply Machine {name}: {exc}")
-            continue
-        if existing is None:
+        if existing is None or not _contains(existing, want):
+            wanted.append((existing, want))
+    # Independent writes: sent together, so a pool of new instances costs one round trip.
+    outcomes = await asyncio.gather(
+        *(r.client.apply(MACHINES, want, field_manager=FIELD_MANAGER) for _, want in wanted),
+        return_exceptions=True,
+    )
+    errors: list[str] = []
+    for (existing, want), applied in zip(wanted, outcomes, strict=True):
+        if isinstance(applied, BaseException):
+            errors.append(f"failed to apply Machine {want['metadata']['name']}: {applied}")
+        elif existing is None:
             scope.machines.append(applied)
         else:
             scope.machines[scope.machines.index(existing)] = applied
@@ -173,22 +177,23 @@ async def _delete_orphans(scope: Scope, infra_names: set[str], kind: str) -> Non
 
 async def set_machines_up_to_date(scope: Scope) -> Result:
     """UpToDate on every pool Machine: True, or False while it is being deleted (as upstream)."""
+    client = scope.reconciler.client
+    stale = [(i, m, u) for i, m in enumerate(scope.machines) if (u := _with_up_to_date(m)) is not m]
+    outcomes = await asyncio.gather(
+        *(Patcher(client, MACHINES, machine).patch(updated) for _, machine, updated in stale),
+        return_exceptions=True,
+    )
     errors: list[str] = []
-    for i, machine in enumerate(scope.machines):
-        updated = _with_up_to_date(machine)
-        if updated is machine:
-            continue
-        try:
-            patcher = Patcher(scope.reconciler.client, MACHINES, machine)
-            scope.machines[i] = await patcher.patch(updated)
-        except (NotFound, Conflict):
+    for (i, machine, _), outcome in zip(stale, outcomes, strict=True):
+        if isinstance(outcome, (NotFound, Conflict)):
             # Gone, or its conditions changed since our copy: the Machine's own event brings
             # this pool back with the newer copy.
             continue
-        except Exception as exc:
-            errors.append(
-                f"failed to set UpToDate on Machine {dig(machine, 'metadata', 'name')}: {exc}"
-            )
+        if isinstance(outcome, BaseException):
+            name = dig(machine, "metadata", "name")
+            errors.append(f"failed to set UpToDate on Machine {name}: {outcome}")
+        else:
+            scope.machines[i] = outcome
     if errors:
         raise RuntimeError("; ".join(errors))
     return Result()

@@ -8,6 +8,7 @@ Called by ``controller`` after ``machines``. Matching is by exact string equalit
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -223,23 +224,25 @@ async def delete_retired_nodes(
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
     client = await r.cluster_cache.get_client(scope.cluster_key)
+    due: list[tuple[str, Obj]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
         patch = desired_node_patch(node, scope.mp) if node is not None else None
-        if patch is None:
-            continue
-        try:
-            await _patch_node(client, str(ref["name"]), patch, scope.mp)
-        except NotFound:
-            continue
-        except Exception as exc:
+        if patch is not None:
+            due.append((str(ref["name"]), patch))
+    outcomes = await asyncio.gather(
+        *(_patch_node(client, name, patch, scope.mp) for name, patch in due),
+        return_exceptions=True,
+    )
+    failed: BaseException | None = None
+    for (name, _), outcome in zip(due, outcomes, strict=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, NotFound):
             await r.recorder.event(
-                scope.mp,
-                "Warning",
-                "FailedSetNodeRef",
-                f"Failed to patch Node {ref['name']}: {exc}",
+                scope.mp, "Warning", "FailedSetNodeRef", f"Failed to patch Node {name}: {outcome}"
             )
-            raise
+            failed = failed or outcome
+    if failed is not None:
+        raise failed
 
 
 async def _patch_node(client: Client, name: str, patch: Obj, mp: Obj) -> None:
