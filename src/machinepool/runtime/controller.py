@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from machinepool.runtime.client import Obj
-from machinepool.runtime.errors import ApiError
+from machinepool.runtime.errors import ApiError, Conflict
 from machinepool.runtime.informer import Informer, controller_owner
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
@@ -244,6 +244,13 @@ class Controller:
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 self.metrics.terminal_errors.labels(self.name).inc()
                 log.error("reconcile failed permanently; not retrying", error=str(exc))
+            case Conflict() as exc:
+                # An optimistic lock lost to a newer write: routine, and the retry reads the
+                # newer copy. Logged quietly, retried with backoff like any error.
+                self.queue.add_rate_limited(key)
+                self._count("error")
+                self.metrics.reconcile_errors.labels(self.name).inc()
+                log.info("object changed since it was read; retrying", error=str(exc))
             case BaseException() as exc:
                 self.queue.add_rate_limited(key)
                 self._count("error")

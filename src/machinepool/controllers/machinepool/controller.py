@@ -37,6 +37,7 @@ from machinepool.runtime import (
     NODES,
     ClusterCache,
     ClusterNotConnected,
+    Conflict,
     Controller,
     IndexFunc,
     Informer,
@@ -212,6 +213,8 @@ def _settle(scope: Scope, result: Result, errors: list[BaseException]) -> Result
     message = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
     if not retryable:
         raise TerminalError(f"{scope.text}: {message}")
+    if all(isinstance(e, Conflict) for e in retryable):
+        raise retryable[0]  # lost an optimistic lock: the runtime retries it quietly
     raise RuntimeError(f"{scope.text}: {message}") from retryable[0]
 
 
