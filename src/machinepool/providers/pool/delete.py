@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.observe import pool_members
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
@@ -28,12 +29,8 @@ async def delete_pool(scope: PoolScope) -> Result:
     for instance in instances:
         if instance.state is not InstanceState.TERMINATED:
             await backend.delete(instance.id)
-    kind = env.provider.pool_resource.kind
     remaining = 0
-    for machine in env.infra_machines.list(scope.namespace):
-        refs = machine["metadata"].get("ownerReferences") or []
-        if not any(r.get("kind") == kind and r.get("name") == scope.key.name for r in refs):
-            continue
+    for machine in pool_members(env.infra_machines, scope.key):
         remaining += 1
         if not machine["metadata"].get("deletionTimestamp"):
             await env.client.delete(

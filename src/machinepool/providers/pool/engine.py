@@ -21,6 +21,7 @@ from machinepool.providers.pool.machines import (
 )
 from machinepool.providers.pool.observe import (
     PROVIDER_ID_INDEX,
+    ensure_member_indexes,
     ensure_provider_id_index,
     list_instances,
     load_owner,
@@ -177,6 +178,7 @@ async def start_engine(
         clusters=await cache.get_informer(CLUSTERS),
     )
     ensure_provider_id_index(env.infra_machines)
+    ensure_member_indexes(env.infra_machines, provider.pool_resource.kind, env.machines)
     engine = PoolEngine(env)
     ctrl = mgr.new_controller(f"{provider.component}-pool", engine, concurrency=concurrency)
     engine.controller = ctrl

@@ -14,14 +14,28 @@ from machinepool.runtime import (
     ClusterNotConnected,
     Informer,
     Obj,
+    ObjectKey,
     Result,
     controller_owner,
     field_indexer,
 )
 
-__all__ = ["PROVIDER_ID_INDEX", "list_instances", "load_owner", "read_nodes"]
+__all__ = [
+    "INFRA_REF_INDEX",
+    "POOL_MEMBER_INDEX",
+    "PROVIDER_ID_INDEX",
+    "ensure_member_indexes",
+    "list_instances",
+    "load_owner",
+    "pool_members",
+    "read_nodes",
+]
 
 PROVIDER_ID_INDEX = "pool-engine.providerID"
+POOL_MEMBER_INDEX = "pool-engine.pool"
+"""Infra machines by ``namespace/name`` of each infra pool that owns them."""
+INFRA_REF_INDEX = "pool-engine.infrastructureRef"
+"""Machines by ``namespace/kind/name`` of their spec.infrastructureRef."""
 
 
 async def load_owner(scope: PoolScope) -> Result:
@@ -65,24 +79,49 @@ async def list_instances(scope: PoolScope) -> Result:
     """Instances from the backend; infra machines and owner Machines from the caches."""
     assert scope.backend is not None
     env = scope.env
-    pool_name = scope.key.name
-    scope.instances = await scope.backend.list(pool_name)
-    kind = env.provider.pool_resource.kind
-    for machine in env.infra_machines.list(scope.namespace):
-        if _owned_by(machine, kind, pool_name):
-            scope.infra_machines[machine["metadata"]["name"]] = machine
+    scope.instances = await scope.backend.list(scope.key.name)
+    scope.infra_machines = {
+        m["metadata"]["name"]: m for m in pool_members(env.infra_machines, scope.key)
+    }
     infra_kind = env.provider.machine_resource.kind
-    for machine in env.machines.list(scope.namespace):
-        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-        name = str(ref.get("name", ""))
-        if ref.get("kind") == infra_kind and name in scope.infra_machines:
+    for name in scope.infra_machines:
+        ref = f"{scope.namespace}/{infra_kind}/{name}"
+        for machine in env.machines.by_index(INFRA_REF_INDEX, ref):
             scope.machines[name] = machine
     return Result()
 
 
-def _owned_by(obj: Obj, kind: str, name: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("kind") == kind and r.get("name") == name for r in refs)
+def pool_members(infra_machines: Informer, pool: ObjectKey) -> list[Obj]:
+    """The infra machines an ownerReference ties to ``pool``, by name."""
+    members = infra_machines.by_index(POOL_MEMBER_INDEX, str(pool))
+    return sorted(members, key=lambda m: str(m["metadata"]["name"]))
+
+
+def ensure_member_indexes(infra_machines: Informer, pool_kind: str, machines: Informer) -> None:
+    """Index infra machines by their ``pool_kind`` owners (``POOL_MEMBER_INDEX``) and Machines
+    by their infrastructureRef (``INFRA_REF_INDEX``), once per informer."""
+
+    def owners(obj: Obj) -> list[str]:
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        return [
+            str(ObjectKey(namespace, str(ref.get("name", ""))))
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("kind") == pool_kind
+        ]
+
+    with contextlib.suppress(ValueError):  # already there
+        infra_machines.add_indexer(POOL_MEMBER_INDEX, owners)
+    with contextlib.suppress(ValueError):
+        machines.add_indexer(INFRA_REF_INDEX, _infrastructure_ref)
+
+
+def _infrastructure_ref(machine: Obj) -> list[str]:
+    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
+    if not ref.get("name"):
+        return []
+    namespace = str((machine.get("metadata") or {}).get("namespace") or "")
+    return [f"{namespace}/{ref.get('kind', '')}/{ref['name']}"]
 
 
 async def read_nodes(scope: PoolScope) -> Result:
