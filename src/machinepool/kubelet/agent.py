@@ -15,11 +15,9 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
-import yaml
-
 from machinepool.api.infra_sim import InstanceRecord, user_data
 from machinepool.kubelet.join import JoinRejected, verify_join
-from machinepool.kubelet.joinconfig import InvalidBootstrapData, parse_join
+from machinepool.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
 from machinepool.kubelet.node import node_object, node_status, pod_running_status
 from machinepool.runtime import (
     NODES,
@@ -169,7 +167,7 @@ class KubeletSimulator:
     async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
         secret = await self.client.get(SECRETS, f"{cluster.name}-kubeconfig", cluster.namespace)
         raw = base64.b64decode((secret.get("data") or {}).get("value", ""))
-        loaded: dict[str, Any] = yaml.safe_load(raw)
+        loaded: dict[str, Any] = load_yaml(raw)
         return loaded
 
     async def _post_status(

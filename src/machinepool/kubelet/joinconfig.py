@@ -15,7 +15,16 @@ from typing import Any
 
 import yaml
 
-__all__ = ["InvalidBootstrapData", "JoinInfo", "parse_join"]
+__all__ = ["InvalidBootstrapData", "JoinInfo", "load_yaml", "parse_join"]
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it (the same documents, ten times faster:
+every join parses its cloud-config and the cluster's kubeconfig), else the pure-Python one."""
+
+
+def load_yaml(text: str | bytes) -> Any:
+    """``yaml.safe_load``, with libyaml when available."""
+    return yaml.load(text, Loader=_LOADER)
 
 
 class InvalidBootstrapData(ValueError):
@@ -46,7 +55,7 @@ class JoinInfo:
 def parse_join(data: bytes) -> JoinInfo:
     """The JoinConfiguration inside cloud-config ``data``; raise ``InvalidBootstrapData``."""
     try:
-        doc = yaml.safe_load(data.decode())
+        doc = load_yaml(data.decode())
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InvalidBootstrapData(f"bootstrap data is not a YAML cloud-config: {exc}") from exc
     if not isinstance(doc, dict):
@@ -62,7 +71,7 @@ def _documents(item: dict[str, Any]) -> list[dict[str, Any]]:
     if "JoinConfiguration" not in content:
         return []
     try:
-        docs = list(yaml.safe_load_all(content))
+        docs = list(yaml.load_all(content, Loader=_LOADER))
     except yaml.YAMLError:
         return []
     return [d for d in docs if isinstance(d, dict) and d.get("kind") == "JoinConfiguration"]
