@@ -108,7 +108,7 @@ def update_results(section: str, body: str, commands: Sequence[str]) -> None:
     text = RESULTS.read_text() if RESULTS.exists() else ""
     start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
     block = f"{start}\n{body.strip()}\n{end}"
-    sections = re.findall(r"<!-- bench:(\w+) -->.*?<!-- /bench:\1 -->", text, flags=re.S)
+    sections = re.findall(r"<!-- bench:([\w-]+) -->.*?<!-- /bench:\1 -->", text, flags=re.S)
     blocks = {}
     for name in sections:
         found = re.search(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", text, flags=re.S)
