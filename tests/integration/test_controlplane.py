@@ -58,7 +58,7 @@ async def test_crd_object_round_trips_through_the_apiserver(client: Client, name
 
     async def established() -> bool:
         crd = await client.get(CRDS, WIDGET_CRD["metadata"]["name"])
-        conds = crd.get("status", {}).get("conditions", [])
+        conds = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
     await _eventually(established)

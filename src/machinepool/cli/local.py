@@ -142,7 +142,7 @@ async def _install(kubeconfig: Path, workload_name: str, cp: ControlPlane) -> No
 async def _wait_established(client: Client, name: str) -> None:
     for _ in range(600):
         crd = await client.get(CRDS, name)
-        conds = crd.get("status", {}).get("conditions", [])
+        conds = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
             return
         await asyncio.sleep(0.1)

@@ -102,7 +102,7 @@ async def machineset_crd(client: Client) -> str:
     name = str(MACHINESET_CRD["metadata"]["name"])
     for _ in range(300):
         crd = await client.get(CRDS, name)
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return name
         await asyncio.sleep(0.1)

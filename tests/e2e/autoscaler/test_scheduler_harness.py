@@ -62,7 +62,7 @@ def _unschedulable(pod: Obj) -> bool:
         cond.get("type") == "PodScheduled"
         and cond.get("status") == "False"
         and cond.get("reason") == "Unschedulable"
-        for cond in pod.get("status", {}).get("conditions", [])
+        for cond in (pod.get("status") or {}).get("conditions") or []
     )
 
 
