@@ -16,8 +16,8 @@ EXPECTED = {
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
     # informers
-    "Informer", "InformerCache", "EventHandler", "FuncHandler", "IndexFunc", "Transform",
-    "OwnReader",
+    "Informer", "InformerCache", "CacheScope", "EventHandler", "FuncHandler", "IndexFunc",
+    "Transform", "OwnReader",
     "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
     "controller_owner",
     # controllers

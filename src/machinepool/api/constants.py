@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping
 from typing import Final
 
 # --- groups, versions, contract -----------------------------------------------------------
@@ -240,3 +241,14 @@ def pool_name_label_value(name: str) -> str:
         return name
     digest = _fnv32a(name.encode()).to_bytes(4, "big")
     return "hash_" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode() + "_z"
+
+
+def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
+    """The labels an object we create takes from the object that made it.
+
+    Today only the watch-filter label: a manager run with ``--watch-filter`` caches only
+    labelled Cluster API objects, so a Machine or infra machine that a labelled pool creates
+    must carry the same label, or the manager that made it could never see it.
+    """
+    value = (owner_labels or {}).get(WATCH_FILTER_LABEL)
+    return {WATCH_FILTER_LABEL: value} if value else {}

@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from machinepool import bootstrap, kubelet
+from machinepool.api.constants import CLUSTER_GROUP, WATCH_FILTER_LABEL
 from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
 from machinepool.providers import aws, sim
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
+    CacheScope,
     Client,
     ClusterCache,
     LeaderElectionConfig,
     Manager,
+    Resource,
     configure_logging,
     get_logger,
 )
@@ -60,6 +63,9 @@ class Options:
     (local runs; a cluster install uses the manifests in deploy/ instead).
     ``feature_gates`` ["MachinePool=true"]; ``EXP_MACHINE_POOL`` overrides when set.
     ``token_ttl_seconds`` [900]: bootstrap-token lifetime (rotation at half of it).
+    ``watch_filter`` [none]: reconcile (and cache) only Cluster API objects labelled
+    ``cluster.x-k8s.io/watch-filter=<value>``; without it, every object, as upstream.
+    ``namespaces`` [all]: watch (and need RBAC in) only these namespaces.
     """
 
     components: tuple[str, ...] = ("core", "bootstrap", "sim")
@@ -76,6 +82,8 @@ class Options:
     register_webhooks: bool = False
     feature_gates: str = ""
     token_ttl_seconds: int = 900
+    watch_filter: str | None = None
+    namespaces: tuple[str, ...] = ()
     log_format: str = "text"
     log_level: str = "INFO"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -92,6 +100,25 @@ async def _client(options: Options) -> Client:
         return await Client.from_kubeconfig(context=options.context, user_agent=USER_AGENT)
 
 
+def _watch_filtered(resource: Resource) -> bool:
+    """Kinds of the Cluster API groups (core, bootstrap, infrastructure, control plane) but
+    Cluster: a pool's reconcile reads its Cluster as upstream's does, from a cache that the
+    watch filter does not narrow, so a user who labels the pool and its templates but not the
+    Cluster still gets a working pool (Clusters are few, so caching all of them is cheap)."""
+    in_group = resource.group == CLUSTER_GROUP or resource.group.endswith("." + CLUSTER_GROUP)
+    return in_group and resource.kind != "Cluster"
+
+
+def cache_scope(options: Options) -> CacheScope:
+    """What the management cluster's informers hold under ``--namespace``/``--watch-filter``.
+
+    The watch filter narrows only the Cluster API kinds, the objects a user (or the shard
+    assigner) labels; Secrets and Nodes are found by name or their own selectors.
+    """
+    selector = f"{WATCH_FILTER_LABEL}={options.watch_filter}" if options.watch_filter else None
+    return CacheScope(options.namespaces, selector, _watch_filtered)
+
+
 def _manager(client: Client, options: Options) -> Manager:
     election = (
         LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
@@ -103,6 +130,7 @@ def _manager(client: Client, options: Options) -> Manager:
         name=options.name,
         leader_election=election,
         bind_address=options.metrics_bind_address or None,
+        scope=cache_scope(options),
     )
 
 

@@ -94,6 +94,17 @@ def run(
     ] = False,
     feature_gates: Annotated[str, typer.Option(help="For example MachinePool=true.")] = "",
     token_ttl_seconds: Annotated[int, typer.Option(help="Bootstrap token lifetime.")] = 900,
+    watch_filter: Annotated[
+        str | None,
+        typer.Option(
+            help="Reconcile only Cluster API objects labelled cluster.x-k8s.io/watch-filter "
+            "with this value (unset: all objects)."
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(help="Watch only this namespace; repeat for several (unset: all)."),
+    ] = None,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
@@ -117,6 +128,8 @@ def run(
             register_webhooks=register_webhooks,
             feature_gates=feature_gates,
             token_ttl_seconds=token_ttl_seconds,
+            watch_filter=watch_filter or None,
+            namespaces=tuple(namespace or ()),
             log_format=log_format,
             log_level=log_level,
         )

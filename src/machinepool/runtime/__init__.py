@@ -65,6 +65,7 @@ from machinepool.runtime.errors import (
 )
 from machinepool.runtime.events import EventRecorder
 from machinepool.runtime.informer import (
+    CacheScope,
     EventHandler,
     FuncHandler,
     IndexFunc,
@@ -112,6 +113,7 @@ __all__ = [
     "AlreadyExists",
     "ApiError",
     "BadRequest",
+    "CacheScope",
     "Client",
     "ClusterCache",
     "ClusterNotConnected",

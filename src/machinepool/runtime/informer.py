@@ -1,9 +1,11 @@
 """Informers: a watched, indexed, in-memory copy of one kind, and the factory that shares them.
 
-An ``Informer`` lists a resource (optionally one namespace, or a label/field selector), then
-watches from the list's resourceVersion with bookmarks. It keeps the objects as raw dicts keyed
-by ``ObjectKey``, maintains indexes, and calls event handlers on every add, update and delete.
-When the watch breaks it resumes from the last resourceVersion it saw (so an API server restart
+An ``Informer`` lists a resource (all namespaces, one, or several; optionally a label/field
+selector), then watches from the list's resourceVersion with bookmarks. Several namespaces are
+one list+watch stream each, feeding one store: that is how a manager restricted to a few
+namespaces (``--namespace``, RBAC by Role) still gives controllers one informer per kind.
+It keeps the objects as raw dicts keyed by ``ObjectKey``, maintains indexes, and calls event
+handlers on every add, update and delete. When the watch breaks it resumes from the last resourceVersion it saw (so an API server restart
 loses nothing); when that version is too old (410 Gone) it lists again and reports the
 difference as adds, updates and deletes. Failures back off exponentially (0.5 s to 30 s).
 
@@ -164,7 +166,8 @@ class _Index:
 class Informer:
     """List-then-watch cache of one resource, with indexes and event handlers.
 
-    Options (defaults in brackets): ``namespace`` [all], ``label_selector``/``field_selector``
+    Options (defaults in brackets): ``namespace`` [all], or ``namespaces`` for several (one
+    list+watch each, merged into one store), ``label_selector``/``field_selector``
     [none], ``transform`` [``strip_managed_fields``; ``None`` stores objects untouched],
     ``watch_timeout`` seconds per watch request [300, jittered up to 2x as client-go does],
     ``backoff_base``/``backoff_cap`` seconds between failed attempts [0.5/30].
@@ -180,6 +183,7 @@ class Informer:
         resource: Resource,
         namespace: str | None = None,
         *,
+        namespaces: Iterable[str] = (),
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = strip_managed_fields,
@@ -189,9 +193,13 @@ class Informer:
         backoff_cap: float = 30.0,
         logger: KVLogger | None = None,
     ) -> None:
+        streams = tuple(sorted(set(namespaces)))
+        if streams and namespace is not None:
+            raise ValueError("pass namespace or namespaces, not both")
         self.client = client
         self.resource = resource
         self.namespace = namespace
+        self.namespaces: tuple[str | None, ...] = streams or (namespace,)
         self.label_selector = label_selector
         self.field_selector = field_selector
         self._transform = transform
@@ -201,10 +209,11 @@ class Informer:
         self._indexes: dict[str, _Index] = {}
         self._handlers: list[EventHandler] = []
         self._synced = asyncio.Event()
+        self._unsynced: set[str | None] = set(self.namespaces)
         self._task: asyncio.Task[None] | None = None
-        self._resource_version = ""
+        self._versions: dict[str | None, str] = dict.fromkeys(self.namespaces, "")
         self.log = (logger or get_logger(__name__)).bind(
-            informer=resource.plural, namespace=namespace or ""
+            informer=resource.plural, namespace=",".join(n or "" for n in self.namespaces)
         )
         for name, fn in (indexers or {}).items():
             self.add_indexer(name, fn)
@@ -221,8 +230,8 @@ class Informer:
 
     @property
     def resource_version(self) -> str:
-        """The last resourceVersion seen (list, event or bookmark)."""
-        return self._resource_version
+        """The last resourceVersion seen (list, event or bookmark) by the first stream."""
+        return self._versions[self.namespaces[0]]
 
     async def wait_synced(self) -> None:
         """Wait for the first list (bound it with ``asyncio.timeout``)."""
@@ -282,7 +291,9 @@ class Informer:
     async def start(self) -> None:
         """Start listing and watching in a background task (idempotent)."""
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name=f"informer-{self.resource.plural}")
+            self._task = asyncio.create_task(
+                self._run_streams(), name=f"informer-{self.resource.plural}"
+            )
 
     async def stop(self) -> None:
         """Stop watching; the store keeps its last contents."""
@@ -294,18 +305,27 @@ class Informer:
 
     # -- the list/watch loop ------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _run_streams(self) -> None:
+        """One list+watch loop per namespace stream; all feed the one store."""
+        if len(self.namespaces) == 1:
+            await self._run(self.namespaces[0])
+            return
+        async with asyncio.TaskGroup() as group:
+            for namespace in self.namespaces:
+                group.create_task(self._run(namespace))
+
+    async def _run(self, namespace: str | None) -> None:
         delay = self._backoff[0]
         need_list = True
         while True:
             try:
                 if need_list:
-                    await self._relist()
+                    await self._relist(namespace)
                     need_list = False
-                await self._watch()
+                await self._watch(namespace)
                 delay = self._backoff[0]  # a watch that ended cleanly resets the backoff
             except Gone:
-                self.log.info("resourceVersion too old; re-listing", rv=self._resource_version)
+                self.log.info("resourceVersion too old; re-listing", rv=self._versions[namespace])
                 need_list = True
             except asyncio.CancelledError:
                 raise
@@ -314,10 +334,10 @@ class Informer:
                 await asyncio.sleep(delay * random.uniform(1.0, 1.2))
                 delay = min(delay * 2, self._backoff[1])
 
-    async def _relist(self) -> None:
+    async def _relist(self, namespace: str | None) -> None:
         listed = await self.client.list(
             self.resource,
-            self.namespace,
+            namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         )
@@ -325,19 +345,22 @@ class Informer:
         for item in listed.items:
             obj = self._prepare(item)
             fresh[ObjectKey.of(obj)] = obj
-        for key in [k for k in self._store if k not in fresh]:
+        mine = [k for k in self._store if namespace is None or k.namespace == namespace]
+        for key in [k for k in mine if k not in fresh]:
             self._delete(key, self._store[key])
         for key, obj in fresh.items():
             self._upsert(key, obj)
-        self._resource_version = listed.resource_version
-        self._synced.set()
+        self._versions[namespace] = listed.resource_version
+        self._unsynced.discard(namespace)
+        if not self._unsynced:
+            self._synced.set()
 
-    async def _watch(self) -> None:
+    async def _watch(self, namespace: str | None) -> None:
         timeout = int(self._watch_timeout * random.uniform(1.0, 2.0))
         stream = self.client.watch(
             self.resource,
-            self.namespace,
-            resource_version=self._resource_version,
+            namespace,
+            resource_version=self._versions[namespace],
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             timeout_seconds=timeout,
@@ -345,7 +368,7 @@ class Informer:
         async for event in stream:
             rv = _rv(event.object)
             if event.type == "BOOKMARK":
-                self._resource_version = rv or self._resource_version
+                self._versions[namespace] = rv or self._versions[namespace]
                 continue
             obj = self._prepare(event.object)
             key = ObjectKey.of(obj)
@@ -353,7 +376,7 @@ class Informer:
                 self._delete(key, self._store.get(key, obj))
             else:
                 self._upsert(key, obj)
-            self._resource_version = rv or self._resource_version
+            self._versions[namespace] = rv or self._versions[namespace]
 
     def _prepare(self, obj: Obj) -> Obj:
         obj.setdefault("apiVersion", self.resource.api_version)
@@ -387,6 +410,38 @@ class Informer:
             self.log.exception("event handler failed", object=str(ObjectKey.of(args[-1])))
 
 
+def _everything(resource: Resource) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class CacheScope:
+    """Which objects one cluster's informers hold: the manager's ``--namespace`` and
+    ``--watch-filter`` as a cache, so a manager never even stores another manager's objects.
+
+    ``namespaces``: watch only these (empty: all namespaces). A namespaced resource asked for
+    across all namespaces gets one informer with a stream per namespace here.
+    ``label_selector``: added (ANDed) to the selector of every informer whose resource
+    ``filters`` accepts; for example ``cluster.x-k8s.io/watch-filter=shard-a`` for the Cluster
+    API kinds only, since Secrets, Nodes and Events carry no such label.
+    """
+
+    namespaces: tuple[str, ...] = ()
+    label_selector: str | None = None
+    filters: Callable[[Resource], bool] = _everything
+
+    def selector(self, resource: Resource, wanted: str | None) -> str | None:
+        """``wanted`` ANDed with this scope's selector where it applies to ``resource``."""
+        parts = [wanted, self.label_selector if self.filters(resource) else None]
+        return ",".join(p for p in parts if p) or None
+
+    def streams(self, resource: Resource, namespace: str | None) -> tuple[str, ...]:
+        """The namespaces to watch for a request of ``namespace`` (``()``: just that one)."""
+        if not resource.namespaced or namespace is not None:
+            return ()
+        return self.namespaces
+
+
 @dataclass(frozen=True)
 class _InformerKey:
     resource: Resource
@@ -406,9 +461,11 @@ class InformerCache:
         client: Client,
         *,
         transform: Transform | None = strip_managed_fields,
+        scope: CacheScope | None = None,
         logger: KVLogger | None = None,
     ) -> None:
         self.client = client
+        self.scope = scope or CacheScope()
         self._transform = transform
         self._informers: dict[_InformerKey, Informer] = {}
         self._lock = asyncio.Lock()
@@ -431,8 +488,12 @@ class InformerCache:
         label_selector: str | None = None,
         wait_synced: bool = True,
     ) -> Informer:
-        """The shared informer for ``resource`` (in ``namespace``, matching the selector)."""
-        key = _InformerKey(resource, namespace if resource.namespaced else None, label_selector)
+        """The shared informer for ``resource`` (in ``namespace``, matching the selector).
+
+        The cache's ``scope`` narrows it further: all namespaces means the scope's namespaces,
+        and the scope's label selector is added where it applies.
+        """
+        key = self._key(resource, namespace, label_selector)
         async with self._lock:
             informer = self._informers.get(key)
             if informer is None:
@@ -440,7 +501,8 @@ class InformerCache:
                     self.client,
                     resource,
                     key.namespace,
-                    label_selector=label_selector,
+                    namespaces=self.scope.streams(resource, key.namespace),
+                    label_selector=key.label_selector,
                     transform=self._transform,
                     logger=self.log,
                 )
@@ -455,8 +517,13 @@ class InformerCache:
         self, resource: Resource, namespace: str | None = None, label_selector: str | None = None
     ) -> Informer | None:
         """The informer if one was created already; never creates or starts one."""
+        return self._informers.get(self._key(resource, namespace, label_selector))
+
+    def _key(
+        self, resource: Resource, namespace: str | None, label_selector: str | None
+    ) -> _InformerKey:
         ns = namespace if resource.namespaced else None
-        return self._informers.get(_InformerKey(resource, ns, label_selector))
+        return _InformerKey(resource, ns, self.scope.selector(resource, label_selector))
 
     @property
     def has_synced(self) -> bool:

@@ -30,7 +30,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from machinepool.runtime.client import Client
 from machinepool.runtime.controller import Controller, ReconcileFunc, Reconciler
 from machinepool.runtime.events import EventRecorder
-from machinepool.runtime.informer import InformerCache, Transform, strip_managed_fields
+from machinepool.runtime.informer import (
+    CacheScope,
+    InformerCache,
+    Transform,
+    strip_managed_fields,
+)
 from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
@@ -59,7 +64,8 @@ class Manager:
     ``leader_election``: ``None`` runs controllers as soon as caches sync (one replica, tests).
     ``bind_address``: ``"host:port"`` of the probe/metrics server (port 0 picks a free port,
     see ``http_port``); ``None`` runs no server. ``cache_sync_timeout`` [120 s]: how long
-    ``start`` waits for the informers' first list before failing.
+    ``start`` waits for the informers' first list before failing. ``scope``: which objects the
+    informer cache holds (namespaces, a label selector; default everything).
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class Manager:
         bind_address: str | None = "127.0.0.1:8081",
         cache_sync_timeout: float = 120.0,
         transform: Transform | None = strip_managed_fields,
+        scope: CacheScope | None = None,
         metrics: RuntimeMetrics | None = None,
         logger: KVLogger | None = None,
     ) -> None:
@@ -78,7 +85,7 @@ class Manager:
         self.name = name
         self.metrics = metrics or RuntimeMetrics()
         self.log = (logger or get_logger(__name__)).bind(manager=name)
-        self.cache = InformerCache(client, transform=transform, logger=self.log)
+        self.cache = InformerCache(client, transform=transform, scope=scope, logger=self.log)
         self._election = leader_election
         self._elector: LeaderElector | None = None
         self._bind_address = bind_address

@@ -51,7 +51,11 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
     """The Machine that mirrors ``infra_machine`` (pure; unit-tested)."""
     meta = mp.get("metadata") or {}
     template_meta = dig(mp, "spec", "template", "metadata", default={})
-    labels = {**(template_meta.get("labels") or {}), **pool_labels(mp)}
+    labels = {
+        **c.inherited_labels(meta.get("labels")),
+        **(template_meta.get("labels") or {}),
+        **pool_labels(mp),
+    }
     spec: Obj = {
         "clusterName": dig(mp, "spec", "clusterName", default=""),
         "bootstrap": {"dataSecretName": ""},

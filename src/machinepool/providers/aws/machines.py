@@ -120,6 +120,7 @@ def _new_aws_machine(scope: Scope, instance: Mapping[str, Any]) -> dict[str, Any
             "name": aws_machine_name(scope.name, iid),
             "namespace": scope.namespace,
             "labels": {
+                **c.inherited_labels(meta.get("labels")),
                 c.CLUSTER_NAME_LABEL: scope.cluster_name,
                 c.POOL_NAME_LABEL: scope.pool_label,
             },

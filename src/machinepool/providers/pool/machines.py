@@ -59,6 +59,7 @@ async def _create(scope: PoolScope, instance: Instance) -> Obj:
             "name": instance.id,
             "namespace": scope.namespace,
             "labels": {
+                **c.inherited_labels(pool_meta.get("labels")),
                 c.CLUSTER_NAME_LABEL: str(scope.machine_pool["spec"].get("clusterName", "")),
                 c.POOL_NAME_LABEL: c.pool_name_label_value(str(mp_meta["name"])),
             },
