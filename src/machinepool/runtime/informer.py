@@ -3,11 +3,12 @@
 An ``Informer`` lists a resource (all namespaces, one, or several; optionally a label/field
 selector), then watches from the list's resourceVersion with bookmarks. Several namespaces are
 one list+watch stream each, feeding one store: that is how a manager restricted to a few
-namespaces (``--namespace``, RBAC by Role) still gives controllers one informer per kind.
-It keeps the objects as raw dicts keyed by ``ObjectKey``, maintains indexes, and calls event
-handlers on every add, update and delete. When the watch breaks it resumes from the last resourceVersion it saw (so an API server restart
-loses nothing); when that version is too old (410 Gone) it lists again and reports the
-difference as adds, updates and deletes. Failures back off exponentially (0.5 s to 30 s).
+namespaces (``--namespace``, RBAC by Role) still gives controllers one informer per kind. It
+keeps the objects as raw dicts keyed by ``ObjectKey``, maintains indexes, and calls event
+handlers on every add, update and delete. When the watch breaks it resumes from the last
+resourceVersion it saw (so an API server restart loses nothing); when that version is too old
+(410 Gone) it lists again and reports the difference as adds, updates and deletes. Failures
+back off exponentially (0.5 s to 30 s).
 
 ``InformerCache`` hands out one shared informer per (resource, namespace, selector) and starts
 it on first use, so a controller can watch a kind it only learns at runtime (a bootstrap config
