@@ -38,6 +38,7 @@ class Request:
     status: int
     started: float
     ended: float
+    query: str = ""
 
     @property
     def is_write(self) -> bool:
@@ -147,6 +148,7 @@ class AuditProxy:
                         status,
                         started,
                         time.monotonic(),
+                        request.query_string,
                     )
                 )
 
