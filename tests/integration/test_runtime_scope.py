@@ -54,7 +54,7 @@ async def test_namespaces_scope_one_informer_over_several_namespaces(
         await eventually(lambda: informer.get("after", b) is not None)
         await eventually(lambda: informer.get("after", a) is not None)
 
-        held = {(k.namespace, k.name) for k in informer.keys() if k.name in ("before", "after")}
+        held = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in informer.list()}
         assert held == {(a, "before"), (b, "before"), (a, "after"), (b, "after")}
         assert informer.list(outside) == []
 
