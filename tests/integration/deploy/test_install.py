@@ -11,6 +11,9 @@
    Deployment's own flags and authenticated as its own ServiceAccount (token from the
    TokenRequest API), takes its Lease and reconciles one pool (finalizers, MachinePool status,
    adoption of the provider objects), with no "forbidden" in any log.
+5. The same under the namespaced overlay (``deploy/config/namespaced``): the cluster-wide
+   bindings are gone, the rules are granted in one namespace only, and the managers run
+   with ``--namespace``; a request outside it would be refused, and none is made.
 
 cert-manager is not installed here: stand-in CRDs for ``cert-manager.io/v1`` Issuer and
 Certificate (schema-less) let the apiserver accept those objects. The management
@@ -521,13 +524,16 @@ async def start_component(
     client: Client,
     component: str,
     tmp_path: Path,
+    deployment: Obj | None = None,
 ) -> tuple[asyncio.subprocess.Process, Path, str]:
-    """Start ``component`` as its Deployment would run it, as its ServiceAccount."""
+    """Start ``component`` as its Deployment (the shipped one by default) would run it, as
+    its ServiceAccount."""
     sa_namespace, sa = SA[component]
     kubeconfig = await service_account_kubeconfig(
         client, control_plane, sa_namespace, sa, tmp_path / f"{component}.kubeconfig"
     )
-    deployment = next(d for d in installed[component] if d["kind"] == "Deployment")
+    if deployment is None:
+        deployment = next(d for d in installed[component] if d["kind"] == "Deployment")
     args = local_args(deployment, sa_namespace)
     lease = next(a.split("=", 1)[1] for a in args if a.startswith("--name="))
     # A Lease left by an earlier run would otherwise have to expire first.
@@ -584,3 +590,103 @@ async def settle(
             return await wait_for(client, res, "deploy-mp", namespace, predicate)
     except TimeoutError:
         pytest.fail(f"{res.kind} never got there; controller log:\n{log.read_text()[-4000:]}")
+
+
+NAMESPACED_OVERLAY = REPO / "deploy/config/namespaced"
+OVERLAY_NAMESPACE = "tenant-a"
+RBAC_KINDS = {"RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+async def test_controllers_run_namespaced_under_the_overlay(
+    installed: dict[str, list[Obj]],
+    control_plane: ControlPlane,
+    client: Client,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Core, kubeadm bootstrap and Sim, rendered from the namespaced overlay for this test's
+    namespace, reconcile one pool there with no cluster-wide binding of their rules."""
+    rendered = kubectl(control_plane, "kustomize", str(NAMESPACED_OVERLAY))
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [
+        d for d in yaml.safe_load_all(rendered.stdout.replace(OVERLAY_NAMESPACE, namespace)) if d
+    ]
+    shipped_bindings = [
+        d for docs_ in installed.values() for d in docs_ if d["kind"] == "ClusterRoleBinding"
+    ]
+    overlay_rbac = [
+        d
+        for d in docs
+        if (
+            d["kind"] in RBAC_KINDS and d["metadata"]["name"] == "machinepool-namespaced-crd-reader"
+        )
+        or (d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == namespace)
+    ]
+    manager_bindings = [
+        d for d in shipped_bindings if d["metadata"]["name"].endswith("-rolebinding")
+    ]
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"} == {
+        "machinepool-namespaced-crd-reader"
+    }
+    deployments = {
+        comp: next(
+            d
+            for d in docs
+            if d["kind"] == "Deployment" and d["metadata"]["namespace"] == SA[comp][0]
+        )
+        for comp in ("core", "bootstrap", "sim")
+    }
+    for deployment in deployments.values():
+        assert (
+            f"--namespace={namespace}"
+            in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        )
+    for res, body in pool_objects(namespace):
+        await client.create(res, body, namespace)
+    removed = kubectl(control_plane, "delete", "-f", "-", stdin=as_yaml(manager_bindings))
+    assert removed.returncode == 0, removed.stderr
+    logs: dict[str, Path] = {}
+    try:
+        applied = kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(overlay_rbac))
+        assert applied.returncode == 0, applied.stderr
+        expectations = {
+            "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+            "bootstrap": (
+                KUBEADM_CONFIGS,
+                has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io"),
+            ),
+            "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+        }
+        async with contextlib.AsyncExitStack() as stack:
+            for component, (res, predicate) in expectations.items():
+                proc, log, _ = await start_component(
+                    stack,
+                    installed,
+                    control_plane,
+                    client,
+                    component,
+                    tmp_path,
+                    deployments[component],
+                )
+                logs[component] = log
+                await until_or_exit(
+                    proc, log, wait_for(client, res, "deploy-mp", namespace, predicate)
+                )
+            await settle(
+                client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"]
+            )
+            for res in (KUBEADM_CONFIGS, SIM_POOLS):
+                await settle(client, res, namespace, owned, logs["core"])
+    finally:
+        kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(manager_bindings))
+        kubectl(
+            control_plane,
+            "delete",
+            "--ignore-not-found",
+            "-f",
+            "-",
+            stdin=as_yaml([d for d in overlay_rbac if d["kind"] != "RoleBinding"]),
+        )
+    for component, log in logs.items():
+        forbidden = forbidden_lines(log)
+        assert not forbidden, f"{component}:\n" + "\n".join(forbidden[:20])

@@ -49,7 +49,7 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
     """
     zones = tuple(options.get("zones") or DEFAULT_ZONES)
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
-    faults = FaultsWatch(mgr.client)
+    faults = FaultsWatch(mgr.client, mgr.cache.scope.namespaces)
     mgr.add_controller(faults)
     provider = SimProvider(mgr.client, records, zones, faults=faults.faults)
     engine = await start_engine(

@@ -35,9 +35,10 @@ async def _nothing(_key: ObjectKey) -> Result | None:
 class FaultsWatch(Controller):
     """Faults by namespace from a watch of the faults ConfigMaps (see the module docstring)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, namespaces: tuple[str, ...] = ()) -> None:
         super().__init__(CONTROLLER_NAME, _nothing)
         self._client = client
+        self._namespaces = namespaces  # the manager's --namespace scope; () for all
         self._cloud = SimCloud(client)
         self._informer: Informer | None = None
 
@@ -54,6 +55,7 @@ class FaultsWatch(Controller):
         informer = Informer(
             self._client,
             CONFIGMAPS,
+            namespaces=self._namespaces,
             field_selector=f"metadata.name={FAULTS_CONFIGMAP}",
             logger=self.log,
         )
