@@ -106,8 +106,10 @@ def test_leases_only_in_the_managers_own_namespace(component: str) -> None:
     namespace = deployment["metadata"]["namespace"]
     role = one(objs, "Role")
     assert role["metadata"]["namespace"] == namespace
+    # get/create/update for the Lease; list/watch/delete for the shard Leases (--sharding).
     assert set(rules(role)) == {
-        ("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")
+        ("coordination.k8s.io", "leases", v)
+        for v in ("get", "create", "update", "list", "watch", "delete")
     }
     binding = one(objs, "RoleBinding")
     assert binding["metadata"]["namespace"] == namespace
@@ -147,6 +149,8 @@ LOCAL_ONLY = {
 }
 # Always used through the runtime: leader election (Role), events, kubeconfig Secrets.
 RUNTIME = {("cluster.x-k8s.io", "clusters"), ("events.k8s.io", "events"), ("", "secrets")}
+# Leases: leader election and shard Leases, granted by a Role in the manager's own namespace.
+THROUGH_ROLE = {("coordination.k8s.io", "leases")}
 PACKAGES = {
     "core": ["machinepool.controllers", "machinepool.webhooks"],
     "bootstrap": ["machinepool.bootstrap"],
@@ -170,7 +174,7 @@ def resources_named_by(component: str) -> set[tuple[str, str]]:
             for value in vars(module).values():
                 if isinstance(value, Resource):
                     found.add((value.group, value.plural))
-    return found - WORKLOAD_ONLY - LOCAL_ONLY
+    return found - WORKLOAD_ONLY - LOCAL_ONLY - THROUGH_ROLE
 
 
 @pytest.mark.parametrize("component", ALL)

@@ -29,6 +29,8 @@ EXPECTED = {
     # events, logging, workload clusters
     "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
+    # sharding
+    "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of",
 }  # fmt: skip
 
 

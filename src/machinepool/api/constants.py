@@ -37,6 +37,12 @@ POOL_NAME_LABEL: Final = "cluster.x-k8s.io/pool-name"
 """The MachinePool name, or its hash when not a valid label value (pool_name_label_value)."""
 CONTROL_PLANE_LABEL: Final = "cluster.x-k8s.io/control-plane"
 WATCH_FILTER_LABEL: Final = "cluster.x-k8s.io/watch-filter"
+SHARD_LABEL: Final = "machinepool.cluster.x-k8s.io/shard"
+"""Not upstream: the replica of a sharded manager that reconciles the object (--sharding)."""
+SHARD_DRAIN_LABEL: Final = "machinepool.cluster.x-k8s.io/drain"
+"""Not upstream: set by the shard assigner while an object moves away from its shard."""
+SHARD_RING_LABEL: Final = "machinepool.cluster.x-k8s.io/shard-ring"
+"""Not upstream: on a shard Lease, the name of the sharded manager it belongs to."""
 INTERRUPTIBLE_LABEL: Final = "cluster.x-k8s.io/interruptible"
 
 # --- annotations --------------------------------------------------------------------------
@@ -246,9 +252,10 @@ def pool_name_label_value(name: str) -> str:
 def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
     """The labels an object we create takes from the object that made it.
 
-    Today only the watch-filter label: a manager run with ``--watch-filter`` caches only
-    labelled Cluster API objects, so a Machine or infra machine that a labelled pool creates
-    must carry the same label, or the manager that made it could never see it.
+    The watch-filter and shard labels: a manager run with ``--watch-filter`` or
+    ``--sharding`` caches only Cluster API objects so labelled, so a Machine or infra machine
+    that a labelled pool creates must carry the same label, or the manager that made it could
+    never see it.
     """
-    value = (owner_labels or {}).get(WATCH_FILTER_LABEL)
-    return {WATCH_FILTER_LABEL: value} if value else {}
+    labels = owner_labels or {}
+    return {key: labels[key] for key in (WATCH_FILTER_LABEL, SHARD_LABEL) if labels.get(key)}

@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import re
+import socket
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from machinepool import bootstrap, kubelet
-from machinepool.api.constants import CLUSTER_GROUP, WATCH_FILTER_LABEL
+from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
+from machinepool.controllers import sharding
 from machinepool.providers import aws, sim
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
+    CLUSTERS,
+    MACHINE_POOLS,
     CacheScope,
     Client,
     ClusterCache,
+    Handover,
     LeaderElectionConfig,
     Manager,
     Resource,
+    ShardLabels,
     configure_logging,
     get_logger,
 )
@@ -66,6 +75,10 @@ class Options:
     ``watch_filter`` [none]: reconcile (and cache) only Cluster API objects labelled
     ``cluster.x-k8s.io/watch-filter=<value>``; without it, every object, as upstream.
     ``namespaces`` [all]: watch (and need RBAC in) only these namespaces.
+    ``sharding`` [False]: this process is one replica of a sharded manager named ``name``
+    (docs/operator-guide.md): it holds the shard Lease ``<name>-<shard_name>`` and reconciles
+    only objects labelled with its shard; the replica holding the ``<name>`` Lease assigns
+    Clusters to shards. ``shard_name`` [hostname and a random suffix]: this replica's shard.
     """
 
     components: tuple[str, ...] = ("core", "bootstrap", "sim")
@@ -84,6 +97,8 @@ class Options:
     token_ttl_seconds: int = 900
     watch_filter: str | None = None
     namespaces: tuple[str, ...] = ()
+    sharding: bool = False
+    shard_name: str | None = None
     log_format: str = "text"
     log_level: str = "INFO"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -100,12 +115,21 @@ async def _client(options: Options) -> Client:
         return await Client.from_kubeconfig(context=options.context, user_agent=USER_AGENT)
 
 
+def _default_shard_name() -> str:
+    """``<hostname>-<5 hex>``, as a label value: a pod name is unique, a restart is a new shard."""
+    host = re.sub(r"[^a-z0-9-]", "-", socket.gethostname().lower()).strip("-")[:50] or "shard"
+    return f"{host}-{uuid.uuid4().hex[:5]}"
+
+
+SHARD_LABELS = ShardLabels(c.SHARD_LABEL, c.SHARD_DRAIN_LABEL)
+
+
 def _watch_filtered(resource: Resource) -> bool:
     """Kinds of the Cluster API groups (core, bootstrap, infrastructure, control plane) but
     Cluster: a pool's reconcile reads its Cluster as upstream's does, from a cache that the
     watch filter does not narrow, so a user who labels the pool and its templates but not the
     Cluster still gets a working pool (Clusters are few, so caching all of them is cheap)."""
-    in_group = resource.group == CLUSTER_GROUP or resource.group.endswith("." + CLUSTER_GROUP)
+    in_group = resource.group == c.CLUSTER_GROUP or resource.group.endswith("." + c.CLUSTER_GROUP)
     return in_group and resource.kind != "Cluster"
 
 
@@ -115,23 +139,52 @@ def cache_scope(options: Options) -> CacheScope:
     The watch filter narrows only the Cluster API kinds, the objects a user (or the shard
     assigner) labels; Secrets and Nodes are found by name or their own selectors.
     """
-    selector = f"{WATCH_FILTER_LABEL}={options.watch_filter}" if options.watch_filter else None
+    selector = None
+    if options.watch_filter:
+        selector = f"{c.WATCH_FILTER_LABEL}={options.watch_filter}"
+    if options.sharding:
+        selector = f"{c.SHARD_LABEL}={options.shard_name}"
     return CacheScope(options.namespaces, selector, _watch_filtered)
 
 
+def _election(options: Options) -> LeaderElectionConfig | None:
+    """The manager's Lease: the shared one, or in a sharded manager this replica's own."""
+    if options.sharding:
+        assert options.shard_name, "build() names the shard"
+        return LeaderElectionConfig(
+            name=f"{options.name}-{options.shard_name}",
+            namespace=options.leader_election_namespace,
+            identity=options.shard_name,
+            labels={c.SHARD_RING_LABEL: options.name},
+        )
+    if options.leader_elect:
+        return LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
+    return None
+
+
 def _manager(client: Client, options: Options) -> Manager:
-    election = (
-        LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
-        if options.leader_elect
-        else None
-    )
     return Manager(
         client,
         name=options.name,
-        leader_election=election,
+        leader_election=_election(options),
         bind_address=options.metrics_bind_address or None,
         scope=cache_scope(options),
+        handover=Handover(client, SHARD_LABELS) if options.sharding else None,
     )
+
+
+def _add_assigner(mgr: Manager, options: Options) -> None:
+    """The shard assigner, over the Cluster API kinds this process's controllers reconcile."""
+    assert mgr.handover is not None
+    kinds = {CLUSTERS, MACHINE_POOLS, *filter(_watch_filtered, mgr.handover.acknowledging)}
+    ring = sharding.RingConfig(
+        election=LeaderElectionConfig(
+            name=options.name, namespace=options.leader_election_namespace
+        ),
+        shard_selector=f"{c.SHARD_RING_LABEL}={options.name}",
+        resources=tuple(sorted(kinds, key=lambda r: (r.group, r.plural))),
+    )
+    mgr.add_controller(sharding.Assigner(mgr.client, ring, mgr.handover))
 
 
 async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache]:
@@ -141,12 +194,18 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
         raise ValueError(
             f"unknown component(s) {', '.join(unknown)}; choose from {', '.join(COMPONENTS)}"
         )
+    if options.sharding and options.watch_filter:
+        raise ValueError("--sharding and --watch-filter both choose objects by label: pick one")
+    if options.sharding and not options.shard_name:
+        options = dataclasses.replace(options, shard_name=_default_shard_name())
     mgr = _manager(client, options)
     cache = ClusterCache(client)
     opts = {"token_ttl_seconds": options.token_ttl_seconds, **options.extra}
     for name in COMPONENTS:
         if name in options.components:
             await COMPONENTS[name](mgr, cache, **opts)
+    if options.sharding:
+        _add_assigner(mgr, options)
     return mgr, cache
 
 

@@ -105,6 +105,16 @@ def run(
         list[str] | None,
         typer.Option(help="Watch only this namespace; repeat for several (unset: all)."),
     ] = None,
+    sharding: Annotated[
+        bool,
+        typer.Option(
+            help="Be one replica of a sharded manager: Clusters are divided among the live "
+            "replicas of --name automatically."
+        ),
+    ] = False,
+    shard_name: Annotated[
+        str | None, typer.Option(help="This replica's shard (default: hostname + suffix).")
+    ] = None,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
@@ -130,6 +140,8 @@ def run(
             token_ttl_seconds=token_ttl_seconds,
             watch_filter=watch_filter or None,
             namespaces=tuple(namespace or ()),
+            sharding=sharding,
+            shard_name=shard_name or None,
             log_format=log_format,
             log_level=log_level,
         )

@@ -85,6 +85,7 @@ from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.patch import Patcher, merge_patch
 from machinepool.runtime.reader import OwnReader
+from machinepool.runtime.sharding import Handover, HashRing, LiveLeases, ShardLabels, labels_of
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -127,6 +128,8 @@ __all__ = [
     "Forbidden",
     "FuncHandler",
     "Gone",
+    "Handover",
+    "HashRing",
     "IndexFunc",
     "Informer",
     "InformerCache",
@@ -134,6 +137,7 @@ __all__ = [
     "KVLogger",
     "LeaderElectionConfig",
     "LeaderElector",
+    "LiveLeases",
     "Manager",
     "ManagerState",
     "ManagerStateError",
@@ -153,6 +157,7 @@ __all__ = [
     "Result",
     "RuntimeMetrics",
     "ServerError",
+    "ShardLabels",
     "TerminalError",
     "TooManyRequests",
     "Transform",
@@ -164,6 +169,7 @@ __all__ = [
     "field_indexer",
     "get_logger",
     "label_indexer",
+    "labels_of",
     "merge_patch",
     "object_key",
     "owner_indexer",

@@ -31,7 +31,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from machinepool.runtime.client import Obj
 from machinepool.runtime.errors import ApiError, Conflict
@@ -40,6 +40,9 @@ from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.workqueue import QueueShutDown, RateLimiter, WorkQueue
+
+if TYPE_CHECKING:
+    from machinepool.runtime.sharding import Handover
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,9 @@ class Controller:
     ``reconcile`` is an ``async def (key) -> Result | None`` or a ``Reconciler``.
     ``rate_limiter`` defaults to 5 ms-to-1000 s per-key exponential backoff.
     ``metrics`` defaults to a private ``RuntimeMetrics``; the manager passes its own.
+    ``handover``: in a sharded manager, asked before each reconcile of the primary kind (the
+    first informer watched with the default mapper) whether the key was drained away to
+    another shard; if so, it is acknowledged instead of reconciled.
 
     Controllers are normally made by ``Manager.new_controller`` and started and stopped by the
     manager as it gains and loses leadership. ``run`` can also be awaited directly.
@@ -137,6 +143,7 @@ class Controller:
         concurrency: int = 1,
         rate_limiter: RateLimiter[ObjectKey] | None = None,
         metrics: RuntimeMetrics | None = None,
+        handover: Handover | None = None,
         logger: KVLogger | None = None,
     ) -> None:
         if concurrency < 1:
@@ -153,6 +160,8 @@ class Controller:
         )
         self.log = (logger or get_logger(__name__)).bind(controller=name)
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
+        self._primary: Informer | None = None
+        self._handover = handover
         self._running = asyncio.Event()
 
     # -- sources ------------------------------------------------------------------------
@@ -170,6 +179,10 @@ class Controller:
         handler = self.handler(mapper)
         informer.add_handler(handler)
         self._watched.append((informer, handler))
+        if mapper is object_key and self._primary is None:
+            self._primary = informer
+            if self._handover is not None:
+                self._handover.register(informer.resource)
         return handler
 
     def enqueue(self, key: ObjectKey) -> None:
@@ -223,7 +236,7 @@ class Controller:
         active.inc()
         started = time.monotonic()
         try:
-            outcome: Result | BaseException | None = await self._reconcile(key)
+            outcome: Result | BaseException | None = await self._reconcile_unless_handed_over(key)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -232,6 +245,12 @@ class Controller:
             active.dec()
             self.metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
         self._settle(key, outcome, log)
+
+    async def _reconcile_unless_handed_over(self, key: ObjectKey) -> Result | None:
+        handover, primary = self._handover, self._primary
+        if handover is not None and primary is not None and await handover.release(primary, key):
+            return None
+        return await self._reconcile(key)
 
     def _settle(
         self, key: ObjectKey, outcome: Result | BaseException | None, log: KVLogger

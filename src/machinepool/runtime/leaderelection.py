@@ -26,7 +26,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -49,6 +49,8 @@ class LeaderElectionConfig:
     ``renew_deadline`` [10]: how long a leader keeps failing renewals before giving up.
     ``retry_period`` [2]: interval between acquire and renew attempts.
     ``release_on_cancel`` [True]: clear the Lease on graceful shutdown.
+    ``labels`` [none]: labels of a Lease this candidate creates (a sharded manager's shard
+    Leases carry their ring's name, so the assigner can list them).
     """
 
     name: str
@@ -58,6 +60,7 @@ class LeaderElectionConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     release_on_cancel: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
@@ -190,7 +193,7 @@ class LeaderElector:
         body: Obj = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+            "metadata": {"name": cfg.name, "namespace": cfg.namespace, "labels": dict(cfg.labels)},
             "spec": {
                 "holderIdentity": cfg.identity,
                 "leaseDurationSeconds": math.ceil(cfg.lease_duration),

@@ -39,6 +39,7 @@ from machinepool.runtime.informer import (
 from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.sharding import Handover
 from machinepool.runtime.workqueue import RateLimiter
 
 HealthCheck = Callable[[], bool]
@@ -65,7 +66,8 @@ class Manager:
     ``bind_address``: ``"host:port"`` of the probe/metrics server (port 0 picks a free port,
     see ``http_port``); ``None`` runs no server. ``cache_sync_timeout`` [120 s]: how long
     ``start`` waits for the informers' first list before failing. ``scope``: which objects the
-    informer cache holds (namespaces, a label selector; default everything).
+    informer cache holds (namespaces, a label selector; default everything). ``handover``: a
+    sharded manager's, given to every controller it builds (``runtime.sharding``).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Manager:
         cache_sync_timeout: float = 120.0,
         transform: Transform | None = strip_managed_fields,
         scope: CacheScope | None = None,
+        handover: Handover | None = None,
         metrics: RuntimeMetrics | None = None,
         logger: KVLogger | None = None,
     ) -> None:
@@ -86,6 +89,7 @@ class Manager:
         self.metrics = metrics or RuntimeMetrics()
         self.log = (logger or get_logger(__name__)).bind(manager=name)
         self.cache = InformerCache(client, transform=transform, scope=scope, logger=self.log)
+        self.handover = handover
         self._election = leader_election
         self._elector: LeaderElector | None = None
         self._bind_address = bind_address
@@ -119,6 +123,7 @@ class Manager:
             concurrency=concurrency,
             rate_limiter=rate_limiter,
             metrics=self.metrics,
+            handover=self.handover,
             logger=self.log,
         )
         self.add_controller(ctrl)
