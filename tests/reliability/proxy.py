@@ -39,6 +39,7 @@ class Request:
     started: float
     ended: float
     query: str = ""
+    body: bytes = b""
 
     @property
     def is_write(self) -> bool:
@@ -114,6 +115,7 @@ class AuditProxy:
         self._streams.add(task)
         started, incarnation = time.monotonic(), self.incarnation
         status = 0
+        body = b""
         try:
             body = await request.read()
             headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -149,6 +151,7 @@ class AuditProxy:
                         started,
                         time.monotonic(),
                         request.query_string,
+                        body if request.method in WRITE_VERBS else b"",
                     )
                 )
 

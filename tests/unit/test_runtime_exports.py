@@ -30,7 +30,8 @@ EXPECTED = {
     "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
     # sharding
-    "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of",
+    "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of", "DRAIN_REQUESTED",
+    "DRAIN_ACKNOWLEDGED",
 }  # fmt: skip
 
 

@@ -85,7 +85,15 @@ from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.patch import Patcher, merge_patch
 from machinepool.runtime.reader import OwnReader
-from machinepool.runtime.sharding import Handover, HashRing, LiveLeases, ShardLabels, labels_of
+from machinepool.runtime.sharding import (
+    DRAIN_ACKNOWLEDGED,
+    DRAIN_REQUESTED,
+    Handover,
+    HashRing,
+    LiveLeases,
+    ShardLabels,
+    labels_of,
+)
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -98,6 +106,8 @@ __all__ = [
     "CONFIGMAPS",
     "CORE_EVENTS",
     "CRDS",
+    "DRAIN_ACKNOWLEDGED",
+    "DRAIN_REQUESTED",
     "EVENTS",
     "KUBEADM_CONFIGS",
     "LEASES",

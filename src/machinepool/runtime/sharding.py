@@ -10,11 +10,12 @@ hand-over that the old shard acknowledges):
   which of them are alive, judged on this process's clock as ``LeaderElector`` judges);
 - a key maps to a replica by ``HashRing``: adding or removing one of N members moves about
   1/N of the keys;
-- to move an object away from a live replica, the assigner labels it with the drain label;
-  the old replica's controller sees that label on its next turn for the key, removes both
-  labels instead of reconciling (``Handover.release``), and only then may the assigner give
-  the object to its new shard. The acknowledgement runs in the controller's worker, so it is
-  ordered after any reconcile of the same key that was already under way.
+- to move objects away from a live replica, the assigner labels them with the drain label
+  (``requested``); the old replica's controller sees that label on its next turn for a key
+  and, instead of reconciling, acknowledges (``Handover.release``: the label becomes
+  ``acknowledged``); only when all are acknowledged may the assigner give them to their new
+  shard. The acknowledgement runs in the controller's worker, so it is ordered after any
+  reconcile of the same key that was already under way.
 
 This module knows no Cluster API kinds: which objects belong together is the assigner's
 business (``machinepool.controllers.sharding``).
@@ -61,6 +62,12 @@ class HashRing:
         return self._owners[i]
 
 
+DRAIN_REQUESTED = "requested"
+"""The drain label's value set by the assigner: stop reconciling this object."""
+DRAIN_ACKNOWLEDGED = "acknowledged"
+"""The drain label's value set by the old shard: it no longer reconciles this object."""
+
+
 @dataclass(frozen=True)
 class ShardLabels:
     """The label keys of a ring: ``shard`` (value: the shard's name) and ``drain``."""
@@ -91,14 +98,22 @@ class Handover:
         self.acknowledging.add(resource)
 
     async def release(self, informer: Informer, key: ObjectKey) -> bool:
-        """If the object is being drained, give it up (drop both labels) and say so."""
+        """Whether the object is being drained away; if so, acknowledge it (once).
+
+        The acknowledgement only changes the drain label (``DRAIN_REQUESTED`` becomes
+        ``DRAIN_ACKNOWLEDGED``): the object stays in this shard's cache, so reconciles of its
+        neighbours that are not drained yet still find it, and nothing of it is reconciled
+        here any more. The assigner moves the shard label once every object is acknowledged.
+        """
         obj = informer.get_key(key)
-        if obj is None or self.labels.drain not in labels_of(obj):
+        drain = labels_of(obj).get(self.labels.drain) if obj is not None else None
+        if drain is None:
             return False
-        patch = {"metadata": {"labels": {self.labels.shard: None, self.labels.drain: None}}}
-        with contextlib.suppress(NotFound):  # gone already: nothing left to hand over
-            await self.client.patch(informer.resource, key.name, patch, key.namespace or None)
-        self.log.info("handed over", kind=informer.resource.kind, key=str(key))
+        if drain != DRAIN_ACKNOWLEDGED:
+            patch = {"metadata": {"labels": {self.labels.drain: DRAIN_ACKNOWLEDGED}}}
+            with contextlib.suppress(NotFound):  # gone already: nothing left to hand over
+                await self.client.patch(informer.resource, key.name, patch, key.namespace or None)
+            self.log.info("handed over", kind=informer.resource.kind, key=str(key))
         return True
 
 

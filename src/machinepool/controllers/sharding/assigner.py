@@ -4,10 +4,11 @@ A reconcile gathers the Cluster's objects from unfiltered informers of its own, 
 Cluster's shard on the ring of live shard Leases, and then either
 
 - drains: some object of a kind that a controller acknowledges still sits on another *live*
-  shard, so those objects get the drain label and the reconcile waits for the old shard to
-  drop them (their label change is an event that brings the Cluster back here); or
-- assigns: nothing is held elsewhere any more (acknowledged, or the old shard's Lease
-  expired), so every object gets the new shard's label, and the drain label goes.
+  shard unacknowledged, so those objects get the drain label and the reconcile waits for the
+  old shard to acknowledge (a label change, an event that brings the Cluster back here); or
+- assigns: nothing is held elsewhere any more (all acknowledged, or the old shard's Lease
+  expired), so the objects get the new shard's label and lose the drain label: first
+  everything but the MachinePools, then, on the next pass, the MachinePools.
 
 So the new shard starts on a Cluster only after the old one stopped on every object of it:
 a Cluster is never reconciled by two replicas at once. Objects a shard creates (Machines,
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from machinepool.api import constants as c
 from machinepool.runtime import (
     CLUSTERS,
+    DRAIN_ACKNOWLEDGED,
+    DRAIN_REQUESTED,
     LEASES,
     MACHINE_POOLS,
     Client,
@@ -200,11 +203,12 @@ class Assigner(Controller):
             if res in self.handover.acknowledging
             and labels_of(obj).get(labels.shard) not in (None, "", shard)
             and labels_of(obj).get(labels.shard) in self._live
+            and labels_of(obj).get(labels.drain) != DRAIN_ACKNOWLEDGED
         ]
         if held:
+            requested = {labels.drain: DRAIN_REQUESTED}
             await self._label(
-                ((r, o) for r, o in held if labels.drain not in labels_of(o)),
-                {labels.drain: "true"},
+                ((r, o) for r, o in held if labels.drain not in labels_of(o)), requested
             )
             return None
         moved = [
@@ -212,13 +216,17 @@ class Assigner(Controller):
             for res, obj in members
             if labels_of(obj).get(labels.shard) != shard or labels.drain in labels_of(obj)
         ]
-        await self._label(moved, {labels.shard: shard, labels.drain: None})
+        # Everything a MachinePool reads first, the MachinePools last (on a later pass, woken
+        # by these label events): the new shard never meets a pool whose infra pool or
+        # bootstrap config it cannot see yet.
+        first = [(r, o) for r, o in moved if r != MACHINE_POOLS]
+        await self._label(first or moved, {labels.shard: shard, labels.drain: None})
         return None
 
     async def _label(
-        self, objects: Iterable[tuple[Resource, Obj]], labels: dict[str, str | None]
+        self, objects: Iterable[tuple[Resource, Obj]], labels: Mapping[str, str | None]
     ) -> None:
-        patch = {"metadata": {"labels": labels}}
+        patch = {"metadata": {"labels": dict(labels)}}
         for res, obj in objects:
             meta = obj["metadata"]
             with contextlib.suppress(NotFound):
