@@ -1,7 +1,7 @@
 """The ``machinepool`` command line.
 
-Local environment: ``up``, ``down``, ``status``, ``demo``; the controller process: ``run``;
-pools on any cluster: ``get pools``, ``describe pool``, ``scale``, ``rollout status``,
+Local environment: ``up``, ``down``, ``status``, ``wipe``, ``demo``; the controller process:
+``run``; pools on any cluster: ``get pools``, ``describe pool``, ``scale``, ``rollout status``,
 ``timeline``. Failures print one line and exit non-zero; no tracebacks for expected errors.
 """
 
@@ -19,7 +19,14 @@ from machinepool.cli import local, pools
 from machinepool.cli.kube import CliError, Target, resolve_kubeconfig
 from machinepool.controlplane import BinariesNotFound, ProcessFailed
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+HELP = """Cluster API's MachinePool system.
+
+Local environment: up, down, status, wipe, demo. The controller process: run. Pools on any
+cluster: get pools, describe pool, scale, rollout status, timeline.
+"""
+"""What --help shows: plain text (docstrings here are for readers of the code)."""
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
 get_app = typer.Typer(no_args_is_help=True, help="List objects.")
 describe_app = typer.Typer(no_args_is_help=True, help="Show one object in depth.")
 rollout_app = typer.Typer(no_args_is_help=True, help="Follow rollouts.")
@@ -167,9 +174,17 @@ def up(home: HomeOpt = None) -> None:
 
 @app.command()
 def down(home: HomeOpt = None) -> None:
-    """Stop everything ``up`` started."""
+    """Stop everything 'up' started (its data stays for the next 'up'; see 'wipe')."""
     home = home or local.default_home()
     console.print("stopped" if local.down(home) else "nothing was running")
+
+
+@app.command()
+def wipe(home: HomeOpt = None) -> None:
+    """Delete the local environment's data (clusters, certificates, logs) for a clean start."""
+    home = home or local.default_home()
+    removed = _guard(lambda: local.wipe(home))
+    console.print(f"removed {len(removed)} item(s) from {home}" if removed else "nothing to wipe")
 
 
 @app.command()

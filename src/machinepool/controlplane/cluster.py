@@ -27,7 +27,14 @@ import yaml
 
 from machinepool.controlplane import pki
 from machinepool.controlplane.binaries import find_binaries
-from machinepool.controlplane.process import Process, ProcessFailed, free_port, wait_until
+from machinepool.controlplane.process import (
+    Process,
+    ProcessFailed,
+    free_port,
+    port_open,
+    stop_all,
+    wait_until,
+)
 
 _START_TIMEOUT = 90.0
 _PORT_ATTEMPTS = 5
@@ -112,6 +119,20 @@ class _Pki:
         return self._ssl
 
 
+def remembered_port(path: Path) -> int:
+    """The port a kept work directory's server had last time, if nothing listens there now.
+
+    A restarted cluster keeps its addresses: instances booted with the workload apiserver's
+    endpoint in their bootstrap data must find it again after ``machinepool down`` and ``up``.
+    0 (a new free port) when there is none, or the port is taken.
+    """
+    try:
+        port = int(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+    return 0 if port_open(port) else port
+
+
 class _ApiServerCluster:
     """A kube-apiserver plus controller-manager over a shared etcd: the part both kinds share."""
 
@@ -133,7 +154,8 @@ class _ApiServerCluster:
         self._controllers = controllers
         self._extra_args = extra_args
         self.pki = _Pki(workdir / "pki", name)
-        self.port = 0
+        self._port_file = workdir / "port"
+        self.port = remembered_port(self._port_file)
         self.apiserver: Process | None = None
         self.kcm: Process | None = None
 
@@ -220,6 +242,7 @@ class _ApiServerCluster:
                     continue
                 raise
             self.apiserver = proc
+            self._port_file.write_text(str(self.port))
             self.kubeconfig.write_text(self.kubeconfig_yaml())
             self.kubeconfig.chmod(0o600)
             return
@@ -280,7 +303,7 @@ class ControlPlane:
         self._binaries = binaries
         self._fsync = fsync
         self.etcd: Process | None = None
-        self.etcd_port = 0
+        self.etcd_port = remembered_port(self.dir / "etcd-port")
         self._management: _ApiServerCluster | None = None
         self.workloads: dict[str, WorkloadCluster] = {}
 
@@ -307,13 +330,14 @@ class ControlPlane:
             raise
 
     def stop(self) -> None:
-        """Stop every process; the work directory is removed if this object created it."""
-        for workload in self.workloads.values():
-            workload.stop()
-        self.workloads.clear()
+        """Stop every process (the apiservers and controller-managers together, then etcd);
+        the work directory is removed if this object created it."""
+        clusters: list[_ApiServerCluster] = [*self.workloads.values()]
         if self._management is not None:
-            self._management.stop()
-            self._management = None
+            clusters.append(self._management)
+        stop_all(p for cluster in clusters for p in cluster.processes())
+        self.workloads.clear()
+        self._management = None
         if self.etcd is not None:
             self.etcd.stop()
             self.etcd = None
@@ -374,6 +398,7 @@ class ControlPlane:
                     continue
                 raise
             self.etcd = proc
+            (self.dir / "etcd-port").write_text(str(self.etcd_port))
             return
 
     def restart_etcd(self) -> None:

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -24,8 +24,15 @@ class ProcessFailed(RuntimeError):
 
 
 def _die_with_parent() -> None:
+    """In the child before exec: die with the parent, and take no blocked signals along.
+
+    A parent that blocks SIGTERM to wait for it synchronously (the ``machinepool up``
+    supervisor does) would otherwise hand that mask on, and a Python child would never see
+    the SIGTERM meant to stop it gracefully: it would sit out the stop timeout until SIGKILL.
+    """
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 def free_port() -> int:
@@ -89,15 +96,15 @@ class Process:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds; always reaps the child."""
+        stop_all([self], timeout)
+
+    def _terminate(self) -> subprocess.Popen[bytes] | None:
+        """Send SIGTERM and forget the child; the caller reaps what is returned."""
         popen, self._popen = self._popen, None
         if popen is None or popen.poll() is not None:
-            return
+            return None
         popen.send_signal(signal.SIGTERM)
-        try:
-            popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait()
+        return popen
 
     def kill(self) -> None:
         """SIGKILL at once, as a crash would."""
@@ -105,6 +112,20 @@ class Process:
         if popen is not None and popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(popen.pid, signal.SIGKILL)
+            popen.wait()
+
+
+def stop_all(processes: Iterable[Process], timeout: float = 15.0) -> None:
+    """Stop several processes at once: SIGTERM to every one first, then reap each, with
+    SIGKILL for any still running ``timeout`` seconds after the signal. Stopping N processes
+    so costs the slowest one's shutdown, not the sum of all of them."""
+    popens = [popen for proc in processes if (popen := proc._terminate()) is not None]
+    deadline = time.monotonic() + timeout
+    for popen in popens:
+        try:
+            popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            popen.kill()
             popen.wait()
 
 
