@@ -61,12 +61,16 @@ def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
     return (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else "?"
 
 
+def git_revision() -> str:
+    """``git <short sha>`` of the checkout being measured (``git ?`` outside git)."""
+    return f"git {_run(['git', 'rev-parse', '--short', 'HEAD'], REPO)}"
+
+
 def machine_info() -> list[tuple[str, str]]:
     meminfo = Path("/proc/meminfo").read_text()
     mem_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))  # type: ignore[union-attr]
     cpuinfo = Path("/proc/cpuinfo").read_text()
     model = re.search(r"model name\s*:\s*(.+)", cpuinfo)
-    commit = _run(["git", "rev-parse", "--short", "HEAD"], REPO)
     return [
         ("nproc", str(os.cpu_count())),
         ("memory", f"{mem_kb / 1024 / 1024:.1f} GiB"),
@@ -76,7 +80,7 @@ def machine_info() -> list[tuple[str, str]]:
         ("go", _run(["go", "env", "GOVERSION"])),
         ("kube-apiserver / etcd", f"{KUBERNETES_VERSION} (hack/controlplane)"),
         ("upstream Cluster API", f"{upstream_version()} (core manager, {UPSTREAM_DIR.name}/)"),
-        ("machinepool", f"git {commit}"),
+        ("machinepool", git_revision()),
     ]
 
 

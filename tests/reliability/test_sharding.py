@@ -32,13 +32,15 @@ from tests.reliability.harness import (
 )
 from tests.reliability.proxy import AuditProxy, Request
 
-from machinepool.api.constants import POOL_NAME_LABEL, SHARD_DRAIN_LABEL, SHARD_LABEL
+from machinepool.api.constants import POOL_NAME_LABEL, shard_drain_label, shard_label
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.runtime import CLUSTERS, LEASES, Client, NotFound
 
 LEASE_NAMESPACE = "kube-system"
+RING = "shard-ring"
+SHARD, DRAIN = shard_label(RING), shard_drain_label(RING)
 LEASE_DURATION = 15.0
 KINDS = ("machinepools", "kubeadmconfigs", "simmachinepools", "machines", "simmachines")
 OBJECT = re.compile(r"/namespaces/([^/]+)/(" + "|".join(KINDS) + r")/([^/]+)")
@@ -61,7 +63,7 @@ def _label_only(req: Request) -> bool:
         isinstance(labels, dict)
         and set(body) == {"metadata"}
         and set(body["metadata"]) == {"labels"}
-        and set(labels) <= {SHARD_LABEL, SHARD_DRAIN_LABEL}
+        and all(k.startswith(("shard.machinepool.", "drain.machinepool.")) for k in labels)
     )
 
 
@@ -93,7 +95,7 @@ async def _shards(client: Client, namespace: str) -> dict[str, str]:
     """Cluster name -> the shard its Cluster object is labelled with."""
     listed = await client.list(CLUSTERS, namespace)
     return {
-        c["metadata"]["name"]: (c["metadata"].get("labels") or {}).get(SHARD_LABEL, "")
+        c["metadata"]["name"]: (c["metadata"].get("labels") or {}).get(SHARD, "")
         for c in listed.items
     }
 
@@ -117,10 +119,7 @@ async def _settled(
                     for obj in (await client.list(res, namespace)).items:
                         labels = obj["metadata"].get("labels") or {}
                         cluster = _cluster_of(obj)
-                        if (
-                            labels.get(SHARD_LABEL) != shards.get(cluster)
-                            or SHARD_DRAIN_LABEL in labels
-                        ):
+                        if labels.get(SHARD) != shards.get(cluster) or DRAIN in labels:
                             ok = False
             if ok:
                 return shards
@@ -185,7 +184,7 @@ async def _running(client: Client, namespace: str, pools: list[str], replicas: i
 async def test_replicas_share_clusters_fail_over_and_rebalance(
     env: Env, control_plane: ControlPlane, workload: WorkloadCluster, tmp_path: Path, scale: int
 ) -> None:
-    ns, ring = env.namespace, f"shard-{env.namespace}"
+    ns, ring = env.namespace, RING
     count = 30 * scale
     clusters = [f"c{i:02d}" for i in range(count)]
     pools = [f"pool-{i:02d}" for i in range(count)]

@@ -37,10 +37,12 @@ POOL_NAME_LABEL: Final = "cluster.x-k8s.io/pool-name"
 """The MachinePool name, or its hash when not a valid label value (pool_name_label_value)."""
 CONTROL_PLANE_LABEL: Final = "cluster.x-k8s.io/control-plane"
 WATCH_FILTER_LABEL: Final = "cluster.x-k8s.io/watch-filter"
-SHARD_LABEL: Final = "machinepool.cluster.x-k8s.io/shard"
-"""Not upstream: the replica of a sharded manager that reconciles the object (--sharding)."""
-SHARD_DRAIN_LABEL: Final = "machinepool.cluster.x-k8s.io/drain"
-"""Not upstream: set by the shard assigner while an object moves away from its shard."""
+SHARD_LABEL_PREFIX: Final = "shard.machinepool.cluster.x-k8s.io"
+"""Not upstream: ``<prefix>/<ring>`` names the replica of the sharded manager ``<ring>`` (its
+``--name``) that reconciles the object. One key per ring, so the core's and a provider's
+separately sharded Deployments each label the kinds they reconcile without clashing."""
+SHARD_DRAIN_LABEL_PREFIX: Final = "drain.machinepool.cluster.x-k8s.io"
+"""Not upstream: ``<prefix>/<ring>``, set while an object moves away from its shard."""
 SHARD_RING_LABEL: Final = "machinepool.cluster.x-k8s.io/shard-ring"
 """Not upstream: on a shard Lease, the name of the sharded manager it belongs to."""
 INTERRUPTIBLE_LABEL: Final = "cluster.x-k8s.io/interruptible"
@@ -249,6 +251,16 @@ def pool_name_label_value(name: str) -> str:
     return "hash_" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode() + "_z"
 
 
+def shard_label(ring: str) -> str:
+    """The shard label of the sharded manager ``ring``."""
+    return f"{SHARD_LABEL_PREFIX}/{ring}"
+
+
+def shard_drain_label(ring: str) -> str:
+    """The drain label of the sharded manager ``ring``."""
+    return f"{SHARD_DRAIN_LABEL_PREFIX}/{ring}"
+
+
 def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
     """The labels an object we create takes from the object that made it.
 
@@ -258,4 +270,8 @@ def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
     never see it.
     """
     labels = owner_labels or {}
-    return {key: labels[key] for key in (WATCH_FILTER_LABEL, SHARD_LABEL) if labels.get(key)}
+    return {
+        key: value
+        for key, value in labels.items()
+        if value and (key == WATCH_FILTER_LABEL or key.startswith(SHARD_LABEL_PREFIX + "/"))
+    }

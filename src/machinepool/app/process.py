@@ -23,7 +23,9 @@ from machinepool.providers import aws, sim
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
     CLUSTERS,
+    KUBEADM_CONFIGS,
     MACHINE_POOLS,
+    MACHINES,
     CacheScope,
     Client,
     ClusterCache,
@@ -121,7 +123,21 @@ def _default_shard_name() -> str:
     return f"{host}-{uuid.uuid4().hex[:5]}"
 
 
-SHARD_LABELS = ShardLabels(c.SHARD_LABEL, c.SHARD_DRAIN_LABEL)
+SHARDED_KINDS: dict[str, tuple[Resource, ...]] = {
+    "core": (MACHINE_POOLS, MACHINES),
+    "bootstrap": (KUBEADM_CONFIGS,),
+    "sim": (sim.SIM_MACHINE_POOLS, sim.SIM_MACHINES),
+    "aws": (aws.AWSMACHINEPOOLS, aws.AWSMACHINES),
+    "kubelet": (),
+}
+"""Component -> the kinds its controllers reconcile: what a sharded manager running it caches
+by shard (and its assigner labels). Other Cluster API kinds it reads (a MachinePool's bootstrap
+config, say, for a core-only Deployment) stay in an unfiltered cache: another ring labels
+them, or nobody does."""
+
+
+def _sharded_kinds(options: Options) -> frozenset[Resource]:
+    return frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
 
 
 def _watch_filtered(resource: Resource) -> bool:
@@ -136,15 +152,15 @@ def _watch_filtered(resource: Resource) -> bool:
 def cache_scope(options: Options) -> CacheScope:
     """What the management cluster's informers hold under ``--namespace``/``--watch-filter``.
 
-    The watch filter narrows only the Cluster API kinds, the objects a user (or the shard
-    assigner) labels; Secrets and Nodes are found by name or their own selectors.
+    The watch filter narrows only the Cluster API kinds, the objects a user labels; sharding
+    only the kinds this process reconciles, which its ring's assigner labels. Secrets and
+    Nodes are found by name or their own selectors.
     """
-    selector = None
-    if options.watch_filter:
-        selector = f"{c.WATCH_FILTER_LABEL}={options.watch_filter}"
     if options.sharding:
-        selector = f"{c.SHARD_LABEL}={options.shard_name}"
-    return CacheScope(options.namespaces, selector, _watch_filtered)
+        shard = f"{c.shard_label(options.name)}={options.shard_name}"
+        return CacheScope(options.namespaces, shard, _sharded_kinds(options).__contains__)
+    watch = f"{c.WATCH_FILTER_LABEL}={options.watch_filter}" if options.watch_filter else None
+    return CacheScope(options.namespaces, watch, _watch_filtered)
 
 
 def _election(options: Options) -> LeaderElectionConfig | None:
@@ -162,6 +178,10 @@ def _election(options: Options) -> LeaderElectionConfig | None:
     return None
 
 
+def _shard_labels(options: Options) -> ShardLabels:
+    return ShardLabels(c.shard_label(options.name), c.shard_drain_label(options.name))
+
+
 def _manager(client: Client, options: Options) -> Manager:
     return Manager(
         client,
@@ -169,20 +189,22 @@ def _manager(client: Client, options: Options) -> Manager:
         leader_election=_election(options),
         bind_address=options.metrics_bind_address or None,
         scope=cache_scope(options),
-        handover=Handover(client, SHARD_LABELS) if options.sharding else None,
+        handover=Handover(client, _shard_labels(options)) if options.sharding else None,
     )
 
 
 def _add_assigner(mgr: Manager, options: Options) -> None:
-    """The shard assigner, over the Cluster API kinds this process's controllers reconcile."""
+    """The shard assigner: it labels the Clusters and the kinds this process reconciles, and
+    also reads MachinePools, through which a config or infra pool finds its Cluster."""
     assert mgr.handover is not None
-    kinds = {CLUSTERS, MACHINE_POOLS, *filter(_watch_filtered, mgr.handover.acknowledging)}
+    labelled = {CLUSTERS, *_sharded_kinds(options)}
     ring = sharding.RingConfig(
         election=LeaderElectionConfig(
             name=options.name, namespace=options.leader_election_namespace
         ),
         shard_selector=f"{c.SHARD_RING_LABEL}={options.name}",
-        resources=tuple(sorted(kinds, key=lambda r: (r.group, r.plural))),
+        resources=tuple(sorted(labelled | {MACHINE_POOLS}, key=lambda r: (r.group, r.plural))),
+        labelled=frozenset(labelled),
     )
     mgr.add_controller(sharding.Assigner(mgr.client, ring, mgr.handover))
 

@@ -60,11 +60,13 @@ log = get_logger(__name__)
 @dataclass(frozen=True)
 class RingConfig:
     """One sharded manager's ring: ``election`` is the ring leader's Lease (the assigner's),
-    ``shard_selector`` lists the shard Leases, ``resources`` are the kinds to label."""
+    ``shard_selector`` lists the shard Leases, ``resources`` are the kinds the assigner reads
+    (Clusters and MachinePools among them), ``labelled`` those of them it labels."""
 
     election: LeaderElectionConfig
     shard_selector: str
     resources: tuple[Resource, ...]
+    labelled: frozenset[Resource]
 
 
 def _cluster_index(obj: Obj) -> list[str]:
@@ -195,7 +197,11 @@ class Assigner(Controller):
             return Result(requeue_after=self.ring.election.retry_period)
         shard = HashRing(self._live).owner(str(key))
         assert shard is not None
-        members = [(CLUSTERS, cluster), *self._objects_of(key)]
+        members = [
+            (res, obj)
+            for res, obj in [(CLUSTERS, cluster), *self._objects_of(key)]
+            if res in self.ring.labelled
+        ]
         labels = self.handover.labels
         held = [
             (res, obj)

@@ -1,0 +1,223 @@
+"""Sharding benchmark: one workload reconciled by 1, 2 and 3 replicas of a sharded core.
+
+    python bench/bench_sharding.py [--clusters C] [--pools N] [--replicas R] [--shards 1,2,3]
+
+For each shard count, a fresh local control plane gets C Clusters (all pointing at one
+workload apiserver) and N MachinePools x R replicas spread round-robin over them; the core
+runs as that many ``machinepool run --components core --sharding`` replicas of one ring, and
+bootstrap, Sim provider and node simulator run in one shared, unsharded process (as in
+bench_machinepool.py). Measured from the first create until every pool is Running with R
+Ready Nodes: wall time, and per core replica its CPU seconds, peak RSS, MachinePool
+reconciles and the number of Clusters it was given. Each replica is one Python process,
+which uses at most one core, so on a machine with more cores than replicas the work per
+replica, not the wall time of this 2-core machine, says how far sharding scales.
+
+Results: stdout and the ``sharding`` section of bench/RESULTS.md (with command and git
+revision). Figures to compare, never assertions; not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpbench import procs, report, scenario
+from mpbench.env import NAMESPACE, BenchEnv
+from mpbench.procs import MACHINEPOOL_CONTROLLER, Controller
+
+from machinepool.api.constants import shard_label
+from machinepool.controlplane.register import register_workload_cluster
+from machinepool.runtime import CLUSTERS, MACHINE_POOLS, Client
+
+CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
+RING = "machinepool-core"
+SHARD_LABEL = shard_label(RING)
+
+
+@dataclass
+class Run:
+    shards: int
+    seconds: float | None
+    converged: int
+    cpu: list[float]
+    peak_rss_mib: list[float]
+    reconciles: list[float]
+    clusters: list[int]
+
+
+def cluster_name(i: int) -> str:
+    return f"bench-{i:03d}"
+
+
+async def _create_pools(client: Client, pools: int, clusters: int, replicas: int) -> None:
+    async def create(i: int) -> None:
+        name, cluster = scenario.pool_name(i), cluster_name(i % clusters)
+        for res, obj in scenario.pool_objects(name, replicas, scenario.FROM_VERSION):
+            if obj["kind"] == "MachinePool":
+                obj["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = cluster
+                obj["spec"]["clusterName"] = cluster
+                obj["spec"]["template"]["spec"]["clusterName"] = cluster
+            await client.create(res, obj, NAMESPACE)
+
+    await scenario.bounded(create(i) for i in range(pools))
+
+
+async def _placed(client: Client, shards: int, timeout: float) -> None:
+    """Until the assigner has put Clusters on every shard (all replicas hold their Lease)."""
+    names = {f"s{i}" for i in range(shards)}
+    async with asyncio.timeout(timeout):
+        while True:
+            listed = await client.list(CLUSTERS, NAMESPACE)
+            labels = {(c["metadata"].get("labels") or {}).get(SHARD_LABEL) for c in listed.items}
+            if names <= labels and None not in labels:
+                return
+            await asyncio.sleep(0.5)
+
+
+async def _converge(
+    client: Client, pools: int, replicas: int, timeout: float
+) -> tuple[float | None, int]:
+    started = time.monotonic()
+    done = 0
+    while time.monotonic() - started < timeout:
+        listed = await client.list(MACHINE_POOLS, NAMESPACE)
+        done = sum(scenario.pool_running(p, replicas) for p in listed.items)
+        if done == pools:
+            return time.monotonic() - started, done
+        await asyncio.sleep(1.0)
+    return None, done
+
+
+async def run_one(shards: int, args: argparse.Namespace) -> Run:
+    with tempfile.TemporaryDirectory(prefix="bench-sharding-") as tmp:
+        workdir = Path(tmp)
+        env = BenchEnv(workdir, audit=False)
+        env.start()
+        cores: list[Controller] = []
+        infra: Controller | None = None
+        try:
+            client = await env.client(DRIVER_USER)
+            async with client:
+                await env.install(client, "ours")
+                assert env.workload is not None
+                for i in range(args.clusters):
+                    await register_workload_cluster(
+                        client, cluster_name(i), NAMESPACE, env.workload
+                    )
+                infra = procs.infra(
+                    env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
+                )
+                kubeconfig = env.kubeconfig_for(CORE_USER)
+                for i in range(shards):
+                    extra = (f"--name={RING}", "--sharding", f"--shard-name=s{i}")
+                    cores.append(
+                        procs._ours(
+                            f"core-{i}",
+                            "core",
+                            kubeconfig,
+                            workdir,
+                            CORE_USER,
+                            app=True,
+                            extra=extra,
+                        )
+                    )
+                for proc in [infra, *cores]:
+                    proc.wait_ready()
+                await _placed(client, shards, args.timeout)
+                before = [c.sample().cpu_seconds for c in cores]
+                started = time.monotonic()
+                await _create_pools(client, args.pools, args.clusters, args.replicas)
+                seconds, converged = await _converge(
+                    client, args.pools, args.replicas, args.timeout - (time.monotonic() - started)
+                )
+                if seconds is not None:
+                    seconds += 0.0
+                samples = [c.sample() for c in cores]
+                listed = await client.list(CLUSTERS, NAMESPACE)
+                given = [
+                    sum(
+                        (c["metadata"].get("labels") or {}).get(SHARD_LABEL) == f"s{i}"
+                        for c in listed.items
+                    )
+                    for i in range(shards)
+                ]
+                return Run(
+                    shards=shards,
+                    seconds=seconds,
+                    converged=converged,
+                    cpu=[s.cpu_seconds - b for s, b in zip(samples, before, strict=True)],
+                    peak_rss_mib=[s.peak_rss_bytes / 2**20 for s in samples],
+                    reconciles=[c.reconciles().get(MACHINEPOOL_CONTROLLER, 0.0) for c in cores],
+                    clusters=given,
+                )
+        finally:
+            for proc in [*cores, *([infra] if infra else [])]:
+                proc.stop()
+            env.stop()
+
+
+def _row(run: Run, pools: int) -> str:
+    def each(values: list[float], fmt: str) -> str:
+        return " / ".join(format(v, fmt) for v in values)
+
+    wall = (
+        f"{run.seconds:.1f}"
+        if run.seconds is not None
+        else f"not converged ({run.converged}/{pools})"
+    )
+    return (
+        f"| {run.shards} | {wall} | {each(run.cpu, '.1f')} | {sum(run.cpu):.1f} | "
+        f"{each(run.reconciles, '.0f')} | {each(run.peak_rss_mib, '.0f')} | "
+        f"{' / '.join(str(c) for c in run.clusters)} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--pools", type=int, default=1000)
+    parser.add_argument("--replicas", type=int, default=10)
+    parser.add_argument("--shards", default="1,2,3", help="comma-separated replica counts")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--heartbeat-seconds", type=float, default=40.0)
+    args = parser.parse_args()
+    runs = []
+    for shards in (int(s) for s in args.shards.split(",")):
+        run = asyncio.run(run_one(shards, args))
+        print(_row(run, args.pools), flush=True)
+        runs.append(run)
+    command = "python bench/" + Path(sys.argv[0]).name + " " + shlex.join(sys.argv[1:])
+    size = f"{args.pools} pools x {args.replicas} over {args.clusters} Clusters"
+    header = (
+        "| core replicas | seconds to all Running | CPU s per replica | CPU s total "
+        "| MachinePool reconciles per replica | peak RSS MiB per replica "
+        "| Clusters per replica |"
+    )
+    body = f"""## Sharding: {size}, 1..N core replicas
+
+The core as N replicas of one sharded ring (`--sharding`); bootstrap, Sim provider and node
+simulator shared and unsharded. Per replica, separated by " / ": CPU seconds from the first
+create to convergence, MachinePool reconciles, peak RSS, Clusters assigned.
+
+{header}
+|---|---|---|---|---|---|---|
+{chr(10).join(_row(r, args.pools) for r in runs)}
+
+Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most: on this
+2-core machine, shared with the apiservers and the infra process, wall time cannot drop in
+proportion; the per-replica CPU and reconciles show each replica doing about 1/N of the
+work, which on a machine with a core per replica is what lets N replicas go about N times as
+far before one of them saturates.
+"""
+    print(body)
+    report.update_results("sharding", body, [command])
+
+
+if __name__ == "__main__":
+    main()
