@@ -36,7 +36,7 @@ from machinepool.api.constants import POOL_NAME_LABEL, shard_drain_label, shard_
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
-from machinepool.runtime import CLUSTERS, LEASES, Client, NotFound
+from machinepool.runtime import CLUSTERS, LEASES, Client, HashRing, NotFound
 
 LEASE_NAMESPACE = "kube-system"
 RING = "shard-ring"
@@ -258,7 +258,11 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
         shifted = [c for c in clusters if rebalanced[c] != after_kill[c]]
         assert shifted, "the new replica got no Cluster"
         assert all(rebalanced[c] == "r4" for c in shifted)
-        assert len(shifted) <= count / 3 * 1.6, f"{len(shifted)} of {count} moved"
+        # Exactly what consistent hashing moves: the Clusters whose owner on the ring changed
+        # (about 1/N of them; the unit tests measure that over thousands of keys).
+        before, after = HashRing(live), HashRing(live | {"r4"})
+        expected = [c for c in clusters if before.owner(f"{ns}/{c}") != after.owner(f"{ns}/{c}")]
+        assert shifted == expected
         shifted_pools = [f"pool-{c[1:]}" for c in shifted]
         for pool in shifted_pools:
             await env.client.set_scale(MACHINE_POOLS, pool, ns, 3)

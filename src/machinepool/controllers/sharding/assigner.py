@@ -106,6 +106,7 @@ class Assigner(Controller):
         self._informers: dict[Resource, Informer] = {}
         self._leases: LiveLeases | None = None
         self._live: frozenset[str] = frozenset()
+        self._ring = HashRing(())
 
     # -- running --------------------------------------------------------------------------
 
@@ -140,7 +141,7 @@ class Assigner(Controller):
         self._leases = LiveLeases(leases)
         await self._cache.start()
         await self._cache.wait_synced()
-        self._live = self._leases.live()
+        self._set_live(self._leases.live())
 
     async def _watch_members(self) -> None:
         """Re-place every Cluster when the set of live shards changes; forget dead Leases."""
@@ -150,7 +151,7 @@ class Assigner(Controller):
             live = self._leases.live()
             if live != self._live:
                 log.info("shards changed", live=",".join(sorted(live)))
-                self._live = live
+                self._set_live(live)
                 for cluster in self._informers[CLUSTERS].list():
                     self.enqueue(ObjectKey.of(cluster))
             stale = self._leases.expired(STALE_LEASE_FACTOR * self.ring.election.lease_duration)
@@ -158,6 +159,9 @@ class Assigner(Controller):
                 with contextlib.suppress(NotFound):
                     await self.client.delete(LEASES, key.name, key.namespace)
             await asyncio.sleep(period)
+
+    def _set_live(self, live: frozenset[str]) -> None:
+        self._live, self._ring = live, HashRing(live)
 
     # -- mapping --------------------------------------------------------------------------
 
@@ -195,7 +199,7 @@ class Assigner(Controller):
             return None
         if not self._live:
             return Result(requeue_after=self.ring.election.retry_period)
-        shard = HashRing(self._live).owner(str(key))
+        shard = self._ring.owner(str(key))
         assert shard is not None
         members = [
             (res, obj)
