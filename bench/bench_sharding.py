@@ -210,10 +210,13 @@ create to convergence, MachinePool reconciles, peak RSS, Clusters assigned.
 {chr(10).join(_row(r, args.pools) for r in runs)}
 
 Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most: on this
-2-core machine, shared with the apiservers and the infra process, wall time cannot drop in
-proportion; the per-replica CPU and reconciles show each replica doing about 1/N of the
-work, which on a machine with a core per replica is what lets N replicas go about N times as
-far before one of them saturates.
+2-core machine, shared with the apiservers and the infra process, wall time cannot drop with
+more replicas; per-replica CPU is the figure that says how far N replicas would go on a
+machine with a core each (the busiest replica bounds it). Caveat: every Cluster here points at
+the one workload apiserver, so each Cluster a replica connects to caches all the Nodes and
+hears every Node event; a replica's RSS falls with the Clusters it holds more steeply than it
+would with one workload cluster per Cluster, and its MachinePool reconciles include quick
+passes over pools it does not hold (a Node event mapped through the unfiltered infra pools).
 """
     print(body)
     report.update_results("sharding", body, [command])
