@@ -125,11 +125,18 @@ def machine_to_pool(pools: Informer) -> Mapper:
 
 
 def _referrers(pools: Informer, obj: Obj) -> list[ObjectKey]:
-    """The controlling MachinePool of ``obj`` and every MachinePool that references it."""
+    """The controlling MachinePool of ``obj`` and every MachinePool that references it.
+
+    Only pools in this manager's cache count: under a watch filter or a shard ring, configs
+    and infra pools may be read unfiltered, and an owner this manager does not hold would
+    otherwise cost a reconcile that finds nothing.
+    """
     keys: list[ObjectKey] = []
     owner = controller_owner(obj)
     if owner is not None and owner.get("kind") == "MachinePool":
-        keys.append(ObjectKey(_ns(obj), str(owner.get("name"))))
+        key = ObjectKey(_ns(obj), str(owner.get("name")))
+        if pools.get_key(key) is not None:
+            keys.append(key)
     key = ref_key(
         _ns(obj),
         group_of(str(obj.get("apiVersion", ""))),
