@@ -134,9 +134,9 @@ def _referrers(pools: Informer, obj: Obj) -> list[ObjectKey]:
     keys: list[ObjectKey] = []
     owner = controller_owner(obj)
     if owner is not None and owner.get("kind") == "MachinePool":
-        key = ObjectKey(_ns(obj), str(owner.get("name")))
-        if pools.get_key(key) is not None:
-            keys.append(key)
+        owner_key = ObjectKey(_ns(obj), str(owner.get("name")))
+        if pools.get_key(owner_key) is not None:
+            keys.append(owner_key)
     key = ref_key(
         _ns(obj),
         group_of(str(obj.get("apiVersion", ""))),
