@@ -215,8 +215,9 @@ more replicas; per-replica CPU is the figure that says how far N replicas would 
 machine with a core each (the busiest replica bounds it). Caveat: every Cluster here points at
 the one workload apiserver, so each Cluster a replica connects to caches all the Nodes and
 hears every Node event; a replica's RSS falls with the Clusters it holds more steeply than it
-would with one workload cluster per Cluster, and its MachinePool reconciles include quick
-passes over pools it does not hold (a Node event mapped through the unfiltered infra pools).
+would with one workload cluster per Cluster. A Node event wakes only pools the replica holds;
+the replicas' reconciles add up to more than one replica's, as a single busy queue folds more
+events into each reconcile.
 """
     print(body)
     report.update_results("sharding", body, [command])
