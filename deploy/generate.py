@@ -67,7 +67,8 @@ class Component:
     provider: str
     """clusterctl provider label (``cluster.x-k8s.io/provider`` on its objects)."""
     kustomization: Path
-    crd_dir: Path
+    crd_dir: Path | None
+    """Where its CRD copies are generated; None for a component that installs no CRD."""
     release_file: str
     owns_crd: Callable[[str], bool]
     """Given a CRD file name (``<group>_<plural>.yaml``): does this component install it?"""
@@ -105,6 +106,15 @@ COMPONENTS: tuple[Component, ...] = (
         CONFIG / "aws" / "crds",
         "infrastructure-components-aws.yaml",
         lambda f: f.startswith("infrastructure.cluster.x-k8s.io_aws"),
+    ),
+    # Our MachinePool core beside upstream's core provider: no CRDs (upstream owns them).
+    Component(
+        "beside-upstream",
+        "addon-machinepool",
+        CONFIG / "beside-upstream",
+        None,
+        "addon-components.yaml",
+        lambda f: False,
     ),
 )
 
@@ -145,8 +155,12 @@ def crd_files() -> dict[Path, str]:
                 f"CRD {source.name} belongs to {len(owners)} components; "
                 "make exactly one Component.owns_crd in deploy/generate.py accept it"
             )
-        out[owners[0].crd_dir / source.name] = source.read_text()
+        crd_dir = owners[0].crd_dir
+        assert crd_dir is not None, f"{owners[0].name} installs CRDs but has no crd_dir"
+        out[crd_dir / source.name] = source.read_text()
     for comp in COMPONENTS:
+        if comp.crd_dir is None:
+            continue
         names = sorted(p.name for p in out if p.parent == comp.crd_dir)
         body = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -250,7 +264,7 @@ def stale_files(kubectl: str | None = None) -> list[Path]:
     stale = [p for p, text in crd_files().items() if not p.exists() or p.read_text() != text]
     for comp in COMPONENTS:
         expected = {p.name for p in crd_files() if p.parent == comp.crd_dir}
-        if comp.crd_dir.is_dir():
+        if comp.crd_dir is not None and comp.crd_dir.is_dir():
             stale += [p for p in comp.crd_dir.iterdir() if p.name not in expected]
     if stale:
         return sorted(stale)
@@ -269,7 +283,7 @@ def generate(kubectl: str | None = None) -> list[Path]:
     """Rewrite every generated file (CRD copies first, then the renders that include them)."""
     crds = crd_files()
     for comp in COMPONENTS:
-        if comp.crd_dir.is_dir():
+        if comp.crd_dir is not None and comp.crd_dir.is_dir():
             for stray in comp.crd_dir.iterdir():
                 if stray not in crds:
                     stray.unlink()
@@ -407,10 +421,12 @@ def self_signed_overlay(directory: Path) -> Path:
         }
     )
     base = os.path.relpath(CONFIG / "core" / "base", directory.resolve())
+    # The CRDs and their conversion webhook, as the standalone core (config/core) adds them.
+    patches.insert(0, {"patch": (CONFIG / "core" / "base" / "crd-conversion.yaml").read_text()})
     body = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [base],
+        "resources": [base, f"{base}/crds"],
         "secretGenerator": [
             {
                 "name": WEBHOOK_SECRET,
@@ -445,9 +461,11 @@ def clusterctl_repository(directory: Path) -> Path:
     lines = ["providers:"]
     for comp in COMPONENTS:
         kind = comp.provider.split("-", 1)[0]
-        kind_name = {"cluster": "CoreProvider", "bootstrap": "BootstrapProvider"}.get(
-            kind, "InfrastructureProvider"
-        )
+        kind_name = {
+            "cluster": "CoreProvider",
+            "bootstrap": "BootstrapProvider",
+            "addon": "AddonProvider",
+        }.get(kind, "InfrastructureProvider")
         name = comp.provider.split("-", 1)[1] if kind != "cluster" else "cluster-api"
         folder = directory / comp.provider / tag
         folder.mkdir(parents=True, exist_ok=True)

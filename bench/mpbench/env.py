@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import yaml
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane, WorkloadCluster, pki
+from machinepool.controlplane import ControlPlane, WorkloadCluster, pki, upstream
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import CRDS, NAMESPACES, Client
 from mpbench.stats import AUDIT_POLICY, AuditLog
@@ -30,36 +29,6 @@ NAMESPACE = "bench"
 CLUSTER = "bench"
 CORE_GROUP = "cluster.x-k8s.io"
 DRIVER_AGENT = "machinepool-bench"
-UPSTREAM_DIR = Path(__file__).resolve().parent.parent / "upstream"
-
-
-def upstream_module_dir() -> Path:
-    """Where the Go module cache holds the sigs.k8s.io/cluster-api version bench/upstream pins."""
-    out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api"],
-        cwd=UPSTREAM_DIR,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip())
-
-
-def upstream_version() -> str:
-    for line in (UPSTREAM_DIR / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if parts[:1] == ["sigs.k8s.io/cluster-api"] and len(parts) > 1:
-            return parts[1]
-    raise RuntimeError("bench/upstream/go.mod does not require sigs.k8s.io/cluster-api")
-
-
-def upstream_crds() -> list[dict[str, Any]]:
-    """Upstream's core CRDs (config/crd/bases of its core provider), from the module cache."""
-    bases = upstream_module_dir() / "core" / "config" / "crd" / "bases"
-    crds = []
-    for path in sorted(bases.glob("*.yaml")):
-        crds += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-    return crds
 
 
 def crds_for(core: str) -> list[dict[str, Any]]:
@@ -67,7 +36,7 @@ def crds_for(core: str) -> list[dict[str, Any]]:
     ours = crd_manifests()
     if core == "ours":
         return ours
-    return upstream_crds() + [crd for crd in ours if crd["spec"]["group"] != CORE_GROUP]
+    return upstream.crds() + [crd for crd in ours if crd["spec"]["group"] != CORE_GROUP]
 
 
 class BenchEnv:

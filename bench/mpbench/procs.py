@@ -4,7 +4,7 @@ Three kinds of process, each a child that dies with the benchmark (``Process`` f
 machinepool.controlplane sets PR_SET_PDEATHSIG), logging into the run's work directory:
 
 - ``ours_core``: ``python -m machinepool run --components core`` (MachinePool + Machine);
-- ``upstream_core``: upstream Cluster API's core manager built by bench/upstream/build.sh,
+- ``upstream_core``: upstream Cluster API's core manager (``machinepool.controlplane.upstream``),
   with the MachinePool feature gate on, insecure (HTTP) diagnostics for /metrics, and its
   webhook server serving a self-signed certificate (no webhook configuration points at it, as
   none points at ours: both cores see the same objects, written fully specified);
@@ -26,11 +26,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from machinepool.controlplane import pki
+from machinepool.controlplane import upstream
 from machinepool.controlplane.process import Process, ProcessFailed, free_port
 from mpbench.stats import ProcSample, prom_by_label, read_proc
 
-BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "upstream" / "build.sh"
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 MACHINEPOOL_CONTROLLER = "machinepool"
 """The MachinePool controller's name (the ``controller`` metric label), ours and upstream's."""
@@ -185,47 +184,27 @@ def infra(
     )
 
 
-def _build(target: str) -> Path:
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), target], check=False, capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"bench/upstream/build.sh {target} failed:\n{out.stderr.strip()}")
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def build_upstream() -> Path:
     """Path of upstream's core manager binary, built first if the cache lacks it."""
-    return _build("manager")
+    return upstream.build("manager")
 
 
 def controlplane_binaries() -> Path:
     """Folder of control-plane binaries whose kube-apiserver reports its real version (upstream's
     manager refuses an unversioned one); both runs use it so they differ only in the core."""
-    return _build("controlplane")
+    return upstream.build("controlplane")
 
 
 def upstream_core(binary: Path, kubeconfig: Path, workdir: Path, user: str) -> Controller:
-    certs = workdir / "upstream-webhook-certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    ca = pki.new_ca("bench-webhook-ca")
-    serving = pki.issue(
-        ca, "localhost", dns_names=("localhost",), ip_addresses=("127.0.0.1",), server=True
+    diagnostics, health = free_port(), free_port()
+    argv = upstream.manager_argv(
+        binary,
+        kubeconfig,
+        machine_pool=True,
+        health_port=health,
+        diagnostics_port=diagnostics,
+        webhook=upstream.UpstreamWebhook.create(workdir),
     )
-    serving.write(certs, "tls")
-    diagnostics, health, webhook = free_port(), free_port(), free_port()
-    argv = [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--feature-gates=MachinePool=true",
-        f"--diagnostics-address=127.0.0.1:{diagnostics}",
-        "--insecure-diagnostics",
-        f"--health-addr=127.0.0.1:{health}",
-        f"--webhook-port={webhook}",
-        f"--webhook-cert-dir={certs}",
-        "--v=0",
-    ]
     proc = Process("upstream-core", argv, workdir)
     proc.start()
     return Controller(

@@ -16,8 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from machinepool.controlplane import KUBERNETES_VERSION
-from mpbench.env import UPSTREAM_DIR, upstream_version
+from machinepool.controlplane import KUBERNETES_VERSION, upstream
 
 RESULTS = Path(__file__).resolve().parent.parent / "RESULTS.md"
 REPO = RESULTS.parent.parent
@@ -79,7 +78,10 @@ def machine_info() -> list[tuple[str, str]]:
         ("python", sys.version.split()[0]),
         ("go", _run(["go", "env", "GOVERSION"])),
         ("kube-apiserver / etcd", f"{KUBERNETES_VERSION} (hack/controlplane)"),
-        ("upstream Cluster API", f"{upstream_version()} (core manager, {UPSTREAM_DIR.name}/)"),
+        (
+            "upstream Cluster API",
+            f"{upstream.version()} (core manager, bench/upstream/)",
+        ),
         ("machinepool", git_revision()),
     ]
 

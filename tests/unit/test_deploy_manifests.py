@@ -86,6 +86,9 @@ def manager_cluster_rules(component: str) -> set[tuple[str, str, str]]:
 
 
 ALL = ["core", "bootstrap", "sim", "aws"]
+MANAGERS = [*ALL, "beside-upstream"]
+"""Every component that runs a manager Deployment (beside-upstream: the core, run beside
+upstream Cluster API's core provider)."""
 
 
 # -- RBAC --------------------------------------------------------------------------------------
@@ -147,6 +150,9 @@ LOCAL_ONLY = {
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
 }
+# Named only by the take-over of upstream's MachinePool webhooks (--beside-upstream), which the
+# beside-upstream overlay grants (test_beside_upstream_rbac_covers_the_take_over).
+BESIDE_ONLY = {("", "configmaps")}
 # Always used through the runtime: leader election (Role), events, kubeconfig Secrets.
 RUNTIME = {("cluster.x-k8s.io", "clusters"), ("events.k8s.io", "events"), ("", "secrets")}
 # Leases: leader election and shard Leases, granted by a Role in the manager's own namespace.
@@ -174,7 +180,7 @@ def resources_named_by(component: str) -> set[tuple[str, str]]:
             for value in vars(module).values():
                 if isinstance(value, Resource):
                     found.add((value.group, value.plural))
-    return found - WORKLOAD_ONLY - LOCAL_ONLY - THROUGH_ROLE
+    return found - WORKLOAD_ONLY - LOCAL_ONLY - THROUGH_ROLE - BESIDE_ONLY
 
 
 @pytest.mark.parametrize("component", ALL)
@@ -206,7 +212,7 @@ def _run_flags() -> set[str]:
     return {opt for p in run.params for opt in (*p.opts, *p.secondary_opts)}
 
 
-@pytest.mark.parametrize("component", ALL)
+@pytest.mark.parametrize("component", MANAGERS)
 def test_deployment_runs_the_manager_safely(component: str) -> None:
     deployment = one(objects(component), "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -227,7 +233,7 @@ def test_deployment_runs_the_manager_safely(component: str) -> None:
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
-@pytest.mark.parametrize("component", ALL)
+@pytest.mark.parametrize("component", MANAGERS)
 def test_metrics_service_selects_the_manager(component: str) -> None:
     objs = objects(component)
     deployment = one(objs, "Deployment")
@@ -238,7 +244,7 @@ def test_metrics_service_selects_the_manager(component: str) -> None:
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
 
 
-@pytest.mark.parametrize("component", ALL)
+@pytest.mark.parametrize("component", MANAGERS)
 def test_deployment_flags_are_flags_of_machinepool_run(component: str) -> None:
     known = _run_flags()
     container = one(objects(component), "Deployment")["spec"]["template"]["spec"]["containers"][0]
@@ -246,7 +252,7 @@ def test_deployment_flags_are_flags_of_machinepool_run(component: str) -> None:
     assert not unknown, f"`machinepool run` has no flags {unknown}"
 
 
-@pytest.mark.parametrize("component", ALL)
+@pytest.mark.parametrize("component", MANAGERS)
 def test_components_run_only_known_components(component: str) -> None:
     from machinepool.app.process import COMPONENTS as RUNNABLE
 
@@ -255,7 +261,7 @@ def test_components_run_only_known_components(component: str) -> None:
     assert set(arg.split("=", 1)[1].split(",")) <= set(RUNNABLE)
 
 
-@pytest.mark.parametrize("component", ALL)
+@pytest.mark.parametrize("component", MANAGERS)
 def test_every_object_carries_the_provider_label(component: str) -> None:
     provider = COMPONENTS[component].provider
     for obj in objects(component):
@@ -394,3 +400,55 @@ def test_template_becomes_valid_objects(flavor: str) -> None:
     assert refs["infrastructureRef"]["name"] == docs[2]["metadata"]["name"]
     assert refs["bootstrap"]["configRef"]["name"] == docs[1]["metadata"]["name"]
     assert all(d["metadata"]["namespace"] == "default" for d in docs)
+
+
+# -- beside upstream Cluster API ------------------------------------------------------------
+
+
+def test_beside_upstream_installs_nothing_upstream_owns() -> None:
+    objs = objects("beside-upstream")
+    assert not of_kind(objs, "CustomResourceDefinition"), "upstream's core owns the CRDs there"
+    names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert not [n for n in names if n[1].startswith("capi-")], names
+    assert ("Namespace", "machinepool-system") in names
+
+
+def test_beside_upstream_runs_only_our_core_beside_upstream() -> None:
+    container = one(objects("beside-upstream"), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--beside-upstream" in container["args"]
+    assert "--components=core" in container["args"]
+
+
+def test_beside_upstream_injects_our_ca_into_our_webhooks_only() -> None:
+    objs = objects("beside-upstream")
+    for kind, name in gen.WEBHOOK_CONFIGURATIONS:
+        annotations = one(objs, kind, name)["metadata"]["annotations"]
+        assert annotations == {
+            "cert-manager.io/inject-ca-from": "machinepool-system/machinepool-serving-cert"
+        }
+    certificate = one(objs, "Certificate")
+    assert certificate["metadata"]["name"] == "machinepool-serving-cert"
+
+
+def test_beside_upstream_rbac_covers_the_take_over() -> None:
+    """What ``machinepool.webhooks.beside`` names is granted: the webhook configurations and
+    the MachinePool CRD cluster-wide (the CRD by name only), the record in our namespace."""
+    from machinepool.webhooks import beside
+
+    objs = objects("beside-upstream")
+    # Each ClusterRole here is bound, directly or through the aggregated manager role.
+    granted = {t for role in of_kind(objs, "ClusterRole") for t in rules(role)}
+    named = {(v.group, v.plural) for v in vars(beside).values() if isinstance(v, Resource)} - {
+        ("", "configmaps")
+    }
+    assert named <= {(g, r) for g, r, _ in granted}, named - {(g, r) for g, r, _ in granted}
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        assert {("admissionregistration.k8s.io", kind, v) for v in ("list", "update")} <= granted
+    role = one(objs, "ClusterRole", "machinepool-beside-upstream-role")
+    (crd_rule,) = [r for r in role["rules"] if r["apiGroups"] == ["apiextensions.k8s.io"]]
+    assert crd_rule["resourceNames"] == ["machinepools.cluster.x-k8s.io"]
+    record_role = one(objs, "Role", "machinepool-beside-upstream-record-role")
+    assert record_role["metadata"]["namespace"] == "machinepool-system"
+    assert ("", "configmaps", "create") in set(rules(record_role))

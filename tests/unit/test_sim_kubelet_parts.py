@@ -109,5 +109,14 @@ def test_node_registers_provider_id_taint_and_version() -> None:
     assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-a"
     status = node_status(r, True, r.boot_at)["status"]
     assert status["nodeInfo"]["kubeletVersion"] == "v1.34.0"
-    assert status["conditions"][0]["status"] == "True"
-    assert node_status(r, False, r.boot_at)["status"]["conditions"][0]["status"] == "False"
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    # A kubelet reports the pressure conditions beside Ready; upstream's Machine NodeHealthy
+    # is Unknown without them.
+    assert conditions == {
+        "Ready": "True",
+        "MemoryPressure": "False",
+        "DiskPressure": "False",
+        "PIDPressure": "False",
+    }
+    unready = node_status(r, False, r.boot_at)["status"]["conditions"]
+    assert {c["type"]: c["status"] for c in unready}["Ready"] == "False"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import re
 import socket
 import uuid
@@ -37,16 +38,19 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
-from machinepool.webhooks import WebhookServer, register, register_validation, serve
+from machinepool.webhooks import WebhookServer, beside, register, register_validation, serve
 
 Setup = Callable[..., Awaitable[None]]
 
 USER_AGENT = "machinepool-controller"
 
 
-async def _setup_core(mgr: Manager, cache: ClusterCache, **opts: Any) -> None:
+async def _setup_core(
+    mgr: Manager, cache: ClusterCache, *, beside_upstream: bool = False, **opts: Any
+) -> None:
     await machinepool_controller.setup(mgr, cache, **opts)
-    await machine_controller.setup(mgr, cache, **opts)
+    if not beside_upstream:  # upstream's Machine controller owns every Machine then
+        await machine_controller.setup(mgr, cache, **opts)
 
 
 COMPONENTS: dict[str, Setup] = {
@@ -81,6 +85,11 @@ class Options:
     (docs/operator-guide.md): it holds the shard Lease ``<name>-<shard_name>`` and reconciles
     only objects labelled with its shard; the replica holding the ``<name>`` Lease assigns
     Clusters to shards. ``shard_name`` [hostname and a random suffix]: this replica's shard.
+    ``beside_upstream`` [False]: share the management cluster with upstream Cluster API's core
+    manager (docs/operator-guide.md "Beside upstream Cluster API"): at start, take MachinePool
+    admission and conversion over from upstream (``webhooks.beside``; refused while upstream's
+    MachinePool gate is on), and run only the MachinePool controller, leaving every Machine,
+    pool Machines included, to upstream's Machine controller.
     """
 
     components: tuple[str, ...] = ("core", "bootstrap", "sim")
@@ -101,6 +110,7 @@ class Options:
     namespaces: tuple[str, ...] = ()
     sharding: bool = False
     shard_name: str | None = None
+    beside_upstream: bool = False
     log_format: str = "text"
     log_level: str = "INFO"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -222,7 +232,11 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
         options = dataclasses.replace(options, shard_name=_default_shard_name())
     mgr = _manager(client, options)
     cache = ClusterCache(client)
-    opts = {"token_ttl_seconds": options.token_ttl_seconds, **options.extra}
+    opts = {
+        "token_ttl_seconds": options.token_ttl_seconds,
+        "beside_upstream": options.beside_upstream,
+        **options.extra,
+    }
     for name in COMPONENTS:
         if name in options.components:
             await COMPONENTS[name](mgr, cache, **opts)
@@ -234,6 +248,10 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
 async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
     """Serve (and for local runs, register) the admission and conversion webhooks."""
     if options.webhook_port is None:
+        if options.beside_upstream:
+            raise ValueError(
+                "--beside-upstream needs --webhook-port: we serve MachinePool admission"
+            )
         return None
     gates = FeatureGates.parse(options.feature_gates)
     aws = "aws" in options.components
@@ -246,24 +264,56 @@ async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
         key_file=options.webhook_key_file,
         extra_routes=[(aws_webhook.VALIDATE_PATH, aws_webhook.handle)] if aws else [],
     )
-    if options.register_webhooks:
+    if options.register_webhooks and not options.beside_upstream:  # beside: _take_over does
         await register(client, server.url, server.ca_bundle)
-        if aws:
-            await register_validation(
-                client,
-                name="validation.awsmachinepool.infrastructure.cluster.x-k8s.io",
-                url=server.url + aws_webhook.VALIDATE_PATH,
-                ca_bundle_pem=server.ca_bundle,
-                api_group="infrastructure.cluster.x-k8s.io",
-                resource="awsmachinepools",
-            )
+    if options.register_webhooks and aws:
+        await register_validation(
+            client,
+            name="validation.awsmachinepool.infrastructure.cluster.x-k8s.io",
+            url=server.url + aws_webhook.VALIDATE_PATH,
+            ca_bundle_pem=server.ca_bundle,
+            api_group="infrastructure.cluster.x-k8s.io",
+            resource="awsmachinepools",
+        )
     return server
+
+
+async def _take_over(client: Client, options: Options, server: WebhookServer) -> None:
+    """MachinePool admission and conversion moved from upstream's core to ``server``: local
+    runs register it by URL; in a cluster our webhook configurations come with the manifests
+    and the CRD points at our Service, its CA injected by cert-manager."""
+    namespace = options.leader_election_namespace
+    if options.register_webhooks:
+        url, ca = server.url, server.ca_bundle
+        await beside.take_over(
+            client,
+            namespace,
+            register=lambda: register(client, url, ca, conversion=False),
+            conversion=beside.local_conversion(url, ca),
+            annotation=None,
+        )
+        return
+    pod_namespace = os.environ.get("POD_NAMESPACE", namespace)
+
+    async def registered_by_manifests() -> None:
+        return None
+
+    await beside.take_over(
+        client,
+        namespace,
+        register=registered_by_manifests,
+        conversion=beside.service_conversion(pod_namespace),
+        annotation=f"{pod_namespace}/{beside.SERVING_CERT}",
+    )
 
 
 async def run_manager(options: Options, client: Client) -> None:
     """Run the components of ``options`` until SIGTERM (or cancellation)."""
     server = await _webhooks(client, options)
     mgr, cache = await build(client, options)
+    if server is not None and options.beside_upstream:
+        # Once leading, and serving our webhooks (a probe of upstream's gate goes through them).
+        mgr.before_leading(lambda: _take_over(client, options, server))
     try:
         await mgr.run()
     finally:
@@ -283,5 +333,10 @@ def run(options: Options) -> None:
     configure_logging(
         getattr(logging, options.log_level.upper(), logging.INFO), fmt=options.log_format
     )
-    get_logger(__name__).info("starting", components=",".join(options.components))
-    asyncio.run(_main(options))
+    log = get_logger(__name__)
+    log.info("starting", components=",".join(options.components))
+    try:
+        asyncio.run(_main(options))
+    except beside.UpstreamStillReconciles as err:
+        log.error("cannot run beside upstream Cluster API", reason=str(err))
+        raise SystemExit(2) from None

@@ -22,7 +22,8 @@ from machinepool.controlplane import BinariesNotFound, ProcessFailed
 HELP = """Cluster API's MachinePool system.
 
 Local environment: up, down, status, wipe, demo. The controller process: run. Pools on any
-cluster: get pools, describe pool, scale, rollout status, timeline.
+cluster: get pools, describe pool, scale, rollout status, timeline. Beside upstream Cluster
+API: upstream hand-back.
 """
 """What --help shows: plain text (docstrings here are for readers of the code)."""
 
@@ -30,9 +31,11 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
 get_app = typer.Typer(no_args_is_help=True, help="List objects.")
 describe_app = typer.Typer(no_args_is_help=True, help="Show one object in depth.")
 rollout_app = typer.Typer(no_args_is_help=True, help="Follow rollouts.")
+upstream_app = typer.Typer(no_args_is_help=True, help="Share a cluster with upstream Cluster API.")
 app.add_typer(get_app, name="get")
 app.add_typer(describe_app, name="describe")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(upstream_app, name="upstream")
 
 # Wide enough for the pool table when output is not a terminal (CI logs, pipes).
 console = Console(width=None if Console().is_terminal else 160)
@@ -122,6 +125,14 @@ def run(
     shard_name: Annotated[
         str | None, typer.Option(help="This replica's shard (default: hostname + suffix).")
     ] = None,
+    beside_upstream: Annotated[
+        bool,
+        typer.Option(
+            help="Share the management cluster with upstream Cluster API's core manager "
+            "(its MachinePool feature gate off): take MachinePool webhooks over, leave "
+            "Machines to upstream."
+        ),
+    ] = False,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
@@ -149,6 +160,7 @@ def run(
             namespaces=tuple(namespace or ()),
             sharding=sharding,
             shard_name=shard_name or None,
+            beside_upstream=beside_upstream,
             log_format=log_format,
             log_level=log_level,
         )
@@ -303,6 +315,40 @@ def timeline(
         raise typer.Exit(2)
     points = _run(write_timeline(_target(kubeconfig, context, namespace), name, output))
     console.print(f"wrote {output} ({points} samples)")
+
+
+# -- beside upstream Cluster API -----------------------------------------------------------
+
+
+async def _hand_back(target: Target) -> str:
+    from machinepool.cli.kube import connect
+    from machinepool.webhooks import beside
+
+    async with connect(target) as client:
+        record = await beside.hand_back(client, target.namespace)
+    if record is None:
+        return f"nothing to hand back: no record {beside.RECORD_NAME} in {target.namespace}"
+    entries = sum(len(e) for configs in record.entries.values() for e in configs.values())
+    return (
+        f"handed back {entries} MachinePool webhook(s) and the CRD's conversion to upstream; "
+        "now stop our core, then turn upstream's MachinePool feature gate on"
+    )
+
+
+@upstream_app.command("hand-back")
+def hand_back(
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "--namespace", "-n", help="Where our core keeps its record (its Lease namespace)."
+        ),
+    ] = "machinepool-system",
+) -> None:
+    """Give MachinePool admission and conversion back to upstream Cluster API, exactly as they
+    were before our core took them over (run before uninstalling ours, or to go back)."""
+    console.print(_run(_hand_back(_target(kubeconfig, context, namespace))))
 
 
 def main() -> None:

@@ -48,6 +48,15 @@ def node_object(
     }
 
 
+_PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory"),
+    ("DiskPressure", "KubeletHasNoDiskPressure"),
+    ("PIDPressure", "KubeletHasSufficientPID"),
+)
+"""What a kubelet reports beside Ready (all False while healthy); upstream's Machine
+NodeHealthy condition, and so its MachinePool readyReplicas, is Unknown without them."""
+
+
 def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "") -> Obj:
     """Node status with a Ready condition (heartbeat ``now``) and the kubelet version."""
     stamp = format_time(now)
@@ -59,9 +68,20 @@ def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "")
         "lastHeartbeatTime": stamp,
         "lastTransitionTime": stamp,
     }
+    pressure = [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": kind_reason,
+            "message": "",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        for kind, kind_reason in _PRESSURE_CONDITIONS
+    ]
     return {
         "status": {
-            "conditions": [condition],
+            "conditions": [*pressure, condition],
             "capacity": dict(_CAPACITY),
             "allocatable": dict(_CAPACITY),
             "addresses": [{"type": "Hostname", "address": record.id}],

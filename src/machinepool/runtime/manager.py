@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import enum
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -104,6 +104,9 @@ class Manager:
         self._remove_hook: Callable[[], None] | None = None
         self._healthz: dict[str, HealthCheck] = {}
         self._readyz: dict[str, HealthCheck] = {"informers": lambda: self.cache.has_synced}
+        self._before_leading: list[Callable[[], Awaitable[None]]] = []
+        self._gate_task: asyncio.Task[None] | None = None
+        self._fatal: Exception | None = None
         self.state = ManagerState.NEW
 
     # -- building -----------------------------------------------------------------------
@@ -144,6 +147,16 @@ class Manager:
         recorder = EventRecorder(self.client, component, logger=self.log)
         self._recorders.append(recorder)
         return recorder
+
+    def before_leading(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook`` each time this manager gains the Lease, before any controller runs.
+
+        For a step that must hold before reconciling and that only the leader may take (the
+        take-over of upstream's MachinePool webhooks, ``--beside-upstream``): the process is
+        serving probes and webhooks by then. An exception stops the manager, and ``run``
+        raises it.
+        """
+        self._before_leading.append(hook)
 
     def add_healthz_check(self, name: str, check: HealthCheck) -> None:
         self._healthz[name] = check
@@ -223,6 +236,8 @@ class Manager:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
             await self.stop()
+        if self._fatal is not None:
+            raise self._fatal
 
     def request_stop(self) -> None:
         """Ask ``run`` to shut down gracefully (what SIGTERM does)."""
@@ -234,10 +249,11 @@ class Manager:
             return
         self._transition((ManagerState.RUNNING,), ManagerState.STOPPING, "stop")
         self.log.info("manager stopping")
-        if self._lead_task is not None:
-            self._lead_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lead_task
+        for task in (self._lead_task, self._gate_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._stop_controllers()
         for recorder in self._recorders:
             await recorder.close()
@@ -270,14 +286,31 @@ class Manager:
         """Start every controller on gaining the Lease; cancel them all at once on losing it."""
         if self._election is not None:
             self.metrics.leader.labels(self._election.name).set(1 if leading else 0)
-        if leading:
-            self._leading.set()
-            for ctrl in self._controllers:
-                self._start_controller(ctrl)
+        if leading and self._before_leading:
+            self._gate_task = asyncio.create_task(self._pass_gate(), name=f"{self.name}-gate")
+        elif leading:
+            self._start_leading()
         else:
+            if self._gate_task is not None:
+                self._gate_task.cancel()
             self._leading.clear()
             for task in self._controller_tasks.values():
                 task.cancel()
+
+    async def _pass_gate(self) -> None:
+        try:
+            for hook in self._before_leading:
+                await hook()
+        except Exception as err:  # the hook's error ends the process, raised by run()
+            self._fatal = err
+            self.request_stop()
+            return
+        self._start_leading()
+
+    def _start_leading(self) -> None:
+        self._leading.set()
+        for ctrl in self._controllers:
+            self._start_controller(ctrl)
 
     def _start_controller(self, ctrl: Controller) -> None:
         task = self._controller_tasks.get(ctrl.name)
