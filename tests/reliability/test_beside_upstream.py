@@ -25,8 +25,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 from tests.reliability.harness import (
     CLUSTER,
     MACHINE_POOLS,
@@ -36,6 +38,7 @@ from tests.reliability.harness import (
     roll,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support import eventually
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
@@ -254,6 +257,12 @@ async def _upstream_state(client: Client) -> Obj:
     return state
 
 
+async def _taken_over(client: Client) -> Obj | None:
+    """Upstream's state once our core (leading) took MachinePool admission over, else None."""
+    state = await _upstream_state(client)
+    return None if _machinepool_entries(state) else state
+
+
 def _machinepool_entries(state: Obj) -> list[str]:
     return [
         hook["name"]
@@ -420,7 +429,7 @@ async def test_pools_move_from_upstream_to_us_and_back_without_churn(shared: Bes
             await shared.upstream(machine_pool=False)
             core = await shared.our_core()
             await core.wait_ready()
-            taken = await _upstream_state(client)
+            taken = await eventually(lambda: _taken_over(client), within=180)
             assert not _machinepool_entries(taken), "upstream's MachinePool entries moved out"
             assert (
                 taken["conversion"]["webhook"]["clientConfig"]["url"]
@@ -524,6 +533,19 @@ async def _machine_deployment(client: Client, namespace: str) -> None:
     await client.create(MACHINE_DEPLOYMENTS, deployment, namespace)
 
 
+async def _reconcilers(proc: ControllerProcess) -> set[str]:
+    """The controllers a process runs, from its reconcile counters (set at zero on start)."""
+    url = f"http://127.0.0.1:{proc.port}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        text = await resp.text()
+    return {
+        sample.labels["controller"]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "controller_runtime_reconcile_total"
+    }
+
+
 def _pool_machines(world: World, pool: str) -> list[Obj]:
     return [
         m
@@ -582,6 +604,8 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     core = await shared.our_core()
     for proc in (providers, kubelet, core):
         await proc.wait_ready()
+    await eventually(lambda: _taken_over(client), within=180)
+    assert await _reconcilers(core) == {"machinepool"}, "upstream's Machine controller only"
     async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
         world = await World.start(client, workload_client, ns)
         try:
