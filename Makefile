@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup controlplane lint unit crds help
+.PHONY: demo test setup controlplane lint unit conformance crds help
 
 demo: setup controlplane
 	$(BIN)/machinepool demo $(DEMO_ARGS)
@@ -36,6 +36,10 @@ lint: setup
 
 unit: setup
 	$(BIN)/pytest tests/unit
+
+# Our core against upstream Cluster API's core manager, scenario by scenario (also in `test`).
+conformance: setup controlplane
+	$(BIN)/pytest tests/conformance
 
 crds: setup
 	$(BIN)/python -m machinepool.api.crdgen

@@ -39,23 +39,23 @@ from tests.reliability.harness import (
 )
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
+from tests.support.upstream import (
+    TEST_MACHINE_TEMPLATES,
+    UpstreamProcess,
+    cluster_namespace,
+    upstream_management,
+)
 
-from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.process import free_port
-from machinepool.controlplane.register import cluster_object, cluster_status, kubeconfig_secret
 from machinepool.runtime import (
-    CLUSTERS,
     CONFIGMAPS,
     CRDS,
     MUTATING_WEBHOOKS,
-    NAMESPACES,
-    SECRETS,
     VALIDATING_WEBHOOKS,
     Client,
     NotFound,
     Obj,
-    PatchType,
     Resource,
 )
 from machinepool.webhooks import beside
@@ -74,27 +74,6 @@ MACHINE_DEPLOYMENTS = Resource(
 )
 MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
 MACHINE_POOLS_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
-
-
-@dataclass
-class UpstreamProcess(ControllerProcess):
-    """Upstream's core manager, killable and restartable like ours; ``machine_pool`` is its
-    MachinePool feature gate."""
-
-    binary: Path = Path()
-    webhook: upstream.UpstreamWebhook | None = None
-    machine_pool: bool = False
-
-    def argv(self) -> list[str]:
-        assert self.webhook is not None
-        return upstream.manager_argv(
-            self.binary,
-            self.kubeconfig,
-            machine_pool=self.machine_pool,
-            health_port=self.port,
-            diagnostics_port=free_port(),
-            webhook=self.webhook,
-        )
 
 
 @dataclass
@@ -187,52 +166,20 @@ def _created_name(req: Request) -> str:
         return ""
 
 
-async def _established(client: Client, names: list[str]) -> None:
-    for name in names:
-        for _ in range(300):
-            crd = await client.get(CRDS, name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise TimeoutError(f"CRD {name} never became Established")
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Beside]:
     """A management cluster as upstream's core provider leaves it, plus our providers' CRDs."""
-    binary = await asyncio.to_thread(upstream.build, "manager")
-    binaries = await asyncio.to_thread(upstream.build, "controlplane")
     workdir = tmp_path_factory.mktemp("beside-upstream")
-    cp = ControlPlane(workdir / "cp", binaries=binaries)
-    await asyncio.to_thread(cp.start)
-    workload = await asyncio.to_thread(cp.start_workload, CLUSTER)
-    webhook = upstream.UpstreamWebhook.create(workdir)
-    try:
-        async with await Client.from_kubeconfig(cp.kubeconfig) as client:
-            ours = [c for c in crd_manifests() if c["spec"]["group"] != "cluster.x-k8s.io"]
-            crds = [*upstream.crds(webhook), *ours, *TEST_CRDS]
-            for crd in crds:
-                await client.apply(CRDS, crd, field_manager="upstream-install", force=True)
-            await _established(client, [c["metadata"]["name"] for c in crds])
-            for config in upstream.webhook_configurations(webhook):
-                res = (
-                    MUTATING_WEBHOOKS
-                    if config["kind"].startswith("Mutating")
-                    else VALIDATING_WEBHOOKS
-                )
-                await client.apply(res, config, field_manager="upstream-install", force=True)
-            env = Beside(cp, workload, client, binary, webhook, workdir)
-            try:
-                yield env
-            finally:
-                for name in list(env.procs):
-                    env.stop(name)
-                for proxy in env.proxies:
-                    await proxy.stop()
-    finally:
-        await asyncio.to_thread(cp.stop)
+    async with upstream_management(workdir) as (cp, client, binary, webhook):
+        workload = await asyncio.to_thread(cp.start_workload, CLUSTER)
+        env = Beside(cp, workload, client, binary, webhook, workdir)
+        try:
+            yield env
+        finally:
+            for name in list(env.procs):
+                env.stop(name)
+            for proxy in env.proxies:
+                await proxy.stop()
 
 
 async def _upstream_state(client: Client) -> Obj:
@@ -270,80 +217,6 @@ def _machinepool_entries(state: Obj) -> list[str]:
         for hook in state[name]
         if "machinepool" in hook["name"]
     ]
-
-
-TEST_CLUSTERS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "testclusters", "TestCluster"
-)
-TEST_MACHINE_TEMPLATES = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinetemplates", "TestMachineTemplate"
-)
-
-
-def _test_crd(kind: str, plural: str) -> Obj:
-    """A schema-less infrastructure kind that honours the v1beta2 contract label, with no
-    controller: upstream's Cluster webhook wants an infrastructureRef, and its MachineSets
-    clone an infra machine template; neither needs a provider to run for these tests."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.infrastructure.cluster.x-k8s.io",
-            "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
-        },
-        "spec": {
-            "group": "infrastructure.cluster.x-k8s.io",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1beta2",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-TEST_CRDS = [
-    _test_crd("TestCluster", "testclusters"),
-    _test_crd("TestMachineTemplate", "testmachinetemplates"),
-    _test_crd("TestMachine", "testmachines"),
-]
-
-
-async def _namespace(client: Client, name: str, workload: WorkloadCluster) -> None:
-    """A namespace with Cluster ``work`` on the workload apiserver, reconciled by upstream."""
-    await client.create(NAMESPACES, {"metadata": {"name": name}})
-    cluster = cluster_object(CLUSTER, name, workload)
-    endpoint = cluster["spec"]["controlPlaneEndpoint"]
-    infra = {
-        "apiVersion": TEST_CLUSTERS.api_version,
-        "kind": "TestCluster",
-        "metadata": {"name": CLUSTER, "namespace": name},
-        "spec": {"controlPlaneEndpoint": endpoint},
-    }
-    await client.create(TEST_CLUSTERS, infra, name)
-    status = {"status": {"initialization": {"provisioned": True}}}
-    await client.patch(TEST_CLUSTERS, CLUSTER, status, name, subresource="status")
-    cluster["spec"]["infrastructureRef"] = {
-        "apiGroup": TEST_CLUSTERS.group,
-        "kind": "TestCluster",
-        "name": CLUSTER,
-    }
-    await client.create(SECRETS, kubeconfig_secret(CLUSTER, name, workload), name)
-    await client.create(CLUSTERS, cluster, name)
-    await client.patch(
-        CLUSTERS, CLUSTER, cluster_status(), name, subresource="status", patch_type=PatchType.MERGE
-    )
 
 
 @dataclass
@@ -401,7 +274,7 @@ async def test_pools_move_from_upstream_to_us_and_back_without_churn(shared: Bes
 
     # Upstream runs the pool (its gate on) with our bootstrap and Sim providers.
     await shared.upstream(machine_pool=True)
-    await _namespace(client, ns, shared.workload)
+    await cluster_namespace(client, ns, shared.workload)
     providers = await shared.ours("providers", "bootstrap,sim")
     kubelet = await shared.ours("kubelet", "kubelet")
     await providers.wait_ready()
@@ -597,7 +470,7 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     client, ns, pool = shared.client, "side", "pool-b"
     workload = await asyncio.to_thread(shared.cp.start_workload, "side")
     upstream_core = await shared.upstream(machine_pool=False)
-    await _namespace(client, ns, workload)
+    await cluster_namespace(client, ns, workload)
     await _machine_deployment(client, ns)
     providers = await shared.ours("side-providers", "bootstrap,sim")
     kubelet = await shared.ours("side-kubelet", "kubelet")

@@ -253,10 +253,16 @@ def _set_paused(mp: Obj, cluster: Obj) -> bool:
     conditions = status.v1beta2_conditions(mp)
     generation = dig(mp, "metadata", "generation")
     if paused:
-        why = (
-            "Cluster spec.paused is true"
-            if dig(cluster, "spec", "paused")
-            else (f"MachinePool has the {c.PAUSED_ANNOTATION} annotation")
+        why = ", ".join(  # upstream's words, both reasons when both hold
+            text
+            for holds, text in (
+                (dig(cluster, "spec", "paused"), "Cluster spec.paused is set to true"),
+                (
+                    c.PAUSED_ANNOTATION in dig(mp, "metadata", "annotations", default={}),
+                    f"MachinePool has the {c.PAUSED_ANNOTATION} annotation",
+                ),
+            )
+            if holds
         )
         changed = set_condition(
             conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation

@@ -12,7 +12,12 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.controllers.common import dig, ensure, is_deleting, ref_text
 from machinepool.controllers.machinepool import external, status
-from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, deprecated_v1beta1
+from machinepool.controllers.machinepool.scope import (
+    ReferenceProblem,
+    Scope,
+    deprecated_v1beta1,
+    set_v1beta1_counters,
+)
 from machinepool.runtime import NotFound, Obj, Result
 
 
@@ -72,11 +77,12 @@ def _copy_from_provider(scope: Scope, infra: Obj) -> None:
     scope.provider_ids_observed = True
     if (dig(mp, "spec", "providerIDList", default=[]) or []) == provider_ids:
         return
-    mp["spec"]["providerIDList"] = provider_ids
-    v1 = deprecated_v1beta1(mp)
-    v1["readyReplicas"] = 0
-    v1["availableReplicas"] = 0
-    v1["unavailableReplicas"] = int(mp["status"].get("replicas") or 0)
+    if provider_ids:
+        mp["spec"]["providerIDList"] = provider_ids
+    else:  # left out when empty, as upstream's omitempty list is
+        mp["spec"].pop("providerIDList", None)
+    replicas = int(mp["status"].get("replicas") or 0)
+    set_v1beta1_counters(mp, ready=0, available=0, unavailable=replicas)
 
 
 def _not_found(scope: Scope, ref: Obj) -> None:
@@ -88,9 +94,8 @@ def _not_found(scope: Scope, ref: Obj) -> None:
         v1["failureMessage"] = (
             f"MachinePool infrastructure resource {text} has been deleted after being ready"
         )
-    _incorrect_ref(
-        scope, f"could not find infra reference of kind {ref.get('kind')} named {ref.get('name')}"
-    )
+    kind, name = ref.get("kind"), ref.get("name")
+    _incorrect_ref(scope, f"could not find infra reference of kind {kind} with name {name}")
 
 
 def _incorrect_ref(scope: Scope, message: str) -> None:

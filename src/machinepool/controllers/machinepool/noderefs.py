@@ -24,7 +24,7 @@ from machinepool.controllers.common import (
     now,
 )
 from machinepool.controllers.machinepool import status
-from machinepool.controllers.machinepool.scope import Scope, deprecated_v1beta1
+from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result
 
 WAIT_FOR_REPLICAS = 30.0
@@ -137,6 +137,9 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         and _refs_still_valid(scope)
     ):
         set_v1beta1_condition(conditions, c.V1BETA1_REPLICAS_READY_CONDITION, True)
+        # status.replicas may have caught up since the counters were written (a scale-down
+        # whose list shrank first): keep unavailable = replicas - available true here too.
+        set_v1beta1_counters(mp, ready=ready, available=available, unavailable=0)
         await patch_nodes(scope, node_refs)  # only Nodes still missing our marks
         return requeue_for_min_ready_seconds(scope)
     provider_ids = [str(p) for p in dig(mp, "spec", "providerIDList", default=[])]
@@ -151,12 +154,14 @@ async def reconcile_node_refs(scope: Scope) -> Result:
     found = match_nodes(provider_ids, _by_provider_id(scope.nodes, provider_ids), min_ready, now())
     if not found.refs and provider_ids:
         return Result()  # a Node event brings us back when one registers
-    v1 = deprecated_v1beta1(mp)
-    v1["readyReplicas"] = found.ready
-    v1["availableReplicas"] = found.available
-    v1["unavailableReplicas"] = replicas - found.available
+    set_v1beta1_counters(
+        mp, ready=found.ready, available=found.available, unavailable=replicas - found.available
+    )
     if found.refs != node_refs:
-        mp["status"]["nodeRefs"] = found.refs
+        if found.refs:
+            mp["status"]["nodeRefs"] = found.refs
+        else:  # left out when empty, as upstream's omitempty list is
+            mp["status"].pop("nodeRefs", None)
         names = ", ".join(str(r["name"]) for r in found.refs[:10])
         more = f" and {len(found.refs) - 10} more" if len(found.refs) > 10 else ""
         await scope.reconciler.recorder.event(

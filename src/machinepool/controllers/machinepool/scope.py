@@ -87,3 +87,18 @@ def lowest_requeue(results: list[Result]) -> Result:
 def deprecated_v1beta1(mp: Obj) -> Obj:
     """``status.deprecated.v1beta1`` of ``mp``, created if missing."""
     return ensure(mp, "status", "deprecated", "v1beta1")
+
+
+def set_v1beta1_counters(mp: Obj, *, ready: int, available: int, unavailable: int) -> None:
+    """The deprecated v1beta1 replica counters; a zero is left out, as upstream's ``omitempty``
+    int32 fields are."""
+    v1 = deprecated_v1beta1(mp)
+    for key, value in (
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+        ("unavailableReplicas", unavailable),
+    ):
+        if value:
+            v1[key] = value
+        else:
+            v1.pop(key, None)

@@ -46,12 +46,12 @@ def v1beta2_conditions(mp: Obj) -> list[Obj]:
 
 
 def _source_v1beta1_ready(source: Obj) -> Obj | None:
-    """A referenced object's v1beta1-style Ready condition, wherever its contract keeps it."""
-    for path in (("status", "deprecated", "v1beta1", "conditions"), ("status", "conditions")):
-        cond = get_condition(dig(source, *path, default=[]), c.READY_CONDITION)
-        if cond is not None and (path[1] == "deprecated" or "severity" in cond):
-            return cond
-    return None
+    """A referenced object's Ready condition as upstream's mirror reads it: from
+    ``status.deprecated.v1beta1.conditions`` when the object has that list, else from
+    ``status.conditions`` (v1beta1 or v1beta2 style; a v1beta2 one has no severity)."""
+    deprecated = dig(source, "status", "deprecated", "v1beta1", "conditions", default=None)
+    conditions = deprecated if deprecated is not None else dig(source, "status", "conditions")
+    return get_condition(conditions if isinstance(conditions, list) else [], c.READY_CONDITION)
 
 
 def mirror_v1beta1(

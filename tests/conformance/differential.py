@@ -1,0 +1,322 @@
+"""The differential harness: one input, two core managers, the objects compared field by field.
+
+One management cluster (``tests.support.upstream``) holds upstream's core CRDs and webhooks,
+so both sides are admitted alike. Upstream's core manager (its MachinePool gate on) runs with
+``--watch-filter=upstream``, ours with ``--watch-filter=ours``; our bootstrap and Sim providers
+and the node simulator, unfiltered, serve both. Each side has its own workload cluster.
+
+A scenario is a list of steps, each applied to both sides at once: an action, then a check
+that says the step has had its effect. Then the sides' MachinePool, Machines and Nodes are
+normalised (``normalise``: names that carry the namespace, UIDs, times, resourceVersions, the
+watch-filter value) and compared until they agree up to the differences listed, with reasons,
+in docs/upstream-differences.md (``Allowed``). A difference not listed there fails the suite.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.reliability.harness import (
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    machine_pool,
+    sim_pool,
+)
+from tests.support import eventually
+
+from machinepool.providers.sim import SIM_MACHINE_POOLS
+from machinepool.runtime import NODES, Client, NotFound, Obj
+
+WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
+DIFFERENCES = Path(__file__).resolve().parents[2] / "docs" / "upstream-differences.md"
+
+_DROPPED_META = {"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"}
+_TIME_KEYS = {"lastTransitionTime", "lastHeartbeatTime", "lastUpdated", "deletionTimestamp"}
+_RANDOM_KEYS = {"bootID", "systemUUID"}
+"""Made up afresh by the node simulator for every Node, whichever core runs."""
+
+
+@dataclass
+class Side:
+    """One core manager's half of a scenario: its namespace and its workload cluster."""
+
+    name: str
+    """``upstream`` or ``ours``: also the watch-filter value of its objects."""
+    client: Client
+    workload: Client
+    namespace: str
+
+    async def pool_objects(self, pool: str) -> dict[str, Any]:
+        """The MachinePool, its Machines and its Nodes, as read now."""
+        try:
+            mp: Obj | None = await self.client.get(MACHINE_POOLS, pool, self.namespace)
+        except NotFound:
+            mp = None
+        machines = [
+            m
+            for m in (await self.client.list(MACHINES, self.namespace)).items
+            if (m["metadata"].get("labels") or {}).get("cluster.x-k8s.io/pool-name") == pool
+        ]
+        nodes = [
+            n
+            for n in (await self.workload.list(NODES)).items
+            if n["metadata"]["name"].startswith(f"{pool}-")
+        ]
+        return {
+            "MachinePool": mp,
+            "Machines": sorted(machines, key=lambda m: m["metadata"]["name"]),
+            "Nodes": sorted(nodes, key=lambda n: n["metadata"]["name"]),
+        }
+
+    async def replacements(self, pool: str) -> dict[str, str]:
+        """Strings that differ between the sides only by construction, and what they become."""
+        out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
+        try:
+            infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
+        except NotFound:
+            return out
+        out[f"{pool}-{infra['metadata']['uid'][:5]}-"] = f"{pool}-UID-"
+        return out
+
+
+# -- objects ---------------------------------------------------------------------------------
+
+
+def pool_objects(
+    side: Side, name: str, replicas: int, *, annotations: Mapping[str, str] | None = None
+) -> tuple[Obj, Obj, Obj]:
+    """KubeadmConfig, SimMachinePool and MachinePool ``name``, labelled for ``side``'s manager
+    (the MachinePool's template too, so its Machines carry the label as well)."""
+    label = {WATCH_FILTER: side.name}
+    config = {
+        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "kind": "KubeadmConfig",
+        "metadata": {"name": name, "namespace": side.namespace, "labels": label},
+        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
+    }
+    infra = sim_pool(name, side.namespace)
+    infra["metadata"]["labels"] = dict(label)
+    mp = machine_pool(name, side.namespace, replicas, labels=label)
+    mp["metadata"]["annotations"] = dict(annotations or {})
+    mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
+    return config, infra, mp
+
+
+async def create_pool(
+    side: Side,
+    name: str,
+    replicas: int,
+    *,
+    infra: bool = True,
+    bootstrap: bool = True,
+    **kwargs: Any,
+) -> None:
+    """The pool's objects; without ``infra`` or ``bootstrap``, the MachinePool refers to a
+    SimMachinePool or KubeadmConfig that does not exist yet."""
+    config, infra_pool, mp = pool_objects(side, name, replicas, **kwargs)
+    if bootstrap:
+        await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
+    if infra:
+        await side.client.create(SIM_MACHINE_POOLS, infra_pool, side.namespace)
+    await side.client.create(MACHINE_POOLS, mp, side.namespace)
+
+
+# -- normalising and comparing ---------------------------------------------------------------
+
+
+def normalise(obj: Any, replacements: Mapping[str, str], generation: int | None = None) -> Any:
+    """``obj`` without what differs by construction: UIDs, resourceVersions, times, managed
+    fields; namespaces, uid-derived instance names and the watch-filter value replaced; an
+    ``observedGeneration`` said as ``current`` or ``behind`` its object's generation (how many
+    spec writes led there is timing, not behaviour)."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and isinstance(meta.get("generation"), int):
+            generation = meta["generation"]
+        out = {}
+        for key, value in obj.items():
+            if key in _DROPPED_META or key in _TIME_KEYS or key in _RANDOM_KEYS:
+                continue
+            if key == "observedGeneration" and generation is not None:
+                out[key] = "current" if value == generation else "behind"
+                continue
+            out[normalise(key, replacements)] = normalise(value, replacements, generation)
+        return out
+    if isinstance(obj, list):
+        return [normalise(v, replacements, generation) for v in obj]
+    if isinstance(obj, str):
+        if obj in ("upstream", "ours"):
+            return "WATCH-FILTER-VALUE"
+        for old, new in replacements.items():
+            obj = obj.replace(old, new)
+        return obj
+    return obj
+
+
+def _conditions_by_type(items: list[Any]) -> dict[str, Any]:
+    return {str(c.get("type")): c for c in items if isinstance(c, dict)}
+
+
+def differences(upstream: Any, ours: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """``(path, upstream's value, ours)`` for every leaf that differs. Lists of conditions
+    compare by type (``conditions[Ready]``), other lists by position."""
+    if isinstance(upstream, dict) and isinstance(ours, dict):
+        for key in sorted(set(upstream) | set(ours)):
+            yield from differences(upstream.get(key), ours.get(key), f"{path}.{key}")
+    elif (
+        isinstance(upstream, list)
+        and isinstance(ours, list)
+        and path.endswith("conditions")
+        and all(isinstance(c, dict) and "type" in c for c in [*upstream, *ours])
+    ):
+        up, our = _conditions_by_type(upstream), _conditions_by_type(ours)
+        for kind in sorted(set(up) | set(our)):
+            yield from differences(up.get(kind), our.get(kind), f"{path}[{kind}]")
+    elif isinstance(upstream, list) and isinstance(ours, list) and len(upstream) == len(ours):
+        for i, (a, b) in enumerate(zip(upstream, ours, strict=True)):
+            yield from differences(a, b, f"{path}[{i}]")
+    elif upstream != ours:
+        yield path, upstream, ours
+
+
+SOMETIMES = "Sometimes:"
+"""A reason that starts so marks a difference that depends on timing: it need not show in
+every run (``test_every_listed_difference_still_occurs`` passes over it)."""
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One row of docs/upstream-differences.md: a path pattern and why it differs."""
+
+    pattern: str
+    """``Kind.path`` with ``*`` for any run of characters (``MachinePool.status.conditions[*]``),
+    optionally after ``<scenario>: `` to allow it in that scenario only."""
+    reason: str
+
+    @property
+    def sometimes(self) -> bool:
+        return self.reason.startswith(SOMETIMES)
+
+    def matches(self, path: str, scenario: str = "") -> bool:
+        only, pattern = _SCOPED.fullmatch(self.pattern).groups()  # type: ignore[union-attr]
+        if only is not None and only != scenario:
+            return False
+        regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+        return re.fullmatch(regex, path) is not None
+
+
+_SCOPED = re.compile(r"(?:([a-z0-9-]+): )?(.+)")
+"""``<scenario>: <pattern>`` or a bare pattern (paths start with a kind, never so)."""
+
+
+def allowed_differences(text: str | None = None) -> list[Allowed]:
+    """The rows of the table in docs/upstream-differences.md: `` `pattern` | reason ``."""
+    text = DIFFERENCES.read_text() if text is None else text
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`") and cells[0].endswith("`"):
+            rows.append(Allowed(cells[0].strip("`"), cells[1]))
+    return rows
+
+
+def compare(
+    upstream: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    allowed: list[Allowed],
+    scenario: str = "",
+) -> tuple[list[str], set[str]]:
+    """The unlisted differences (as readable lines) and the listed patterns that matched."""
+    unlisted, used = [], set()
+    for kind in upstream:
+        up, our = upstream[kind], ours[kind]
+        if isinstance(up, list) and isinstance(our, list) and len(up) != len(our):
+            unlisted.append(f"{kind}: upstream has {len(up)}, ours {len(our)}")
+            continue
+        for path, a, b in differences(up, our, kind):
+            rule = next((r for r in allowed if r.matches(path, scenario)), None)
+            if rule is None:
+                unlisted.append(f"{path}: upstream {a!r}, ours {b!r}")
+            else:
+                used.add(rule.pattern)
+    return unlisted, used
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+Action = Callable[[Side, str], Awaitable[None]]
+"""Given a side and the scenario's pool name."""
+Check = Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class Step:
+    """Do ``action`` on a side, wait until ``done`` holds for its pool objects, compare."""
+
+    what: str
+    action: Action
+    done: Check
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Steps run on both sides; the pool (and its objects) are named after the scenario."""
+
+    name: str
+    steps: list[Step]
+
+
+def status(objs: dict[str, Any]) -> dict[str, Any]:
+    mp = objs["MachinePool"] or {}
+    return dict(mp.get("status") or {})
+
+
+def condition(objs: dict[str, Any], kind: str) -> str | None:
+    for c in status(objs).get("conditions") or []:
+        if c.get("type") == kind:
+            return str(c.get("status"))
+    return None
+
+
+def running(replicas: int) -> Check:
+    """The pool reports ``replicas`` Ready replicas in phase Running, with its Nodes."""
+
+    def check(objs: dict[str, Any]) -> bool:
+        s = status(objs)
+        ready_nodes = [
+            n
+            for n in objs["Nodes"]
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or []
+            )
+        ]
+        return (
+            s.get("phase") == "Running"
+            and s.get("readyReplicas", 0) == replicas
+            and s.get("replicas", 0) == replicas
+            and len(objs["Machines"]) == replicas
+            and len(ready_nodes) == replicas == len(objs["Nodes"])
+        )
+
+    return check
+
+
+async def until(side: Side, pool: str, check: Check, what: str, within: float) -> None:
+    async def holds() -> bool:
+        return check(await side.pool_objects(pool))
+
+    try:
+        await eventually(holds, within=within, interval=0.5)
+    except TimeoutError:
+        objs = await side.pool_objects(pool)
+        raise AssertionError(
+            f"{side.name}: timed out after {within:.0f}s waiting for: {what}; "
+            f"MachinePool status {status(objs)}, {len(objs['Machines'])} Machines, "
+            f"{len(objs['Nodes'])} Nodes"
+        ) from None

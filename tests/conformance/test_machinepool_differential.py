@@ -1,0 +1,313 @@
+"""Our core against upstream's core manager, scenario by scenario (see ``differential``).
+
+``test_machinepool_matches_upstream`` runs every scenario of ``SCENARIOS`` at once (each in its
+own pair of namespaces) and fails on any difference that docs/upstream-differences.md does not
+list; ``test_every_listed_difference_still_occurs`` keeps that page honest the other way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from tests.conformance.differential import (
+    Scenario,
+    Side,
+    Step,
+    allowed_differences,
+    compare,
+    condition,
+    create_pool,
+    normalise,
+    pool_objects,
+    running,
+    status,
+    until,
+)
+from tests.reliability.harness import CLUSTER, KUBEADM_CONFIGS, MACHINE_POOLS, ControllerProcess
+from tests.support import eventually
+from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
+
+from machinepool.api.constants import PAUSED_ANNOTATION, REPLICAS_MANAGED_BY_ANNOTATION
+from machinepool.controlplane import WorkloadCluster
+from machinepool.providers.sim import SIM_MACHINE_POOLS
+from machinepool.runtime import CLUSTERS, Client
+
+pytestmark = pytest.mark.timeout(1200)
+
+STEP_TIMEOUT = 240.0
+"""Upstream's MachinePool controller notices a Node's readiness on its 30 s requeue."""
+
+
+async def _scale(replicas: int, side: Side, pool: str) -> None:
+    await side.client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, side.namespace)
+
+
+def scale(replicas: int) -> Step:
+    return Step(
+        f"scale to {replicas}",
+        lambda side, pool: _scale(replicas, side, pool),
+        running(replicas),
+    )
+
+
+def create(replicas: int, **kwargs: object) -> Step:
+    return Step(
+        f"create with {replicas}",
+        lambda side, pool: create_pool(side, pool, replicas, **kwargs),  # type: ignore[arg-type]
+        running(replicas),
+    )
+
+
+async def _pause_cluster(paused: bool, side: Side, _pool: str) -> None:
+    patch = {"spec": {"paused": paused}}
+    await side.client.patch(CLUSTERS, CLUSTER, patch, side.namespace)
+
+
+async def _unpause_pool(side: Side, pool: str) -> None:
+    patch = {"metadata": {"annotations": {PAUSED_ANNOTATION: None}}}
+    await side.client.patch(MACHINE_POOLS, pool, patch, side.namespace)
+
+
+async def _create_infra(side: Side, pool: str) -> None:
+    _, infra, _ = pool_objects(side, pool, 0)
+    await side.client.create(SIM_MACHINE_POOLS, infra, side.namespace)
+
+
+async def _create_config(side: Side, pool: str) -> None:
+    config, _, _ = pool_objects(side, pool, 0)
+    await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
+
+
+async def _delete(side: Side, pool: str) -> None:
+    await side.client.delete(MACHINE_POOLS, pool, side.namespace)
+
+
+async def _managed_by(side: Side, pool: str) -> None:
+    patch = {"metadata": {"annotations": {REPLICAS_MANAGED_BY_ANNOTATION: "autoscaler"}}}
+    await side.client.patch(MACHINE_POOLS, pool, patch, side.namespace)
+
+
+def _annotated(objs: dict[str, Any], key: str) -> bool:
+    mp = objs["MachinePool"] or {}
+    return key in (mp["metadata"].get("annotations") or {})
+
+
+def _paused(objs: dict[str, object]) -> bool:
+    return condition(objs, "Paused") == "True"  # type: ignore[arg-type]
+
+
+SCENARIOS = [
+    Scenario("create", [create(3)]),
+    Scenario("scale", [create(2), scale(4), scale(1)]),
+    Scenario("zero", [create(1), scale(0), scale(2)]),
+    Scenario(
+        "paused-pool",
+        [
+            Step(
+                "create paused by annotation",
+                lambda side, pool: create_pool(
+                    side, pool, 2, annotations={PAUSED_ANNOTATION: "true"}
+                ),
+                _paused,
+            ),
+            Step("unpause", _unpause_pool, running(2)),
+        ],
+    ),
+    Scenario(
+        "paused-cluster",
+        [
+            create(1),
+            Step("pause the Cluster", lambda s, p: _pause_cluster(True, s, p), _paused),
+            Step(
+                "scale while paused",
+                lambda side, pool: _scale(2, side, pool),
+                lambda objs: _paused(objs) and status(objs).get("replicas") == 1,
+            ),
+            Step("unpause the Cluster", lambda s, p: _pause_cluster(False, s, p), running(2)),
+        ],
+    ),
+    Scenario(
+        "infra-late",
+        [
+            Step(
+                "create without the infra pool",
+                lambda side, pool: create_pool(side, pool, 2, infra=False),
+                lambda objs: bool(
+                    (status(objs).get("initialization") or {}).get("bootstrapDataSecretCreated")
+                ),
+            ),
+            Step("create the infra pool", _create_infra, running(2)),
+        ],
+    ),
+    Scenario(
+        "bootstrap-late",
+        [
+            Step(
+                "create without the bootstrap config",
+                lambda side, pool: create_pool(side, pool, 1, bootstrap=False),
+                lambda objs: bool(status(objs).get("phase")),
+            ),
+            Step("create the bootstrap config", _create_config, running(1)),
+        ],
+    ),
+    Scenario(
+        "delete",
+        [
+            create(2),
+            Step(
+                "delete the pool",
+                _delete,
+                lambda objs: objs["MachinePool"] is None and not objs["Machines"],
+            ),
+        ],
+    ),
+    Scenario(
+        "managed-by",
+        [
+            create(2),
+            Step(
+                "hand replicas to an autoscaler",
+                _managed_by,
+                lambda objs: _annotated(objs, REPLICAS_MANAGED_BY_ANNOTATION),
+            ),
+            Step(
+                "scale by hand",
+                lambda side, pool: _scale(3, side, pool),
+                # The provider owns the size now and writes the instance count back.
+                lambda objs: running(2)(objs) and objs["MachinePool"]["spec"]["replicas"] == 2,
+            ),
+        ],
+    ),
+]
+
+
+@dataclass
+class Sides:
+    upstream: Client
+    ours: Client
+    client: Client
+    workloads: dict[str, WorkloadCluster]
+    procs: list[ControllerProcess] = field(default_factory=list)
+    allowed_seen: set[str] = field(default_factory=set)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def sides(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sides]:
+    workdir = tmp_path_factory.mktemp("conformance")
+    async with upstream_management(workdir) as (cp, client, binary, webhook):
+        workloads = {
+            name: await asyncio.to_thread(cp.start_workload, f"conf-{name}")
+            for name in ("upstream", "ours")
+        }
+        procs: list[ControllerProcess] = [
+            UpstreamProcess(
+                name="upstream",
+                kubeconfig=cp.kubeconfig,
+                components="",
+                log=workdir / "upstream.log",
+                binary=binary,
+                webhook=webhook,
+                machine_pool=True,
+                extra_args=("--watch-filter=upstream",),
+            ),
+            ControllerProcess(
+                name="ours",
+                kubeconfig=cp.kubeconfig,
+                components="core",
+                log=workdir / "ours.log",
+                lease_name="machinepool-conformance-core",
+                extra_args=("--watch-filter", "ours"),
+            ),
+            ControllerProcess(
+                name="infra",
+                kubeconfig=cp.kubeconfig,
+                components="bootstrap,sim,kubelet",
+                log=workdir / "infra.log",
+                lease_name="machinepool-conformance-infra",
+            ),
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            for proc in procs:
+                await proc.wait_ready(timeout=180)
+            async with (
+                await Client.from_kubeconfig(workloads["upstream"].kubeconfig) as up,
+                await Client.from_kubeconfig(workloads["ours"].kubeconfig) as ours,
+            ):
+                yield Sides(up, ours, client, workloads, procs)
+        finally:
+            for proc in procs:
+                proc.stop()
+
+
+async def _agreeing(sides: list[Side], scenario: str, seen: set[str], last: list[str]) -> bool:
+    """Whether the sides agree up to the listed differences; ``last`` gets the unlisted ones
+    and ``seen`` the listed patterns that matched."""
+    snapshots = []
+    for side in sides:
+        replacements = await side.replacements(scenario)
+        snapshots.append(normalise(await side.pool_objects(scenario), replacements))
+    found, used = compare(snapshots[0], snapshots[1], allowed_differences(), scenario)
+    seen.update(used)
+    last[:] = found
+    return not found
+
+
+async def _run(env: Sides, scenario: Scenario) -> list[str]:
+    """Run ``scenario`` on both sides; the unlisted differences after each step."""
+    sides = []
+    for name, workload in (("upstream", env.upstream), ("ours", env.ours)):
+        namespace = f"{scenario.name}-{'up' if name == 'upstream' else 'ours'}"
+        await cluster_namespace(
+            env.client,
+            namespace,
+            env.workloads[name],
+            labels={"cluster.x-k8s.io/watch-filter": name},
+        )
+        sides.append(Side(name, env.client, workload, namespace))
+    problems: list[str] = []
+    for step in scenario.steps:
+        await asyncio.gather(*(step.action(side, scenario.name) for side in sides))
+        await asyncio.gather(
+            *(
+                until(side, scenario.name, step.done, f"{scenario.name}: {step.what}", STEP_TIMEOUT)
+                for side in sides
+            )
+        )
+        last: list[str] = []
+        try:
+            await eventually(
+                lambda last=last: _agreeing(sides, scenario.name, env.allowed_seen, last),
+                within=60,
+                interval=1.0,
+            )
+        except TimeoutError:
+            problems += [f"{scenario.name} after '{step.what}': {line}" for line in last]
+            break
+    return problems
+
+
+async def test_machinepool_matches_upstream(sides: Sides) -> None:
+    results = await asyncio.gather(*(_run(sides, s) for s in SCENARIOS), return_exceptions=True)
+    problems = []
+    for scenario, result in zip(SCENARIOS, results, strict=True):
+        if isinstance(result, BaseException):
+            problems.append(f"{scenario.name}: {type(result).__name__}: {result}")
+        else:
+            problems += result
+    assert not problems, (
+        "differences from upstream not listed in docs/upstream-differences.md:\n"
+        + "\n".join(problems)
+    )
+
+
+async def test_every_listed_difference_still_occurs(sides: Sides) -> None:
+    listed = {a.pattern for a in allowed_differences() if not a.sometimes}
+    stale = sorted(listed - sides.allowed_seen)
+    assert not stale, f"docs/upstream-differences.md lists differences no scenario showed: {stale}"

@@ -1,0 +1,189 @@
+"""A management cluster as upstream Cluster API's core provider leaves it, for the tests that
+run upstream's real core manager (beside us, or against us in the conformance suite).
+
+- ``upstream_management(workdir)``: a control plane whose kube-apiserver reports its version
+  (upstream's manager refuses an unversioned one), upstream's core CRDs and webhook
+  configurations as its release installs them, our providers' CRDs, and the schema-less
+  ``Test*`` infrastructure kinds below; yields ``(control plane, client, manager binary,
+  webhook)``.
+- ``UpstreamProcess``: upstream's core manager, killable and restartable like ours.
+- ``cluster_namespace``: a namespace with a provisioned Cluster on a workload cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.reliability.harness import CLUSTER, ControllerProcess
+
+from machinepool.api.crdgen import crd_manifests
+from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
+from machinepool.controlplane.process import free_port
+from machinepool.controlplane.register import cluster_object, cluster_status, kubeconfig_secret
+from machinepool.runtime import (
+    CLUSTERS,
+    CRDS,
+    MUTATING_WEBHOOKS,
+    NAMESPACES,
+    SECRETS,
+    VALIDATING_WEBHOOKS,
+    Client,
+    Obj,
+    PatchType,
+    Resource,
+)
+
+__all__ = [
+    "TEST_CLUSTERS",
+    "TEST_CRDS",
+    "TEST_MACHINE_TEMPLATES",
+    "UpstreamProcess",
+    "cluster_namespace",
+    "upstream_management",
+]
+
+TEST_CLUSTERS = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "testclusters", "TestCluster"
+)
+TEST_MACHINE_TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinetemplates", "TestMachineTemplate"
+)
+
+
+def _test_crd(kind: str, plural: str) -> Obj:
+    """A schema-less infrastructure kind that honours the v1beta2 contract label, with no
+    controller: upstream's Cluster webhook wants an infrastructureRef, and its MachineSets
+    clone an infra machine template; neither needs a provider to run for these tests."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.infrastructure.cluster.x-k8s.io",
+            "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
+        },
+        "spec": {
+            "group": "infrastructure.cluster.x-k8s.io",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1beta2",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+TEST_CRDS = [
+    _test_crd("TestCluster", "testclusters"),
+    _test_crd("TestMachineTemplate", "testmachinetemplates"),
+    _test_crd("TestMachine", "testmachines"),
+]
+
+
+@dataclass
+class UpstreamProcess(ControllerProcess):
+    """Upstream's core manager, killable and restartable like ours; ``machine_pool`` is its
+    MachinePool feature gate, ``extra_args`` go after upstream's own flags."""
+
+    binary: Path = Path()
+    webhook: upstream.UpstreamWebhook | None = None
+    machine_pool: bool = False
+
+    def argv(self) -> list[str]:
+        assert self.webhook is not None
+        argv = upstream.manager_argv(
+            self.binary,
+            self.kubeconfig,
+            machine_pool=self.machine_pool,
+            health_port=self.port,
+            diagnostics_port=free_port(),
+            webhook=self.webhook,
+        )
+        return [*argv, *self.extra_args]
+
+
+async def _established(client: Client, names: list[str]) -> None:
+    for name in names:
+        for _ in range(300):
+            crd = await client.get(CRDS, name)
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise TimeoutError(f"CRD {name} never became Established")
+
+
+@asynccontextmanager
+async def upstream_management(
+    workdir: Path,
+) -> AsyncIterator[tuple[ControlPlane, Client, Path, upstream.UpstreamWebhook]]:
+    """See the module docstring; everything is stopped on exit."""
+    binary = await asyncio.to_thread(upstream.build, "manager")
+    binaries = await asyncio.to_thread(upstream.build, "controlplane")
+    cp = ControlPlane(workdir / "cp", binaries=binaries)
+    await asyncio.to_thread(cp.start)
+    webhook = upstream.UpstreamWebhook.create(workdir)
+    try:
+        async with await Client.from_kubeconfig(cp.kubeconfig) as client:
+            ours = [c for c in crd_manifests() if c["spec"]["group"] != "cluster.x-k8s.io"]
+            crds = [*upstream.crds(webhook), *ours, *TEST_CRDS]
+            for crd in crds:
+                await client.apply(CRDS, crd, field_manager="upstream-install", force=True)
+            await _established(client, [c["metadata"]["name"] for c in crds])
+            for config in upstream.webhook_configurations(webhook):
+                kind = config["kind"]
+                res = MUTATING_WEBHOOKS if kind.startswith("Mutating") else VALIDATING_WEBHOOKS
+                await client.apply(res, config, field_manager="upstream-install", force=True)
+            yield cp, client, binary, webhook
+    finally:
+        await asyncio.to_thread(cp.stop)
+
+
+async def cluster_namespace(
+    client: Client,
+    name: str,
+    workload: WorkloadCluster,
+    *,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """Namespace ``name`` with Cluster ``work`` (labelled ``labels``) on ``workload``: its
+    infrastructure a provisioned ``TestCluster``, its status initialized, its kubeconfig
+    Secret beside it."""
+    await client.create(NAMESPACES, {"metadata": {"name": name}})
+    cluster = cluster_object(CLUSTER, name, workload)
+    cluster["metadata"].setdefault("labels", {}).update(labels or {})
+    endpoint = cluster["spec"]["controlPlaneEndpoint"]
+    infra = {
+        "apiVersion": TEST_CLUSTERS.api_version,
+        "kind": "TestCluster",
+        "metadata": {"name": CLUSTER, "namespace": name, "labels": dict(labels or {})},
+        "spec": {"controlPlaneEndpoint": endpoint},
+    }
+    await client.create(TEST_CLUSTERS, infra, name)
+    status = {"status": {"initialization": {"provisioned": True}}}
+    await client.patch(TEST_CLUSTERS, CLUSTER, status, name, subresource="status")
+    cluster["spec"]["infrastructureRef"] = {
+        "apiGroup": TEST_CLUSTERS.group,
+        "kind": "TestCluster",
+        "name": CLUSTER,
+    }
+    await client.create(SECRETS, kubeconfig_secret(CLUSTER, name, workload), name)
+    await client.create(CLUSTERS, cluster, name)
+    await client.patch(
+        CLUSTERS, CLUSTER, cluster_status(), name, subresource="status", patch_type=PatchType.MERGE
+    )
