@@ -5,6 +5,9 @@
 #   bench/upstream/build.sh manager       -> ~/.cache/machinepool/upstream/v1.14.2/capi-manager
 #       upstream Cluster API's core manager: the `core` main package of the
 #       sigs.k8s.io/cluster-api module pinned in go.mod (this folder's wrapper module).
+#   bench/upstream/build.sh bootstrap     -> ~/.cache/machinepool/upstream/v1.14.2/capi-kubeadm-bootstrap-manager
+#       upstream's kubeadm bootstrap provider manager (its `bootstrap/kubeadm` main package), for
+#       the conformance suite's comparison of rendered bootstrap data.
 #   bench/upstream/build.sh controlplane  -> ~/.cache/machinepool/upstream/controlplane-v1.34.4
 #       a folder with the control-plane binaries of hack/controlplane/build.sh, except that
 #       kube-apiserver is re-linked with its version stamped (-X k8s.io/component-base/version.*):
@@ -23,21 +26,22 @@ need_go() {
   command -v go >/dev/null 2>&1 || { echo "error: no Go toolchain on PATH (Go >= 1.26 needed)" >&2; exit 1; }
 }
 
+# build_manager NAME PACKAGE: one of upstream's managers, built once per version.
 build_manager() {
-  local version cache bin start
+  local name="$1" package="$2" version cache bin start
   version="$(awk '$1 == "sigs.k8s.io/cluster-api" {print $2; exit}' "$here/go.mod")"
   cache="$root/$version"
-  bin="$cache/capi-manager"
+  bin="$cache/$name"
   if [ -x "$bin" ]; then echo "$bin"; return; fi
   need_go
   mkdir -p "$cache"
   tmp="$(mktemp -d "$cache/.build.XXXXXX")"
-  echo "building upstream Cluster API core manager $version into $cache (a cold build takes minutes)" >&2
+  echo "building upstream $package $version into $cache (a cold build takes minutes)" >&2
   start=$SECONDS
-  (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$tmp/capi-manager" sigs.k8s.io/cluster-api/core) \
-    || { echo "error: go build of sigs.k8s.io/cluster-api/core $version failed" >&2; exit 1; }
-  mv "$tmp/capi-manager" "$bin"
-  echo "built capi-manager in $((SECONDS - start))s" >&2
+  (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$tmp/$name" "$package") \
+    || { echo "error: go build of $package $version failed" >&2; exit 1; }
+  mv "$tmp/$name" "$bin"
+  echo "built $name in $((SECONDS - start))s" >&2
   echo "$bin"
 }
 
@@ -69,7 +73,8 @@ build_controlplane() {
 }
 
 case "${1:-manager}" in
-  manager) build_manager ;;
+  manager) build_manager capi-manager sigs.k8s.io/cluster-api/core ;;
+  bootstrap) build_manager capi-kubeadm-bootstrap-manager sigs.k8s.io/cluster-api/bootstrap/kubeadm ;;
   controlplane) build_controlplane ;;
-  *) echo "usage: $0 [manager|controlplane]" >&2; exit 2 ;;
+  *) echo "usage: $0 [manager|bootstrap|controlplane]" >&2; exit 2 ;;
 esac

@@ -160,28 +160,31 @@ async def cluster_namespace(
     workload: WorkloadCluster,
     *,
     labels: Mapping[str, str] | None = None,
+    test_cluster: bool = True,
 ) -> None:
     """Namespace ``name`` with Cluster ``work`` (labelled ``labels``) on ``workload``: its
-    infrastructure a provisioned ``TestCluster``, its status initialized, its kubeconfig
-    Secret beside it."""
+    infrastructure a provisioned ``TestCluster`` (unless ``test_cluster`` is False: no
+    upstream Cluster webhook asks for one), its status initialized, its kubeconfig Secret
+    beside it."""
     await client.create(NAMESPACES, {"metadata": {"name": name}})
     cluster = cluster_object(CLUSTER, name, workload)
     cluster["metadata"].setdefault("labels", {}).update(labels or {})
-    endpoint = cluster["spec"]["controlPlaneEndpoint"]
-    infra = {
-        "apiVersion": TEST_CLUSTERS.api_version,
-        "kind": "TestCluster",
-        "metadata": {"name": CLUSTER, "namespace": name, "labels": dict(labels or {})},
-        "spec": {"controlPlaneEndpoint": endpoint},
-    }
-    await client.create(TEST_CLUSTERS, infra, name)
-    status = {"status": {"initialization": {"provisioned": True}}}
-    await client.patch(TEST_CLUSTERS, CLUSTER, status, name, subresource="status")
-    cluster["spec"]["infrastructureRef"] = {
-        "apiGroup": TEST_CLUSTERS.group,
-        "kind": "TestCluster",
-        "name": CLUSTER,
-    }
+    if test_cluster:
+        endpoint = cluster["spec"]["controlPlaneEndpoint"]
+        infra = {
+            "apiVersion": TEST_CLUSTERS.api_version,
+            "kind": "TestCluster",
+            "metadata": {"name": CLUSTER, "namespace": name, "labels": dict(labels or {})},
+            "spec": {"controlPlaneEndpoint": endpoint},
+        }
+        await client.create(TEST_CLUSTERS, infra, name)
+        status = {"status": {"initialization": {"provisioned": True}}}
+        await client.patch(TEST_CLUSTERS, CLUSTER, status, name, subresource="status")
+        cluster["spec"]["infrastructureRef"] = {
+            "apiGroup": TEST_CLUSTERS.group,
+            "kind": "TestCluster",
+            "name": CLUSTER,
+        }
     await client.create(SECRETS, kubeconfig_secret(CLUSTER, name, workload), name)
     await client.create(CLUSTERS, cluster, name)
     await client.patch(

@@ -14,6 +14,8 @@ from machinepool.bootstrap.kubeadm.cloudinit import (
     InvalidBootstrapInput,
     NodeInput,
     dump_yaml,
+    join_configuration_document,
+    kubeadm_api_version,
     render_node_cloud_config,
 )
 
@@ -238,3 +240,28 @@ def test_dump_yaml_never_folds_long_lines() -> None:
     text = dump_yaml({"k": long})
     assert len(text.splitlines()) == 1
     assert yaml.safe_load(text) == {"k": long}
+
+
+def test_the_kubeadm_api_follows_the_kubernetes_version() -> None:
+    assert kubeadm_api_version("v1.30.4") == "kubeadm.k8s.io/v1beta3"
+    assert kubeadm_api_version("v1.22.0") == "kubeadm.k8s.io/v1beta3"
+    assert kubeadm_api_version("v1.31.0") == "kubeadm.k8s.io/v1beta4"
+    assert kubeadm_api_version("") == "kubeadm.k8s.io/v1beta4"
+    with pytest.raises(InvalidBootstrapInput, match=r"older than v1\.22"):
+        kubeadm_api_version("v1.21.9")
+
+
+def test_a_v1beta3_join_spells_kubelet_args_as_a_map() -> None:
+    join = JoinConfiguration.model_validate(
+        {
+            "nodeRegistration": {"kubeletExtraArgs": [{"name": "max-pods", "value": "50"}]},
+            "timeouts": {"discoverySeconds": 30},
+        }
+    )
+    old = join_configuration_document(join, "v1.30.4")
+    assert old["apiVersion"] == "kubeadm.k8s.io/v1beta3"
+    assert old["nodeRegistration"]["kubeletExtraArgs"] == {"max-pods": "50"}
+    assert old["discovery"]["timeout"] == "30s"
+    assert "timeouts" not in old
+    new = join_configuration_document(join, "v1.34.0")
+    assert new["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "max-pods", "value": "50"}]

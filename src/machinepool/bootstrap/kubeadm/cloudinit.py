@@ -32,20 +32,29 @@ from machinepool.api.constants import UNINITIALIZED_TAINT_EFFECT, UNINITIALIZED_
 __all__ = [
     "JOIN_CONFIG_PATH",
     "KUBEADM_API_VERSION",
+    "KUBEADM_V1BETA3",
     "InvalidBootstrapInput",
     "NodeInput",
     "dump_yaml",
     "join_configuration_document",
+    "kubeadm_api_version",
     "render_node_cloud_config",
     "validate_files",
 ]
 
 KUBEADM_API_VERSION = "kubeadm.k8s.io/v1beta4"
+"""For Kubernetes v1.31 and later, and when the version is not known."""
+KUBEADM_V1BETA3 = "kubeadm.k8s.io/v1beta3"
+"""For Kubernetes v1.22 up to v1.30, as upstream's kubeadm bootstrap provider chooses."""
 JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
 SUCCESS_SENTINEL = "/run/cluster-api/bootstrap-success.complete"
 _PLACEHOLDER_PATH = "/run/cluster-api/placeholder"
 # Creates /run/cluster-api in a way that works on Linux and Windows alike (as upstream does).
-_PLACEHOLDER_TEXT = "This placeholder file is used to create the /run/cluster-api sub directory"
+_PLACEHOLDER_TEXT = (
+    "This placeholder file is used to create the /run/cluster-api sub directory in a way that is"
+    " compatible with both Linux and Windows (mkdir -p /run/cluster-api does not work with"
+    " Windows)"
+)
 _HEADER = "## template: jinja\n#cloud-config\n\n"
 _PERMISSIONS = re.compile(r"^[0-7]{3,4}$")
 _TIMEOUT_KEYS = {
@@ -81,6 +90,8 @@ class NodeInput:
     mounts: Sequence[Sequence[str]] = ()
     disk_setup: dict[str, Any] | None = None
     verbosity: int | None = None
+    kubernetes_version: str = ""
+    """The owner's version (``v1.30.4``): it selects the kubeadm API version of the join."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,8 +146,27 @@ def _timeouts(join: dict[str, Any]) -> None:
     }
 
 
-def join_configuration_document(join: JoinConfiguration) -> dict[str, Any]:
-    """The kubeadm ``JoinConfiguration`` (v1beta4) for a worker, as a dict.
+def kubeadm_api_version(kubernetes_version: str) -> str:
+    """The kubeadm API a node of ``kubernetes_version`` reads: v1beta3 before v1.31, v1beta4
+    from it (and when the version is unknown). Raises ``InvalidBootstrapInput`` before v1.22,
+    which no kubeadm API this provider writes supports."""
+    match = re.match(r"^v?(\d+)\.(\d+)", kubernetes_version)
+    if match is None:
+        return KUBEADM_API_VERSION
+    minor = (int(match.group(1)), int(match.group(2)))
+    if minor < (1, 22):
+        raise InvalidBootstrapInput(
+            f"Kubernetes {kubernetes_version} is older than v1.22, the oldest version whose"
+            " kubeadm this provider can configure; use v1.22 or later"
+        )
+    return KUBEADM_V1BETA3 if minor < (1, 31) else KUBEADM_API_VERSION
+
+
+def join_configuration_document(
+    join: JoinConfiguration, kubernetes_version: str = ""
+) -> dict[str, Any]:
+    """The kubeadm ``JoinConfiguration`` for a worker, as a dict, in the kubeadm API version
+    that ``kubernetes_version`` reads (``kubeadm_api_version``).
 
     Adds the ``node.cluster.x-k8s.io/uninitialized:NoSchedule`` taint, as upstream does, so
     no workload lands on the Node before Cluster API has initialised it. The caller's model is
@@ -149,7 +179,23 @@ def join_configuration_document(join: JoinConfiguration) -> dict[str, Any]:
         taints.append({"key": UNINITIALIZED_TAINT_KEY, "effect": UNINITIALIZED_TAINT_EFFECT})
     registration["taints"] = taints
     _timeouts(body)
-    return {"apiVersion": KUBEADM_API_VERSION, "kind": "JoinConfiguration", **body}
+    api_version = kubeadm_api_version(kubernetes_version)
+    if api_version == KUBEADM_V1BETA3:
+        _to_v1beta3(body)
+    return {"apiVersion": api_version, "kind": "JoinConfiguration", **body}
+
+
+def _to_v1beta3(join: dict[str, Any]) -> None:
+    """v1beta4's shape as v1beta3 spells it: kubelet arguments as a map (the last value of a
+    repeated name wins), the discovery timeout under discovery; v1beta4-only fields dropped."""
+    registration = join.get("nodeRegistration") or {}
+    args = registration.get("kubeletExtraArgs")
+    if isinstance(args, list):
+        registration["kubeletExtraArgs"] = {str(a["name"]): str(a["value"]) for a in args}
+    registration.pop("imagePullSerial", None)
+    timeouts = join.pop("timeouts", None) or {}
+    if "discovery" in timeouts:
+        join.setdefault("discovery", {})["timeout"] = timeouts["discovery"]
 
 
 def _file_entry(item: File) -> dict[str, Any]:
@@ -224,7 +270,8 @@ def render_node_cloud_config(node: NodeInput) -> str:
     ['## template: jinja', '#cloud-config']
     """
     validate_files(node.files)
-    join_yaml = "---\n" + dump_yaml(join_configuration_document(node.join_configuration))
+    join_doc = join_configuration_document(node.join_configuration, node.kubernetes_version)
+    join_yaml = "---\n" + dump_yaml(join_doc)
     write_files = [_file_entry(f) for f in node.files]
     write_files.append(
         {
@@ -242,9 +289,11 @@ def render_node_cloud_config(node: NodeInput) -> str:
             "content": _PLACEHOLDER_TEXT,
         }
     )
-    verbosity = f" --v {node.verbosity}" if node.verbosity is not None else ""
+    # Upstream's template leaves a space for the verbosity flag even when there is none: the
+    # same bytes as upstream's, so a user diffing the two sees no difference.
+    verbosity = f"--v {node.verbosity}" if node.verbosity is not None else ""
     join_cmd = (
-        f"kubeadm join --config {JOIN_CONFIG_PATH}{verbosity} && echo success > {SUCCESS_SENTINEL}"
+        f"kubeadm join --config {JOIN_CONFIG_PATH} {verbosity} && echo success > {SUCCESS_SENTINEL}"
     )
     doc: dict[str, Any] = {"write_files": write_files}
     doc["runcmd"] = [*node.pre_kubeadm_commands, join_cmd, *node.post_kubeadm_commands]

@@ -185,8 +185,17 @@ async def render(scope: Scope) -> str | None:
         mounts=spec.mounts or (),
         disk_setup=spec.disk_setup,
         verbosity=spec.verbosity,
+        kubernetes_version=_owner_version(scope),
     )
     return render_node_cloud_config(node)
+
+
+def _owner_version(scope: Scope) -> str:
+    """The Kubernetes version the owner runs (a MachinePool's template, a Machine's spec)."""
+    spec = (scope.owner or {}).get("spec") or {}
+    if scope.owner_kind == "MachinePool":
+        spec = (spec.get("template") or {}).get("spec") or {}
+    return str(spec.get("version") or "")
 
 
 async def write_data(scope: Scope) -> Result:
