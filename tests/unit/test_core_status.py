@@ -11,7 +11,7 @@ import pytest
 from machinepool.api import constants as c
 from machinepool.controllers.machine import drain
 from machinepool.controllers.machine import status as machine_status
-from machinepool.controllers.machinepool import delete, machines, noderefs, status
+from machinepool.controllers.machinepool import controller, delete, machines, noderefs, status
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -88,6 +88,13 @@ def node(name: str, pid: str, *, ready: bool = True, since: datetime = NOW) -> d
             {c.REPLICAS_MANAGED_BY_ANNOTATION: "false"},
             False,
             c.PHASE_SCALING_UP,
+        ),
+        (  # only "false" itself means unmanaged, as upstream's annotation test reads it
+            {"initialization": {"infrastructureProvisioned": True}},
+            2,
+            {c.REPLICAS_MANAGED_BY_ANNOTATION: "False"},
+            False,
+            c.PHASE_SCALING,
         ),
         (
             {"deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}}},
@@ -321,3 +328,28 @@ def test_an_absent_map_holds_an_empty_one_so_idle_machines_are_not_reapplied() -
     want = {"metadata": {"name": "m", "labels": {"a": "b"}, "annotations": {}}, "spec": {}}
     assert _contains(have, want)
     assert not _contains(have, {"metadata": {"annotations": {"x": "y"}}})
+
+
+def test_status_versions_are_in_semantic_version_order() -> None:
+    got = status.aggregate_versions(["v1.10.0", "v1.9.2", "v1.10.0", "v1.10.0-rc.1", "weird", ""])
+    assert got == [
+        {"version": "v1.9.2", "replicas": 1},
+        {"version": "v1.10.0-rc.1", "replicas": 1},
+        {"version": "v1.10.0", "replicas": 2},
+        {"version": "weird", "replicas": 1},
+    ]
+
+
+def test_a_recreated_cluster_replaces_its_stale_owner_reference() -> None:
+    cluster = {"apiVersion": "cluster.x-k8s.io/v1beta2", "metadata": {"name": "c", "uid": "new"}}
+    other = {"apiVersion": "example.com/v1", "kind": "Cluster", "name": "c", "uid": "x"}
+    stale = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "c", "uid": "old"}
+    mp: dict[str, Any] = {"metadata": {"ownerReferences": [other, stale]}}
+    controller.ensure_cluster_owner(mp, cluster)
+    assert mp["metadata"]["ownerReferences"] == [
+        other,
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c", "uid": "new"},
+    ]
+    fresh: dict[str, Any] = {"metadata": {}}
+    controller.ensure_cluster_owner(fresh, cluster)
+    assert [r["uid"] for r in fresh["metadata"]["ownerReferences"]] == ["new"]

@@ -229,19 +229,38 @@ async def _patch(patcher: Patcher, mp: Obj) -> None:
 async def set_owner_and_labels(scope: Scope) -> Result:
     mp, cluster = scope.mp, scope.cluster
     ensure(mp, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(mp, "spec", "clusterName"))
-    uid = dig(cluster, "metadata", "uid")
-    refs = dig(mp, "metadata", "ownerReferences", default=[])
-    if not any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
-        mp["metadata"]["ownerReferences"] = [
-            *refs,
-            {
-                "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
-                "kind": "Cluster",
-                "name": dig(cluster, "metadata", "name"),
-                "uid": uid,
-            },
-        ]
+    ensure_cluster_owner(mp, cluster)
     return Result()
+
+
+def ensure_cluster_owner(mp: Obj, cluster: Obj) -> None:
+    """Give ``mp`` a (non-controller) owner reference to ``cluster`` (pure)."""
+    wanted = {
+        "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+        "kind": "Cluster",
+        "name": dig(cluster, "metadata", "name"),
+        "uid": dig(cluster, "metadata", "uid"),
+    }
+    refs = list(dig(mp, "metadata", "ownerReferences", default=[]))
+    # Matched by group, kind and name, as upstream's EnsureOwnerRef does: a Cluster re-created
+    # under the same name replaces its stale reference instead of adding a second one.
+    same = [i for i, r in enumerate(refs) if isinstance(r, dict) and _same_owner(r, wanted)]
+    if not same:
+        mp["metadata"]["ownerReferences"] = [*refs, wanted]
+    elif {k: refs[same[0]].get(k) for k in wanted} != wanted:
+        refs[same[0]] = {**refs[same[0]], **wanted}
+        mp["metadata"]["ownerReferences"] = refs
+
+
+def _same_owner(ref: Obj, wanted: Obj) -> bool:
+    def group(api_version: object) -> str:
+        return str(api_version or "").rpartition("/")[0]
+
+    return (
+        group(ref.get("apiVersion")) == group(wanted["apiVersion"])
+        and ref.get("kind") == wanted["kind"]
+        and ref.get("name") == wanted["name"]
+    )
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:

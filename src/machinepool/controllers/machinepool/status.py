@@ -8,6 +8,7 @@ conditions in ``status.conditions``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -117,10 +118,28 @@ def set_v1beta1_ready(mp: Obj) -> None:
 # --- counters ------------------------------------------------------------------------------
 
 
+_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+([0-9A-Za-z.-]+))?$")
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    """Sort key: semantic versions first, in semver order (v1.9 before v1.10, a pre-release
+    before its release), then the rest by text; equal versions keep their text order."""
+    match = _SEMVER.match(version)
+    if match is None:
+        return (1, version)
+    major, minor, patch, pre, _build = match.groups()
+    pre_key = (
+        (1,)
+        if pre is None
+        else (0, *((0, int(p)) if p.isdigit() else (1, p) for p in pre.split(".")))
+    )
+    return (0, int(major), int(minor), int(patch), pre_key, version)
+
+
 def aggregate_versions(versions: list[str]) -> list[Obj]:
-    """``[{version, replicas}]`` sorted by version string, for a stable list."""
+    """``[{version, replicas}]`` in semantic-version order, as upstream sorts status.versions."""
     counts = Counter(v for v in versions if v)
-    return [{"version": v, "replicas": n} for v, n in sorted(counts.items())]
+    return [{"version": v, "replicas": counts[v]} for v in sorted(counts, key=_version_key)]
 
 
 def set_replica_counters(
@@ -157,7 +176,14 @@ def set_replica_counters(
     status["readyReplicas"] = count(c.READY_CONDITION)
     status["availableReplicas"] = count(c.AVAILABLE_CONDITION)
     status["upToDateReplicas"] = count(c.UP_TO_DATE_CONDITION)
-    versions = [str(dig(m, "spec", "version", default="")) for m in machines]
+    # A Machine's Node knows best what it runs (upstream prefers it to the Machine's spec).
+    versions = [
+        str(
+            dig(m, "status", "nodeInfo", "kubeletVersion", default="")
+            or dig(m, "spec", "version", default="")
+        )
+        for m in machines
+    ]
     _set_or_drop(status, "versions", aggregate_versions(versions) or None)
 
 
@@ -201,7 +227,7 @@ def compute_phase(mp: Obj) -> str:
 def _managed_externally(mp: Obj) -> bool:
     annotations = dig(mp, "metadata", "annotations", default={})
     value = annotations.get(c.REPLICAS_MANAGED_BY_ANNOTATION)
-    return value is not None and str(value).lower() != "false"
+    return value is not None and value != "false"  # exactly upstream's test: "False" manages
 
 
 # --- v1beta2 conditions --------------------------------------------------------------------

@@ -53,7 +53,7 @@ async def decide(scope: PoolScope) -> Result:
 def _externally_managed(mp: Obj) -> bool:
     annotations = (mp.get("metadata") or {}).get("annotations") or {}
     value = annotations.get(c.REPLICAS_MANAGED_BY_ANNOTATION)
-    return value is not None and value.lower() != "false"
+    return value is not None and value != "false"  # exactly upstream's test: "False" manages
 
 
 def _observed_size(scope: PoolScope) -> int:
