@@ -155,6 +155,11 @@ async def aggregate_cluster_roles(client: Client) -> None:
         await client.patch(CLUSTER_ROLES, role["metadata"]["name"], patch)
 
 
+BESIDE_UPSTREAM = "beside-upstream"
+"""The core for a cluster that runs upstream's: an alternative to "core" (the same Deployment
+and roles), so it is only dry-run here, never applied beside it."""
+
+
 @pytest.fixture(scope="module")
 def components() -> dict[str, list[Obj]]:
     return {comp.name: component_docs(comp.name) for comp in gen.COMPONENTS}
@@ -167,7 +172,8 @@ async def installed(
     crds: list[str],
     components: dict[str, list[Obj]],
 ) -> AsyncIterator[dict[str, list[Obj]]]:
-    """Dry-run everything, then apply everything but the shared kinds; removed afterwards."""
+    """Dry-run everything, then apply the standalone install but the shared kinds; removed
+    afterwards."""
     for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
         stand_in = cert_manager_stand_in(kind, plural)
         await client.apply(CRDS, stand_in, field_manager=FIELD_MANAGER)
@@ -183,7 +189,8 @@ async def installed(
         stdin=as_yaml(namespaces),
     )
     assert result.returncode == 0, result.stderr
-    local = [d for docs in components.values() for d in docs if d["kind"] not in SHARED_KINDS]
+    standalone = {k: v for k, v in components.items() if k != BESIDE_UPSTREAM}
+    local = [d for docs in standalone.values() for d in docs if d["kind"] not in SHARED_KINDS]
     try:
         for name, docs in components.items():
             dry = kubectl(
@@ -209,7 +216,7 @@ async def installed(
         )
         assert real.returncode == 0, real.stderr
         await aggregate_cluster_roles(client)
-        yield components
+        yield standalone
     finally:
         kubectl(
             control_plane,
