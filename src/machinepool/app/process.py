@@ -288,7 +288,7 @@ async def _take_over(client: Client, options: Options, server: WebhookServer) ->
         await beside.take_over(
             client,
             namespace,
-            register=lambda: register(client, url, ca, conversion=False),
+            register=lambda: register(client, url, ca, conversion=False, health_checks=False),
             conversion=beside.local_conversion(url, ca),
             annotation=None,
         )
