@@ -18,8 +18,8 @@ from machinepool import bootstrap, kubelet
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
+from machinepool.controllers import machinehealthcheck, sharding
 from machinepool.controllers import machinepool as machinepool_controller
-from machinepool.controllers import sharding
 from machinepool.providers import aws, sim
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
@@ -49,8 +49,11 @@ async def _setup_core(
     mgr: Manager, cache: ClusterCache, *, beside_upstream: bool = False, **opts: Any
 ) -> None:
     await machinepool_controller.setup(mgr, cache, **opts)
-    if not beside_upstream:  # upstream's Machine controller owns every Machine then
+    if not beside_upstream:
+        # Beside upstream, its Machine controller owns every Machine and its own
+        # MachineHealthCheck controller marks them (our MachinePools still remediate).
         await machine_controller.setup(mgr, cache, **opts)
+        await machinehealthcheck.setup(mgr, cache, **opts)
 
 
 COMPONENTS: dict[str, Setup] = {

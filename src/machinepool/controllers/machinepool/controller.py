@@ -26,7 +26,7 @@ from machinepool.controllers.common import (
     ensure,
     is_deleting,
 )
-from machinepool.controllers.machinepool import status, watches
+from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
@@ -188,6 +188,7 @@ def _phases(mp: Obj) -> list[Phase]:
         reconcile_bootstrap,
         reconcile_infrastructure,
         reconcile_machines,
+        remediation.reconcile_remediation,
         reconcile_node_refs,
         set_machines_up_to_date,
     ]
@@ -293,6 +294,7 @@ def update_status(scope: Scope) -> None:
     values = _ref_conditions(scope)
     values.update(status.replica_conditions(mp))
     values.update(status.machine_conditions(has_machines, scope.machines))
+    values.update(remediation.remediating_condition(scope))
     values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
     status.apply_conditions(mp, values)
     status.set_v1beta1_ready(mp)
