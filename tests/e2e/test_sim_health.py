@@ -10,15 +10,22 @@ What happened along the way is recorded from informer events, not sampled.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
 from tests.e2e.conftest import MACHINE_POOLS, System
+from tests.support import eventually
 
 from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
+from machinepool.cli import timeline
 from machinepool.controllers.machinehealthcheck import MACHINE_HEALTH_CHECKS
+from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
 
 UNHEALTHY_NODE = [
@@ -228,7 +235,22 @@ async def test_three_of_five_unhealthy_at_forty_percent_remediates_none(
     assert len(system.machines("brake")) == 5
 
 
-async def test_paused_pool_remediates_nothing(system: System, journal: Journal) -> None:
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MACHINEPOOL_HOME": str(home), "COLUMNS": "250"}
+    env.pop("KUBECONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "machinepool", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+async def test_paused_pool_remediates_nothing(
+    system: System, journal: Journal, control_plane: ControlPlane, tmp_path: Path
+) -> None:
     await system.create_pool("still", 2)
     await system.until(lambda: system.pool_running("still", 2), "2 Ready nodes")
     await _health_check(system, "still")
@@ -250,6 +272,15 @@ async def test_paused_pool_remediates_nothing(system: System, journal: Journal) 
     )
     assert await _no_deletion_over_window(system, journal, {victim}) == 0
     assert victim in {m["metadata"]["name"] for m in system.machines("still")}
+    # The marked, paused state holds still: what `machinepool describe pool` shows of it.
+    common = ("--kubeconfig", str(control_plane.kubeconfig), "-n", system.namespace)
+    described = await asyncio.to_thread(_cli, "describe", "pool", "still", *common, home=tmp_path)
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    victim_line = next(line for line in lines if f"Machine/{victim}" in line)
+    assert "health=Unhealthy (UnhealthyNode) remediation=WaitingForRemediation" in victim_line
+    other = next(line for line in lines if "Machine/" in line and f"Machine/{victim}" not in line)
+    assert "health=Healthy" in other
     # Unpaused, the same pool remediates: the pause was what held it.
     await system.client.patch(
         MACHINE_POOLS,
@@ -258,3 +289,13 @@ async def test_paused_pool_remediates_nothing(system: System, journal: Journal) 
         system.namespace,
     )
     await system.until(lambda: victim in journal.deleting, f"{victim} remediated after unpausing")
+    # The timeline lists the health check's verdict and the pool's remediation.
+    pool = await system.client.get(MACHINE_POOLS, "still", system.namespace)
+
+    async def listed() -> bool:
+        reasons = [reason for _, reason in await timeline._events(system.client, pool)]
+        return f"MachineMarkedUnhealthy Machine/{victim}" in reasons and (
+            "RemediatingMachine" in reasons
+        )
+
+    assert await eventually(listed, within=60.0)
