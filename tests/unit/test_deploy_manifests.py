@@ -416,6 +416,15 @@ def test_beside_upstream_installs_nothing_upstream_owns() -> None:
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert not [n for n in names if n[1].startswith("capi-")], names
     assert ("Namespace", "machinepool-system") in names
+    # MachineHealthChecks are upstream's there: neither their admission nor their RBAC.
+    for kind, name in gen.WEBHOOK_CONFIGURATIONS:
+        hooks = one(objs, kind, name)["webhooks"]
+        assert [h["rules"][0]["resources"] for h in hooks] == [["machinepools"]]
+    assert not any(
+        "machinehealthchecks" in r.get("resources", [])
+        for role in of_kind(objs, "ClusterRole")
+        for r in role.get("rules") or []
+    )
 
 
 def test_beside_upstream_runs_only_our_core_beside_upstream() -> None:
