@@ -22,7 +22,16 @@ import copy
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition, set_v1beta1_condition
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
-from machinepool.controllers.common import CLUSTERS, MACHINES, dig, ensure, is_deleting, now
+from machinepool.controllers.common import (
+    CLUSTERS,
+    MACHINES,
+    dig,
+    ensure,
+    ensure_cluster_owner,
+    is_deleting,
+    now,
+    set_paused_condition,
+)
 from machinepool.controllers.machinehealthcheck.selector import matches
 from machinepool.controllers.machinehealthcheck.targets import (
     Health,
@@ -163,10 +172,10 @@ class MachineHealthCheckReconciler:
             # Upstream returns an error; the Cluster watch brings this key back instead.
             log.info("Cluster not found", machinehealthcheck=str(key), cluster=cluster_name)
             return Result()
-        if _set_paused(mhc, cluster):
+        if set_paused_condition(mhc, cluster, "MachineHealthCheck"):
             await patcher.patch(mhc)
             return Result()
-        _set_owner_and_label(mhc, cluster)
+        ensure_cluster_owner(mhc, cluster)
         try:
             result = await self._reconcile(mhc, cluster)
         except BaseException:
@@ -374,42 +383,3 @@ class MachineHealthCheckReconciler:
 def _is_false(conditions: list[Obj], type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.get("status") == "False"
-
-
-def _set_paused(mhc: Obj, cluster: Obj) -> bool:
-    """The Paused condition; True when the reconcile stops here (paused, or just changed)."""
-    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        mhc, "metadata", "annotations", default={}
-    )
-    conditions = ensure(mhc, "status").setdefault("conditions", [])
-    generation = dig(mhc, "metadata", "generation")
-    if paused:
-        why = (
-            "Cluster spec.paused is true"
-            if dig(cluster, "spec", "paused")
-            else f"MachineHealthCheck has the {c.PAUSED_ANNOTATION} annotation"
-        )
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
-        )
-    else:
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
-        )
-    return paused or changed
-
-
-def _set_owner_and_label(mhc: Obj, cluster: Obj) -> None:
-    ensure(mhc, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(mhc, "spec", "clusterName"))
-    uid = dig(cluster, "metadata", "uid")
-    refs = dig(mhc, "metadata", "ownerReferences", default=[])
-    if not any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
-        mhc["metadata"]["ownerReferences"] = [
-            *refs,
-            {
-                "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
-                "kind": "Cluster",
-                "name": dig(cluster, "metadata", "name"),
-                "uid": uid,
-            },
-        ]

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition, set_v1beta1_condition
+from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.controllers.common import (
     CLUSTERS,
     MACHINEPOOLS,
@@ -24,7 +24,9 @@ from machinepool.controllers.common import (
     WorkloadNodes,
     dig,
     ensure,
+    ensure_cluster_owner,
     is_deleting,
+    set_paused_condition,
 )
 from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
@@ -228,45 +230,14 @@ async def _patch(patcher: Patcher, mp: Obj) -> None:
 
 
 async def set_owner_and_labels(scope: Scope) -> Result:
-    mp, cluster = scope.mp, scope.cluster
-    ensure(mp, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(mp, "spec", "clusterName"))
-    uid = dig(cluster, "metadata", "uid")
-    refs = dig(mp, "metadata", "ownerReferences", default=[])
-    if not any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
-        mp["metadata"]["ownerReferences"] = [
-            *refs,
-            {
-                "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
-                "kind": "Cluster",
-                "name": dig(cluster, "metadata", "name"),
-                "uid": uid,
-            },
-        ]
+    ensure_cluster_owner(scope.mp, scope.cluster)
     return Result()
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused, or the
     condition just changed and is written first, as upstream does)."""
-    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        mp, "metadata", "annotations", default={}
-    )
-    conditions = status.v1beta2_conditions(mp)
-    generation = dig(mp, "metadata", "generation")
-    if paused:
-        why = (
-            "Cluster spec.paused is true"
-            if dig(cluster, "spec", "paused")
-            else (f"MachinePool has the {c.PAUSED_ANNOTATION} annotation")
-        )
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
-        )
-    else:
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
-        )
-    return paused or changed
+    return set_paused_condition(mp, cluster, "MachinePool")
 
 
 def _report_missing_cluster(mp: Obj, namespace: str, name: str) -> None:
