@@ -137,7 +137,10 @@ def _default_shard_name() -> str:
 
 
 SHARDED_KINDS: dict[str, tuple[Resource, ...]] = {
-    "core": (MACHINE_POOLS, MACHINES),
+    # MachineHealthChecks by shard too: a replica judges only the Machines of its shard, so it
+    # must hold only the health checks of those Clusters (the defaulting webhook labels them
+    # with their cluster name, which the assigner reads).
+    "core": (MACHINE_POOLS, MACHINES, machinehealthcheck.MACHINE_HEALTH_CHECKS),
     "bootstrap": (KUBEADM_CONFIGS,),
     "sim": (sim.SIM_MACHINE_POOLS, sim.SIM_MACHINES),
     "aws": (aws.AWSMACHINEPOOLS, aws.AWSMACHINES),
@@ -150,7 +153,10 @@ them, or nobody does."""
 
 
 def _sharded_kinds(options: Options) -> frozenset[Resource]:
-    return frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
+    kinds = frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
+    if options.beside_upstream:  # upstream's MachineHealthChecks: neither cached nor labelled
+        kinds -= {machinehealthcheck.MACHINE_HEALTH_CHECKS}
+    return kinds
 
 
 def _watch_filtered(resource: Resource) -> bool:
