@@ -118,8 +118,7 @@ async def _set_owner_remediated(scope: Scope, machine: Obj, reason: str, message
         dig(machine, "metadata", "generation"),
     ):
         return machine
-    patched = await Patcher(scope.reconciler.client, MACHINES, machine).patch(updated)
-    return patched if isinstance(patched, dict) else updated
+    return await Patcher(scope.reconciler.client, MACHINES, machine).patch(updated)
 
 
 async def _defer(scope: Scope, machine: Obj, message: str) -> None:
