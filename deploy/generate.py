@@ -53,6 +53,7 @@ WEBHOOK_SERVICE = "machinepool-webhook-service"
 WEBHOOK_SECRET = "machinepool-webhook-service-cert"
 CORE_NAMESPACE = "machinepool-system"
 CONVERTED_CRD = "machinepools.cluster.x-k8s.io"
+CONVERTED_CRDS = (CONVERTED_CRD, "machinehealthchecks.cluster.x-k8s.io")
 WEBHOOK_CONFIGURATIONS = (
     ("MutatingWebhookConfiguration", "machinepool-mutating-webhook-configuration"),
     ("ValidatingWebhookConfiguration", "machinepool-validating-webhook-configuration"),
@@ -401,14 +402,17 @@ def self_signed_overlay(directory: Path) -> Path:
         {
             "target": {"kind": kind, "name": name},
             "patch": _dump(
-                [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}]
+                [
+                    {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+                    for i in range(2)  # MachinePool, then MachineHealthCheck (the component)
+                ]
             ),
         }
         for kind, name in WEBHOOK_CONFIGURATIONS
     ]
-    patches.append(
+    patches.extend(
         {
-            "target": {"kind": "CustomResourceDefinition", "name": CONVERTED_CRD},
+            "target": {"kind": "CustomResourceDefinition", "name": crd},
             "patch": _dump(
                 [
                     {
@@ -419,6 +423,7 @@ def self_signed_overlay(directory: Path) -> Path:
                 ]
             ),
         }
+        for crd in CONVERTED_CRDS
     )
     base = os.path.relpath(CONFIG / "core" / "base", directory.resolve())
     # The CRDs and their conversion webhook, as the standalone core (config/core) adds them.
@@ -427,6 +432,7 @@ def self_signed_overlay(directory: Path) -> Path:
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base, f"{base}/crds"],
+        "components": [os.path.relpath(CONFIG / "core" / "healthcheck", directory.resolve())],
         "secretGenerator": [
             {
                 "name": WEBHOOK_SECRET,

@@ -2,7 +2,8 @@
 
 ``system`` gives a test a fresh namespace, a fresh workload cluster registered as a Cluster
 (with its ``<cluster>-kubeconfig`` Secret), and a running Manager with every controller: core
-MachinePool and Machine, kubeadm bootstrap, the sim provider and the node simulator. Helpers
+MachinePool, Machine and MachineHealthCheck, kubeadm bootstrap, the sim provider and the node
+simulator. Helpers
 create pools and wait for conditions by watching informers (no sleeps). CLI and benchmark
 tests reuse it.
 """
@@ -206,7 +207,7 @@ async def system(
 ) -> AsyncIterator[System]:
     from machinepool import bootstrap, kubelet
     from machinepool.bootstrap import kubeadm
-    from machinepool.controllers import machine, machinepool
+    from machinepool.controllers import machine, machinehealthcheck, machinepool
     from machinepool.providers import sim
 
     _ = (bootstrap, crds)
@@ -214,9 +215,17 @@ async def system(
     await register_workload_cluster(client, cluster, namespace, workload)
     mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0")
     cache = ClusterCache(client, probe_interval=5.0)
-    for setup in (machinepool.setup, machine.setup, kubeadm.setup, sim.setup):
+    for setup in (
+        machinepool.setup,
+        machine.setup,
+        machinehealthcheck.setup,
+        kubeadm.setup,
+        sim.setup,
+    ):
         await setup(mgr, cache)
-    await kubelet.setup(mgr, cache, heartbeat_seconds=20.0)
+    # A stopped kubelet's Node turns Unknown 5 s after its last heartbeat (kube-controller-
+    # manager's default is 50 s): health-check tests wait less, nothing else is affected.
+    await kubelet.setup(mgr, cache, heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0)
     await mgr.start()
     workload_client = await Client.from_kubeconfig(workload.kubeconfig)
     nodes = Informer(workload_client, NODES)

@@ -14,6 +14,8 @@ is read from outside.
 - ``test_side_by_side_with_a_machine_deployment``: upstream reconciles the Cluster and a
   MachineDeployment while we create, scale, roll and delete a pool, each manager killed -9 once
   on the way; every object is written by the one manager that owns it, and nothing is lost.
+- ``test_upstreams_health_check_marks_and_our_pool_remediates``: upstream's
+  MachineHealthCheck marks a dead pool Machine and our MachinePool replaces it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from tests.support.upstream import (
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.process import free_port
+from machinepool.providers.sim import SimCloud
 from machinepool.runtime import (
     CONFIGMAPS,
     CRDS,
@@ -536,3 +539,71 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     assert set().union(*pool_writers.values()) <= ours, pool_writers
     cluster_writers = shared.writers("clusters", ns)
     assert all(w <= {"upstream"} for w in cluster_writers.values()), cluster_writers
+
+
+MACHINE_HEALTH_CHECKS = Resource(
+    "cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck"
+)
+
+
+async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Beside) -> None:
+    """Upstream's MachineHealthCheck controller marks a dead pool Machine (as it marks any
+    Machine, then waits for an owner that upstream's MachinePool never is); ours, which owns
+    the pool, deletes the marked Machine, upstream's Machine controller drains it and the
+    provider replaces the instance. Our core runs no MachineHealthCheck controller here."""
+    client, ns, pool = shared.client, "heal", "pool-h"
+    workload = await asyncio.to_thread(shared.cp.start_workload, "heal")
+    await shared.upstream(machine_pool=False)
+    await cluster_namespace(client, ns, workload)
+    providers = await shared.ours("heal-providers", "bootstrap,sim")
+    kubelet = await shared.ours("heal-kubelet", "kubelet")
+    core = await shared.our_core()
+    for proc in (providers, kubelet, core):
+        await proc.wait_ready()
+    await eventually(lambda: _taken_over(client), within=180)
+    assert await _reconcilers(core) == {"machinepool"}, "no MachineHealthCheck controller of ours"
+    async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
+        world = await World.start(client, workload_client, ns)
+        try:
+            await create_pool(client, pool, ns, 2)
+            await world.until(lambda: _pool_settled(world, pool, 2, None), f"ours runs {pool}")
+            check = {
+                "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
+                "kind": "MachineHealthCheck",
+                "metadata": {"name": pool, "namespace": ns},
+                "spec": {
+                    "clusterName": CLUSTER,
+                    "selector": {"matchLabels": {"cluster.x-k8s.io/pool-name": pool}},
+                    "checks": {
+                        "unhealthyNodeConditions": [
+                            {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},
+                            {"type": "Ready", "status": "False", "timeoutSeconds": 1},
+                        ]
+                    },
+                },
+            }
+            await client.create(MACHINE_HEALTH_CHECKS, check, ns)
+
+            async def healthy() -> bool:
+                got = await client.get(MACHINE_HEALTH_CHECKS, pool, ns)
+                return (got.get("status") or {}).get("currentHealthy") == 2
+
+            await eventually(healthy, within=180)
+            victim = sorted(m["metadata"]["name"] for m in _pool_machines(world, pool))[0]
+            await SimCloud(client).stop_kubelet(ns, victim)
+            await world.until(
+                lambda: (
+                    victim not in {m["metadata"]["name"] for m in _pool_machines(world, pool)}
+                    and _pool_settled(world, pool, 2, None)
+                ),
+                f"{victim} marked by upstream, remediated by us, replaced",
+            )
+            assert [d.name for d in world.deleted_nodes] == [victim]
+        finally:
+            await world.stop()
+            for name in ("heal-providers", "heal-kubelet", "ours-core"):
+                shared.stop(name)
+            await asyncio.to_thread(shared.cp.stop_workload, "heal")
+    # Our core deleted the marked Machine; upstream marked it and finalized its deletion.
+    machine_writers = shared.writers("machines", ns).get(victim, set())
+    assert {"upstream", "ours-core"} <= machine_writers, machine_writers

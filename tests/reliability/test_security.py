@@ -50,12 +50,17 @@ RBAC_FILES = {
     "sim": REPO / "deploy/config/sim/rbac.yaml",
     "aws": REPO / "deploy/config/aws/rbac.yaml",
 }
+EXTRA_RBAC_FILES = {
+    # The standalone core's MachineHealthCheck rights (a kustomize component of config/core).
+    "core": (REPO / "deploy/config/core/healthcheck/rbac.yaml",),
+}
 AGGREGATE_LABEL = "cluster.x-k8s.io/aggregate-to-manager"
 CORE_RESOURCES = ("secrets", "configmaps", "pods", "nodes", "serviceaccounts", "namespaces")
 
 
 def _docs(component: str) -> list[Obj]:
-    return [d for d in yaml.safe_load_all(RBAC_FILES[component].read_text()) if d]
+    files = (RBAC_FILES[component], *EXTRA_RBAC_FILES.get(component, ()))
+    return [d for path in files for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def _account(component: str) -> str:
@@ -136,6 +141,15 @@ MUST: Checks = {
         ("create", "machines.cluster.x-k8s.io", "-n", "default"),
         ("delete", "simmachinepools.infrastructure.cluster.x-k8s.io", "-n", "default"),
         ("delete", "kubeadmconfigs.bootstrap.cluster.x-k8s.io", "-n", "default"),
+        ("watch", "machinehealthchecks.cluster.x-k8s.io", "-n", "default"),
+        (
+            "patch",
+            "machinehealthchecks.cluster.x-k8s.io",
+            "--subresource",
+            "status",
+            "-n",
+            "default",
+        ),
     ],
     "bootstrap": [
         ("create", "secrets", "-n", "default"),
@@ -156,6 +170,8 @@ MUST_NOT: Checks = {
         ("create", "machinepools.cluster.x-k8s.io", "-n", "default"),
         ("delete", "machinepools.cluster.x-k8s.io", "-n", "default"),
         ("patch", "clusters.cluster.x-k8s.io", "-n", "default"),
+        ("create", "machinehealthchecks.cluster.x-k8s.io", "-n", "default"),
+        ("delete", "machinehealthchecks.cluster.x-k8s.io", "-n", "default"),
     ],
     "bootstrap": [
         ("list", "secrets", "-n", "default"),

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from machinepool.api import constants as c
+from machinepool.controllers import common
 from machinepool.controllers.machine import drain
 from machinepool.controllers.machine import status as machine_status
-from machinepool.controllers.machinepool import controller, delete, machines, noderefs, status
+from machinepool.controllers.machinepool import delete, machines, noderefs, status
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -344,12 +345,12 @@ def test_a_recreated_cluster_replaces_its_stale_owner_reference() -> None:
     cluster = {"apiVersion": "cluster.x-k8s.io/v1beta2", "metadata": {"name": "c", "uid": "new"}}
     other = {"apiVersion": "example.com/v1", "kind": "Cluster", "name": "c", "uid": "x"}
     stale = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "c", "uid": "old"}
-    mp: dict[str, Any] = {"metadata": {"ownerReferences": [other, stale]}}
-    controller.ensure_cluster_owner(mp, cluster)
+    mp: dict[str, Any] = {"metadata": {"ownerReferences": [other, stale]}, "spec": {}}
+    common.ensure_cluster_owner(mp, cluster)
     assert mp["metadata"]["ownerReferences"] == [
         other,
         {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c", "uid": "new"},
     ]
-    fresh: dict[str, Any] = {"metadata": {}}
-    controller.ensure_cluster_owner(fresh, cluster)
+    fresh: dict[str, Any] = {"metadata": {}, "spec": {"clusterName": "c"}}
+    common.ensure_cluster_owner(fresh, cluster)
     assert [r["uid"] for r in fresh["metadata"]["ownerReferences"]] == ["new"]

@@ -278,6 +278,7 @@ def test_webhooks_match_the_webhook_server() -> None:
         DEFAULTING_WEBHOOK_NAME,
         VALIDATING_WEBHOOK_NAME,
     )
+    from machinepool.webhooks.server import MHC_MUTATE_PATH, MHC_VALIDATE_PATH
 
     objs = objects("core")
     service = one(objs, "Service", gen.WEBHOOK_SERVICE)
@@ -299,7 +300,11 @@ def test_webhooks_match_the_webhook_server() -> None:
         ),
     }
     for kind, (name, path, operations) in expected.items():
-        (hook,) = one(objs, kind)["webhooks"]
+        hook, health_check_hook = one(objs, kind)["webhooks"]
+        assert health_check_hook["clientConfig"]["service"]["path"] == (
+            MHC_MUTATE_PATH if kind.startswith("Mutating") else MHC_VALIDATE_PATH
+        )
+        assert health_check_hook["rules"][0]["resources"] == ["machinehealthchecks"]
         assert hook["name"] == name
         assert hook["failurePolicy"] == "Fail"
         ref = hook["clientConfig"]["service"]
@@ -312,10 +317,10 @@ def test_webhooks_match_the_webhook_server() -> None:
         (rule,) = hook["rules"]
         assert set(rule["operations"]) == operations
         assert rule["resources"] == ["machinepools"]
-    crd = one(objs, "CustomResourceDefinition", gen.CONVERTED_CRD)
-    conversion = crd["spec"]["conversion"]
-    assert conversion["strategy"] == "Webhook"
-    assert conversion["webhook"]["clientConfig"]["service"]["path"] == CONVERT_PATH
+    for name in gen.CONVERTED_CRDS:
+        conversion = one(objs, "CustomResourceDefinition", name)["spec"]["conversion"]
+        assert conversion["strategy"] == "Webhook"
+        assert conversion["webhook"]["clientConfig"]["service"]["path"] == CONVERT_PATH
 
 
 def test_cert_manager_certificate_is_mounted_and_injected() -> None:
@@ -411,6 +416,15 @@ def test_beside_upstream_installs_nothing_upstream_owns() -> None:
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert not [n for n in names if n[1].startswith("capi-")], names
     assert ("Namespace", "machinepool-system") in names
+    # MachineHealthChecks are upstream's there: neither their admission nor their RBAC.
+    for kind, name in gen.WEBHOOK_CONFIGURATIONS:
+        hooks = one(objs, kind, name)["webhooks"]
+        assert [h["rules"][0]["resources"] for h in hooks] == [["machinepools"]]
+    assert not any(
+        "machinehealthchecks" in r.get("resources", [])
+        for role in of_kind(objs, "ClusterRole")
+        for r in role.get("rules") or []
+    )
 
 
 def test_beside_upstream_runs_only_our_core_beside_upstream() -> None:

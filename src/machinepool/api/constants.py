@@ -275,3 +275,38 @@ def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
         for key, value in labels.items()
         if value and (key == WATCH_FILTER_LABEL or key.startswith(SHARD_LABEL_PREFIX + "/"))
     }
+
+
+# --- health checks and remediation (MachineHealthCheck, MachinePool remediation) -----------
+
+REMEDIATE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/remediate-machine"
+"""Set on a Machine by a user: the health check marks it unhealthy at once."""
+SKIP_REMEDIATION_ANNOTATION: Final = "cluster.x-k8s.io/skip-remediation"
+"""Set on a Machine by a user: the health check leaves it out of its targets."""
+MAX_IN_FLIGHT_REMEDIATIONS_ANNOTATION: Final = (
+    "machinepool.cluster.x-k8s.io/max-in-flight-remediations"
+)
+"""On a MachinePool: how many of its Machines may be remediated at once (ours, not upstream's;
+see docs/user-guide.md "Health checks and remediation")."""
+HEALTH_CHECK_SUCCEEDED_CONDITION: Final = "HealthCheckSucceeded"
+OWNER_REMEDIATED_CONDITION: Final = "OwnerRemediated"
+EXTERNALLY_REMEDIATED_CONDITION: Final = "ExternallyRemediated"
+REMEDIATION_ALLOWED_CONDITION: Final = "RemediationAllowed"
+HEALTH_CHECK_SUCCEEDED_REASON: Final = "HealthCheckSucceeded"
+UNHEALTHY_NODE_REASON: Final = "UnhealthyNode"
+UNHEALTHY_MACHINE_REASON: Final = "UnhealthyMachine"
+NODE_STARTUP_TIMEOUT_REASON: Final = "NodeStartupTimeout"
+HAS_REMEDIATE_ANNOTATION_REASON: Final = "HasRemediateAnnotation"
+WAITING_FOR_REMEDIATION_REASON: Final = "WaitingForRemediation"
+REMEDIATION_DEFERRED_REASON: Final = "RemediationDeferred"
+MACHINE_DELETING_REASON: Final = "MachineDeleting"
+REMEDIATION_ALLOWED_REASON: Final = "RemediationAllowed"
+TOO_MANY_UNHEALTHY_REASON: Final = "TooManyUnhealthy"
+REMEDIATION_TEMPLATE_NOT_SUPPORTED_REASON: Final = "RemediationTemplateNotSupported"
+V1BETA1_REMEDIATION_ALLOWED_CONDITION: Final = "RemediationAllowed"
+V1BETA1_NODE_NOT_FOUND_REASON: Final = "NodeNotFound"
+V1BETA1_NODE_STARTUP_TIMEOUT_REASON: Final = "NodeStartupTimeout"
+V1BETA1_UNHEALTHY_NODE_REASON: Final = "UnhealthyNode"
+V1BETA1_UNHEALTHY_MACHINE_REASON: Final = "UnhealthyMachine"
+V1BETA1_HAS_REMEDIATE_ANNOTATION_REASON: Final = "HasRemediateMachineAnnotation"
+V1BETA1_TOO_MANY_UNHEALTHY_REASON: Final = "TooManyUnhealthy"

@@ -34,6 +34,7 @@ from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, regis
 __all__ = [
     "INSTANCE_LABEL",
     "INSTANCE_SECRET_TYPE",
+    "KUBELET_ANNOTATION",
     "POOL_ANNOTATION",
     "POOL_LABEL",
     "SIM_MACHINE",
@@ -285,6 +286,9 @@ POOL_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/pool-name"
 STATE_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/state"
 """A forced state (failed, terminated) that overrides the boot clock."""
 STATE_REASON_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/state-reason"
+KUBELET_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/kubelet"
+"""``stopped``: the instance runs but its kubelet is dead (no join, no heartbeats), a fault
+for health checks; the cloud still reports the instance running."""
 
 
 def provider_id(failure_domain: str, instance_id: str) -> str:
@@ -312,6 +316,8 @@ class InstanceRecord:
     forced_state: str
     attributes: Mapping[str, str]
     uid: str = ""
+    kubelet_stopped: bool = False
+    """The kubelet fault is on (``KUBELET_ANNOTATION``)."""
 
     def state_at(self, now: datetime) -> str:
         """Forced state if any, else pending until ``boot_at``, then running (or failed)."""
@@ -342,6 +348,7 @@ class InstanceRecord:
             will_fail=bool(info.get("willFail", False)),
             bootstrap_version=str(info.get("bootstrapVersion", "")),
             forced_state=str(annotations.get(STATE_ANNOTATION, "")),
+            kubelet_stopped=annotations.get(KUBELET_ANNOTATION) == "stopped",
             attributes=dict(info.get("attributes") or {}),
             uid=str(meta.get("uid", "")),
         )

@@ -14,6 +14,7 @@ from machinepool.api import (
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.api.core_v1beta1 import V1Beta1MachinePool
 from machinepool.api.core_v1beta2 import Cluster, Machine, MachinePool
+from machinepool.api.healthcheck import MachineHealthCheck, V1Beta1MachineHealthCheck
 from machinepool.api.registry import (
     KindInfo,
     PrinterColumn,
@@ -22,7 +23,7 @@ from machinepool.api.registry import (
     register_kind,
 )
 
-__all__ = ["CLUSTER", "KUBEADM_CONFIG", "MACHINE", "MACHINE_POOL"]
+__all__ = ["CLUSTER", "KUBEADM_CONFIG", "MACHINE", "MACHINE_HEALTH_CHECK", "MACHINE_POOL"]
 
 _AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since creation")
 _PAUSED = PrinterColumn(
@@ -140,6 +141,73 @@ MACHINE = register_kind(
                     PrinterColumn("Phase", "string", ".status.phase", "Machine phase"),
                     _AGE,
                     PrinterColumn("Version", "string", ".spec.version", "Kubernetes version"),
+                ),
+            ),
+        ),
+    )
+)
+
+MACHINE_HEALTH_CHECK = register_kind(
+    KindInfo(
+        group=c.CLUSTER_GROUP,
+        kind="MachineHealthCheck",
+        plural="machinehealthchecks",
+        singular="machinehealthcheck",
+        short_names=("mhc", "mhcs"),
+        categories=("cluster-api",),
+        labels=_CORE_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=MachineHealthCheck,
+                storage=True,
+                printer_columns=(
+                    PrinterColumn("Cluster", "string", ".spec.clusterName", "Cluster"),
+                    PrinterColumn(
+                        "Replicas",
+                        "integer",
+                        ".status.expectedMachines",
+                        "Number of machines currently monitored",
+                    ),
+                    PrinterColumn(
+                        "Healthy",
+                        "integer",
+                        ".status.currentHealthy",
+                        "Current observed healthy machines",
+                    ),
+                    _PAUSED,
+                    _AGE,
+                ),
+            ),
+            VersionInfo(
+                name=c.V1BETA1,
+                model=V1Beta1MachineHealthCheck,
+                deprecated=True,
+                deprecation_warning=(
+                    "cluster.x-k8s.io/v1beta1 MachineHealthCheck is deprecated; "
+                    "use cluster.x-k8s.io/v1beta2 MachineHealthCheck"
+                ),
+                printer_columns=(
+                    PrinterColumn("Cluster", "string", ".spec.clusterName", "Cluster"),
+                    PrinterColumn(
+                        "ExpectedMachines",
+                        "integer",
+                        ".status.expectedMachines",
+                        "Number of machines currently monitored",
+                    ),
+                    PrinterColumn(
+                        "MaxUnhealthy",
+                        "string",
+                        ".spec.maxUnhealthy",
+                        "Maximum number of unhealthy machines allowed",
+                    ),
+                    PrinterColumn(
+                        "CurrentHealthy",
+                        "integer",
+                        ".status.currentHealthy",
+                        "Current observed healthy machines",
+                    ),
+                    _AGE,
                 ),
             ),
         ),

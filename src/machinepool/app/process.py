@@ -18,8 +18,8 @@ from machinepool import bootstrap, kubelet
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
+from machinepool.controllers import machinehealthcheck, sharding
 from machinepool.controllers import machinepool as machinepool_controller
-from machinepool.controllers import sharding
 from machinepool.providers import aws, sim
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import (
@@ -49,8 +49,11 @@ async def _setup_core(
     mgr: Manager, cache: ClusterCache, *, beside_upstream: bool = False, **opts: Any
 ) -> None:
     await machinepool_controller.setup(mgr, cache, **opts)
-    if not beside_upstream:  # upstream's Machine controller owns every Machine then
+    if not beside_upstream:
+        # Beside upstream, its Machine controller owns every Machine and its own
+        # MachineHealthCheck controller marks them (our MachinePools still remediate).
         await machine_controller.setup(mgr, cache, **opts)
+        await machinehealthcheck.setup(mgr, cache, **opts)
 
 
 COMPONENTS: dict[str, Setup] = {
@@ -134,7 +137,10 @@ def _default_shard_name() -> str:
 
 
 SHARDED_KINDS: dict[str, tuple[Resource, ...]] = {
-    "core": (MACHINE_POOLS, MACHINES),
+    # MachineHealthChecks by shard too: a replica judges only the Machines of its shard, so it
+    # must hold only the health checks of those Clusters (the defaulting webhook labels them
+    # with their cluster name, which the assigner reads).
+    "core": (MACHINE_POOLS, MACHINES, machinehealthcheck.MACHINE_HEALTH_CHECKS),
     "bootstrap": (KUBEADM_CONFIGS,),
     "sim": (sim.SIM_MACHINE_POOLS, sim.SIM_MACHINES),
     "aws": (aws.AWSMACHINEPOOLS, aws.AWSMACHINES),
@@ -147,7 +153,10 @@ them, or nobody does."""
 
 
 def _sharded_kinds(options: Options) -> frozenset[Resource]:
-    return frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
+    kinds = frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
+    if options.beside_upstream:  # upstream's MachineHealthChecks: neither cached nor labelled
+        kinds -= {machinehealthcheck.MACHINE_HEALTH_CHECKS}
+    return kinds
 
 
 def _watch_filtered(resource: Resource) -> bool:
@@ -288,7 +297,7 @@ async def _take_over(client: Client, options: Options, server: WebhookServer) ->
         await beside.take_over(
             client,
             namespace,
-            register=lambda: register(client, url, ca, conversion=False),
+            register=lambda: register(client, url, ca, conversion=False, health_checks=False),
             conversion=beside.local_conversion(url, ca),
             annotation=None,
         )

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 
 from machinepool.cli import history
 from machinepool.cli.kube import CliError, Target, connect, get_pool
-from machinepool.runtime.client import CORE_EVENTS, Client
+from machinepool.runtime.client import CORE_EVENTS, MACHINES, Client
 
 Obj = dict[str, Any]
 
@@ -36,14 +36,53 @@ def series(samples: list[Obj]) -> tuple[list[float], dict[str, list[int]], list[
     return times, by_version, desired
 
 
+REMEDIATION_EVENT = "RemediatingMachine"
+MARKED_UNHEALTHY_EVENT = "MachineMarkedUnhealthy"
+
+
+def _stamp(event: Obj) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
 async def _events(client: Client, pool: Obj) -> list[tuple[str, str]]:
+    """The pool's own Events, and the health checks' verdicts on its Machines.
+
+    A Machine's ``MachineMarkedUnhealthy`` Event belongs to the pool when the Machine is
+    still the pool's, or when the pool's ``RemediatingMachine`` Event named it (the Machine
+    itself is gone by then).
+    """
     meta = pool["metadata"]
     selector = f"involvedObject.uid={meta['uid']}"
     events = (await client.list(CORE_EVENTS, meta["namespace"], field_selector=selector)).items
-    stamped = [
-        (e.get("lastTimestamp") or e.get("eventTime") or "", e.get("reason", "")) for e in events
-    ]
+    stamped = [(_stamp(e), str(e.get("reason", ""))) for e in events]
+    remediated = " ".join(
+        str(e.get("message", "")) for e in events if e.get("reason") == REMEDIATION_EVENT
+    )
+    marked = await client.list(
+        CORE_EVENTS,
+        meta["namespace"],
+        field_selector=f"reason={MARKED_UNHEALTHY_EVENT},involvedObject.kind=Machine",
+    )
+    owned = await _machine_names(client, pool)
+    for event in marked.items:
+        machine = str((event.get("involvedObject") or {}).get("name", ""))
+        if machine in owned or f"Machine {machine} " in remediated:
+            stamped.append((_stamp(event), f"{MARKED_UNHEALTHY_EVENT} Machine/{machine}"))
     return sorted(stamped)
+
+
+async def _machine_names(client: Client, pool: Obj) -> set[str]:
+    meta = pool["metadata"]
+    listed = await client.list(
+        MACHINES,
+        meta["namespace"],
+        label_selector=f"cluster.x-k8s.io/cluster-name={pool['spec']['clusterName']}",
+    )
+    return {
+        m["metadata"]["name"]
+        for m in listed.items
+        if any(o.get("uid") == meta["uid"] for o in m["metadata"].get("ownerReferences") or [])
+    }
 
 
 def render_png(samples: list[Obj], title: str) -> bytes:

@@ -153,6 +153,26 @@ def describe_tree(
     return tree
 
 
+def machine_health(machine: Obj) -> Text:
+    """``health=...`` of a pool Machine, from the conditions a MachineHealthCheck writes.
+
+    ``-`` when no health check selects it; ``Healthy``; ``Unhealthy (reason)`` and, once its
+    owner acts on it, what remediation is doing (waiting, deferred, deleting).
+    """
+    conditions = _get(machine, "status", "conditions", default=[]) or []
+    by_type = {str(c.get("type")): c for c in conditions if isinstance(c, dict)}
+    check = by_type.get("HealthCheckSucceeded")
+    if check is None:
+        return Text("health=-", style="dim")
+    if check.get("status") == "True":
+        return Text("health=Healthy", style="green")
+    text = f"health=Unhealthy ({check.get('reason', '')})"
+    owner = by_type.get("OwnerRemediated")
+    if owner is not None and owner.get("status") == "False":
+        text += f" remediation={owner.get('reason', '')}"
+    return Text(text, style="red")
+
+
 def _machines_branch(
     tree: Tree, pool: Obj, machines: list[Obj], nodes_by_provider_id: dict[str, Obj]
 ) -> None:
@@ -163,8 +183,9 @@ def _machines_branch(
             label = Text(
                 f"Machine/{machine['metadata']['name']}  "
                 f"{_get(machine, 'status', 'phase', default='-')}  "
-                f"{_get(machine, 'spec', 'version', default='')}"
+                f"{_get(machine, 'spec', 'version', default='')}  "
             )
+            label.append_text(machine_health(machine))
             sub = branch.add(label)
             _conditions_branch(sub, machine)
             if pid:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.conditions import set_condition
 from machinepool.api.meta import parse_time
 from machinepool.runtime import (
     CLUSTERS,
@@ -34,6 +35,7 @@ __all__ = [
     "WorkloadNodes",
     "dig",
     "ensure",
+    "ensure_cluster_owner",
     "group_of",
     "is_controlled_by",
     "is_deleting",
@@ -42,6 +44,7 @@ __all__ = [
     "node_ready_since",
     "now",
     "ref_text",
+    "set_paused_condition",
 ]
 
 MACHINEPOOLS = MACHINE_POOLS
@@ -80,6 +83,71 @@ def group_of(api_version: str) -> str:
 
 def is_deleting(obj: Obj) -> bool:
     return bool(dig(obj, "metadata", "deletionTimestamp"))
+
+
+def ensure_cluster_owner(obj: Obj, cluster: Obj) -> None:
+    """The cluster-name label and a (non-controller) ownerReference to ``cluster``, as
+    upstream's MachinePool and MachineHealthCheck reconcilers set them (pure)."""
+    ensure(obj, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(obj, "spec", "clusterName"))
+    wanted = {
+        "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+        "kind": "Cluster",
+        "name": dig(cluster, "metadata", "name"),
+        "uid": dig(cluster, "metadata", "uid"),
+    }
+    refs = list(dig(obj, "metadata", "ownerReferences", default=[]))
+    # Matched by group, kind and name, as upstream's EnsureOwnerRef does: a Cluster re-created
+    # under the same name replaces its stale reference instead of adding a second one.
+    same = [i for i, r in enumerate(refs) if isinstance(r, dict) and _same_owner(r, wanted)]
+    if not same:
+        obj["metadata"]["ownerReferences"] = [*refs, wanted]
+    elif {k: refs[same[0]].get(k) for k in wanted} != wanted:
+        refs[same[0]] = {**refs[same[0]], **wanted}
+        obj["metadata"]["ownerReferences"] = refs
+
+
+def _same_owner(ref: Obj, wanted: Obj) -> bool:
+    def group(api_version: object) -> str:
+        return str(api_version or "").rpartition("/")[0]
+
+    return (
+        group(ref.get("apiVersion")) == group(wanted["apiVersion"])
+        and ref.get("kind") == wanted["kind"]
+        and ref.get("name") == wanted["name"]
+    )
+
+
+def set_paused_condition(obj: Obj, cluster: Obj, kind: str) -> bool:
+    """Set ``obj``'s Paused condition from ``cluster.spec.paused`` and the paused annotation;
+    True when the reconcile must stop here (paused, or the condition just changed and is
+    written first, as upstream's ``paused.EnsurePausedCondition`` does)."""
+    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
+        obj, "metadata", "annotations", default={}
+    )
+    status = ensure(obj, "status")
+    if not isinstance(status.get("conditions"), list):
+        status["conditions"] = []
+    generation = dig(obj, "metadata", "generation")
+    if paused:
+        why = ", ".join(  # upstream's words, both reasons when both hold
+            text
+            for holds, text in (
+                (dig(cluster, "spec", "paused"), "Cluster spec.paused is set to true"),
+                (
+                    c.PAUSED_ANNOTATION in dig(obj, "metadata", "annotations", default={}),
+                    f"{kind} has the {c.PAUSED_ANNOTATION} annotation",
+                ),
+            )
+            if holds
+        )
+        changed = set_condition(
+            status["conditions"], c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
+        )
+    else:
+        changed = set_condition(
+            status["conditions"], c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
+        )
+    return paused or changed
 
 
 def is_controlled_by(obj: Obj, owner: Obj) -> bool:

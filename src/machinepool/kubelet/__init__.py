@@ -31,8 +31,10 @@ __all__ = [
 async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
     """Register the node simulator on ``mgr``.
 
-    Options: ``heartbeat_seconds`` (Ready heartbeat period, default 30), ``concurrency``
-    (default 4). Other options are ignored.
+    Options: ``heartbeat_seconds`` (Ready heartbeat period, default 30),
+    ``node_monitor_grace_seconds`` (how long a stopped kubelet's Node keeps its last status
+    before it turns Unknown, default 50 as kube-controller-manager's
+    ``--node-monitor-grace-period``), ``concurrency`` (default 4). Other options are ignored.
     """
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     sim = KubeletSimulator(
@@ -40,6 +42,7 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
         records,
         cluster_cache,
         heartbeat_seconds=float(options.get("heartbeat_seconds", 30.0)),
+        node_monitor_grace_seconds=float(options.get("node_monitor_grace_seconds", 50.0)),
     )
     sim.follow_records()
     ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=int(options.get("concurrency", 4)))

@@ -5,7 +5,11 @@ booted with (``join.py``), registers the Node, heartbeats Ready, and runs the po
 pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
 drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
 NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
-controller would. Wired by ``machinepool.kubelet.setup``.
+controller would. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither
+joins nor heartbeats; once its last heartbeat is older than the node monitor grace period its
+Node's conditions turn Unknown, as kube-controller-manager's node lifecycle controller (which
+the local workload clusters do not run) would write them. Wired by
+``machinepool.kubelet.setup``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from typing import Any
 from machinepool.api.infra_sim import InstanceRecord, user_data
 from machinepool.kubelet.join import JoinRejected, verify_join
 from machinepool.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
-from machinepool.kubelet.node import node_object, node_status, pod_running_status
+from machinepool.kubelet.node import (
+    node_object,
+    node_status,
+    node_unknown_status,
+    pod_running_status,
+)
 from machinepool.runtime import (
     NODES,
     PODS,
@@ -54,12 +63,14 @@ class KubeletSimulator:
         *,
         heartbeat_seconds: float = 30.0,
         retry_seconds: float = 5.0,
+        node_monitor_grace_seconds: float = 50.0,
     ) -> None:
         self.client = client
         self.records = records
         self.cluster_cache = cluster_cache
         self.heartbeat = heartbeat_seconds
         self.retry = retry_seconds
+        self.grace = node_monitor_grace_seconds
         self.controller: Controller | None = None
         self._gone: dict[ObjectKey, InstanceRecord] = {}
         self._unjoined: set[ObjectKey] = set()
@@ -127,6 +138,8 @@ class KubeletSimulator:
             if node is not None and _ready(node):
                 await self._post_status(record, ready=False, now=now, reason="InstanceFailed")
             return None
+        if record.kubelet_stopped:
+            return await self._silent(record, node, now)
         if node is None:
             return await self._join(record, secret, now)
         self._unjoined.discard(ObjectKey(record.namespace, record.id))
@@ -134,6 +147,26 @@ class KubeletSimulator:
             await self._post_status(record, ready=True, now=now)
         await self._run_pods(cluster, record.id, now)
         return Result(requeue_after=self.heartbeat)
+
+    async def _silent(
+        self, record: InstanceRecord, node: Obj | None, now: datetime
+    ) -> Result | None:
+        """A dead kubelet: nothing is posted until the grace period passed, then the node
+        monitor's verdict (every condition Unknown), once."""
+        if node is None:
+            return None  # never joins; a change of the record brings us back
+        age = _heartbeat_age(node, now)
+        if age < self.grace:
+            return Result(requeue_after=self.grace - age + 0.1)
+        if _ready_status(node) != "Unknown":
+            client = await self.cluster_cache.get_client(
+                ObjectKey(record.namespace, record.cluster)
+            )
+            with contextlib.suppress(NotFound):
+                await client.patch(
+                    NODES, record.id, node_unknown_status(node, now), subresource="status"
+                )
+        return None
 
     async def _join(self, record: InstanceRecord, secret: Obj, now: datetime) -> Result | None:
         cluster = ObjectKey(record.namespace, record.cluster)
@@ -238,6 +271,22 @@ def _ready(node: Obj) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
+
+
+def _ready_status(node: Obj) -> str:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status"))
+    return ""
+
+
+def _heartbeat_age(node: Obj, now: datetime) -> float:
+    """Seconds since the Ready heartbeat (infinite when there is none)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("lastHeartbeatTime"):
+            beat = datetime.fromisoformat(str(cond["lastHeartbeatTime"]).replace("Z", "+00:00"))
+            return (now - beat).total_seconds()
+    return float("inf")
 
 
 def _needs_heartbeat(node: Obj, now: datetime, interval: float) -> bool:

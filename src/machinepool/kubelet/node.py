@@ -14,7 +14,7 @@ from machinepool.api.infra_sim import InstanceRecord
 from machinepool.api.meta import format_time
 from machinepool.runtime import Obj
 
-__all__ = ["node_object", "node_status", "pod_running_status"]
+__all__ = ["node_object", "node_status", "node_unknown_status", "pod_running_status"]
 
 _CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
 
@@ -55,6 +55,24 @@ _PRESSURE_CONDITIONS = (
 )
 """What a kubelet reports beside Ready (all False while healthy); upstream's Machine
 NodeHealthy condition, and so its MachinePool readyReplicas, is Unknown without them."""
+
+
+def node_unknown_status(node: Obj, now: Any) -> Obj:
+    """What kube-controller-manager's node lifecycle controller writes when a kubelet stopped
+    posting status: every condition Unknown, reason NodeStatusUnknown, heartbeats kept."""
+    stamp = format_time(now)
+    conditions = []
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        conditions.append(
+            {
+                **cond,
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastTransitionTime": stamp,
+            }
+        )
+    return {"status": {"conditions": conditions}}
 
 
 def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "") -> Obj:

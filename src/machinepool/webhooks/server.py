@@ -1,4 +1,4 @@
-"""The HTTPS admission and conversion server for MachinePools.
+"""The HTTPS admission and conversion server for MachinePools and MachineHealthChecks.
 
 ``serve()`` starts it (the CLI and the test fixture are the callers); the apiserver then
 POSTs AdmissionReview v1 to the mutating and validating paths (upstream's paths) and
@@ -25,6 +25,7 @@ from aiohttp import web
 from machinepool.api.constants import CONTRACT_LABEL
 from machinepool.api.features import FeatureGates
 from machinepool.runtime import CRDS, ApiError, Client, NotFound, get_logger
+from machinepool.webhooks import healthcheck
 from machinepool.webhooks.certs import self_signed
 from machinepool.webhooks.conversion import (
     HUB_API_VERSION,
@@ -42,10 +43,20 @@ from machinepool.webhooks.machinepool import (
     validate_machine_pool_delete,
 )
 
-__all__ = ["CONVERT_PATH", "MUTATE_PATH", "VALIDATE_PATH", "WebhookServer", "serve"]
+__all__ = [
+    "CONVERT_PATH",
+    "MHC_MUTATE_PATH",
+    "MHC_VALIDATE_PATH",
+    "MUTATE_PATH",
+    "VALIDATE_PATH",
+    "WebhookServer",
+    "serve",
+]
 
 MUTATE_PATH = "/mutate-cluster-x-k8s-io-v1beta2-machinepool"
 VALIDATE_PATH = "/validate-cluster-x-k8s-io-v1beta2-machinepool"
+MHC_MUTATE_PATH = "/mutate-cluster-x-k8s-io-v1beta2-machinehealthcheck"
+MHC_VALIDATE_PATH = "/validate-cluster-x-k8s-io-v1beta2-machinehealthcheck"
 CONVERT_PATH = "/convert"
 _API_VERSION_TTL = 30.0
 _log = get_logger("machinepool.webhooks")
@@ -128,6 +139,8 @@ class WebhookServer:
         app.router.add_post(MUTATE_PATH, _guard(self._mutate, _admission_failure))
         app.router.add_post(VALIDATE_PATH, _guard(self._validate, _admission_failure))
         app.router.add_post(CONVERT_PATH, _guard(self._convert, _conversion_failure))
+        app.router.add_post(MHC_MUTATE_PATH, _guard(self._mutate_mhc, _admission_failure))
+        app.router.add_post(MHC_VALIDATE_PATH, _guard(self._validate_mhc, _admission_failure))
         app.router.add_get("/healthz", _healthz)
         for path, handler in self._extra_routes:
             app.router.add_post(path, handler)
@@ -201,6 +214,32 @@ class WebhookServer:
             return _denied(request, denied.status)
         return _allowed(request)
 
+    async def _mutate_mhc(self, review: Obj) -> Obj:
+        request = review["request"]
+        obj = request.get("object")
+        if not isinstance(obj, dict):
+            return _allowed(request)
+        response = _allowed(request)
+        ops = diff(obj, healthcheck.default_machine_health_check(obj))
+        if ops:
+            response["response"]["patchType"] = "JSONPatch"
+            response["response"]["patch"] = _b64(json.dumps(ops))
+        return response
+
+    async def _validate_mhc(self, review: Obj) -> Obj:
+        request = review["request"]
+        operation = request.get("operation")
+        if operation not in ("CREATE", "UPDATE"):
+            return _allowed(request)
+        old = request.get("oldObject") if operation == "UPDATE" else None
+        try:
+            healthcheck.validate_machine_health_check(
+                old if isinstance(old, dict) else None, request.get("object") or {}
+            )
+        except AdmissionDenied as denied:
+            return _denied(request, denied.status)
+        return _allowed(request)
+
     async def _convert(self, review: Obj) -> Obj:
         request = review["request"]
         desired = request["desiredAPIVersion"]
@@ -208,7 +247,7 @@ class WebhookServer:
         pairs: set[tuple[str, str]] = set()
         if desired == SPOKE_API_VERSION:
             for obj in objects:
-                if obj.get("apiVersion") == HUB_API_VERSION:
+                if obj.get("apiVersion") == HUB_API_VERSION and obj.get("kind") == "MachinePool":
                     pairs |= referenced_group_kinds(obj)
         versions = await self._resolver.resolve(pairs)
         converted = [_convert_one(obj, desired, versions) for obj in objects]
@@ -217,10 +256,18 @@ class WebhookServer:
 
 def _convert_one(obj: Obj, desired: str, versions: dict[tuple[str, str], str]) -> Obj:
     current = obj.get("apiVersion")
-    if obj.get("kind") != "MachinePool":
-        raise ConversionError(f"cannot convert kind {obj.get('kind')!r}: only MachinePool")
     if current == desired:
         return obj
+    if obj.get("kind") == "MachineHealthCheck":
+        if (current, desired) == (SPOKE_API_VERSION, HUB_API_VERSION):
+            return healthcheck.to_hub(obj)
+        if (current, desired) == (HUB_API_VERSION, SPOKE_API_VERSION):
+            return healthcheck.from_hub(obj)
+        raise ConversionError(f"cannot convert MachineHealthCheck from {current!r} to {desired!r}")
+    if obj.get("kind") != "MachinePool":
+        raise ConversionError(
+            f"cannot convert kind {obj.get('kind')!r}: only MachinePool and MachineHealthCheck"
+        )
     if (current, desired) == (SPOKE_API_VERSION, HUB_API_VERSION):
         return to_hub(obj)
     if (current, desired) == (HUB_API_VERSION, SPOKE_API_VERSION):

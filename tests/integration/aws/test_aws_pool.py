@@ -309,3 +309,46 @@ async def test_invalid_spec_is_reported_as_a_condition(
     found = await aws_env.eventually(reported)
     assert "spec.minSize" in found["message"]
     assert not fake_aws.calls("CreateLaunchTemplate")
+
+
+async def test_remediated_machine_is_terminated_without_decrement_and_replaced(
+    aws_env: AWSEnv, provider: Manager, fake_aws: FakeAWS
+) -> None:
+    """A Machine the MachinePool deletes for remediation (OwnerRemediated=False, reason
+    MachineDeleting, as ``controllers.machinepool.remediation`` writes it) loses its instance
+    without shrinking the group, so AWS launches a replacement."""
+    await aws_env.create_pool("healing", 2)
+    before = await ready_with(aws_env, "healing", 2)
+    await aws_env.eventually(lambda: _machine_count(aws_env, 2))
+    victim = sorted(m["metadata"]["name"] for m in await aws_env.aws_machines())[0]
+    victim_instance = victim.removeprefix("healing-")
+    condition = {
+        "type": "OwnerRemediated",
+        "status": "False",
+        "reason": "MachineDeleting",
+        "message": "Machine is deleting",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await aws_env.client.patch(
+        MACHINES,
+        victim,
+        {"status": {"conditions": [condition]}},
+        aws_env.namespace,
+        subresource="status",
+    )
+    await aws_env.client.delete(MACHINES, victim, aws_env.namespace)
+
+    async def replaced() -> dict[str, Any] | None:
+        pool = await ready_with(aws_env, "healing", 2)
+        ids = pool["spec"]["providerIDList"]
+        return pool if all(victim_instance not in pid for pid in ids) else None
+
+    after = await aws_env.eventually(replaced)
+    assert len(set(after["spec"]["providerIDList"]) - set(before["spec"]["providerIDList"])) == 1
+    terminations = [
+        form
+        for _, form in fake_aws.calls("TerminateInstanceInAutoScalingGroup")
+        if form["InstanceId"][0] == victim_instance
+    ]
+    assert [form["ShouldDecrementDesiredCapacity"] for form in terminations] == [["false"]]
+    assert (await aws_env.group("healing") or {})["DesiredCapacity"] == 2

@@ -1,4 +1,5 @@
-"""Our MachinePool v1beta2 schema against upstream Cluster API v1.14's, field by field.
+"""Our MachinePool and MachineHealthCheck v1beta2 schemas against upstream Cluster API v1.14's,
+field by field.
 
 Downloads the newest v1.14 patch of sigs.k8s.io/cluster-api with the Go toolchain (module
 cache under ~/.cache/machinepool, nothing in the repo) and compares every field path of
@@ -15,12 +16,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from machinepool.api.crdgen import crd_manifests
 
 MODULE = "sigs.k8s.io/cluster-api"
-CRD_PATH = "core/config/crd/bases/cluster.x-k8s.io_machinepools.yaml"
+CRD_DIR = "core/config/crd/bases"
 COMPARED = (
     "type",
     "format",
@@ -39,7 +41,7 @@ COMPARED = (
 )
 
 # Every known, intentional difference, with why. Anything else fails the test.
-KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
+MACHINE_POOL_DIFFERENCES: dict[tuple[str, str], str] = {
     (".spec.template.metadata", "minProperties"): (
         "we do not set minProperties: an empty object is harmless and our models cannot say it"
     ),
@@ -59,6 +61,17 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ),
 }
 
+MACHINE_HEALTH_CHECK_DIFFERENCES: dict[tuple[str, str], str] = {
+    (".status.deprecated.v1beta1.conditions[].status", "minLength"): (
+        "our shared v1beta1 condition model requires a non-empty status (stricter)"
+    ),
+}
+
+KNOWN_DIFFERENCES: dict[str, dict[tuple[str, str], str]] = {
+    "MachinePool": MACHINE_POOL_DIFFERENCES,
+    "MachineHealthCheck": MACHINE_HEALTH_CHECK_DIFFERENCES,
+}
+
 
 def _go_env(tmp: Path) -> dict[str, str]:
     cache = Path.home() / ".cache" / "machinepool" / "gomod"
@@ -76,13 +89,17 @@ def _go(args: list[str], tmp: Path) -> str:
     return done.stdout
 
 
-def _upstream_crd(tmp: Path) -> dict[str, Any]:
+def _upstream_crd(tmp: Path, plural: str) -> dict[str, Any]:
     versions = _go(["list", "-m", "-versions", MODULE], tmp).split()[1:]
     v114 = [v for v in versions if v.startswith("v1.14.") and "-" not in v]
     assert v114, f"no v1.14 release of {MODULE} among {versions[-5:]}"
     newest = max(v114, key=lambda v: int(v.rsplit(".", 1)[1]))
     info = json.loads(_go(["mod", "download", "-json", f"{MODULE}@{newest}"], tmp))
-    return dict(yaml.safe_load((Path(info["Dir"]) / CRD_PATH).read_text()))
+    return dict(
+        yaml.safe_load(
+            (Path(info["Dir"]) / CRD_DIR / f"cluster.x-k8s.io_{plural}.yaml").read_text()
+        )
+    )
 
 
 def _schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
@@ -101,9 +118,13 @@ def _fields(schema: dict[str, Any], path: str = "") -> dict[str, dict[str, Any]]
     return found
 
 
-def test_v1beta2_schema_matches_upstream(tmp_path: Path) -> None:
-    upstream = _fields(_schema(_upstream_crd(tmp_path), "v1beta2"))
-    ours_crd = next(m for m in crd_manifests() if m["spec"]["names"]["kind"] == "MachinePool")
+@pytest.mark.parametrize("kind", sorted(KNOWN_DIFFERENCES))
+def test_v1beta2_schema_matches_upstream(tmp_path: Path, kind: str) -> None:
+    ours_crd = next(m for m in crd_manifests() if m["spec"]["names"]["kind"] == kind)
+    upstream = _fields(
+        _schema(_upstream_crd(tmp_path, ours_crd["spec"]["names"]["plural"]), "v1beta2")
+    )
+    known = KNOWN_DIFFERENCES[kind]
     ours = _fields(_schema(ours_crd, "v1beta2"))
     problems = []
     seen_known = set()
@@ -115,10 +136,10 @@ def test_v1beta2_schema_matches_upstream(tmp_path: Path) -> None:
         for key in sorted(set(want) | set(have)):
             if want.get(key) == have.get(key):
                 continue
-            if (path, key) in KNOWN_DIFFERENCES:
+            if (path, key) in known:
                 seen_known.add((path, key))
                 continue
             problems.append(f"{path}: {key} upstream={want.get(key)!r} ours={have.get(key)!r}")
-    stale = set(KNOWN_DIFFERENCES) - seen_known
+    stale = set(known) - seen_known
     assert not problems, "schema differs from upstream:\n" + "\n".join(problems)
     assert not stale, f"listed differences that no longer exist, remove them: {sorted(stale)}"

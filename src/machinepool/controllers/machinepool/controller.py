@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition, set_v1beta1_condition
+from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.controllers.common import (
     CLUSTERS,
     MACHINEPOOLS,
@@ -24,9 +24,11 @@ from machinepool.controllers.common import (
     WorkloadNodes,
     dig,
     ensure,
+    ensure_cluster_owner,
     is_deleting,
+    set_paused_condition,
 )
-from machinepool.controllers.machinepool import status, watches
+from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
@@ -188,6 +190,7 @@ def _phases(mp: Obj) -> list[Phase]:
         reconcile_bootstrap,
         reconcile_infrastructure,
         reconcile_machines,
+        remediation.reconcile_remediation,
         reconcile_node_refs,
         set_machines_up_to_date,
     ]
@@ -227,70 +230,14 @@ async def _patch(patcher: Patcher, mp: Obj) -> None:
 
 
 async def set_owner_and_labels(scope: Scope) -> Result:
-    mp, cluster = scope.mp, scope.cluster
-    ensure(mp, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(mp, "spec", "clusterName"))
-    ensure_cluster_owner(mp, cluster)
+    ensure_cluster_owner(scope.mp, scope.cluster)
     return Result()
-
-
-def ensure_cluster_owner(mp: Obj, cluster: Obj) -> None:
-    """Give ``mp`` a (non-controller) owner reference to ``cluster`` (pure)."""
-    wanted = {
-        "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
-        "kind": "Cluster",
-        "name": dig(cluster, "metadata", "name"),
-        "uid": dig(cluster, "metadata", "uid"),
-    }
-    refs = list(dig(mp, "metadata", "ownerReferences", default=[]))
-    # Matched by group, kind and name, as upstream's EnsureOwnerRef does: a Cluster re-created
-    # under the same name replaces its stale reference instead of adding a second one.
-    same = [i for i, r in enumerate(refs) if isinstance(r, dict) and _same_owner(r, wanted)]
-    if not same:
-        mp["metadata"]["ownerReferences"] = [*refs, wanted]
-    elif {k: refs[same[0]].get(k) for k in wanted} != wanted:
-        refs[same[0]] = {**refs[same[0]], **wanted}
-        mp["metadata"]["ownerReferences"] = refs
-
-
-def _same_owner(ref: Obj, wanted: Obj) -> bool:
-    def group(api_version: object) -> str:
-        return str(api_version or "").rpartition("/")[0]
-
-    return (
-        group(ref.get("apiVersion")) == group(wanted["apiVersion"])
-        and ref.get("kind") == wanted["kind"]
-        and ref.get("name") == wanted["name"]
-    )
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused, or the
     condition just changed and is written first, as upstream does)."""
-    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        mp, "metadata", "annotations", default={}
-    )
-    conditions = status.v1beta2_conditions(mp)
-    generation = dig(mp, "metadata", "generation")
-    if paused:
-        why = ", ".join(  # upstream's words, both reasons when both hold
-            text
-            for holds, text in (
-                (dig(cluster, "spec", "paused"), "Cluster spec.paused is set to true"),
-                (
-                    c.PAUSED_ANNOTATION in dig(mp, "metadata", "annotations", default={}),
-                    f"MachinePool has the {c.PAUSED_ANNOTATION} annotation",
-                ),
-            )
-            if holds
-        )
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
-        )
-    else:
-        changed = set_condition(
-            conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
-        )
-    return paused or changed
+    return set_paused_condition(mp, cluster, "MachinePool")
 
 
 def _report_missing_cluster(mp: Obj, namespace: str, name: str) -> None:
@@ -318,6 +265,7 @@ def update_status(scope: Scope) -> None:
     values = _ref_conditions(scope)
     values.update(status.replica_conditions(mp))
     values.update(status.machine_conditions(has_machines, scope.machines))
+    values.update(remediation.remediating_condition(scope))
     values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
     status.apply_conditions(mp, values)
     status.set_v1beta1_ready(mp)

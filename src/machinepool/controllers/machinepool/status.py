@@ -356,7 +356,8 @@ def replica_conditions(mp: Obj) -> dict[str, tuple[str, str, str]]:
 
 
 def machine_conditions(has_machines: bool, machines: list[Obj]) -> dict[str, tuple[str, str, str]]:
-    """MachinesReady, MachinesUpToDate and Remediating; only with MachinePool Machines."""
+    """MachinesReady and MachinesUpToDate; only with MachinePool Machines (Remediating:
+    ``remediation.remediating_condition``)."""
     if not has_machines:
         return {}
     return {
@@ -372,7 +373,6 @@ def machine_conditions(has_machines: bool, machines: list[Obj]) -> dict[str, tup
             (c.UP_TO_DATE_REASON, c.NOT_UP_TO_DATE_REASON, c.UP_TO_DATE_UNKNOWN_REASON),
             "up-to-date",
         ),
-        c.REMEDIATING_CONDITION: ("False", c.NOT_REMEDIATING_REASON, ""),
     }
 
 

@@ -7,7 +7,10 @@ TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity=True, so
 shrinks by exactly the instance that was drained instead of picking its own victim. When the
 decrement would take the group below its minimum size AWS refuses it; the instance is then
 terminated without decrement and the group replaces it, which is what deleting a Machine of a
-pool at its minimum means. An instance that is already gone needs nothing.
+pool at its minimum means. A Machine deleted by remediation (its ``OwnerRemediated`` condition
+says ``MachineDeleting``, written by the MachinePool before it deletes a Machine a health check
+marked) is also terminated without decrement: the pool still wants that many instances, so the
+group launches a replacement. An instance that is already gone needs nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.providers.aws.scope import AWSMACHINES
+from machinepool.providers.aws.scope import AWSMACHINES, MACHINES
 from machinepool.runtime import Client, EventRecorder, KVLogger, NotFound, ObjectKey, Result
 from machinepool.runtime.patch import Patcher
 
@@ -60,16 +64,31 @@ class AWSMachineReconciler:
             return Result()
         instance = _instance_id(obj)
         if instance is not None:
-            await self._terminate(obj, instance)
+            await self._terminate(obj, instance, decrement=not await self._remediated(obj))
         patcher = Patcher(self.client, AWSMACHINES, obj)
         meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != AWS_MACHINE_FINALIZER]
         with contextlib.suppress(NotFound):  # gone already: nothing left to release
             await patcher.patch(obj)
         return Result()
 
-    async def _terminate(self, obj: dict[str, Any], instance: str) -> None:
+    async def _remediated(self, obj: dict[str, Any]) -> bool:
+        """Whether the owner Machine (same name) is being deleted by remediation."""
+        meta = obj["metadata"]
         try:
-            await self._terminate_in_group(instance, decrement=True)
+            machine = await self.client.get(MACHINES, meta["name"], meta.get("namespace"))
+        except NotFound:
+            return False
+        for cond in (machine.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == c.OWNER_REMEDIATED_CONDITION:
+                return bool(
+                    cond.get("status") == "False"
+                    and cond.get("reason") == c.MACHINE_DELETING_REASON
+                )
+        return False
+
+    async def _terminate(self, obj: dict[str, Any], instance: str, *, decrement: bool) -> None:
+        try:
+            await self._terminate_in_group(instance, decrement=decrement)
         except AWSError as exc:
             if "min size" in exc.message.lower() or "minsize" in exc.message.lower():
                 await self._terminate_in_group(instance, decrement=False)
@@ -82,8 +101,9 @@ class AWSMachineReconciler:
                     obj, "Warning", "TerminateFailed", f"instance {instance}: {exc.summary}"
                 )
                 raise
+        replaced = "" if decrement else " (remediation: the group replaces it)"
         await self.recorder.event(
-            obj, "Normal", "InstanceTerminated", f"terminated instance {instance}"
+            obj, "Normal", "InstanceTerminated", f"terminated instance {instance}{replaced}"
         )
         self.log.info("terminated instance", instance=instance, awsmachine=obj["metadata"]["name"])
 

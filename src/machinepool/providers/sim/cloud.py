@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from machinepool.api.infra_sim import (
     INSTANCE_LABEL,
     INSTANCE_SECRET_TYPE,
+    KUBELET_ANNOTATION,
     POOL_ANNOTATION,
     POOL_LABEL,
     STATE_ANNOTATION,
@@ -118,6 +119,13 @@ class SimCloud:
     async def fail_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Break an instance for good (its Node turns NotReady; the pool replaces it)."""
         await self._force(namespace, instance_id, InstanceState.FAILED, reason or "Injected")
+
+    async def stop_kubelet(self, namespace: str, instance_id: str) -> None:
+        """Kill an instance's kubelet: no join if it has not joined, no heartbeats if it has
+        (its Node turns Ready=Unknown after the node monitor grace period). The instance keeps
+        running as far as the cloud and the pool can tell: only a health check notices."""
+        patch = {"metadata": {"annotations": {KUBELET_ANNOTATION: "stopped"}}}
+        await self.client.patch(SECRETS, instance_id, patch, namespace)
 
     async def terminate_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Terminate an instance out of band, as a cloud console would."""

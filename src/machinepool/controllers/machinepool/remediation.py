@@ -1,0 +1,166 @@
+"""Remediation of MachinePool Machines that a health check marked (``OwnerRemediated=False``).
+
+A MachineHealthCheck (ours, or upstream's beside upstream Cluster API) only marks Machines; the
+owner remediates. Upstream's MachinePool never does, so a dead pool node stays dead. Here the
+``reconcile_remediation`` phase, run by ``controller`` after ``machines`` has filled
+``scope.machines``, deletes marked pool Machines through the same drain-safe Machine deletion
+as scale-down (cordon, drain, infra machine, Node); the provider then replaces the instance,
+since the pool's desired size did not change. ``remediating_condition`` reports the work as
+the MachinePool's ``Remediating`` condition.
+
+The bound: at most ``max_in_flight`` marked Machines are being deleted at once, from the
+``machinepool.cluster.x-k8s.io/max-in-flight-remediations`` annotation (an integer, or a
+percentage of spec.replicas rounded down, at least 1), default 1. One at a time is what the
+pool engine's own budget allows by default (maxUnavailable 0 and maxSurge 1 resolve to one
+replacement in flight), so remediation never takes more Ready nodes away at once than a
+rolling update would; Machines waiting for their turn say so (``RemediationDeferred``).
+
+A Machine is deleted only while both ``OwnerRemediated`` and ``HealthCheckSucceeded`` are
+False: one that recovered before its turn is spared. Nothing runs while the pool is paused
+(the controller stops before the phases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from machinepool.api import constants as c
+from machinepool.api.conditions import get_condition, set_condition
+from machinepool.controllers.common import MACHINES, dig, is_deleting
+from machinepool.controllers.machinepool.scope import Scope
+from machinepool.runtime import Conflict, NotFound, Obj, Result
+from machinepool.runtime.patch import Patcher
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "marked",
+    "max_in_flight",
+    "reconcile_remediation",
+    "remediating_condition",
+]
+
+DEFAULT_MAX_IN_FLIGHT = 1
+
+
+def _is_false(machine: Obj, type_: str) -> bool:
+    cond = get_condition(dig(machine, "status", "conditions", default=[]), type_)
+    return cond is not None and cond.get("status") == "False"
+
+
+def marked(machine: Obj) -> bool:
+    """Marked for remediation by its owner and still failing its health check."""
+    return _is_false(machine, c.OWNER_REMEDIATED_CONDITION) and _is_false(
+        machine, c.HEALTH_CHECK_SUCCEEDED_CONDITION
+    )
+
+
+def max_in_flight(mp: Obj) -> int:
+    """The bound from the annotation (see the module docstring); bad values fall back to 1."""
+    raw = str(
+        dig(mp, "metadata", "annotations", default={}).get(
+            c.MAX_IN_FLIGHT_REMEDIATIONS_ANNOTATION, ""
+        )
+    ).strip()
+    if raw.endswith("%") and raw[:-1].isdigit():
+        replicas = dig(mp, "spec", "replicas", default=1)
+        return max(1, int(raw[:-1]) * int(replicas) // 100)
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return DEFAULT_MAX_IN_FLIGHT
+
+
+async def reconcile_remediation(scope: Scope) -> Result:
+    """Delete marked Machines, oldest mark first, while fewer than the bound are in flight."""
+    if not scope.has_machine_pool_machines:
+        return Result()
+    marks = [m for m in scope.machines if _is_false(m, c.OWNER_REMEDIATED_CONDITION)]
+    in_flight = [m for m in marks if is_deleting(m)]
+    waiting = sorted(
+        (m for m in marks if not is_deleting(m) and marked(m)),
+        key=lambda m: (_marked_at(m), str(dig(m, "metadata", "name"))),
+    )
+    room = max(0, max_in_flight(scope.mp) - len(in_flight))
+    now_victims, deferred = waiting[:room], waiting[room:]
+    limit = max_in_flight(scope.mp)
+    message = f"{len(in_flight) + len(now_victims)} remediation(s) in flight, at most {limit}"
+    outcomes = await asyncio.gather(
+        *(_remediate(scope, m) for m in now_victims),
+        *(_defer(scope, m, f"Waiting for its turn: {message}") for m in deferred),
+        return_exceptions=True,
+    )
+    errors = [
+        f"{type(o).__name__}: {o}"
+        for o in outcomes
+        if isinstance(o, BaseException) and not isinstance(o, (NotFound, Conflict))
+    ]
+    if errors:
+        raise RuntimeError("remediation: " + "; ".join(errors))
+    return Result()
+
+
+def _marked_at(machine: Obj) -> str:
+    cond = get_condition(
+        dig(machine, "status", "conditions", default=[]), c.OWNER_REMEDIATED_CONDITION
+    )
+    return str((cond or {}).get("lastTransitionTime") or "")
+
+
+async def _set_owner_remediated(scope: Scope, machine: Obj, reason: str, message: str) -> Obj:
+    updated = copy.deepcopy(machine)
+    conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+    if not set_condition(
+        conditions,
+        c.OWNER_REMEDIATED_CONDITION,
+        False,
+        reason,
+        message,
+        dig(machine, "metadata", "generation"),
+    ):
+        return machine
+    return await Patcher(scope.reconciler.client, MACHINES, machine).patch(updated)
+
+
+async def _defer(scope: Scope, machine: Obj, message: str) -> None:
+    await _set_owner_remediated(scope, machine, c.REMEDIATION_DEFERRED_REASON, message)
+
+
+async def _remediate(scope: Scope, machine: Obj) -> None:
+    """Say why first (the provider reads the reason: no scale-down), then delete."""
+    name = str(dig(machine, "metadata", "name"))
+    machine = await _set_owner_remediated(
+        scope, machine, c.MACHINE_DELETING_REASON, "Machine is deleting"
+    )
+    await scope.reconciler.client.delete(
+        MACHINES, name, scope.namespace, uid=dig(machine, "metadata", "uid")
+    )
+    await scope.reconciler.recorder.event(
+        scope.mp,
+        "Normal",
+        "RemediatingMachine",
+        f"deleting unhealthy Machine {name} (marked by a health check); "
+        "the provider replaces its instance",
+    )
+
+
+def remediating_condition(scope: Scope) -> dict[str, tuple[str, str, str]]:
+    """``Remediating``: True with the count and names while marked Machines exist."""
+    if not scope.has_machine_pool_machines:
+        return {}
+    names = sorted(
+        str(dig(m, "metadata", "name"))
+        for m in scope.machines
+        if _is_false(m, c.OWNER_REMEDIATED_CONDITION)
+    )
+    if not names:
+        return {c.REMEDIATING_CONDITION: ("False", c.NOT_REMEDIATING_REASON, "")}
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    noun = "Machine" if len(names) == 1 else "Machines"
+    return {
+        c.REMEDIATING_CONDITION: (
+            "True",
+            c.REMEDIATING_REASON,
+            f"Remediating {len(names)} {noun}: {shown} (at most {max_in_flight(scope.mp)} "
+            "at a time)",
+        )
+    }
