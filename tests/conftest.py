@@ -6,14 +6,23 @@
 - ``workload``: a fresh workload cluster (its own kube-apiserver on the shared etcd).
 - ``crds``: every CRD machinepool generates, installed once and Established.
 
+Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
+(``hack/<tool>/build.sh``, run by ``make clients`` before the session). They are part of the
+default run whenever that binary can be had; when it cannot (no source, no binary, no Go), the
+session leaves them out and says so in one line at the end, with what would include them.
+Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
+
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -21,6 +30,67 @@ import pytest_asyncio
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class RealBinary:
+    """A client binary some tests run, built by a script that can say whether it can be had."""
+
+    marker: str
+    binary: str
+    build: Path
+    include: str
+    """What a user does to include the tests when the binary cannot be had."""
+
+    def available(self) -> bool:
+        """``build.sh --check``: a binary is given, cached, or buildable here."""
+        check = subprocess.run(["bash", str(self.build), "--check"], check=False)
+        return check.returncode == 0
+
+
+REAL_BINARIES = (
+    RealBinary(
+        "autoscaler",
+        "cluster-autoscaler",
+        REPO / "hack" / "autoscaler" / "build.sh",
+        "set CLUSTER_AUTOSCALER_SRC to a copy of ../shared/third_party/cluster-autoscaler-1.34.5 "
+        "(or CLUSTER_AUTOSCALER to a binary)",
+    ),
+    RealBinary(
+        "clusterctl",
+        "clusterctl",
+        REPO / "hack" / "clusterctl" / "build.sh",
+        "install Go (it is built from the module proxy) or set CLUSTERCTL to a binary",
+    ),
+)
+_LEFT_OUT = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the tests of a real binary that cannot be had, unless ``-m`` names it.
+
+    This hook sees the whole session's items, so it only ever drops items marked here.
+    """
+    notes: list[str] = []
+    selected = config.getoption("markexpr", "") or ""
+    for real in REAL_BINARIES:
+        marked = [i for i in items if i.get_closest_marker(real.marker) is not None]
+        if not marked or real.marker in selected or real.available():
+            continue
+        config.hook.pytest_deselected(items=marked)
+        items[:] = [i for i in items if i.get_closest_marker(real.marker) is None]
+        notes.append(
+            f"left out {len(marked)} test(s) of the real {real.binary} (no binary to be had): "
+            f"to include them, {real.include}"
+        )
+    config.stash[_LEFT_OUT] = notes
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for note in terminalreporter.config.stash.get(_LEFT_OUT, []):
+        terminalreporter.write_line(note, yellow=True)
 
 
 @pytest.fixture(scope="session")
