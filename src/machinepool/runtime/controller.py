@@ -259,7 +259,7 @@ class Controller:
         match outcome:
             case TerminalError() as exc:
                 self.queue.forget(key)
-                self._count("terminal_error")
+                self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 self.metrics.terminal_errors.labels(self.name).inc()
                 log.error("reconcile failed permanently; not retrying", error=str(exc))
