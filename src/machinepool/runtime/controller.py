@@ -243,7 +243,9 @@ class Controller:
             outcome = exc
         finally:
             active.dec()
-            self.metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            took = time.monotonic() - started
+            self.metrics.reconcile_time.labels(self.name).observe(took)
+            self.metrics.queue_work.labels(self.name, self.name).observe(took)
         self._settle(key, outcome, log)
 
     async def _reconcile_unless_handed_over(self, key: ObjectKey) -> Result | None:

@@ -15,7 +15,8 @@ existing dashboards read them:
 - ``workqueue_depth{name,controller,priority}`` (priority always empty: one priority),
   ``workqueue_adds_total{name,controller}``, ``workqueue_retries_total{name,controller}``,
   ``workqueue_queue_duration_seconds{name,controller}`` (histogram: time from add to a worker
-  picking it up); ``name`` and ``controller`` are both the controller's name, as in
+  picking it up), ``workqueue_work_duration_seconds{name,controller}`` (histogram: time a
+  worker spent on a key); ``name`` and ``controller`` are both the controller's name, as in
   controller-runtime 0.24, whose dashboards group by either
 - ``rest_client_requests_total{verb,resource,code}`` (fed by ``Client``'s ``on_request`` hook)
 - ``leader_election_master_status{name}`` (1 while this manager leads)
@@ -104,6 +105,13 @@ class RuntimeMetrics:
             buckets=_QUEUE_BUCKETS,
             registry=r,
         )
+        self.queue_work = Histogram(
+            "workqueue_work_duration_seconds",
+            "Seconds a worker spent processing a key.",
+            ["name", "controller"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
         self.requests = Counter(
             "rest_client_requests_total",
             "Kubernetes API requests by verb, resource and HTTP status code.",
@@ -130,6 +138,7 @@ class RuntimeMetrics:
         self.queue_adds.labels(name, name)
         self.queue_retries.labels(name, name)
         self.queue_wait.labels(name, name)
+        self.queue_work.labels(name, name)
 
     def on_request(self, verb: str, resource: str, status: int) -> None:
         """A ``Client`` ``on_request`` hook: count one API request."""

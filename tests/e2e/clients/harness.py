@@ -164,7 +164,7 @@ async def route_webhooks(client: Client, url: str, ca_bundle: bytes) -> None:
     await client.patch(CRDS, "machinepools.cluster.x-k8s.io", patch, patch_type=PatchType.MERGE)
 
 
-def _wait_ready(proc: Process, port: int, timeout: float = 120.0) -> None:
+def wait_ready(proc: Process, port: int, timeout: float = 120.0) -> None:
     """Until the process answers /readyz (its informers synced), as a readiness probe would."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -227,8 +227,8 @@ class LocalProviders:
         self.processes = [controllers, kubelet]
         for proc in self.processes:
             proc.start()
-        _wait_ready(controllers, self.metrics_port)
-        _wait_ready(kubelet, kubelet_port)
+        wait_ready(controllers, self.metrics_port)
+        wait_ready(kubelet, kubelet_port)
 
     def stop(self) -> None:
         stop_all(self.processes)
