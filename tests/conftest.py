@@ -5,6 +5,7 @@
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``workload``: a fresh workload cluster (its own kube-apiserver on the shared etcd).
 - ``crds``: every CRD machinepool generates, installed once and Established.
+- ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
 Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
 (``hack/<tool>/build.sh``, run by ``make clients`` before the session). They are part of the
@@ -20,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -127,6 +129,61 @@ def workload(control_plane: ControlPlane) -> Iterator[WorkloadCluster]:
         control_plane.stop_workload(name)
 
 
+def cert_manager_stand_in(kind: str, plural: str) -> dict[str, Any]:
+    """A schema-less CRD for one cert-manager.io/v1 kind.
+
+    cert-manager runs pods, which nothing here can run; its API is what the shipped manifests
+    (Issuer, Certificate) and ``clusterctl init`` (a test Issuer and Certificate) need.
+    """
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def wait_established(client: Client, name: str) -> None:
+    for _ in range(600):
+        crd = await client.get(CRDS, name)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"CRD {name} never became Established")
+
+
+async def install_cert_manager_api(client: Client) -> None:
+    """cert-manager's Issuer and Certificate kinds (stand-ins), Established."""
+    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
+        crd = cert_manager_stand_in(kind, plural)
+        await client.apply(CRDS, crd, field_manager="machinepool-tests")
+        await wait_established(client, str(crd["metadata"]["name"]))
+
+
+@pytest.fixture(scope="session")
+def cert_manager_api() -> Callable[[Client], Awaitable[None]]:
+    """``await cert_manager_api(client)`` installs cert-manager's API on that cluster."""
+    return install_cert_manager_api
+
+
 async def install_crds(client: Client) -> list[str]:
     """Server-side apply every generated CRD and wait until each is Established."""
     names = []
@@ -134,14 +191,7 @@ async def install_crds(client: Client) -> list[str]:
         await client.apply(CRDS, crd, field_manager="machinepool-tests")
         names.append(crd["metadata"]["name"])
     for name in names:
-        for _ in range(300):
-            crd = await client.get(CRDS, name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise TimeoutError(f"CRD {name} never became Established")
+        await wait_established(client, name)
     return names
 
 

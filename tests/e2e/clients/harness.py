@@ -26,7 +26,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import Process, free_port, stop_all
@@ -84,53 +83,6 @@ def kubectl(
     kubeconfig: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return run([str(kubectl_binary()), f"--kubeconfig={kubeconfig}", *args], stdin=stdin)
-
-
-def cert_manager_api(kind: str, plural: str) -> dict[str, Any]:
-    """A schema-less stand-in for one cert-manager.io/v1 kind.
-
-    clusterctl requires a working cert-manager API (it creates a test Issuer and Certificate);
-    cert-manager itself runs pods, which nothing here can run. The stand-in CRDs make that API
-    exist, and the clusterctl configuration says cert-manager is provisioned externally, as a
-    user who installs cert-manager from their own mirror does.
-    """
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-async def install_cert_manager_api(client: Client) -> None:
-    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
-        crd = cert_manager_api(kind, plural)
-        await client.apply(CRDS, crd, field_manager="machinepool-clients-test")
-        name = crd["metadata"]["name"]
-        async with asyncio.timeout(60):
-            while True:
-                got = await client.get(CRDS, name)
-                conditions = (got.get("status") or {}).get("conditions") or []
-                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                    break
-                await asyncio.sleep(0.1)
 
 
 async def route_webhooks(client: Client, url: str, ca_bundle: bytes) -> None:

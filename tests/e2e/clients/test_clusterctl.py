@@ -23,7 +23,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -39,7 +39,6 @@ from .harness import (
     VERSION,
     LocalProviders,
     build_clusterctl,
-    install_cert_manager_api,
     kubectl,
     load_generator,
     local_providers,
@@ -99,12 +98,19 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextlib.asynccontextmanager
 async def initialised(
-    control_plane: ControlPlane, clusterctl: Path, config: Path, log_dir: Path, name: str
+    control_plane: ControlPlane,
+    clusterctl: Path,
+    config: Path,
+    log_dir: Path,
+    name: str,
+    cert_manager_api: Callable[[Client], Awaitable[None]],
 ) -> AsyncIterator[Management]:
     cluster = control_plane.start_workload(f"{name}-{uuid.uuid4().hex[:6]}")
     try:
         async with await Client.from_kubeconfig(cluster.kubeconfig) as client:
-            await install_cert_manager_api(client)
+            # cert-manager installed beforehand (here its API only: nothing runs pods), as
+            # --external-cert-manager tells clusterctl.
+            await cert_manager_api(client)
             init = run(
                 [
                     str(clusterctl),
@@ -132,9 +138,12 @@ async def source(
     clusterctl: Path,
     repository: Path,
     tmp_path_factory: pytest.TempPathFactory,
+    cert_manager_api: Callable[[Client], Awaitable[None]],
 ) -> AsyncIterator[Management]:
     log_dir = tmp_path_factory.mktemp("mgmt-a")
-    async with initialised(control_plane, clusterctl, repository, log_dir, "mgmt-a") as mgmt:
+    async with initialised(
+        control_plane, clusterctl, repository, log_dir, "mgmt-a", cert_manager_api
+    ) as mgmt:
         yield mgmt
 
 
@@ -291,13 +300,16 @@ async def test_move_keeps_the_running_pool_and_its_instances(
     clusterctl: Path,
     repository: Path,
     tmp_path_factory: pytest.TempPathFactory,
+    cert_manager_api: Callable[[Client], Awaitable[None]],
 ) -> None:
     source = generated
     instances = {s["metadata"]["name"] for s in source.objects("secrets", "-l", INSTANCE_SELECTOR)}
     assert len(instances) == REPLICAS
     log_dir = tmp_path_factory.mktemp("mgmt-b")
     async with (
-        initialised(control_plane, clusterctl, repository, log_dir, "mgmt-b") as target,
+        initialised(
+            control_plane, clusterctl, repository, log_dir, "mgmt-b", cert_manager_api
+        ) as target,
         await Client.from_kubeconfig(workload_cluster.kubeconfig) as workload,
     ):
         nodes_before = {
