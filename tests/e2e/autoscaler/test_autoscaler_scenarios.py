@@ -35,9 +35,9 @@ pytestmark = [pytest.mark.autoscaler, pytest.mark.usefixtures("autoscaler_binary
 
 WAIT = 240.0
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
-WINDOW = 8
-"""Main loops (2 s scans) the autoscaler gets to change its mind; more than enough for a
-5 s unneeded time and a scale-up decision."""
+WINDOW = 5
+"""Main loops the autoscaler gets to change its mind: each loop is at least one 2 s scan, so
+the window spans more than the 5 s unneeded time, and every loop reconsiders pending Pods."""
 
 
 class Sizes:
