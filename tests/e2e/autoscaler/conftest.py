@@ -6,7 +6,8 @@
   otherwise; ``pytest -m autoscaler tests/e2e/autoscaler`` keeps them, failing loudly without it.
 - ``workload_client``: an async client on the test's workload cluster (admin).
 - ``scheduler``: a kube-scheduler for the test's workload cluster, plus a kube-controller-manager
-  running the node lifecycle controller (which lifts the not-ready taint new Nodes get);
+  running the node lifecycle controller (which lifts the not-ready taint new Nodes get) and the
+  disruption controller (PodDisruptionBudget status, which the autoscaler reads);
   both stopped afterwards. Yields the scheduler and the controller-manager.
 - ``autoscaler_binary``: the built cluster-autoscaler (session; builds once).
 - ``machineset_crd``: the MachineSet stand-in the clusterapi provider needs to start.
