@@ -62,6 +62,23 @@ async def test_explain_describes_every_field_of_the_machine_template(
         assert "<no description>" not in entry
 
 
+async def _story(cp: ControlPlane, ns: str) -> list[tuple[str, str, str]]:
+    """``kubectl get events`` about the pool's objects, as (kind, reason, message)."""
+    out = await _kubectl(
+        cp,
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        f"involvedObject.name={POOL}",
+        "-o",
+        "json",
+    )
+    events = json.loads(out)["items"]
+    return [(e["involvedObject"]["kind"], e["reason"], e.get("message", "")) for e in events]
+
+
 async def test_a_pool_through_kubectl(system: Any, control_plane: ControlPlane) -> None:
     ns = system.namespace
     await system.create_pool(POOL, 2, version="v1.33.4")
@@ -121,24 +138,17 @@ async def test_a_pool_through_kubectl(system: Any, control_plane: ControlPlane) 
     )
     assert rollout.returncode == 0, rollout.stdout + rollout.stderr
     assert f"machinepool/{POOL} rolled out" in rollout.stdout
-    assert len(system.ready_nodes("v1.34.0")) == 3
+    await system.until(lambda: len(system.ready_nodes("v1.34.0")) == 3, "3 Nodes at v1.34.0")
 
-    events = json.loads(
-        await _kubectl(
-            control_plane,
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            f"involvedObject.name={POOL}",
-            "-o",
-            "json",
-        )
-    )["items"]
-    story = [(e["involvedObject"]["kind"], e["reason"], e.get("message", "")) for e in events]
-    created = [m for kind, reason, m in story if reason == "SuccessfulCreate"]
-    deleted = [m for kind, reason, m in story if reason == "SuccessfulDelete"]
+    # Events are written in the background: read until the last replacement's is there.
+    async with asyncio.timeout(60):
+        while True:
+            story = await _story(control_plane, ns)
+            created = [m for _, reason, m in story if reason == "SuccessfulCreate"]
+            deleted = [m for _, reason, m in story if reason == "SuccessfulDelete"]
+            if len(created) >= 6 and len(deleted) >= 3:
+                break
+            await asyncio.sleep(0.5)
     # 2, then 1 more for the scale-up, then 3 replacements at the new version
     assert len(created) == 6, story
     assert sum("(v1.34.0)" in m for m in created) == 3, story
