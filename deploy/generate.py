@@ -8,8 +8,10 @@ Run from anywhere with the project's Python (it imports ``machinepool`` only to 
     python deploy/generate.py self-signed --dir DIR
         # a kustomize overlay at DIR: the core provider with a freshly generated CA and
         # serving certificate instead of cert-manager (keys stay out of git)
-    python deploy/generate.py clusterctl-repo --dir DIR
-        # a clusterctl local repository (DIR/<provider>/v<version>/...) and DIR/clusterctl.yaml
+    python deploy/generate.py clusterctl-repo --dir DIR [--external-cert-manager]
+        # a clusterctl local repository (DIR/<provider>/v<version>/...) and DIR/clusterctl.yaml;
+        # with --external-cert-manager that file tells clusterctl cert-manager is installed
+        # already (offline: from your own mirror), so it only checks cert-manager's API
 
 Generated, and checked by tests/unit/test_deploy_generated.py:
 
@@ -456,12 +458,17 @@ def self_signed_overlay(directory: Path) -> Path:
 # -- clusterctl repository -------------------------------------------------------------------
 
 
-def clusterctl_repository(directory: Path) -> Path:
+def clusterctl_repository(directory: Path, *, external_cert_manager: bool = False) -> Path:
     """Lay out the committed release files as a clusterctl local repository.
 
     ``DIR/<provider>/v<version>/<components file>`` plus ``metadata.yaml`` beside each, the
     cluster templates beside the infrastructure components, and ``DIR/clusterctl.yaml`` with
     the ``providers:`` entries that point clusterctl at them. Returns that config file.
+
+    ``clusterctl init`` always wants cert-manager's API. It installs cert-manager from GitHub
+    unless told otherwise; ``external_cert_manager`` writes ``externallyProvisioned``, so it
+    only checks that an Issuer and a Certificate can be created (cert-manager installed by the
+    user, for example from a mirror when offline).
     """
     tag = f"v{version()}"
     lines = ["providers:"]
@@ -490,6 +497,8 @@ def clusterctl_repository(directory: Path) -> Path:
             f"  url: {folder.resolve() / target}",
             f"  type: {kind_name}",
         ]
+    if external_cert_manager:
+        lines += ["cert-manager:", '  externallyProvisioned: "true"']
     config = directory / "clusterctl.yaml"
     config.write_text("\n".join(lines) + "\n")
     return config
@@ -511,12 +520,17 @@ def main(argv: list[str] | None = None) -> int:
     signed.add_argument("--dir", type=Path, required=True)
     repo = sub.add_parser("clusterctl-repo", help="write a clusterctl local repository")
     repo.add_argument("--dir", type=Path, required=True)
+    repo.add_argument(
+        "--external-cert-manager",
+        action="store_true",
+        help="cert-manager is installed already: clusterctl only checks its API",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "self-signed":
             print(self_signed_overlay(args.dir))
         elif args.command == "clusterctl-repo":
-            print(clusterctl_repository(args.dir))
+            print(clusterctl_repository(args.dir, external_cert_manager=args.external_cert_manager))
         elif args.check:
             stale = stale_files(args.kubectl)
             for path in stale:

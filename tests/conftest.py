@@ -5,6 +5,13 @@
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``workload``: a fresh workload cluster (its own kube-apiserver on the shared etcd).
 - ``crds``: every CRD machinepool generates, installed once and Established.
+- ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
+
+Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
+(``hack/<tool>/build.sh``, run by ``make clients`` before the session). They are part of the
+default run whenever that binary can be had; when it cannot (no source, no binary, no Go), the
+session leaves them out and says so in one line at the end, with what would include them.
+Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
 
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 """
@@ -12,8 +19,12 @@ Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -21,6 +32,67 @@ import pytest_asyncio
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class RealBinary:
+    """A client binary some tests run, built by a script that can say whether it can be had."""
+
+    marker: str
+    binary: str
+    build: Path
+    include: str
+    """What a user does to include the tests when the binary cannot be had."""
+
+    def available(self) -> bool:
+        """``build.sh --check``: a binary is given, cached, or buildable here."""
+        check = subprocess.run(["bash", str(self.build), "--check"], check=False)
+        return check.returncode == 0
+
+
+REAL_BINARIES = (
+    RealBinary(
+        "autoscaler",
+        "cluster-autoscaler",
+        REPO / "hack" / "autoscaler" / "build.sh",
+        "set CLUSTER_AUTOSCALER_SRC to a copy of ../shared/third_party/cluster-autoscaler-1.34.5 "
+        "(or CLUSTER_AUTOSCALER to a binary)",
+    ),
+    RealBinary(
+        "clusterctl",
+        "clusterctl",
+        REPO / "hack" / "clusterctl" / "build.sh",
+        "install Go (it is built from the module proxy) or set CLUSTERCTL to a binary",
+    ),
+)
+_LEFT_OUT = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the tests of a real binary that cannot be had, unless ``-m`` names it.
+
+    This hook sees the whole session's items, so it only ever drops items marked here.
+    """
+    notes: list[str] = []
+    selected = config.getoption("markexpr", "") or ""
+    for real in REAL_BINARIES:
+        marked = [i for i in items if i.get_closest_marker(real.marker) is not None]
+        if not marked or real.marker in selected or real.available():
+            continue
+        config.hook.pytest_deselected(items=marked)
+        items[:] = [i for i in items if i.get_closest_marker(real.marker) is None]
+        notes.append(
+            f"left out {len(marked)} test(s) of the real {real.binary} (no binary to be had): "
+            f"to include them, {real.include}"
+        )
+    config.stash[_LEFT_OUT] = notes
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for note in terminalreporter.config.stash.get(_LEFT_OUT, []):
+        terminalreporter.write_line(note, yellow=True)
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +129,61 @@ def workload(control_plane: ControlPlane) -> Iterator[WorkloadCluster]:
         control_plane.stop_workload(name)
 
 
+def cert_manager_stand_in(kind: str, plural: str) -> dict[str, Any]:
+    """A schema-less CRD for one cert-manager.io/v1 kind.
+
+    cert-manager runs pods, which nothing here can run; its API is what the shipped manifests
+    (Issuer, Certificate) and ``clusterctl init`` (a test Issuer and Certificate) need.
+    """
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def wait_established(client: Client, name: str) -> None:
+    for _ in range(600):
+        crd = await client.get(CRDS, name)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"CRD {name} never became Established")
+
+
+async def install_cert_manager_api(client: Client) -> None:
+    """cert-manager's Issuer and Certificate kinds (stand-ins), Established."""
+    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
+        crd = cert_manager_stand_in(kind, plural)
+        await client.apply(CRDS, crd, field_manager="machinepool-tests")
+        await wait_established(client, str(crd["metadata"]["name"]))
+
+
+@pytest.fixture(scope="session")
+def cert_manager_api() -> Callable[[Client], Awaitable[None]]:
+    """``await cert_manager_api(client)`` installs cert-manager's API on that cluster."""
+    return install_cert_manager_api
+
+
 async def install_crds(client: Client) -> list[str]:
     """Server-side apply every generated CRD and wait until each is Established."""
     names = []
@@ -64,14 +191,7 @@ async def install_crds(client: Client) -> list[str]:
         await client.apply(CRDS, crd, field_manager="machinepool-tests")
         names.append(crd["metadata"]["name"])
     for name in names:
-        for _ in range(300):
-            crd = await client.get(CRDS, name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise TimeoutError(f"CRD {name} never became Established")
+        await wait_established(client, name)
     return names
 
 

@@ -154,7 +154,7 @@ async def test_probes_and_metrics_answer(manager: Manager, client: Client, names
             text = await resp.text()
     assert 'controller_runtime_reconcile_total{controller="probed",result="error"} 0.0' in text
     assert 'controller_runtime_reconcile_total{controller="probed",result="success"}' in text
-    assert 'workqueue_depth{name="probed"}' in text
+    assert 'workqueue_depth{controller="probed",name="probed",priority=""}' in text
     assert "controller_runtime_reconcile_time_seconds_bucket" in text
     assert "workqueue_queue_duration_seconds_bucket" in text
     assert 'rest_client_requests_total{code="201",resource="configmaps",verb="create"}' in text

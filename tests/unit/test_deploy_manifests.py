@@ -218,7 +218,9 @@ def test_deployment_runs_the_manager_safely(component: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
-    assert container["image"] == f"machinepool:{gen.version()}"
+    # canonical, as clusterctl requires of every image it reads (docker.io/library/machinepool
+    # is what `docker build -t machinepool:...` names)
+    assert container["image"] == f"docker.io/library/machinepool:{gen.version()}"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]

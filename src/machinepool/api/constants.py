@@ -50,6 +50,10 @@ INTERRUPTIBLE_LABEL: Final = "cluster.x-k8s.io/interruptible"
 # --- annotations --------------------------------------------------------------------------
 
 PAUSED_ANNOTATION: Final = "cluster.x-k8s.io/paused"
+DELETE_FOR_MOVE_ANNOTATION: Final = "clusterctl.cluster.x-k8s.io/delete-for-move"
+"""Set by ``clusterctl move`` on each source object just before deleting it: the object lives
+on in the target management cluster, so what it stands for (a Node, an instance) must stay
+(``api.meta.deleted_for_move``)."""
 REPLICAS_MANAGED_BY_ANNOTATION: Final = "cluster.x-k8s.io/replicas-managed-by"
 """Set (to anything but "false") when something outside Cluster API owns the replica count."""
 AUTOSCALER_MIN_SIZE_ANNOTATION: Final = (

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from machinepool.api.constants import DELETE_FOR_MOVE_ANNOTATION
+
 __all__ = [
     "ConditionStatus",
     "ContractVersionedObjectReference",
@@ -37,6 +39,7 @@ __all__ = [
     "TemplateMeta",
     "Time",
     "V1Beta1Condition",
+    "deleted_for_move",
     "format_time",
     "list_map",
     "parse_time",
@@ -67,6 +70,14 @@ IntOrString = Annotated[int | str, OpenAPI({"x-kubernetes-int-or-string": True})
 
 _DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS1123Subdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=_DNS1123_SUBDOMAIN)]
+
+
+def deleted_for_move(obj: Mapping[str, Any] | None) -> bool:
+    """Whether ``clusterctl move`` is deleting ``obj`` because a copy of it now lives in the
+    target management cluster: what it stands for (instances, Nodes, data in the workload
+    cluster) must then be left alone, and only the object let go."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    return DELETE_FOR_MOVE_ANNOTATION in annotations
 
 
 def parse_time(value: str) -> datetime:

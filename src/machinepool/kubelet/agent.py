@@ -5,10 +5,12 @@ booted with (``join.py``), registers the Node, heartbeats Ready, and runs the po
 pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
 drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
 NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
-controller would. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither
-joins nor heartbeats; once its last heartbeat is older than the node monitor grace period its
-Node's conditions turn Unknown, as kube-controller-manager's node lifecycle controller (which
-the local workload clusters do not run) would write them. Wired by
+controller would, except when ``clusterctl move`` took the record away (it marks what it
+deletes): the instance runs on, tracked by the target management cluster. An instance whose
+kubelet was stopped (``SimCloud.stop_kubelet``) neither joins nor heartbeats; once its last
+heartbeat is older than the node monitor grace period its Node's conditions turn Unknown, as
+kube-controller-manager's node lifecycle controller (which the local workload clusters do not
+run) would write them. Wired by
 ``machinepool.kubelet.setup``.
 """
 
@@ -20,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from machinepool.api.infra_sim import InstanceRecord, user_data
+from machinepool.api.meta import deleted_for_move
 from machinepool.kubelet.join import JoinRejected, verify_join
 from machinepool.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
 from machinepool.kubelet.node import (
@@ -98,11 +101,15 @@ class KubeletSimulator:
             self._unjoined.add(ObjectKey.of(secret))
 
     def remember_deleted(self, secret: Obj) -> None:
-        """Keep a deleted record so its reconcile can still find (and delete) the Node."""
+        """Keep a deleted record so its reconcile can still find (and delete) the Node;
+        a record moved to another management cluster is forgotten instead."""
         record = InstanceRecord.from_secret(secret)
         key = ObjectKey(record.namespace, record.id)
-        self._gone[key] = record
         self._unjoined.discard(key)
+        if deleted_for_move(secret):
+            log.info("instance record moved away; its Node stays", instance=record.id)
+            return
+        self._gone[key] = record
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         secret = self.records.get_key(key)
@@ -222,6 +229,7 @@ class KubeletSimulator:
         node = nodes.get(record.id)
         if node is None or (node.get("spec") or {}).get("providerID") != record.provider_id:
             return
+        log.info("deleting the Node of a terminated instance", node=record.id, cluster=str(cluster))
         await client.delete(NODES, record.id, uid=node["metadata"].get("uid"))
 
     # -- pods -----------------------------------------------------------------------------

@@ -243,7 +243,9 @@ class Controller:
             outcome = exc
         finally:
             active.dec()
-            self.metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            took = time.monotonic() - started
+            self.metrics.reconcile_time.labels(self.name).observe(took)
+            self.metrics.queue_work.labels(self.name, self.name).observe(took)
         self._settle(key, outcome, log)
 
     async def _reconcile_unless_handed_over(self, key: ObjectKey) -> Result | None:
@@ -259,7 +261,7 @@ class Controller:
         match outcome:
             case TerminalError() as exc:
                 self.queue.forget(key)
-                self._count("terminal_error")
+                self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 self.metrics.terminal_errors.labels(self.name).inc()
                 log.error("reconcile failed permanently; not retrying", error=str(exc))

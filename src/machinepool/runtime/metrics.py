@@ -4,15 +4,20 @@ No global registry: every ``Manager`` (and every test) gets its own ``CollectorR
 managers in one process never collide. Metric names follow controller-runtime and client-go so
 existing dashboards read them:
 
-- ``controller_runtime_reconcile_total{controller,result}`` with result ``success``, ``error``,
-  ``requeue_after``, ``terminal_error``
+- ``controller_runtime_reconcile_total{controller,result}`` with result ``success``, ``error``
+  (a terminal error too, as upstream counts it), ``requeue_after``, ``requeue`` (never produced:
+  our Result has no bare requeue, but upstream creates the series and dashboards sum over it)
 - ``controller_runtime_reconcile_errors_total{controller}``
-- ``controller_runtime_terminal_reconcile_errors_total{controller}``
+- ``controller_runtime_terminal_reconcile_errors_total{controller}`` (the terminal ones alone)
 - ``controller_runtime_reconcile_time_seconds{controller}`` (histogram)
 - ``controller_runtime_active_workers{controller}``,
   ``controller_runtime_max_concurrent_reconciles{controller}``
-- ``workqueue_depth{name}``, ``workqueue_adds_total{name}``, ``workqueue_retries_total{name}``,
-  ``workqueue_queue_duration_seconds{name}`` (histogram: time from add to a worker picking it up)
+- ``workqueue_depth{name,controller,priority}`` (priority always empty: one priority),
+  ``workqueue_adds_total{name,controller}``, ``workqueue_retries_total{name,controller}``,
+  ``workqueue_queue_duration_seconds{name,controller}`` (histogram: time from add to a worker
+  picking it up), ``workqueue_work_duration_seconds{name,controller}`` (histogram: time a
+  worker spent on a key); ``name`` and ``controller`` are both the controller's name, as in
+  controller-runtime 0.24, whose dashboards group by either
 - ``rest_client_requests_total{verb,resource,code}`` (fed by ``Client``'s ``on_request`` hook)
 - ``leader_election_master_status{name}`` (1 while this manager leads)
 
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-RESULTS = ("success", "error", "requeue_after", "terminal_error")
+RESULTS = ("success", "error", "requeue_after", "requeue")
 
 _RECONCILE_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -76,18 +81,34 @@ class RuntimeMetrics:
             registry=r,
         )
         self.queue_depth = Gauge(
-            "workqueue_depth", "Keys waiting in the work queue.", ["name"], registry=r
+            "workqueue_depth",
+            "Keys waiting in the work queue.",
+            ["name", "controller", "priority"],
+            registry=r,
         )
         self.queue_adds = Counter(
-            "workqueue_adds_total", "Keys added to the work queue.", ["name"], registry=r
+            "workqueue_adds_total",
+            "Keys added to the work queue.",
+            ["name", "controller"],
+            registry=r,
         )
         self.queue_retries = Counter(
-            "workqueue_retries_total", "Rate-limited re-adds.", ["name"], registry=r
+            "workqueue_retries_total",
+            "Rate-limited re-adds.",
+            ["name", "controller"],
+            registry=r,
         )
         self.queue_wait = Histogram(
             "workqueue_queue_duration_seconds",
             "Seconds a key waited in the queue before a worker took it.",
-            ["name"],
+            ["name", "controller"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.queue_work = Histogram(
+            "workqueue_work_duration_seconds",
+            "Seconds a worker spent processing a key.",
+            ["name", "controller"],
             buckets=_QUEUE_BUCKETS,
             registry=r,
         )
@@ -113,10 +134,11 @@ class RuntimeMetrics:
         self.reconcile_time.labels(name)
         self.active_workers.labels(name).set(0)
         self.max_workers.labels(name).set(concurrency)
-        self.queue_depth.labels(name).set(0)
-        self.queue_adds.labels(name)
-        self.queue_retries.labels(name)
-        self.queue_wait.labels(name)
+        self.queue_depth.labels(name, name, "").set(0)
+        self.queue_adds.labels(name, name)
+        self.queue_retries.labels(name, name)
+        self.queue_wait.labels(name, name)
+        self.queue_work.labels(name, name)
 
     def on_request(self, verb: str, resource: str, status: int) -> None:
         """A ``Client`` ``on_request`` hook: count one API request."""
@@ -130,10 +152,10 @@ class QueueMetrics:
     """``QueueHooks`` for one named queue, bound to its labelled series once."""
 
     def __init__(self, metrics: RuntimeMetrics, name: str) -> None:
-        self._adds = metrics.queue_adds.labels(name)
-        self._retries = metrics.queue_retries.labels(name)
-        self._depth = metrics.queue_depth.labels(name)
-        self._wait = metrics.queue_wait.labels(name)
+        self._adds = metrics.queue_adds.labels(name, name)
+        self._retries = metrics.queue_retries.labels(name, name)
+        self._depth = metrics.queue_depth.labels(name, name, "")
+        self._wait = metrics.queue_wait.labels(name, name)
 
     def added(self) -> None:
         self._adds.inc()

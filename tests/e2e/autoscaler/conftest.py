@@ -1,11 +1,13 @@
 """Fixtures for the cluster-autoscaler end-to-end tests.
 
-- the ``autoscaler`` marker: tests that run the real cluster-autoscaler binary. They are left
-  out of the default run (the binary is a long cold build, see hack/autoscaler/build.sh) and run
-  with ``pytest -m autoscaler tests/e2e/autoscaler``. Selected, they build it or fail loudly.
+- the ``autoscaler`` marker (declared in pyproject.toml, handled by tests/conftest.py): tests
+  that run the real cluster-autoscaler binary. They run in the default session whenever
+  hack/autoscaler/build.sh can give the binary, and are left out with a one-line note
+  otherwise; ``pytest -m autoscaler tests/e2e/autoscaler`` keeps them, failing loudly without it.
 - ``workload_client``: an async client on the test's workload cluster (admin).
 - ``scheduler``: a kube-scheduler for the test's workload cluster, plus a kube-controller-manager
-  running the node lifecycle controller (which lifts the not-ready taint new Nodes get);
+  running the node lifecycle controller (which lifts the not-ready taint new Nodes get) and the
+  disruption controller (PodDisruptionBudget status, which the autoscaler reads);
   both stopped afterwards. Yields the scheduler and the controller-manager.
 - ``autoscaler_binary``: the built cluster-autoscaler (session; builds once).
 - ``machineset_crd``: the MachineSet stand-in the clusterapi provider needs to start.
@@ -43,30 +45,6 @@ from .harness import (
     start,
 )
 from .pools import MACHINE_POOLS, WEBHOOK_LABEL
-
-MARKER = "autoscaler"
-HERE = Path(__file__).resolve().parent
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{MARKER}: runs the real cluster-autoscaler (built from Go modules); "
-        f"deselected unless -m selects it",
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave the real-autoscaler tests out unless ``-m`` names the marker.
-
-    This hook sees the whole session's items, so it only ever drops items marked here.
-    """
-    if MARKER in (config.getoption("markexpr", "") or ""):
-        return
-    dropped = [i for i in items if i.get_closest_marker(MARKER) is not None]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [i for i in items if i.get_closest_marker(MARKER) is None]
 
 
 @pytest_asyncio.fixture(loop_scope="session")

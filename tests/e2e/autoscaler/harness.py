@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from machinepool.api import constants as c
 from machinepool.controlplane import find_binaries
@@ -77,7 +80,9 @@ def scheduler_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
 
 
 def node_lifecycle_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
-    """A kube-controller-manager running only the node lifecycle controller for a workload.
+    """A kube-controller-manager running the node lifecycle and disruption controllers for a
+    workload (the latter fills PodDisruptionBudget status, which cluster-autoscaler reads
+    before it drains a Node).
 
     The local workload control plane runs no node lifecycle controller, so the
     ``node.kubernetes.io/not-ready:NoSchedule`` taint that admission puts on every new Node is
@@ -91,7 +96,7 @@ def node_lifecycle_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
         "--leader-elect=false",
         "--bind-address=127.0.0.1",
         "--secure-port=0",
-        "--controllers=node-lifecycle-controller",
+        "--controllers=node-lifecycle-controller,disruption-controller",
         "--use-service-account-credentials=false",
     ]
 
@@ -243,3 +248,33 @@ async def wait_for(
         return await asyncio.wait_for(follow(), timeout)
     except TimeoutError:
         raise failure(f"timed out after {timeout:.0f}s") from None
+
+
+def main_loops(proc: Process) -> int:
+    """How many main loops cluster-autoscaler has finished, from its own /metrics
+    (``cluster_autoscaler_function_duration_seconds_count{function="main"}``)."""
+    address = next(a.split("=", 1)[1] for a in proc.argv if a.startswith("--address="))
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "cluster_autoscaler_function_duration_seconds_count"
+                and sample.labels.get("function") == "main"
+            ):
+                return int(sample.value)
+    return 0
+
+
+async def loops_pass(proc: Process, count: int, timeout: float = 240.0) -> None:
+    """Until cluster-autoscaler has finished ``count`` more main loops: a window of its own
+    decisions, counted rather than timed."""
+    start = await asyncio.to_thread(main_loops, proc)
+    async with asyncio.timeout(timeout):
+        while await asyncio.to_thread(main_loops, proc) < start + count:
+            if not proc.running():
+                raise AssertionError(f"{proc.name} exited:\n{proc.log_tail(40)}")
+            await asyncio.sleep(0.5)

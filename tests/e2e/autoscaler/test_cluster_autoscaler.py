@@ -1,8 +1,9 @@
 """The real cluster-autoscaler (clusterapi provider) scaling machinepool MachinePools.
 
-Run with ``pytest -m autoscaler tests/e2e/autoscaler``: the binary is built from Go modules by
-hack/autoscaler/build.sh (a long cold build), and a failed build fails these tests with the
-script's explanation. The autoscaler watches the test namespace's MachinePools in the
+Part of the default run whenever hack/autoscaler/build.sh can give the binary (built from the
+source folder CLUSTER_AUTOSCALER_SRC names, which .ci/run sets; see tests/conftest.py);
+``pytest -m autoscaler tests/e2e/autoscaler`` runs them alone, and a failed build fails them
+with the script's explanation. The autoscaler watches the test namespace's MachinePools in the
 management cluster and the workload cluster's Nodes and Pods; a real kube-scheduler places the
 Pods and the node simulator runs them.
 """

@@ -9,7 +9,7 @@ the pool's list, exactly the marked Nodes removed after a drain, and Nodes from 
 that match the capacity annotations the autoscaler plans scale-from-zero with.
 
 The same scenarios driven by the real cluster-autoscaler binary are in
-``test_cluster_autoscaler.py`` (``-m autoscaler``).
+``test_cluster_autoscaler.py``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,7 +43,7 @@ import yaml
 from machinepool.api import constants as c
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.binaries import optional_binary
-from machinepool.runtime import CRDS, LEASES, Client, NotFound, Obj, Resource
+from machinepool.runtime import LEASES, Client, NotFound, Obj, Resource
 
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 90.0
@@ -102,42 +102,6 @@ SHARED_KINDS = {
 }
 
 
-def cert_manager_stand_in(kind: str, plural: str) -> Obj:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-async def wait_established(client: Client, name: str) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            crd = await client.get(CRDS, name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(x["type"] == "Established" and x["status"] == "True" for x in conditions):
-                return
-            await asyncio.sleep(0.1)
-
-
 async def aggregate_cluster_roles(client: Client) -> None:
     """What kube-controller-manager's aggregation controller does for our aggregated roles."""
     roles = (await client.list(CLUSTER_ROLES)).items
@@ -171,13 +135,11 @@ async def installed(
     client: Client,
     crds: list[str],
     components: dict[str, list[Obj]],
+    cert_manager_api: Callable[[Client], Awaitable[None]],
 ) -> AsyncIterator[dict[str, list[Obj]]]:
     """Dry-run everything, then apply the standalone install but the shared kinds; removed
     afterwards."""
-    for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
-        stand_in = cert_manager_stand_in(kind, plural)
-        await client.apply(CRDS, stand_in, field_manager=FIELD_MANAGER)
-        await wait_established(client, stand_in["metadata"]["name"])
+    await cert_manager_api(client)
     namespaces = [d for docs in components.values() for d in docs if d["kind"] == "Namespace"]
     result = kubectl(
         control_plane,

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
-from machinepool.api.meta import format_time, parse_time
+from machinepool.api.meta import deleted_for_move, format_time, parse_time
 from machinepool.controllers.common import (
     MACHINES,
     ContractResolver,
@@ -44,9 +44,11 @@ from machinepool.runtime import (
     Resource,
     Result,
     controller_owner,
+    get_logger,
 )
 from machinepool.runtime.patch import Patcher
 
+log = get_logger(__name__)
 CONTROLLER_NAME = "machinepool-machine"
 COMPONENT = "machinepool-machine-controller"
 DRAIN_RETRY = 20.0
@@ -236,6 +238,12 @@ def _deleting(scope: Scope, reason: str, message: str) -> None:
 
 async def reconcile_delete(scope: Scope) -> Result:
     machine = scope.machine
+    if deleted_for_move(machine):
+        # clusterctl move deletes the source copy; the Machine lives on in the target
+        # cluster, so its Node is neither drained nor deleted, nor its infra machine.
+        _drop_finalizer(machine)
+        _deleting(scope, c.DELETION_COMPLETED_REASON, "moved by clusterctl")
+        return Result()
     deletion = dig(machine, "spec", "deletion", default={})
     node = scope.node
     wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
@@ -287,11 +295,20 @@ async def reconcile_delete(scope: Scope) -> Result:
     )
     if node is not None and not passed:
         _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {dig(node, 'metadata', 'name')}")
+        log.info(
+            "deleting the Node of a deleted Machine",
+            node=dig(node, "metadata", "name"),
+            machine=str(scope.key),
+        )
         await wclient.delete(
             NODES, str(dig(node, "metadata", "name")), uid=dig(node, "metadata", "uid")
         )
+    _drop_finalizer(machine)
+    _deleting(scope, c.DELETION_COMPLETED_REASON, "")
+    return Result()
+
+
+def _drop_finalizer(machine: Obj) -> None:
     machine["metadata"]["finalizers"] = [
         f for f in dig(machine, "metadata", "finalizers", default=[]) if f != c.MACHINE_FINALIZER
     ]
-    _deleting(scope, c.DELETION_COMPLETED_REASON, "")
-    return Result()

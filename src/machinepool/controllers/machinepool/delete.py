@@ -1,6 +1,8 @@
 """The delete phase: remove what a deleted MachinePool owns, then let it go.
 
-Called by ``controller`` when the MachinePool has a deletionTimestamp. Deletes the bootstrap
+Called by ``controller`` when the MachinePool has a deletionTimestamp (and not because
+``clusterctl move`` took it to another management cluster: then only the finalizer goes).
+Deletes the bootstrap
 config and the infra pool and waits until both are gone (their informers' delete events bring
 the MachinePool back); then deletes the pool's workload Nodes unless
 ``nodeDeletionTimeoutSeconds`` has passed since deletion started; then drops the finalizer.
@@ -11,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from machinepool.api import constants as c
-from machinepool.api.meta import parse_time
+from machinepool.api.meta import deleted_for_move, parse_time
 from machinepool.controllers.common import dig, now, ref_text
 from machinepool.controllers.machinepool import external, noderefs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
@@ -33,6 +35,12 @@ def node_deletion_timed_out(mp: Obj) -> bool:
 
 async def reconcile_delete(scope: Scope) -> Result:
     mp = scope.mp
+    if deleted_for_move(mp):
+        # clusterctl move: the pool lives on in the target cluster with what it owns.
+        finalizers = dig(mp, "metadata", "finalizers", default=[])
+        mp["metadata"]["finalizers"] = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
+        scope.deleting_message = "Moved by clusterctl"
+        return Result()
     refs = [
         (dig(mp, "spec", "template", "spec", "bootstrap", "configRef"), False),
         (dig(mp, "spec", "template", "spec", "infrastructureRef"), True),

@@ -25,8 +25,9 @@ from machinepool.controllers.common import (
 )
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
-from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result
+from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result, get_logger
 
+log = get_logger(__name__)
 WAIT_FOR_REPLICAS = 30.0
 """Seconds between checks while replicas are not all ready (upstream's interval)."""
 
@@ -223,6 +224,11 @@ async def delete_retired_nodes(
         pid = dig(node, "spec", "providerID")
         if not pid or (provider_ids is not None and pid in provider_ids):
             continue
+        log.info(
+            "deleting a Node the pool no longer lists",
+            node=str(ref["name"]),
+            machinepool=str(scope.key),
+        )
         await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from machinepool.api.meta import deleted_for_move
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.machines import (
     InfraMachineReconciler,
@@ -85,6 +86,13 @@ class PoolEngine:
         meta = pool["metadata"]
         if meta.get("deletionTimestamp"):
             if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
+                return None
+            if deleted_for_move(pool):
+                # clusterctl move: the pool and its instances live on in the target cluster.
+                meta["finalizers"] = [
+                    f for f in meta.get("finalizers") or [] if f != env.provider.pool_finalizer
+                ]
+                await patcher.patch(pool)
                 return None
             result = await delete_pool(scope)
             await patcher.patch(pool)

@@ -12,6 +12,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.meta import deleted_for_move
 from machinepool.providers.pool.provider import MACHINES, SupportsPurge
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -150,7 +151,9 @@ class InfraMachineReconciler:
             return None
         pool = _pool_of(env, machine)
         instance_id = str((machine.get("spec") or {}).get("instanceID") or key.name)
-        if pool is not None:
+        # An infra machine clusterctl move deletes lives on in the target cluster, and so
+        # does its instance.
+        if pool is not None and not deleted_for_move(machine):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
         finalizers.remove(env.provider.machine_finalizer)

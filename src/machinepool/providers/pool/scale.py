@@ -158,12 +158,28 @@ async def act(scope: PoolScope) -> Result:
         )
     )
     scope.plan = step
+    by_id = {m.id: m for m in members}
     for victim in step.delete:
         await _delete_machine(scope, victim)
+        await scope.env.recorder.event(
+            scope.pool,
+            "Normal",
+            "SuccessfulDelete",
+            f"Deleting Machine {victim} ({_why_delete(scope, by_id.get(victim))}); its Node is"
+            " drained first",
+        )
     if step.create:
         await _create_instances(scope, step.create)
     booting = any(m.state is InstanceState.PENDING for m in members)
     return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
+
+
+def _why_delete(scope: PoolScope, victim: Member | None) -> str:
+    if victim is not None and victim.delete_requested:
+        return "marked for deletion"
+    if victim is not None and not victim.up_to_date:
+        return "replaced by an up-to-date instance"
+    return f"scale down to {scope.replicas}"
 
 
 async def _delete_machine(scope: PoolScope, name: str) -> None:
@@ -229,5 +245,15 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
         except CloudError as exc:
             scope.block("CloudError", f"creating instance {instance_id} failed: {exc}")
             scope.errors.append(exc)
+            await scope.env.recorder.event(
+                scope.pool, "Warning", "FailedCreate", f"Creating instance {instance_id}: {exc}"
+            )
             return
         scope.instances.append(created)
+        await scope.env.recorder.event(
+            scope.pool,
+            "Normal",
+            "SuccessfulCreate",
+            f"Created instance {instance_id} in {domain or 'the default zone'}"
+            f" ({version or 'no version'})",
+        )

@@ -1,0 +1,209 @@
+"""Helpers for running the real kubectl and clusterctl against machinepool.
+
+A management cluster here is a kube-apiserver of the session's control plane (started as a
+"workload" cluster on the shared etcd, so several can run side by side for ``clusterctl move``).
+It has no kubelet, so the provider Deployments ``clusterctl init`` installs cannot run: the
+tests run the same ``machinepool run`` processes on this machine instead (``LocalProviders``)
+and point the installed webhook configurations and CRD conversion at them, which is what the
+Service in front of the pods and cert-manager's CA injector do in a cluster.
+
+The binaries are built, never downloaded: kubectl by ``hack/controlplane/build.sh`` and
+clusterctl by ``hack/clusterctl/build.sh``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from machinepool.controlplane.binaries import optional_binary
+from machinepool.controlplane.process import Process, free_port, stop_all
+from machinepool.runtime import CRDS, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, Client, PatchType
+from machinepool.webhooks.certs import self_signed
+
+REPO = Path(__file__).resolve().parents[3]
+CLUSTERCTL_BUILD = REPO / "hack" / "clusterctl" / "build.sh"
+VERSION = "v0.1.0"
+"""The providers' release in the local clusterctl repository (pyproject's version)."""
+
+
+def load_generator() -> ModuleType:
+    """deploy/generate.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_clusterctl() -> Path:
+    """hack/clusterctl/build.sh's binary; a failed build fails the test with its reason."""
+    result = subprocess.run(
+        ["bash", str(CLUSTERCTL_BUILD)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, f"hack/clusterctl/build.sh failed:\n{result.stderr}"
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def kubectl_binary() -> Path:
+    binary = optional_binary("kubectl")
+    assert binary is not None, "kubectl is missing: run `make controlplane`"
+    return binary
+
+
+def run(
+    argv: list[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a client binary as a user would; the caller asserts on the result."""
+    return subprocess.run(
+        argv,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def kubectl(
+    kubeconfig: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return run([str(kubectl_binary()), f"--kubeconfig={kubeconfig}", *args], stdin=stdin)
+
+
+async def route_webhooks(client: Client, url: str, ca_bundle: bytes) -> None:
+    """Point what ``clusterctl init`` installed (webhook configurations and the MachinePool CRD's
+    conversion, all naming the provider's Service) at a webhook server on this machine, with
+    its CA: the Service's and cert-manager's CA injector's job in a cluster."""
+    ca = base64.b64encode(ca_bundle).decode()
+    for resource in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
+        for config in (await client.list(resource)).items:
+            hooks = config.get("webhooks") or []
+            services = [(h.get("clientConfig") or {}).get("service") for h in hooks]
+            if not any(services):
+                continue
+            for hook, service in zip(hooks, services, strict=True):
+                if service:
+                    hook["clientConfig"] = {"url": url + service["path"], "caBundle": ca}
+            patch = {"webhooks": hooks}
+            await client.patch(
+                resource, config["metadata"]["name"], patch, patch_type=PatchType.MERGE
+            )
+    crd = await client.get(CRDS, "machinepools.cluster.x-k8s.io")
+    webhook = crd["spec"]["conversion"]["webhook"]
+    path = webhook["clientConfig"]["service"]["path"]
+    patch = {
+        "spec": {
+            "conversion": {
+                "webhook": {"clientConfig": {"service": None, "url": url + path, "caBundle": ca}}
+            }
+        }
+    }
+    await client.patch(CRDS, "machinepools.cluster.x-k8s.io", patch, patch_type=PatchType.MERGE)
+
+
+def wait_ready(proc: Process, port: int, timeout: float = 120.0) -> None:
+    """Until the process answers /readyz (its informers synced), as a readiness probe would."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.check_alive()
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer,
+        ):
+            if answer.status == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"{proc.name} not ready after {timeout:.0f}s:\n{proc.log_tail(40)}")
+
+
+@dataclass
+class LocalProviders:
+    """The provider pods of one management cluster, run as processes on this machine: core,
+    kubeadm bootstrap and Sim in one ``machinepool run`` (serving the webhooks with a
+    certificate of our own), and the Sim node simulator."""
+
+    name: str
+    kubeconfig: Path
+    log_dir: Path
+    processes: list[Process] = field(default_factory=list)
+    metrics_port: int = 0
+    webhook_url: str = ""
+    ca_bundle: bytes = b""
+
+    def start(self) -> None:
+        cert_dir = self.log_dir / f"{self.name}-certs"
+        serving = self_signed(cert_dir)  # tls.crt and tls.key, as cert-manager's Secret holds
+        self.ca_bundle = serving.ca_bundle
+        webhook_port = free_port()
+        self.webhook_url = f"https://127.0.0.1:{webhook_port}"
+        self.metrics_port = free_port()
+        kubelet_port = free_port()
+        base = [sys.executable, "-m", "machinepool", "run", "--kubeconfig", str(self.kubeconfig)]
+        controllers = Process(
+            f"{self.name}-controllers",
+            [
+                *base,
+                "--components=core,bootstrap,sim",
+                f"--name={self.name}-controllers",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                f"--webhook-port={webhook_port}",
+                f"--webhook-cert-dir={cert_dir}",
+            ],
+            self.log_dir,
+        )
+        kubelet = Process(
+            f"{self.name}-kubelet",
+            [
+                *base,
+                "--components=kubelet",
+                f"--name={self.name}-kubelet",
+                f"--metrics-bind-address=127.0.0.1:{kubelet_port}",
+            ],
+            self.log_dir,
+        )
+        self.processes = [controllers, kubelet]
+        for proc in self.processes:
+            proc.start()
+        wait_ready(controllers, self.metrics_port)
+        wait_ready(kubelet, kubelet_port)
+
+    def stop(self) -> None:
+        stop_all(self.processes)
+
+    async def logged(self, message: str, subjects: set[str], timeout: float = 60.0) -> None:
+        """Until the node simulator's log has ``message`` about each of ``subjects``."""
+        log = self.processes[1].log_path
+        async with asyncio.timeout(timeout):
+            while True:
+                lines = [line for line in log.read_text().splitlines() if message in line]
+                if all(any(s in line for line in lines) for s in subjects):
+                    return
+                await asyncio.sleep(0.2)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log_path}\n{p.log_tail(40)}" for p in self.processes)
+
+
+@contextlib.contextmanager
+def local_providers(name: str, kubeconfig: Path, log_dir: Path) -> Iterator[LocalProviders]:
+    providers = LocalProviders(name, kubeconfig, log_dir)
+    try:
+        providers.start()
+        yield providers
+    finally:
+        providers.stop()
