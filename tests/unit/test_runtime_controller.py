@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 
 import pytest
 
 from machinepool.runtime import (
+    ClusterNotConnected,
     Controller,
+    ExpectedError,
     ExponentialBackoff,
+    NotFound,
     ObjectKey,
     Result,
     RuntimeMetrics,
+    ServerError,
     TerminalError,
 )
 
@@ -189,3 +194,45 @@ async def test_reconciler_object_and_concurrency_bound() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Controller("c", lambda key: _ok(), concurrency=0)
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason", "traceback"),
+    [
+        (ServerError(503, "ServiceUnavailable", "apiserver down"), "ServiceUnavailable", False),
+        (
+            ClusterNotConnected("workload cluster ns/c: connection refused"),
+            "ClusterNotConnected",
+            False,
+        ),
+        (ConnectionRefusedError(111, "Connection refused"), "ConnectionRefusedError", False),
+        (
+            ExceptionGroup(
+                "pool ns/a", [ExpectedError("cannot read Nodes"), NotFound(404, "NotFound", "x")]
+            ),
+            "ExpectedError",
+            False,
+        ),
+        (KeyError("spec"), "KeyError", True),
+        (
+            ExceptionGroup("pool ns/a", [NotFound(404, "NotFound", "x"), TypeError("bug")]),
+            "NotFound",
+            True,
+        ),
+    ],
+)
+async def test_expected_errors_log_one_line_and_bugs_a_traceback(
+    raised: Exception, reason: str, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def reconcile(key: ObjectKey) -> None:
+        raise raised
+
+    ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=10.0))
+    ctrl.enqueue(KEY)
+    with caplog.at_level(logging.INFO):
+        await run_for(ctrl, 0.05)
+    failed = [r for r in caplog.records if r.getMessage().startswith("reconcile failed")]
+    assert len(failed) == 1
+    assert failed[0].kv["reason"] == reason  # type: ignore[attr-defined]
+    assert "\n" not in failed[0].kv["error"]  # type: ignore[attr-defined]
+    assert (failed[0].exc_info is not None) is traceback

@@ -13,6 +13,7 @@ EXPECTED = {
     # errors
     "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
     "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
+    "ExpectedError", "is_expected",
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
     # informers

@@ -55,6 +55,7 @@ from machinepool.runtime.errors import (
     ApiError,
     BadRequest,
     Conflict,
+    ExpectedError,
     Forbidden,
     Gone,
     Invalid,
@@ -62,6 +63,7 @@ from machinepool.runtime.errors import (
     ServerError,
     TooManyRequests,
     Unauthorized,
+    is_expected,
 )
 from machinepool.runtime.events import EventRecorder
 from machinepool.runtime.informer import (
@@ -134,6 +136,7 @@ __all__ = [
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
+    "ExpectedError",
     "ExponentialBackoff",
     "Forbidden",
     "FuncHandler",
@@ -178,6 +181,7 @@ __all__ = [
     "controller_owner",
     "field_indexer",
     "get_logger",
+    "is_expected",
     "label_indexer",
     "labels_of",
     "merge_patch",

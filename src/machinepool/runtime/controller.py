@@ -16,7 +16,9 @@ returns                    forget the backoff; reconcile again after that many s
 raises ``TerminalError``   log and count it; forget the backoff; no retry (a later event
                            still triggers a reconcile)
 raises anything else       retry with the key's exponential backoff (5 ms doubling to
-                           1000 s); any ``Result`` is ignored
+                           1000 s); any ``Result`` is ignored. Expected failures
+                           (``is_expected``: API, network, ``ExpectedError``) are
+                           logged in one line with a reason, others with a traceback
 ``CancelledError``         the controller is stopping: the key is re-queued, then it
                            propagates
 =========================  ==============================================================
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from machinepool.runtime.client import Obj
-from machinepool.runtime.errors import ApiError, Conflict
+from machinepool.runtime.errors import Conflict, describe_error, error_reason, is_expected
 from machinepool.runtime.informer import Informer, controller_owner
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
@@ -274,11 +276,13 @@ class Controller:
                 self.queue.add_rate_limited(key)
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
-                # API errors are expected weather; anything else is a bug worth a traceback.
+                # Expected failures (API errors, unreachable clusters, cloud faults) are
+                # weather: one line with the reason. Anything else is a bug worth a traceback.
                 log.error(
                     "reconcile failed; retrying with backoff",
-                    exc_info=None if isinstance(exc, ApiError) else exc,
-                    error=f"{type(exc).__name__}: {exc}",
+                    exc_info=None if is_expected(exc) else exc,
+                    reason=error_reason(exc),
+                    error=describe_error(exc),
                     retries=self.queue.retries(key),
                 )
             case Result(requeue_after=float() | int() as after) if after > 0:

@@ -215,7 +215,11 @@ def _settle(scope: Scope, result: Result, errors: list[BaseException]) -> Result
         raise TerminalError(f"{scope.text}: {message}")
     if all(isinstance(e, Conflict) for e in retryable):
         raise retryable[0]  # lost an optimistic lock: the runtime retries it quietly
-    raise RuntimeError(f"{scope.text}: {message}") from retryable[0]
+    # A group, so the runtime sees each cause: one log line when all are expected (an
+    # unreachable workload cluster), a traceback when one of them is a bug.
+    raise ExceptionGroup(
+        f"{scope.text}: {message}", [e for e in errors if isinstance(e, Exception)]
+    )
 
 
 async def _patch(patcher: Patcher, mp: Obj) -> None:
