@@ -101,6 +101,7 @@ class ControllerProcess:
             self.lease_name,
             "--metrics-bind-address",
             f"127.0.0.1:{self.port}",
+            "--insecure-diagnostics",  # probes and metrics over plain HTTP on loopback
             "--leader-elect" if self.leader_elect else "--no-leader-elect",
             *self.extra_args,
         ]

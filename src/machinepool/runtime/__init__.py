@@ -50,6 +50,7 @@ from machinepool.runtime.controller import (
     object_key,
     owner_key,
 )
+from machinepool.runtime.diagnostics import METRICS_READER_ROLE, SecureServing, TokenAuthorizer
 from machinepool.runtime.errors import (
     AlreadyExists,
     ApiError,
@@ -96,6 +97,7 @@ from machinepool.runtime.sharding import (
     ShardLabels,
     labels_of,
 )
+from machinepool.runtime.tls import CertReloader, ServingCert, self_signed
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -115,6 +117,7 @@ __all__ = [
     "LEASES",
     "MACHINES",
     "MACHINE_POOLS",
+    "METRICS_READER_ROLE",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "NODES",
@@ -127,6 +130,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "CacheScope",
+    "CertReloader",
     "Client",
     "ClusterCache",
     "ClusterNotConnected",
@@ -169,9 +173,12 @@ __all__ = [
     "Resource",
     "Result",
     "RuntimeMetrics",
+    "SecureServing",
     "ServerError",
+    "ServingCert",
     "ShardLabels",
     "TerminalError",
+    "TokenAuthorizer",
     "TooManyRequests",
     "Transform",
     "Unauthorized",
@@ -188,5 +195,6 @@ __all__ = [
     "object_key",
     "owner_indexer",
     "owner_key",
+    "self_signed",
     "strip_managed_fields",
 ]

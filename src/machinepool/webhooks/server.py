@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import ssl
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,8 +23,15 @@ from aiohttp import web
 
 from machinepool.api.constants import CONTRACT_LABEL
 from machinepool.api.features import FeatureGates
-from machinepool.runtime import CRDS, ApiError, Client, NotFound, get_logger
-from machinepool.webhooks.certs import self_signed
+from machinepool.runtime import (
+    CRDS,
+    ApiError,
+    CertReloader,
+    Client,
+    NotFound,
+    get_logger,
+    self_signed,
+)
 from machinepool.webhooks.conversion import (
     HUB_API_VERSION,
     SPOKE_API_VERSION,
@@ -119,6 +125,8 @@ class WebhookServer:
         self._extra_routes = tuple(extra_routes)
         self._resolver = _Resolver(client)
         self._runner: web.AppRunner | None = None
+        self.certs: CertReloader | None = None
+        """The serving certificate, reloaded when its files change (cert-manager rotation)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
         self.ca_bundle = b""
@@ -146,12 +154,11 @@ class WebhookServer:
             )
         else:
             self.ca_bundle = cert_file.read_bytes()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(cert_file, key_file)
+        self.certs = CertReloader(cert_file, key_file, logger=_log)
+        await self.certs.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=context)
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.certs.context)
         await site.start()
         bound = self._runner.addresses[0]
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
@@ -163,6 +170,9 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.certs is not None:
+            await self.certs.stop()
+            self.certs = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -357,8 +357,10 @@ def local_args(deployment: Obj, namespace: str) -> list[str]:
         flag = arg.split("=", 1)[0]
         if flag.startswith("--webhook-"):
             continue
-        if flag == "--metrics-bind-address":
-            arg = "--metrics-bind-address=127.0.0.1:0"
+        if flag in ("--metrics-bind-address", "--diagnostics-address"):
+            arg = f"{flag}=127.0.0.1:0"
+        if flag == "--health-probe-bind-address":
+            arg = f"{flag}=127.0.0.1:0"
         args.append(arg.replace("$(POD_NAMESPACE)", namespace))
     return args
 
