@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import json
 import math
 import os
 import random
@@ -24,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +84,11 @@ class ControllerProcess:
     lease_name: str = "machinepool-controller"
     webhook_port: int | None = None
     extra_args: tuple[str, ...] = ()
+    secure_diagnostics: bool = False
+    """As deployed: /metrics over HTTPS for authorized tokens only on ``port``, probes on
+    ``health_port``. Off: everything plain HTTP on ``port`` (--insecure-diagnostics)."""
     port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     kills: int = 0
     down: list[tuple[float, float]] = field(default_factory=list)
@@ -101,10 +107,13 @@ class ControllerProcess:
             self.lease_name,
             "--metrics-bind-address",
             f"127.0.0.1:{self.port}",
-            "--insecure-diagnostics",  # probes and metrics over plain HTTP on loopback
             "--leader-elect" if self.leader_elect else "--no-leader-elect",
             *self.extra_args,
         ]
+        if self.secure_diagnostics:
+            argv += ["--health-probe-bind-address", f"127.0.0.1:{self.health_port}"]
+        else:
+            argv.append("--insecure-diagnostics")  # probes and metrics over HTTP on loopback
         if self.webhook_port is not None:
             argv += ["--webhook-port", str(self.webhook_port)]
         return argv
@@ -156,7 +165,8 @@ class ControllerProcess:
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
         """Until /readyz answers 200 (informers synced); fails if the process exits."""
-        url = f"http://127.0.0.1:{self.port}/readyz"
+        port = self.health_port if self.secure_diagnostics else self.port
+        url = f"http://127.0.0.1:{port}/readyz"
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
             while True:
                 if not self.alive:
@@ -528,6 +538,76 @@ def judge_victims(
         if wrong:
             problems.append(f"Nodes on the new version deleted during the rollout: {wrong}")
     return problems
+
+
+# -- retries against the backoff --------------------------------------------------------------
+
+BACKOFF_BASE = 0.005
+"""The work queue's first retry delay (runtime.ExponentialBackoff's default)."""
+FAILED_RECONCILE = "reconcile failed; retrying with backoff"
+
+
+def backoff_budget(span: float, base: float = BACKOFF_BASE) -> int:
+    """Most failed attempts one key can make within ``span`` seconds when only its backoff
+    re-queues it: n attempts are separated by base * (2**(n-1) - 1) seconds of delays.
+
+    >>> backoff_budget(0.0), backoff_budget(0.005), backoff_budget(20.0)
+    (1, 2, 12)
+    """
+    return math.floor(math.log2(span / base + 1)) + 1
+
+
+@dataclass
+class FailureStreak:
+    """Consecutive failed reconciles of one key (its backoff's ``retries`` counting up)."""
+
+    controller: str
+    key: str
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def span(self) -> float:
+        return self.times[-1] - self.times[0]
+
+
+def failure_streaks(log: Path) -> list[FailureStreak]:
+    """Every streak of failed reconciles in a JSON-format controller log.
+
+    A streak ends when the key succeeds (its backoff is forgotten and ``retries`` starts
+    again at 1) or a new process starts (a fresh queue).
+    """
+    open_streaks: dict[tuple[str, str], FailureStreak] = {}
+    done: list[FailureStreak] = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("=== start"):
+            done += open_streaks.values()
+            open_streaks.clear()
+            continue
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        if doc.get("msg") != FAILED_RECONCILE:
+            continue
+        who = (str(doc.get("controller")), str(doc.get("key")))
+        at = datetime.fromisoformat(doc["ts"]).timestamp()
+        streak = open_streaks.get(who)
+        if streak is None or int(doc.get("retries", 1)) <= 1:
+            if streak is not None:
+                done.append(streak)
+            streak = open_streaks[who] = FailureStreak(*who)
+        streak.times.append(at)
+    return done + list(open_streaks.values())
+
+
+def storms(streaks: Iterable[FailureStreak], slack: int) -> list[str]:
+    """Streaks with more failures than the backoff allows in their span (``slack`` extra, for
+    changes made by others that re-queue a key at once, as in client-go)."""
+    return [
+        f"{s.controller} {s.key}: {len(s.times)} failures in {s.span:.2f}s, backoff allows"
+        f" {backoff_budget(s.span)} + {slack}"
+        for s in streaks
+        if len(s.times) > backoff_budget(s.span) + slack
+    ]
 
 
 # -- secrets in logs and Events --------------------------------------------------------------

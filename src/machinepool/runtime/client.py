@@ -25,11 +25,13 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from machinepool.runtime.errors import ApiError, NotFound, error_for
+from machinepool.runtime.ownwrites import note_write
 
 Obj = dict[str, Any]
 DEFAULT_USER_AGENT = "machinepool"
 CONTRACT_LABEL = "cluster.x-k8s.io/v1beta2"
 _READ_RETRIES = 5
+_WRITES = frozenset({"POST", "PUT", "PATCH"})
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,10 @@ class Client:
                 self._count(verb or method.lower(), path, resp.status)
                 retry = resp.status == 429 and method == "GET" and attempt < _READ_RETRIES
                 if not retry:
-                    return _decode(resp.status, raw)
+                    answer = _decode(resp.status, raw)
+                    if method in _WRITES:
+                        note_write(answer)  # for the writing controller's echo filter
+                    return answer
                 delay = _retry_after(resp.headers.get("Retry-After"))
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
