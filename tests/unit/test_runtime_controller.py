@@ -224,13 +224,21 @@ def test_concurrency_must_be_positive() -> None:
 async def test_expected_errors_log_one_line_and_bugs_a_traceback(
     raised: Exception, reason: str, traceback: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    called = asyncio.Event()
+
     async def reconcile(key: ObjectKey) -> None:
+        called.set()
         raise raised
 
     ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=10.0))
     ctrl.enqueue(KEY)
     with caplog.at_level(logging.INFO):
-        await run_for(ctrl, 0.05)
+        task = asyncio.create_task(ctrl.run())
+        async with asyncio.timeout(10):
+            await called.wait()  # the failure is logged in the same step as the raise
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
     failed = [r for r in caplog.records if r.getMessage().startswith("reconcile failed")]
     assert len(failed) == 1
     assert failed[0].kv["reason"] == reason  # type: ignore[attr-defined]

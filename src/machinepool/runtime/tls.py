@@ -123,7 +123,8 @@ class CertReloader:
 
     ``interval`` [1 s]: how often the files are read and compared (two small reads; an
     inotify watch would miss the kubelet's symlink swap of a mounted Secret anyway).
-    ``reloads`` counts certificates loaded after the first.
+    ``reloads`` counts certificates loaded after the first, ``rejected`` changed pairs it
+    would not load.
 
     >>> certs = CertReloader(Path("tls.crt"), Path("tls.key"))   # raises if the pair is bad
     >>> await certs.start()
@@ -143,6 +144,8 @@ class CertReloader:
         self.interval = interval
         self.context = server_context()
         self.reloads = 0
+        self.rejected = 0
+        """Changed pairs not loaded (half-written, mismatched, unreadable as PEM)."""
         self.log = (logger or get_logger(__name__)).bind(cert=str(cert_file))
         self._digest = ""
         self._task: asyncio.Task[None] | None = None
@@ -165,6 +168,7 @@ class CertReloader:
         except (ssl.SSLError, ValueError) as exc:
             # Mid-rotation (the certificate written, the key not yet) or garbage: keep serving
             # the pair we have and look again next time.
+            self.rejected += 1
             self.log.warning("serving certificate not loaded; keeping the old one", error=str(exc))
             return False
         first = not self._digest
