@@ -443,6 +443,27 @@ class World:
 
         return check
 
+    def pool_running(self, name: str, replicas: int, version: str) -> bool:
+        """Like ``running`` for one of several pools sharing the workload cluster: its own
+        status, its live instances, and Ready Nodes on ``version`` for each of them."""
+        mp = self.get("machinepools", name)
+        if mp is None:
+            return False
+        status = mp.get("status") or {}
+        pids = {r.provider_id for r in self.live(name)}
+        ready = [
+            n
+            for n in self.ready_nodes(version)
+            if str((n.get("spec") or {}).get("providerID", "")) in pids
+        ]
+        return (
+            status.get("phase") == "Running"
+            and status.get("readyReplicas", 0) == replicas
+            and len(status.get("nodeRefs") or []) == replicas
+            and len(pids) == replicas
+            and len(ready) == replicas
+        )
+
     def running(self, name: str, replicas: int, version: str | None = None) -> bool:
         """The MachinePool reports ``replicas`` Ready and the workload agrees."""
         mp = self.get("machinepools", name)
@@ -472,26 +493,39 @@ def check_converged(world: World, pool: str, replicas: int, version: str) -> lis
     per instance and nothing else; terminated records back nothing; instance records and
     bootstrap data Secrets belong to objects that exist.
     """
+    return check_pools_converged(world, {pool: replicas}, version)
+
+
+def check_pools_converged(world: World, pools: dict[str, int], version: str) -> list[str]:
+    """``check_converged`` for several pools sharing the namespace and workload cluster:
+    per pool its instances and providerIDList; across them Machines, SimMachines and Nodes."""
     problems: list[str] = []
-    mp = world.get("machinepools", pool) or {}
-    live = world.live(pool)
-    live_ids = sorted(r.id for r in live)
-    live_pids = sorted(r.provider_id for r in live)
-    if len(live) != replicas:
-        problems.append(f"{len(live)} live instances, want {replicas}: {live_ids}")
-    if len({r.index for r in live}) != len(live):
-        problems.append(f"duplicate instance ordinals: {sorted(r.index for r in live)}")
-    pid_list = list((mp.get("spec") or {}).get("providerIDList") or [])
-    if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
-        problems.append(f"providerIDList {pid_list} != live instances {live_pids}")
+    all_ids: list[str] = []
+    all_pids: list[str] = []
+    for pool, replicas in pools.items():
+        mp = world.get("machinepools", pool) or {}
+        live = world.live(pool)
+        live_ids = sorted(r.id for r in live)
+        live_pids = sorted(r.provider_id for r in live)
+        all_ids += live_ids
+        all_pids += live_pids
+        if len(live) != replicas:
+            problems.append(f"{pool}: {len(live)} live instances, want {replicas}: {live_ids}")
+        if len({r.index for r in live}) != len(live):
+            problems.append(f"{pool}: duplicate instance ordinals: {sorted(r.index for r in live)}")
+        pid_list = list((mp.get("spec") or {}).get("providerIDList") or [])
+        if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
+            problems.append(f"{pool}: providerIDList {pid_list} != live instances {live_pids}")
+    all_ids.sort()
+    all_pids.sort()
     for kind in ("machines", "simmachines"):
         names = sorted(o["metadata"]["name"] for o in world.objects(kind))
-        if names != live_ids:
-            problems.append(f"{kind} {names} != live instances {live_ids}")
+        if names != all_ids:
+            problems.append(f"{kind} {names} != live instances {all_ids}")
     nodes = world.nodes()
     node_pids = sorted(str((n.get("spec") or {}).get("providerID", "")) for n in nodes)
-    if node_pids != live_pids:
-        problems.append(f"Nodes {node_pids} != live instances {live_pids}")
+    if node_pids != all_pids:
+        problems.append(f"Nodes {node_pids} != live instances {all_pids}")
     stale = [n["metadata"]["name"] for n in nodes if _version(n) != version or not node_ready(n)]
     if stale:
         problems.append(f"Nodes not Ready on {version}: {stale}")
