@@ -16,7 +16,8 @@ MachinePools are created and then all rolled to a new version while
 Afterwards: exactly the desired instances, one Machine and one Ready Node per instance,
 nothing orphaned (``check_converged`` per pool), only old-version Nodes deleted, Ready never
 below ``replicas - maxUnavailable`` (0) in any pool while the controller was up, no retry
-storm (failure streaks held to the backoff), and the controller's request rate, audited by
+storm (failure streaks held to the backoff, plus one immediate retry per pool member, which
+others' changes may cause), and the controller's request rate, audited by
 the proxy it talks through, bounded: no 10-second window holds more than
 ``REQUESTS_PER_NODE_PER_10S`` per Node plus ``REQUEST_BASE``.
 """
@@ -75,7 +76,6 @@ MANAGEMENT_ARGS = (
 )
 REQUEST_BASE = 400
 REQUESTS_PER_NODE_PER_10S = 40
-RETRY_SLACK = 3
 CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
@@ -269,6 +269,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+        env.close()  # the controllers first: without the proxy they could only fail
         await proxy.stop()
 
     problems = check_pools_converged(world, dict.fromkeys(pools, replicas), NEW_VERSION)
@@ -287,7 +288,10 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         f" requests {len(audit)} (peak {peak} per 10 s, bound {bound})"
     )
     assert problems == []
-    assert storms(failure_streaks(controller.log), RETRY_SLACK) == []
+    # A failing pool is re-queued at once by each change of its members (Machines, SimMachines,
+    # Nodes: other controllers' and the kubelet's writes), as in client-go; its own writes
+    # no longer do. So a streak may exceed its backoff by about one event per member.
+    assert storms(failure_streaks(controller.log), slack=replicas) == []
     assert controller.kills >= 1
     assert throttled > 0, "the low inflight limit should have pushed back with 429s"
     assert gone > 0, "watches should have been resumed from expired resourceVersions"
