@@ -11,11 +11,11 @@ backoff allows in that window.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncIterator
 
 import pytest
+from tests.reliability.harness import backoff_budget
 
 from machinepool.runtime import (
     CONFIGMAPS,
@@ -29,11 +29,6 @@ from machinepool.runtime import (
 
 WINDOW = 3.0
 """How long the failing reconcile runs; the count of attempts in it is what is judged."""
-
-
-def backoff_budget(span: float, base: float = 0.005) -> int:
-    """Attempts a key can make in ``span`` seconds when only its backoff re-queues it."""
-    return math.floor(math.log2(span / base + 1)) + 1
 
 
 @pytest.fixture

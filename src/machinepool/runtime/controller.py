@@ -122,10 +122,12 @@ class EnqueueHandler:
         self._own_writes = own_writes
         self._arrived = arrived
 
-    def _enqueue(self, obj: Obj, echo: bool = False) -> None:
+    def _enqueue(self, obj: Obj, echo: bool = False, change: Obj | None = None) -> None:
+        """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an
+        update, the new one, also when the keys come from the old one)."""
         for key in self._mapper(obj):
             if self._arrived is not None and self._queue.is_processing(key):
-                self._arrived(key, obj)
+                self._arrived(key, change if change is not None else obj)
             self._queue.add(key, echo=echo)
 
     def _echo(self, obj: Obj) -> bool:
@@ -137,7 +139,7 @@ class EnqueueHandler:
     def on_update(self, old: Obj, new: Obj) -> None:
         # Both: an owner or label change must reach the old target and the new one.
         echo = self._echo(new)
-        self._enqueue(old, echo)
+        self._enqueue(old, echo, new)
         self._enqueue(new, echo)
 
     def on_delete(self, obj: Obj) -> None:
