@@ -157,7 +157,7 @@ def _ours(
     ]
     if app:
         argv = [sys.executable, "-m", "machinepool", "run", *common]
-        argv += ["--no-leader-elect", "--log-level=WARNING"]
+        argv += ["--no-leader-elect", "--log-level=WARNING", "--insecure-diagnostics"]
     else:
         argv = [sys.executable, str(RUNNER), *common]
     proc = Process(name, [*argv, *extra], workdir)

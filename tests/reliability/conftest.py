@@ -31,6 +31,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="Multiply reliability kill counts, fault rounds and generated inputs (default 1).",
     )
+    parser.addoption(
+        "--fault-pools", type=int, default=None, help="Pools in test_scale_faults.py (4)."
+    )
+    parser.addoption(
+        "--fault-pool-size",
+        type=int,
+        default=None,
+        help="Replicas per pool in test_scale_faults.py (10; full size 20 x 50).",
+    )
+
+
+def _int_option(config: pytest.Config, option: str, env: str, default: int) -> int:
+    value = config.getoption(option, default=None)
+    if value is None:
+        value = int(os.environ.get(env, str(default)))
+    return max(1, int(value))
+
+
+@pytest.fixture(scope="session")
+def fault_pools(pytestconfig: pytest.Config) -> int:
+    """Pools in test_scale_faults.py: ``--fault-pools`` or ``$RELIABILITY_POOLS`` [4]."""
+    return _int_option(pytestconfig, "--fault-pools", "RELIABILITY_POOLS", 4)
+
+
+@pytest.fixture(scope="session")
+def fault_pool_size(pytestconfig: pytest.Config) -> int:
+    """Replicas per pool there: ``--fault-pool-size`` or ``$RELIABILITY_POOL_SIZE`` [10]."""
+    return _int_option(pytestconfig, "--fault-pool-size", "RELIABILITY_POOL_SIZE", 10)
 
 
 @pytest.fixture(scope="session")

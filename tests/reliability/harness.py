@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import json
 import math
 import os
 import random
@@ -24,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +84,11 @@ class ControllerProcess:
     lease_name: str = "machinepool-controller"
     webhook_port: int | None = None
     extra_args: tuple[str, ...] = ()
+    secure_diagnostics: bool = False
+    """As deployed: /metrics over HTTPS for authorized tokens only on ``port``, probes on
+    ``health_port``. Off: everything plain HTTP on ``port`` (--insecure-diagnostics)."""
     port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     kills: int = 0
     down: list[tuple[float, float]] = field(default_factory=list)
@@ -104,6 +110,10 @@ class ControllerProcess:
             "--leader-elect" if self.leader_elect else "--no-leader-elect",
             *self.extra_args,
         ]
+        if self.secure_diagnostics:
+            argv += ["--health-probe-bind-address", f"127.0.0.1:{self.health_port}"]
+        else:
+            argv.append("--insecure-diagnostics")  # probes and metrics over HTTP on loopback
         if self.webhook_port is not None:
             argv += ["--webhook-port", str(self.webhook_port)]
         return argv
@@ -155,7 +165,8 @@ class ControllerProcess:
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
         """Until /readyz answers 200 (informers synced); fails if the process exits."""
-        url = f"http://127.0.0.1:{self.port}/readyz"
+        port = self.health_port if self.secure_diagnostics else self.port
+        url = f"http://127.0.0.1:{port}/readyz"
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
             while True:
                 if not self.alive:
@@ -432,6 +443,27 @@ class World:
 
         return check
 
+    def pool_running(self, name: str, replicas: int, version: str) -> bool:
+        """Like ``running`` for one of several pools sharing the workload cluster: its own
+        status, its live instances, and Ready Nodes on ``version`` for each of them."""
+        mp = self.get("machinepools", name)
+        if mp is None:
+            return False
+        status = mp.get("status") or {}
+        pids = {r.provider_id for r in self.live(name)}
+        ready = [
+            n
+            for n in self.ready_nodes(version)
+            if str((n.get("spec") or {}).get("providerID", "")) in pids
+        ]
+        return (
+            status.get("phase") == "Running"
+            and status.get("readyReplicas", 0) == replicas
+            and len(status.get("nodeRefs") or []) == replicas
+            and len(pids) == replicas
+            and len(ready) == replicas
+        )
+
     def running(self, name: str, replicas: int, version: str | None = None) -> bool:
         """The MachinePool reports ``replicas`` Ready and the workload agrees."""
         mp = self.get("machinepools", name)
@@ -461,26 +493,39 @@ def check_converged(world: World, pool: str, replicas: int, version: str) -> lis
     per instance and nothing else; terminated records back nothing; instance records and
     bootstrap data Secrets belong to objects that exist.
     """
+    return check_pools_converged(world, {pool: replicas}, version)
+
+
+def check_pools_converged(world: World, pools: dict[str, int], version: str) -> list[str]:
+    """``check_converged`` for several pools sharing the namespace and workload cluster:
+    per pool its instances and providerIDList; across them Machines, SimMachines and Nodes."""
     problems: list[str] = []
-    mp = world.get("machinepools", pool) or {}
-    live = world.live(pool)
-    live_ids = sorted(r.id for r in live)
-    live_pids = sorted(r.provider_id for r in live)
-    if len(live) != replicas:
-        problems.append(f"{len(live)} live instances, want {replicas}: {live_ids}")
-    if len({r.index for r in live}) != len(live):
-        problems.append(f"duplicate instance ordinals: {sorted(r.index for r in live)}")
-    pid_list = list((mp.get("spec") or {}).get("providerIDList") or [])
-    if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
-        problems.append(f"providerIDList {pid_list} != live instances {live_pids}")
+    all_ids: list[str] = []
+    all_pids: list[str] = []
+    for pool, replicas in pools.items():
+        mp = world.get("machinepools", pool) or {}
+        live = world.live(pool)
+        live_ids = sorted(r.id for r in live)
+        live_pids = sorted(r.provider_id for r in live)
+        all_ids += live_ids
+        all_pids += live_pids
+        if len(live) != replicas:
+            problems.append(f"{pool}: {len(live)} live instances, want {replicas}: {live_ids}")
+        if len({r.index for r in live}) != len(live):
+            problems.append(f"{pool}: duplicate instance ordinals: {sorted(r.index for r in live)}")
+        pid_list = list((mp.get("spec") or {}).get("providerIDList") or [])
+        if sorted(pid_list) != live_pids or len(set(pid_list)) != len(pid_list):
+            problems.append(f"{pool}: providerIDList {pid_list} != live instances {live_pids}")
+    all_ids.sort()
+    all_pids.sort()
     for kind in ("machines", "simmachines"):
         names = sorted(o["metadata"]["name"] for o in world.objects(kind))
-        if names != live_ids:
-            problems.append(f"{kind} {names} != live instances {live_ids}")
+        if names != all_ids:
+            problems.append(f"{kind} {names} != live instances {all_ids}")
     nodes = world.nodes()
     node_pids = sorted(str((n.get("spec") or {}).get("providerID", "")) for n in nodes)
-    if node_pids != live_pids:
-        problems.append(f"Nodes {node_pids} != live instances {live_pids}")
+    if node_pids != all_pids:
+        problems.append(f"Nodes {node_pids} != live instances {all_pids}")
     stale = [n["metadata"]["name"] for n in nodes if _version(n) != version or not node_ready(n)]
     if stale:
         problems.append(f"Nodes not Ready on {version}: {stale}")
@@ -527,6 +572,76 @@ def judge_victims(
         if wrong:
             problems.append(f"Nodes on the new version deleted during the rollout: {wrong}")
     return problems
+
+
+# -- retries against the backoff --------------------------------------------------------------
+
+BACKOFF_BASE = 0.005
+"""The work queue's first retry delay (runtime.ExponentialBackoff's default)."""
+FAILED_RECONCILE = "reconcile failed; retrying with backoff"
+
+
+def backoff_budget(span: float, base: float = BACKOFF_BASE) -> int:
+    """Most failed attempts one key can make within ``span`` seconds when only its backoff
+    re-queues it: n attempts are separated by base * (2**(n-1) - 1) seconds of delays.
+
+    >>> backoff_budget(0.0), backoff_budget(0.005), backoff_budget(20.0)
+    (1, 2, 12)
+    """
+    return math.floor(math.log2(span / base + 1)) + 1
+
+
+@dataclass
+class FailureStreak:
+    """Consecutive failed reconciles of one key (its backoff's ``retries`` counting up)."""
+
+    controller: str
+    key: str
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def span(self) -> float:
+        return self.times[-1] - self.times[0]
+
+
+def failure_streaks(log: Path) -> list[FailureStreak]:
+    """Every streak of failed reconciles in a JSON-format controller log.
+
+    A streak ends when the key succeeds (its backoff is forgotten and ``retries`` starts
+    again at 1) or a new process starts (a fresh queue).
+    """
+    open_streaks: dict[tuple[str, str], FailureStreak] = {}
+    done: list[FailureStreak] = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("=== start"):
+            done += open_streaks.values()
+            open_streaks.clear()
+            continue
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        if doc.get("msg") != FAILED_RECONCILE:
+            continue
+        who = (str(doc.get("controller")), str(doc.get("key")))
+        at = datetime.fromisoformat(doc["ts"]).timestamp()
+        streak = open_streaks.get(who)
+        if streak is None or int(doc.get("retries", 1)) <= 1:
+            if streak is not None:
+                done.append(streak)
+            streak = open_streaks[who] = FailureStreak(*who)
+        streak.times.append(at)
+    return done + list(open_streaks.values())
+
+
+def storms(streaks: Iterable[FailureStreak], slack: int) -> list[str]:
+    """Streaks with more failures than the backoff allows in their span (``slack`` extra, for
+    changes made by others that re-queue a key at once, as in client-go)."""
+    return [
+        f"{s.controller} {s.key}: {len(s.times)} failures in {s.span:.2f}s, backoff allows"
+        f" {backoff_budget(s.span)} + {slack}"
+        for s in streaks
+        if len(s.times) > backoff_budget(s.span) + slack
+    ]
 
 
 # -- secrets in logs and Events --------------------------------------------------------------

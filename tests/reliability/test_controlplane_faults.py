@@ -1,6 +1,11 @@
 """Control-plane faults during a rollout: the management kube-apiserver restarts, etcd
 restarts, and the workload cluster's apiserver is unreachable for a while (a scale-up is
-requested meanwhile). Afterwards everything converges with nothing lost.
+requested meanwhile). Afterwards everything converges with nothing lost, and no key was
+retried faster than its backoff allows: every streak of failed reconciles of one key (from
+the controller's JSON log) is held to the count the 5 ms-doubling backoff permits over the
+streak's span, plus ``RETRY_SLACK`` for changes by others that re-queue a key at once.
+Before the fix, a failing reconcile's own writes echoed back while it ran and re-ran the
+key at once: 11 failures of one MachinePool in 0.6 s, where the backoff allows 7.
 
 These tests start their own ``ControlPlane``: restarting the session one would disturb every
 other test.
@@ -23,8 +28,10 @@ from tests.reliability.harness import (
     World,
     check_converged,
     create_pool,
+    failure_streaks,
     judge_victims,
     roll,
+    storms,
 )
 
 from machinepool.controlplane import ControlPlane
@@ -33,6 +40,9 @@ from machinepool.runtime import NAMESPACES, Client
 
 OUTAGE_SECONDS = 8.0
 """How long the workload cluster stays unreachable (longer than a cluster-cache probe)."""
+RETRY_SLACK = 2
+"""Failures a streak may have beyond its backoff budget: events by others (the scale-up, a
+Node coming back) re-queue a key at once, as in client-go."""
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -65,7 +75,10 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
 ) -> None:
     cp, env = own_env
     world, name, new = env.world, "faults", "v1.34.1"
-    await env.spawn_system()
+    controller = env.spawn("controller", "core,bootstrap,sim", extra_args=("--log-format", "json"))
+    kubelet = env.spawn("kubelet", "kubelet")
+    await controller.wait_ready()
+    await kubelet.wait_ready()
     sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 2}}
     await create_pool(env.client, name, env.namespace, 3, sim_spec=sim)
     await world.until(lambda: world.running(name, 3, VERSION), "3 Ready before the faults")
@@ -90,4 +103,12 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
     deleted = world.deleted_nodes[deleted_before:]
     assert judge_victims(deleted, old_version=VERSION, max_deleted=3) == []
     assert await env.secret_findings() == []
-    print("\nreliability: apiserver restart, etcd restart, workload outage survived, 0 lost")
+    streaks = failure_streaks(controller.log)
+    failed = sum(len(s.times) for s in streaks)
+    longest = max((len(s.times) for s in streaks), default=0)
+    print(
+        "\nreliability: apiserver restart, etcd restart, workload outage survived, 0 lost;"
+        f" {failed} failed reconciles in {len(streaks)} streaks (longest {longest})"
+    )
+    assert failed > 0, "the faults should make some reconciles fail"
+    assert storms(streaks, RETRY_SLACK) == []

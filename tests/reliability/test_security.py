@@ -33,11 +33,13 @@ from tests.reliability.harness import (
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.process import free_port
 from machinepool.runtime import (
+    METRICS_READER_ROLE,
     NAMESPACES,
     SECRETS,
     SERVICE_ACCOUNTS,
     AlreadyExists,
     Client,
+    NotFound,
     Obj,
     Resource,
 )
@@ -344,3 +346,99 @@ async def _assert_webhooks_tls_only(port: int) -> None:
         insecure.verify_mode = ssl.CERT_NONE
         async with http.get(f"https://127.0.0.1:{port}/healthz", ssl=insecure) as resp:
             assert resp.status == 200
+
+
+# -- secure diagnostics: who may read /metrics ---------------------------------------------
+
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
+)
+
+
+async def _service_account_token(client: Client, namespace: str, name: str) -> str:
+    with contextlib.suppress(AlreadyExists):
+        await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": name}}, namespace)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    answer = await client.request(
+        "POST", SERVICE_ACCOUNTS.path(namespace, name) + "/token", body=request
+    )
+    return str(answer["status"]["token"])
+
+
+async def _scrape(port: int, token: str | None) -> tuple[int, str]:
+    insecure = ssl.create_default_context()  # the manager's self-signed serving certificate
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"https://127.0.0.1:{port}/metrics", ssl=insecure, headers=headers) as resp,
+    ):
+        return resp.status, await resp.text()
+
+
+async def test_metrics_answer_only_tokens_bound_to_the_metrics_reader_role(
+    env: Env, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The core manager as deployed (its own ServiceAccount token, the shipped RBAC, secure
+    diagnostics): a token bound to machinepool-metrics-reader scrapes /metrics; a valid token
+    without the binding gets 403 naming the role; no token or a forged one gets 401; the
+    probes answer the kubelet without credentials; no token reaches the log."""
+    await _apply_rbac(env.client)
+    kubeconfig, core_token = await _token_kubeconfig(
+        env.client, control_plane, "core", tmp_path / "core.kubeconfig"
+    )
+    namespace = _account("core").split(":")[2]
+    core = env.spawn(
+        "metrics-core",
+        "core",
+        kubeconfig=kubeconfig,
+        secure_diagnostics=True,
+        extra_args=("--leader-election-namespace", namespace, "--log-format", "json"),
+    )
+    reader = await _service_account_token(env.client, env.namespace, "prometheus")
+    stranger = await _service_account_token(env.client, env.namespace, "stranger")
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"metrics-reader-{env.namespace}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": METRICS_READER_ROLE,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": env.namespace}],
+    }
+    await env.client.apply(CLUSTER_ROLE_BINDINGS, binding, field_manager="reliability-tests")
+    try:
+        await core.wait_ready()  # over the plain-HTTP probe port, without a token
+
+        status, body = await _scrape(core.port, reader)
+        assert status == 200, body
+        assert "controller_runtime_reconcile_total" in body
+        assert "workqueue_depth" in body
+
+        status, body = await _scrape(core.port, stranger)
+        assert status == 403
+        assert METRICS_READER_ROLE in body
+        assert f"system:serviceaccount:{env.namespace}:stranger" in body
+
+        for token in (None, "", "not-a-token", stranger[:-4] + "AAAA"):
+            status, body = await _scrape(core.port, token)
+            assert status == 401, (token is None, body)
+
+        async with aiohttp.ClientSession() as http:
+            for path in ("/healthz", "/readyz"):
+                async with http.get(f"http://127.0.0.1:{core.health_port}{path}") as resp:
+                    assert resp.status == 200
+        await _assert_webhooks_tls_only(core.port)  # the diagnostics port speaks only TLS
+    finally:
+        core.stop()
+        with contextlib.suppress(NotFound):
+            await env.client.delete(CLUSTER_ROLE_BINDINGS, binding["metadata"]["name"])
+    assert scan_logs([core.log], [reader, stranger, core_token]) == []
+    assert "forbidden" not in core.log.read_text(errors="replace").lower()

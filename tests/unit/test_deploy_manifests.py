@@ -80,9 +80,13 @@ def manager_cluster_rules(component: str) -> set[tuple[str, str, str]]:
             == "true"
         ]
         return {t for r in aggregated for t in rules(r)}
-    binding = one(objs, "ClusterRoleBinding")
+    (binding,) = [b for b in of_kind(objs, "ClusterRoleBinding") if not _metrics_auth(b)]
     role = one(objs, "ClusterRole", binding["roleRef"]["name"])
     return set(rules(role))
+
+
+def _metrics_auth(obj: dict[str, Any]) -> bool:
+    return str(obj["metadata"]["name"]).endswith("-metrics-auth-rolebinding")
 
 
 ALL = ["core", "bootstrap", "sim", "aws"]
@@ -201,6 +205,25 @@ def test_core_reaches_provider_kinds_only_through_aggregation() -> None:
             assert pair in granted, f"core cannot reach {pair} shipped by {component}"
 
 
+@pytest.mark.parametrize("component", ALL)
+def test_each_manager_may_review_metrics_callers_and_nothing_more(component: str) -> None:
+    """Secure /metrics asks TokenReview and SubjectAccessReview as the manager itself."""
+    objs = objects(component)
+    (binding,) = [b for b in of_kind(objs, "ClusterRoleBinding") if _metrics_auth(b)]
+    sa = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert [s["name"] for s in binding["subjects"]] == [sa]
+    role = one(objs, "ClusterRole", binding["roleRef"]["name"])
+    assert set(rules(role)) == {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+
+
+def test_metrics_reader_grants_get_on_metrics_only() -> None:
+    reader = one(objects("core"), "ClusterRole", "machinepool-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
 # -- Deployments -------------------------------------------------------------------------------
 
 
@@ -225,12 +248,16 @@ def test_deployment_runs_the_manager_safely(component: str) -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # The kubelet probes without credentials: probes on their own plain-HTTP port, /metrics
+    # on the secure diagnostics listener (no --insecure-diagnostics in a cluster).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "healthz"}
     args = container["args"]
     assert "--leader-elect" in args
     assert "--leader-election-namespace=$(POD_NAMESPACE)" in args
-    assert f"--metrics-bind-address=0.0.0.0:{ports['metrics']}" in args
+    assert f"--diagnostics-address=0.0.0.0:{ports['metrics']}" in args
+    assert f"--health-probe-bind-address=0.0.0.0:{ports['healthz']}" in args
+    assert "--insecure-diagnostics" not in args
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 

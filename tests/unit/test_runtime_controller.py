@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 
 import pytest
 
 from machinepool.runtime import (
+    ClusterNotConnected,
     Controller,
+    ExpectedError,
     ExponentialBackoff,
+    NotFound,
     ObjectKey,
     Result,
     RuntimeMetrics,
+    ServerError,
     TerminalError,
 )
+from machinepool.runtime.ownwrites import note_write
 
 KEY = ObjectKey("ns", "a")
 
@@ -191,3 +197,93 @@ async def test_reconciler_object_and_concurrency_bound() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Controller("c", lambda key: _ok(), concurrency=0)
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason", "traceback"),
+    [
+        (ServerError(503, "ServiceUnavailable", "apiserver down"), "ServiceUnavailable", False),
+        (
+            ClusterNotConnected("workload cluster ns/c: connection refused"),
+            "ClusterNotConnected",
+            False,
+        ),
+        (ConnectionRefusedError(111, "Connection refused"), "ConnectionRefusedError", False),
+        (
+            ExceptionGroup(
+                "pool ns/a", [ExpectedError("cannot read Nodes"), NotFound(404, "NotFound", "x")]
+            ),
+            "ExpectedError",
+            False,
+        ),
+        (KeyError("spec"), "KeyError", True),
+        (
+            ExceptionGroup("pool ns/a", [NotFound(404, "NotFound", "x"), TypeError("bug")]),
+            "NotFound",
+            True,
+        ),
+    ],
+)
+async def test_expected_errors_log_one_line_and_bugs_a_traceback(
+    raised: Exception, reason: str, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    called = asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> None:
+        called.set()
+        raise raised
+
+    ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=10.0))
+    ctrl.enqueue(KEY)
+    with caplog.at_level(logging.INFO):
+        task = asyncio.create_task(ctrl.run())
+        async with asyncio.timeout(10):
+            await called.wait()  # the failure is logged in the same step as the raise
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    failed = [r for r in caplog.records if r.getMessage().startswith("reconcile failed")]
+    assert len(failed) == 1
+    assert failed[0].kv["reason"] == reason  # type: ignore[attr-defined]
+    assert "\n" not in failed[0].kv["error"]  # type: ignore[attr-defined]
+    assert (failed[0].exc_info is not None) is traceback
+
+
+async def test_echoes_of_a_failed_attempt_do_not_cut_its_backoff() -> None:
+    """The echo of a failing reconcile's own write (an update event, judged by its new
+    version for the keys of both versions) waits for the backoff; a foreign change does not."""
+    old = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "1"}}
+    own = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}}
+    foreign = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "3"}}
+    calls = 0
+    ran = asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> None:
+        nonlocal calls
+        calls += 1
+        ran.set()
+        if calls == 1:
+            note_write(own)  # what the Client does with the answer to a write
+            handler.on_update(old, own)  # its echo, while the attempt runs
+        raise ExpectedError("workload cluster unreachable")
+
+    ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=1000.0))
+    handler = ctrl.handler()
+    ctrl.enqueue(KEY)
+    task = asyncio.create_task(ctrl.run())
+    try:
+        async with asyncio.timeout(10):
+            await ran.wait()
+        ran.clear()
+        handler.on_update(old, own)  # the same echo again, after the attempt
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls == 1, "an echo of our own write ran the key ahead of its backoff"
+        handler.on_update(own, foreign)  # someone else's change
+        async with asyncio.timeout(10):
+            await ran.wait()
+        assert calls == 2
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -13,6 +13,7 @@ EXPECTED = {
     # errors
     "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
     "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
+    "ExpectedError", "is_expected",
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
     # informers
@@ -29,6 +30,9 @@ EXPECTED = {
     # events, logging, workload clusters
     "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
+    # TLS and secure diagnostics
+    "CertReloader", "ServingCert", "self_signed", "METRICS_READER_ROLE", "SecureServing",
+    "TokenAuthorizer",
     # sharding
     "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of", "DRAIN_REQUESTED",
     "DRAIN_ACKNOWLEDGED",

@@ -116,6 +116,53 @@ async def test_add_rate_limited_waits_the_backoff() -> None:
     assert q.retries("a") == 0
 
 
+async def test_echoes_of_a_failed_attempt_wait_for_its_backoff() -> None:
+    """The retry-storm fix: a failing reconcile's own writes come back as events, during the
+    attempt or after it; they must not re-run the key ahead of its backoff."""
+    q: WorkQueue[str] = WorkQueue(rate_limiter=ExponentialBackoff(base=0.05))
+    q.add("a")
+    for attempt in range(1, 4):
+        key = await q.get()
+        q.add("a", echo=True)  # the echo of this attempt's status patch, while it runs
+        q.add_rate_limited(key, fold=True)  # failed; the controller found only echoes
+        q.done(key)
+        q.add("a", echo=True)  # another echo, after the attempt ended
+        assert len(q) == 0, f"attempt {attempt}: re-queued at once, skipping its backoff"
+        async with asyncio.timeout(2):
+            assert await q.get() == "a"  # ... it comes back after the backoff
+        q.done("a")
+        q.add("a")
+    assert q.retries("a") == 3
+
+
+async def test_other_changes_still_run_a_failing_key_at_once() -> None:
+    q: WorkQueue[str] = WorkQueue(rate_limiter=ExponentialBackoff(base=1000.0))
+    q.add("a")
+    key = await q.get()
+    q.add("a")  # someone else's change while the attempt ran: not folded
+    q.add("a", echo=True)
+    q.add_rate_limited(key, fold=False)
+    q.done(key)
+    assert len(q) == 1, "a real change is not held back by the backoff"
+    key = await q.get()
+    q.add_rate_limited(key)
+    q.done(key)
+    q.add("a")  # a real change after the attempt ended
+    assert len(q) == 1
+
+
+async def test_an_echo_after_success_still_runs_the_key() -> None:
+    """After a success there is no retry scheduled: the echo is how a reconcile that only
+    added a finalizer comes back to do the rest."""
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    key = await q.get()
+    q.forget(key)
+    q.done(key)
+    q.add("a", echo=True)
+    assert len(q) == 1
+
+
 async def test_shutdown_drains_then_releases_getters() -> None:
     q: WorkQueue[str] = WorkQueue()
     q.add("a")

@@ -34,6 +34,7 @@ from machinepool.runtime import (
     LeaderElectionConfig,
     Manager,
     Resource,
+    SecureServing,
     ShardLabels,
     configure_logging,
     get_logger,
@@ -73,7 +74,14 @@ class Options:
     ``components``: names from ``COMPONENTS`` [core, bootstrap, sim].
     ``kubeconfig``: the management cluster (``None``: in-cluster, then ``$KUBECONFIG``).
     ``leader_elect`` [True]: take the ``<name>`` Lease in ``leader_election_namespace`` first.
-    ``metrics_bind_address`` ["127.0.0.1:8080"]: /metrics, /healthz and /readyz.
+    ``metrics_bind_address`` ["127.0.0.1:8080"]: the diagnostics listener, /metrics, /healthz
+    and /readyz. ``insecure_diagnostics`` [False]: serve it as plain HTTP with /metrics open to
+    anyone who can connect (local runs); by default it is HTTPS and /metrics answers only
+    callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview:
+    ``get`` on the non-resource URL /metrics), as upstream's managers do.
+    ``diagnostics_cert_dir``: ``tls.crt``/``tls.key`` for it (reloaded on change); without it a
+    self-signed certificate. ``health_probe_bind_address`` [none]: a separate plain-HTTP
+    listener for /healthz and /readyz only, for the kubelet's probes.
     ``webhook_port``: serve admission and conversion webhooks on ``webhook_host`` [127.0.0.1]
     there; ``None``: off. ``webhook_cert_file``/``webhook_key_file``: the serving certificate
     (for example mounted from a cert-manager Secret); without them a self-signed one is made.
@@ -102,6 +110,9 @@ class Options:
     leader_elect: bool = True
     leader_election_namespace: str = "kube-system"
     metrics_bind_address: str = "127.0.0.1:8080"
+    insecure_diagnostics: bool = False
+    diagnostics_cert_dir: Path | None = None
+    health_probe_bind_address: str = ""
     webhook_port: int | None = None
     webhook_host: str = "127.0.0.1"
     webhook_cert_file: Path | None = None
@@ -207,6 +218,10 @@ def _manager(client: Client, options: Options) -> Manager:
         name=options.name,
         leader_election=_election(options),
         bind_address=options.metrics_bind_address or None,
+        secure=None
+        if options.insecure_diagnostics
+        else SecureServing(cert_dir=options.diagnostics_cert_dir),
+        health_bind_address=options.health_probe_bind_address or None,
         scope=cache_scope(options),
         handover=Handover(client, _shard_labels(options)) if options.sharding else None,
     )

@@ -89,9 +89,28 @@ def run(
     name: Annotated[str, typer.Option(help="Manager and Lease name.")] = "machinepool-controller",
     leader_elect: Annotated[bool, typer.Option(help="Take a Lease before acting.")] = True,
     leader_election_namespace: Annotated[str, typer.Option()] = "kube-system",
-    metrics_bind_address: Annotated[str, typer.Option(help="/metrics and probes.")] = (
-        "127.0.0.1:8080"
-    ),
+    metrics_bind_address: Annotated[
+        str,
+        typer.Option(
+            "--metrics-bind-address",
+            "--diagnostics-address",
+            help="/metrics and probes: HTTPS, /metrics for authorized callers only.",
+        ),
+    ] = "127.0.0.1:8080",
+    insecure_diagnostics: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-diagnostics",
+            help="Serve /metrics and probes as plain HTTP without authentication (local runs).",
+        ),
+    ] = False,
+    diagnostics_cert_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder with tls.crt and tls.key for /metrics (default: self-signed)."),
+    ] = None,
+    health_probe_bind_address: Annotated[
+        str, typer.Option(help="A separate plain-HTTP listener for /healthz and /readyz.")
+    ] = "",
     webhook_port: Annotated[int | None, typer.Option(help="Serve webhooks on this port.")] = None,
     webhook_host: Annotated[str, typer.Option(help="Address the webhook server binds.")] = (
         "127.0.0.1"
@@ -149,6 +168,9 @@ def run(
             leader_elect=leader_elect,
             leader_election_namespace=leader_election_namespace,
             metrics_bind_address=metrics_bind_address,
+            insecure_diagnostics=insecure_diagnostics,
+            diagnostics_cert_dir=diagnostics_cert_dir,
+            health_probe_bind_address=health_probe_bind_address,
             webhook_port=webhook_port,
             webhook_host=webhook_host,
             webhook_cert_file=webhook_cert_dir / "tls.crt" if webhook_cert_dir else None,

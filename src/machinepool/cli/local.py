@@ -216,6 +216,7 @@ def _children(home: Path, kubeconfig: Path) -> list[tuple[Process, int]]:
         "--register-webhooks",
         "--metrics-bind-address",
         f"127.0.0.1:{ports['controllers']}",
+        "--insecure-diagnostics",  # loopback only; `machinepool status` reads it
     ]
     nodes = [
         *run,
@@ -225,6 +226,7 @@ def _children(home: Path, kubeconfig: Path) -> list[tuple[Process, int]]:
         "machinepool-kubelet",
         "--metrics-bind-address",
         f"127.0.0.1:{ports['kubelet']}",
+        "--insecure-diagnostics",
     ]
     logs = home / "logs"
     logs.mkdir(exist_ok=True)

@@ -288,6 +288,9 @@ class ControlPlane:
     >>> with ControlPlane() as cp:
     ...     workload = cp.start_workload("cluster-a")
     ...     print(cp.kubeconfig, workload.kubeconfig)
+
+    ``management_args``: extra kube-apiserver flags for the management cluster, for example
+    ``("--max-requests-inflight=4",)`` to make it push back with 429s under load.
     """
 
     def __init__(
@@ -296,12 +299,14 @@ class ControlPlane:
         *,
         binaries: Path | None = None,
         fsync: bool = False,
+        management_args: tuple[str, ...] = (),
     ) -> None:
         self._own_workdir = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix="machinepool-")) if workdir is None else workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self._binaries = binaries
         self._fsync = fsync
+        self._management_args = management_args
         self.etcd: Process | None = None
         self.etcd_port = remembered_port(self.dir / "etcd-port")
         self._management: _ApiServerCluster | None = None
@@ -323,6 +328,7 @@ class ControlPlane:
                 self.etcd_url,
                 "/registry",
                 _MANAGEMENT_CONTROLLERS,
+                self._management_args,
             )
             self._management.start()
         except BaseException:

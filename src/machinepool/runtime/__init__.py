@@ -50,11 +50,13 @@ from machinepool.runtime.controller import (
     object_key,
     owner_key,
 )
+from machinepool.runtime.diagnostics import METRICS_READER_ROLE, SecureServing, TokenAuthorizer
 from machinepool.runtime.errors import (
     AlreadyExists,
     ApiError,
     BadRequest,
     Conflict,
+    ExpectedError,
     Forbidden,
     Gone,
     Invalid,
@@ -62,6 +64,7 @@ from machinepool.runtime.errors import (
     ServerError,
     TooManyRequests,
     Unauthorized,
+    is_expected,
 )
 from machinepool.runtime.events import EventRecorder
 from machinepool.runtime.informer import (
@@ -94,6 +97,7 @@ from machinepool.runtime.sharding import (
     ShardLabels,
     labels_of,
 )
+from machinepool.runtime.tls import CertReloader, ServingCert, self_signed
 from machinepool.runtime.workqueue import (
     ExponentialBackoff,
     QueueShutDown,
@@ -113,6 +117,7 @@ __all__ = [
     "LEASES",
     "MACHINES",
     "MACHINE_POOLS",
+    "METRICS_READER_ROLE",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "NODES",
@@ -125,6 +130,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "CacheScope",
+    "CertReloader",
     "Client",
     "ClusterCache",
     "ClusterNotConnected",
@@ -134,6 +140,7 @@ __all__ = [
     "EnqueueHandler",
     "EventHandler",
     "EventRecorder",
+    "ExpectedError",
     "ExponentialBackoff",
     "Forbidden",
     "FuncHandler",
@@ -166,9 +173,12 @@ __all__ = [
     "Resource",
     "Result",
     "RuntimeMetrics",
+    "SecureServing",
     "ServerError",
+    "ServingCert",
     "ShardLabels",
     "TerminalError",
+    "TokenAuthorizer",
     "TooManyRequests",
     "Transform",
     "Unauthorized",
@@ -178,11 +188,13 @@ __all__ = [
     "controller_owner",
     "field_indexer",
     "get_logger",
+    "is_expected",
     "label_indexer",
     "labels_of",
     "merge_patch",
     "object_key",
     "owner_indexer",
     "owner_key",
+    "self_signed",
     "strip_managed_fields",
 ]

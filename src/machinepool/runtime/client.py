@@ -25,11 +25,13 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from machinepool.runtime.errors import ApiError, NotFound, error_for
+from machinepool.runtime.ownwrites import note_write
 
 Obj = dict[str, Any]
 DEFAULT_USER_AGENT = "machinepool"
 CONTRACT_LABEL = "cluster.x-k8s.io/v1beta2"
 _READ_RETRIES = 5
+_WRITES = frozenset({"POST", "PUT", "PATCH"})
 
 
 @dataclass(frozen=True)
@@ -254,10 +256,13 @@ class Client:
     ) -> Obj:
         """Send one request and return its JSON body; raise an ``ApiError`` on failure.
 
-        Reads answered 429 (the server's watch cache is still initializing a new kind, or it
-        is shedding load) are retried a few times after the server's Retry-After, at most a
-        second each, as client-go does. Writes are not: a 429 from a write (an eviction a
-        PodDisruptionBudget forbids) is an answer the caller must see.
+        Requests answered 429 (the server's watch cache is still initializing a new kind, or
+        it is shedding load: max-requests-inflight, priority and fairness) are retried a few
+        times after the server's Retry-After, at most a second each, as client-go does: reads
+        always, writes when the server sent Retry-After. Before, a write's 429 went straight
+        to the reconcile, whose key was then retried on the next event while the server was
+        still asking everyone to slow down. Evictions are never retried here: their 429 is a
+        PodDisruptionBudget's answer, which the drain must see.
         """
         for attempt in range(_READ_RETRIES + 1):
             async with await self._open(
@@ -265,9 +270,16 @@ class Client:
             ) as resp:
                 raw = await resp.read()
                 self._count(verb or method.lower(), path, resp.status)
-                retry = resp.status == 429 and method == "GET" and attempt < _READ_RETRIES
+                retry = (
+                    resp.status == 429
+                    and attempt < _READ_RETRIES
+                    and _retryable_429(method, path, resp.headers.get("Retry-After"))
+                )
                 if not retry:
-                    return _decode(resp.status, raw)
+                    answer = _decode(resp.status, raw)
+                    if method in _WRITES:
+                        note_write(answer)  # for the writing controller's echo filter
+                    return answer
                 delay = _retry_after(resp.headers.get("Retry-After"))
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -521,6 +533,14 @@ class Client:
                     status = event.get("object") or {}
                     raise error_for(int(status.get("code", 500)), status)
                 yield WatchEvent(event["type"], event["object"])
+
+
+def _retryable_429(method: str, path: str, retry_after: str | None) -> bool:
+    """A 429 the client waits out: any read; a write the server said when to retry, unless it
+    is an eviction (a PodDisruptionBudget's refusal, also sent with Retry-After)."""
+    if method == "GET":
+        return True
+    return retry_after is not None and not path.rstrip("/").endswith("/eviction")
 
 
 def _retry_after(header: str | None) -> float:

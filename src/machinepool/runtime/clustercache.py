@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from machinepool.runtime.client import CLUSTERS, SECRETS, Client, Resource
-from machinepool.runtime.errors import NotFound
+from machinepool.runtime.errors import ExpectedError, NotFound
 from machinepool.runtime.informer import (
     EventHandler,
     Informer,
@@ -45,7 +45,7 @@ from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
 
 
-class ClusterNotConnected(Exception):
+class ClusterNotConnected(ExpectedError):
     """No connection to a workload cluster could be made (Secret missing, bad kubeconfig,
     API server unreachable)."""
 

@@ -16,7 +16,9 @@ returns                    forget the backoff; reconcile again after that many s
 raises ``TerminalError``   log and count it; forget the backoff; no retry (a later event
                            still triggers a reconcile)
 raises anything else       retry with the key's exponential backoff (5 ms doubling to
-                           1000 s); any ``Result`` is ignored
+                           1000 s); any ``Result`` is ignored. Expected failures
+                           (``is_expected``: API, network, ``ExpectedError``) are
+                           logged in one line with a reason, others with a traceback
 ``CancelledError``         the controller is stopping: the key is re-queued, then it
                            propagates
 =========================  ==============================================================
@@ -34,11 +36,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from machinepool.runtime.client import Obj
-from machinepool.runtime.errors import ApiError, Conflict
+from machinepool.runtime.errors import Conflict, describe_error, error_reason, is_expected
 from machinepool.runtime.informer import Informer, controller_owner
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.ownwrites import OwnWrites
 from machinepool.runtime.workqueue import QueueShutDown, RateLimiter, WorkQueue
 
 if TYPE_CHECKING:
@@ -99,23 +102,45 @@ def owner_key(kind: str, group: str) -> Mapper:
 
 
 class EnqueueHandler:
-    """An ``EventHandler`` that queues the keys ``mapper`` finds; updates map old and new."""
+    """An ``EventHandler`` that queues the keys ``mapper`` finds; updates map old and new.
 
-    def __init__(self, queue: WorkQueue[ObjectKey], mapper: Mapper = object_key) -> None:
+    With ``own_writes`` (the controller's), an event whose object is exactly a version the
+    controller wrote is queued as an echo, which cannot cut a failing key's backoff short;
+    ``arrived`` is told of every object queueing a key that is being reconciled (whether it
+    was an echo is decided once the attempt's writes are all recorded).
+    """
+
+    def __init__(
+        self,
+        queue: WorkQueue[ObjectKey],
+        mapper: Mapper = object_key,
+        own_writes: OwnWrites | None = None,
+        arrived: Callable[[ObjectKey, Obj], None] | None = None,
+    ) -> None:
         self._queue = queue
         self._mapper = mapper
+        self._own_writes = own_writes
+        self._arrived = arrived
 
-    def _enqueue(self, obj: Obj) -> None:
+    def _enqueue(self, obj: Obj, echo: bool = False, change: Obj | None = None) -> None:
+        """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an
+        update, the new one, also when the keys come from the old one)."""
         for key in self._mapper(obj):
-            self._queue.add(key)
+            if self._arrived is not None and self._queue.is_processing(key):
+                self._arrived(key, change if change is not None else obj)
+            self._queue.add(key, echo=echo)
+
+    def _echo(self, obj: Obj) -> bool:
+        return self._own_writes is not None and self._own_writes.is_own(obj)
 
     def on_add(self, obj: Obj) -> None:
-        self._enqueue(obj)
+        self._enqueue(obj, self._echo(obj))
 
     def on_update(self, old: Obj, new: Obj) -> None:
         # Both: an owner or label change must reach the old target and the new one.
-        self._enqueue(old)
-        self._enqueue(new)
+        echo = self._echo(new)
+        self._enqueue(old, echo, new)
+        self._enqueue(new, echo)
 
     def on_delete(self, obj: Obj) -> None:
         self._enqueue(obj)
@@ -159,6 +184,10 @@ class Controller:
             rate_limiter=rate_limiter, hooks=self.metrics.queue_hooks(name)
         )
         self.log = (logger or get_logger(__name__)).bind(controller=name)
+        self.own_writes = OwnWrites()
+        """What this controller's reconciles wrote: their echoes do not cut a backoff short."""
+        self._arrivals: dict[ObjectKey, list[Obj]] = {}
+        """Objects that queued a key while it was being reconciled."""
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
         self._primary: Informer | None = None
         self._handover = handover
@@ -168,7 +197,16 @@ class Controller:
 
     def handler(self, mapper: Mapper = object_key) -> EnqueueHandler:
         """An event handler feeding this controller's queue, for any informer."""
-        return EnqueueHandler(self.queue, mapper)
+        return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival)
+
+    def _arrival(self, key: ObjectKey, obj: Obj) -> None:
+        self._arrivals.setdefault(key, []).append(obj)
+
+    def _only_echoes_arrived(self, key: ObjectKey) -> bool:
+        """Whether everything that queued ``key`` during its attempt was this controller's
+        own writes (asked after the attempt, when all its writes are recorded)."""
+        arrived = self._arrivals.pop(key, [])
+        return bool(arrived) and all(self.own_writes.is_own(obj) for obj in arrived)
 
     def watch(self, informer: Informer, mapper: Mapper = object_key) -> EnqueueHandler:
         """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes.
@@ -225,6 +263,7 @@ class Controller:
             try:
                 await self._process(key)
             except asyncio.CancelledError:
+                self._arrivals.pop(key, None)
                 self.queue.done(key)
                 self.queue.add(key)  # not finished: whoever runs next reconciles it
                 raise
@@ -236,7 +275,10 @@ class Controller:
         active.inc()
         started = time.monotonic()
         try:
-            outcome: Result | BaseException | None = await self._reconcile_unless_handed_over(key)
+            with self.own_writes.recording():
+                outcome: Result | BaseException | None = await self._reconcile_unless_handed_over(
+                    key
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -247,6 +289,7 @@ class Controller:
             self.metrics.reconcile_time.labels(self.name).observe(took)
             self.metrics.queue_work.labels(self.name, self.name).observe(took)
         self._settle(key, outcome, log)
+        self._arrivals.pop(key, None)
 
     async def _reconcile_unless_handed_over(self, key: ObjectKey) -> Result | None:
         handover, primary = self._handover, self._primary
@@ -268,19 +311,21 @@ class Controller:
             case Conflict() as exc:
                 # An optimistic lock lost to a newer write: routine, and the retry reads the
                 # newer copy. Logged quietly, retried with backoff like any error.
-                self.queue.add_rate_limited(key)
+                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 log.info("object changed since it was read; retrying", error=str(exc))
             case BaseException() as exc:
-                self.queue.add_rate_limited(key)
+                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
-                # API errors are expected weather; anything else is a bug worth a traceback.
+                # Expected failures (API errors, unreachable clusters, cloud faults) are
+                # weather: one line with the reason. Anything else is a bug worth a traceback.
                 log.error(
                     "reconcile failed; retrying with backoff",
-                    exc_info=None if isinstance(exc, ApiError) else exc,
-                    error=f"{type(exc).__name__}: {exc}",
+                    exc_info=None if is_expected(exc) else exc,
+                    reason=error_reason(exc),
+                    error=describe_error(exc),
                     retries=self.queue.retries(key),
                 )
             case Result(requeue_after=float() | int() as after) if after > 0:
@@ -291,7 +336,7 @@ class Controller:
                 self.queue.forget(key)
                 self._count("success")
             case other:
-                self.queue.add_rate_limited(key)
+                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
                 self._count("error")
                 log.error("reconcile returned neither Result nor None", returned=repr(other))
 

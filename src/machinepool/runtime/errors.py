@@ -9,6 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+
+
+class ExpectedError(Exception):
+    """A failure that is part of normal operation, not a bug: a cloud call that failed, a
+    workload cluster that cannot be reached, a referenced object that is not there yet.
+
+    The controller retries it with backoff like any error but logs it in one line with its
+    reason, keeping tracebacks for programming errors (see ``is_expected``). Raise it, or a
+    subclass, ``from`` the underlying error with a message saying what was being done.
+    """
+
 
 class ApiError(Exception):
     """A request the Kubernetes API server answered with an error status.
@@ -89,3 +101,40 @@ def error_for(status: int, body: dict[str, Any] | None, text: str = "") -> ApiEr
     if cls is None:
         cls = ServerError if status >= 500 else ApiError
     return cls(status, reason or cls.__name__, message, body)
+
+
+_NETWORK = (OSError, TimeoutError, aiohttp.ClientError)
+"""Connection refused, reset or timed out: the network's weather, not our bug."""
+
+
+def is_expected(exc: BaseException) -> bool:
+    """True for failures normal operation produces (``ApiError``, ``ExpectedError``, network
+    errors); an exception group is expected when every exception in it is.
+
+    >>> is_expected(ExceptionGroup("pool ns/a", [NotFound(404, "NotFound", "gone")]))
+    True
+    >>> is_expected(ExceptionGroup("pool ns/a", [KeyError("spec")]))
+    False
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_expected(e) for e in exc.exceptions)
+    return isinstance(exc, (ApiError, ExpectedError, *_NETWORK))
+
+
+def error_reason(exc: BaseException) -> str:
+    """A short machine-readable reason for a log line: an ``ApiError``'s reason, else the
+    exception's type; for a group, that of its first exception."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, ApiError):
+        return exc.reason or type(exc).__name__
+    return type(exc).__name__
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` on one line; a group's message already names what it collected."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = "; ".join(describe_error(e) for e in exc.exceptions)
+        return f"{exc.message}: {leaves}" if leaves not in exc.message else exc.message
+    text = str(exc) or repr(exc)
+    return f"{type(exc).__name__}: {text}".replace("\n", " ")

@@ -8,7 +8,7 @@ The CLI builds one ``Manager`` per process; controller packages register on it::
     ctrl.watch(pools)
     await mgr.run()                                              # until SIGTERM / SIGINT
 
-Order of events: the HTTP server starts (``/healthz``, ``/readyz``, ``/metrics``); informers
+Order of events: the HTTP servers start (``/healthz``, ``/readyz``, ``/metrics``); informers
 start and the manager waits for their first list; then it campaigns for the Lease and runs the
 controllers only while it leads. Losing the Lease cancels every controller at once (a key being
 reconciled is re-queued) and the manager campaigns again. ``stop`` (or SIGTERM in ``run``)
@@ -21,7 +21,9 @@ import asyncio
 import contextlib
 import enum
 import signal
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from machinepool.runtime.client import Client
 from machinepool.runtime.controller import Controller, ReconcileFunc, Reconciler
+from machinepool.runtime.diagnostics import SecureServing, TokenAuthorizer
 from machinepool.runtime.events import EventRecorder
 from machinepool.runtime.informer import (
     CacheScope,
@@ -40,6 +43,7 @@ from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElect
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.sharding import Handover
+from machinepool.runtime.tls import CertReloader, self_signed
 from machinepool.runtime.workqueue import RateLimiter
 
 HealthCheck = Callable[[], bool]
@@ -63,11 +67,16 @@ class Manager:
     """Runs controllers (while leading), the informer cache, probes and metrics.
 
     ``leader_election``: ``None`` runs controllers as soon as caches sync (one replica, tests).
-    ``bind_address``: ``"host:port"`` of the probe/metrics server (port 0 picks a free port,
-    see ``http_port``); ``None`` runs no server. ``cache_sync_timeout`` [120 s]: how long
-    ``start`` waits for the informers' first list before failing. ``scope``: which objects the
-    informer cache holds (namespaces, a label selector; default everything). ``handover``: a
-    sharded manager's, given to every controller it builds (``runtime.sharding``).
+    ``bind_address``: ``"host:port"`` of the diagnostics server, ``/metrics`` and the probes
+    (port 0 picks a free port, see ``http_port``); ``None`` runs no server. ``secure``: serve it
+    over HTTPS with ``/metrics`` only for callers the API server authenticates and authorizes
+    (``runtime.diagnostics``); ``None`` [default]: plain HTTP, for local runs.
+    ``health_bind_address``: a separate plain-HTTP listener for ``/healthz`` and ``/readyz``
+    only (see ``health_port``), which the kubelet can probe without credentials.
+    ``cache_sync_timeout`` [120 s]: how long ``start`` waits for the informers' first list
+    before failing. ``scope``: which objects the informer cache holds (namespaces, a label
+    selector; default everything). ``handover``: a sharded manager's, given to every
+    controller it builds (``runtime.sharding``).
     """
 
     def __init__(
@@ -77,6 +86,8 @@ class Manager:
         name: str = "machinepool",
         leader_election: LeaderElectionConfig | None = None,
         bind_address: str | None = "127.0.0.1:8081",
+        secure: SecureServing | None = None,
+        health_bind_address: str | None = None,
         cache_sync_timeout: float = 120.0,
         transform: Transform | None = strip_managed_fields,
         scope: CacheScope | None = None,
@@ -93,6 +104,13 @@ class Manager:
         self._election = leader_election
         self._elector: LeaderElector | None = None
         self._bind_address = bind_address
+        self._secure = secure
+        self._health_bind_address = health_bind_address
+        self.authorizer: TokenAuthorizer | None = None
+        """Who may read ``/metrics`` when serving securely (set by ``start``)."""
+        self.certs: CertReloader | None = None
+        self._runners: dict[str, web.AppRunner] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._cache_sync_timeout = cache_sync_timeout
         self._controllers: list[Controller] = []
         self._recorders: list[EventRecorder] = []
@@ -100,7 +118,6 @@ class Manager:
         self._leading = asyncio.Event()
         self._lead_task: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
-        self._runner: web.AppRunner | None = None
         self._remove_hook: Callable[[], None] | None = None
         self._healthz: dict[str, HealthCheck] = {}
         self._readyz: dict[str, HealthCheck] = {"informers": lambda: self.cache.has_synced}
@@ -180,10 +197,17 @@ class Manager:
 
     @property
     def http_port(self) -> int | None:
-        """The port the probe/metrics server listens on (useful with port 0)."""
-        if self._runner is None:
-            return None
-        for addr in self._runner.addresses:
+        """The port the diagnostics server listens on (useful with port 0)."""
+        return self._port("diagnostics")
+
+    @property
+    def health_port(self) -> int | None:
+        """The port of the separate probe listener, if one was asked for."""
+        return self._port("health")
+
+    def _port(self, listener: str) -> int | None:
+        runner = self._runners.get(listener)
+        for addr in runner.addresses if runner is not None else ():
             if isinstance(addr, tuple):
                 return int(addr[1])
         return None
@@ -260,9 +284,7 @@ class Manager:
         if self._elector is not None and self._election and self._election.release_on_cancel:
             await self._elector.release()
         await self.cache.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._stop_servers()
         if self._remove_hook is not None:
             self._remove_hook()
         self.state = ManagerState.STOPPED
@@ -338,17 +360,52 @@ class Manager:
     # -- probes and metrics -------------------------------------------------------------
 
     async def _start_server(self) -> None:
+        if self._health_bind_address:
+            probes = web.Application()
+            probes.router.add_get("/healthz", self._serve_healthz)
+            probes.router.add_get("/readyz", self._serve_readyz)
+            await self._listen("health", probes, self._health_bind_address)
         if self._bind_address is None:
             return
-        host, _, port = self._bind_address.rpartition(":")
-        app = web.Application()
+        middlewares = []
+        if self._secure is not None:
+            self.authorizer = TokenAuthorizer(self.client, ttl=self._secure.ttl, logger=self.log)
+            middlewares.append(self.authorizer.middleware(self._secure.protected))
+            self.certs = CertReloader(*self._cert_files(self._secure), logger=self.log)
+            await self.certs.start()
+        app = web.Application(middlewares=middlewares)
         app.router.add_get("/healthz", self._serve_healthz)
         app.router.add_get("/readyz", self._serve_readyz)
         app.router.add_get("/metrics", self._serve_metrics)
+        context = self.certs.context if self.certs is not None else None
+        await self._listen("diagnostics", app, self._bind_address, context)
+
+    def _cert_files(self, secure: SecureServing) -> tuple[Path, Path]:
+        if secure.cert_dir is not None:
+            return secure.cert_dir / "tls.crt", secure.cert_dir / "tls.key"
+        self._tmp = tempfile.TemporaryDirectory(prefix="machinepool-diagnostics-")
+        host = (self._bind_address or "").rpartition(":")[0]
+        serving = self_signed(Path(self._tmp.name), (host,) if host else ())
+        return serving.cert_file, serving.key_file
+
+    async def _listen(
+        self, listener: str, app: web.Application, address: str, context: Any = None
+    ) -> None:
+        host, _, port = address.rpartition(":")
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
-        self._runner = runner
+        self._runners[listener] = runner
+        await web.TCPSite(runner, host or "0.0.0.0", int(port), ssl_context=context).start()
+
+    async def _stop_servers(self) -> None:
+        for runner in self._runners.values():
+            await runner.cleanup()
+        self._runners.clear()
+        if self.certs is not None:
+            await self.certs.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def _check(self, checks: dict[str, HealthCheck]) -> web.Response:
         failed = [name for name, check in checks.items() if not _safe(check)]

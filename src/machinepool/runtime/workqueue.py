@@ -9,6 +9,13 @@ call ``done``. The queue reproduces client-go's guarantees, which controllers re
   again, once, when that worker calls ``done``;
 - ``add_rate_limited`` delays a key by its per-key exponential backoff (5 ms doubling up to
   1000 s); ``forget`` resets that backoff (after a success);
+- an *echo* (``add(key, echo=True)``: an event that is exactly a write of the controller
+  itself, see ``runtime.ownwrites``) does not cut a failing key's backoff short: it is
+  dropped while the key waits for its retry; and ``add_rate_limited(key, fold=True)`` (the
+  controller found that everything which arrived during the failed attempt was its own
+  writes) makes the retry wait out the backoff instead of running at ``done``. Other adds
+  behave as in client-go. Without this, a failing reconcile that writes re-ran at the speed
+  of its own writes (a retry storm: every ~70 ms per key while a workload cluster was down);
 - ``add_after`` schedules a key for later (a reconcile's ``requeue_after``); of several pending
   delays for one key the earliest wins;
 - after ``shutdown`` nothing new is accepted and ``get`` raises ``QueueShutDown`` once empty.
@@ -123,6 +130,7 @@ class WorkQueue(Generic[K]):
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()  # waiting in _queue, or to re-queue when processing ends
         self._processing: set[K] = set()
+        self._backing_off: set[K] = set()  # failed; a rate-limited retry is scheduled
         self._queued_at: dict[K, float] = {}
         self._delayed: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         self._wakeup = asyncio.Event()
@@ -139,9 +147,17 @@ class WorkQueue(Generic[K]):
     def is_processing(self, key: K) -> bool:
         return key in self._processing
 
-    def add(self, key: K) -> None:
-        """Queue ``key`` now, unless it is already waiting."""
-        if self._shutting_down or key in self._dirty:
+    def add(self, key: K, *, echo: bool = False) -> None:
+        """Queue ``key`` now, unless it is already waiting.
+
+        ``echo``: the add comes from the controller's own write; it never runs a key that is
+        backing off before its retry (see the module docstring).
+        """
+        if self._shutting_down:
+            return
+        if echo and key in self._backing_off and key not in self._processing:
+            return  # its retry is scheduled and will read this version anyway
+        if key in self._dirty:
             return
         self._hooks.added()
         self._dirty.add(key)
@@ -170,16 +186,27 @@ class WorkQueue(Generic[K]):
 
     def _fire(self, key: K) -> None:
         self._delayed.pop(key, None)
+        self._backing_off.discard(key)
         self.add(key)
 
-    def add_rate_limited(self, key: K) -> None:
-        """Queue ``key`` after its backoff delay; each call doubles the next delay."""
+    def add_rate_limited(self, key: K, *, fold: bool = False) -> None:
+        """Queue ``key`` after its backoff delay; each call doubles the next delay.
+
+        ``fold``: for the key a worker holds, whose attempt failed and whose adds during
+        the attempt were all echoes of its own writes: they wait for the same delay rather
+        than re-queueing the key at ``done``.
+        """
         self._hooks.retried()
+        if fold and key in self._processing:
+            self._dirty.discard(key)
+            self._queued_at.pop(key, None)
+        self._backing_off.add(key)
         self.add_after(key, self._limiter.when(key))
 
     def forget(self, key: K) -> None:
         """Reset ``key``'s backoff; call after a successful reconcile."""
         self._limiter.forget(key)
+        self._backing_off.discard(key)
 
     def retries(self, key: K) -> int:
         return self._limiter.retries(key)

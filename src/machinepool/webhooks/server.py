@@ -2,9 +2,18 @@
 
 ``serve()`` starts it (the CLI and the test fixture are the callers); the apiserver then
 POSTs AdmissionReview v1 to the mutating and validating paths (upstream's paths) and
-ConversionReview v1 to ``/convert``. Handlers never raise: any failure, including a bug,
-becomes a refusal with a message, so a broken request cannot take the server down and the
-apiserver always gets an answer quickly. TLS only.
+ConversionReview v1 to ``/convert``. TLS only; the serving certificate follows its files
+(``runtime.CertReloader``), so a cert-manager rotation needs no restart.
+
+Every POST passes one gate before any handler sees it (``_read_review``): a body that is not
+``application/json`` gets 415, one larger than ``MAX_ADMISSION_BYTES`` (admission) or
+``MAX_CONVERSION_BYTES`` (conversion, which carries whole lists) gets 413 (unread when its
+Content-Length says so; aiohttp stops reading a chunked body at the larger bound), and one
+that is not a JSON review object (malformed, truncated, too deeply nested,
+not UTF-8, no ``request``) gets 400; each answer is a ``Status`` naming the problem and the fix.
+Behind the gate handlers never raise: any failure, including a bug, becomes a refusal with a
+message, so a broken request cannot take the server down and the apiserver always gets an
+answer quickly.
 """
 
 from __future__ import annotations
@@ -12,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import ssl
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -20,13 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from machinepool.api.constants import CONTRACT_LABEL
 from machinepool.api.features import FeatureGates
-from machinepool.runtime import CRDS, ApiError, Client, NotFound, get_logger
+from machinepool.runtime import (
+    CRDS,
+    ApiError,
+    CertReloader,
+    Client,
+    NotFound,
+    get_logger,
+    self_signed,
+)
 from machinepool.webhooks import healthcheck
-from machinepool.webhooks.certs import self_signed
 from machinepool.webhooks.conversion import (
     HUB_API_VERSION,
     SPOKE_API_VERSION,
@@ -59,6 +75,11 @@ MHC_MUTATE_PATH = "/mutate-cluster-x-k8s-io-v1beta2-machinehealthcheck"
 MHC_VALIDATE_PATH = "/validate-cluster-x-k8s-io-v1beta2-machinehealthcheck"
 CONVERT_PATH = "/convert"
 _API_VERSION_TTL = 30.0
+MAX_ADMISSION_BYTES = 7 * 1024 * 1024
+"""An AdmissionReview carries at most two objects of at most 1.5 MiB each (etcd's limit);
+controller-runtime bounds admission bodies at the same 7 MiB."""
+MAX_CONVERSION_BYTES = 64 * 1024 * 1024
+"""A ConversionReview carries a whole list (a ``kubectl get mp -A`` in the other version)."""
 _log = get_logger("machinepool.webhooks")
 
 Obj = dict[str, Any]
@@ -130,12 +151,14 @@ class WebhookServer:
         self._extra_routes = tuple(extra_routes)
         self._resolver = _Resolver(client)
         self._runner: web.AppRunner | None = None
+        self.certs: CertReloader | None = None
+        """The serving certificate, reloaded when its files change (cert-manager rotation)."""
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
         self.ca_bundle = b""
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_CONVERSION_BYTES)
         app.router.add_post(MUTATE_PATH, _guard(self._mutate, _admission_failure))
         app.router.add_post(VALIDATE_PATH, _guard(self._validate, _admission_failure))
         app.router.add_post(CONVERT_PATH, _guard(self._convert, _conversion_failure))
@@ -143,7 +166,7 @@ class WebhookServer:
         app.router.add_post(MHC_VALIDATE_PATH, _guard(self._validate_mhc, _admission_failure))
         app.router.add_get("/healthz", _healthz)
         for path, handler in self._extra_routes:
-            app.router.add_post(path, handler)
+            app.router.add_post(path, _gated(handler))
         return app
 
     async def start(
@@ -159,12 +182,11 @@ class WebhookServer:
             )
         else:
             self.ca_bundle = cert_file.read_bytes()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(cert_file, key_file)
+        self.certs = CertReloader(cert_file, key_file, logger=_log)
+        await self.certs.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=context)
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.certs.context)
         await site.start()
         bound = self._runner.addresses[0]
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
@@ -176,6 +198,9 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.certs is not None:
+            await self.certs.stop()
+            self.certs = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -317,6 +342,7 @@ def _conversion_failure(review: Any, message: str) -> Obj:
 
 
 Handler = Callable[[Obj], Awaitable[Obj]]
+RequestHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _guard(
@@ -325,11 +351,10 @@ def _guard(
     """Wrap a handler so every request gets a JSON answer, whatever goes wrong."""
 
     async def endpoint(request: web.Request) -> web.Response:
-        review: Any = None
+        review = await _read_review(request)
+        if isinstance(review, web.Response):
+            return review
         try:
-            review = json.loads(await request.read())
-            if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
-                raise ValueError("expected a review object with a request")
             return web.json_response(await handler(review))
         except asyncio.CancelledError:
             raise
@@ -338,6 +363,69 @@ def _guard(
         except Exception as err:
             _log.error("webhook request failed", path=request.path, exc_info=err)
             return web.json_response(failure(review, f"{type(err).__name__}: {err}"))
+
+    return endpoint
+
+
+def _refuse(status: int, reason: str, message: str) -> web.Response:
+    """A ``Status`` answer for a request that is not a review we can read."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "code": status,
+        "reason": reason,
+        "message": message,
+    }
+    return web.json_response(body, status=status)
+
+
+async def _read_review(request: web.Request) -> Obj | web.Response:
+    """The request's review, or the 4xx answer saying why the body is not one."""
+    kind = "ConversionReview" if request.path == CONVERT_PATH else "AdmissionReview"
+    if request.content_type != "application/json":
+        return _refuse(
+            415,
+            "UnsupportedMediaType",
+            f"Content-Type must be application/json, not {request.content_type!r}: send a"
+            f" {kind} as JSON",
+        )
+    limit = MAX_CONVERSION_BYTES if kind == "ConversionReview" else MAX_ADMISSION_BYTES
+    too_large = _refuse(
+        413,
+        "RequestEntityTooLarge",
+        f"request body is larger than {limit} bytes, the limit for a {kind}",
+    )
+    if request.content_length is not None and request.content_length > limit:
+        return too_large  # refused before reading a byte of it
+    try:
+        body = await request.read()  # bounded by the app's client_max_size; cached by aiohttp
+    except web.HTTPRequestEntityTooLarge:
+        return too_large
+    except (OSError, ValueError, aiohttp.ClientError) as exc:
+        # The client sent less than it announced and went away, or broke the framing.
+        return _refuse(400, "BadRequest", f"request body could not be read: {exc}")
+    if len(body) > limit:
+        return too_large
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # malformed, truncated, not UTF-8, too deep
+        return _refuse(400, "BadRequest", f"request body is not valid JSON ({exc}): send a {kind}")
+    if not isinstance(review, dict) or not isinstance(review.get("request"), dict):
+        return _refuse(
+            400, "BadRequest", f"expected a {kind} object with a 'request' object in the body"
+        )
+    return review
+
+
+def _gated(handler: RequestHandler) -> RequestHandler:
+    """A provider's handler behind the same checks as ours (it reads the cached body)."""
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        checked = await _read_review(request)
+        if isinstance(checked, web.Response):
+            return checked
+        return await handler(request)
 
     return endpoint
 

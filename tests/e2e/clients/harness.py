@@ -29,8 +29,14 @@ from types import ModuleType
 
 from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import Process, free_port, stop_all
-from machinepool.runtime import CRDS, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS, Client, PatchType
-from machinepool.webhooks.certs import self_signed
+from machinepool.runtime import (
+    CRDS,
+    MUTATING_WEBHOOKS,
+    VALIDATING_WEBHOOKS,
+    Client,
+    PatchType,
+    self_signed,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTERCTL_BUILD = REPO / "hack" / "clusterctl" / "build.sh"
@@ -161,6 +167,7 @@ class LocalProviders:
                 "--components=core,bootstrap,sim",
                 f"--name={self.name}-controllers",
                 f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                "--insecure-diagnostics",  # loopback only: probes and metrics over plain HTTP
                 f"--webhook-port={webhook_port}",
                 f"--webhook-cert-dir={cert_dir}",
             ],
@@ -173,6 +180,7 @@ class LocalProviders:
                 "--components=kubelet",
                 f"--name={self.name}-kubelet",
                 f"--metrics-bind-address=127.0.0.1:{kubelet_port}",
+                "--insecure-diagnostics",
             ],
             self.log_dir,
         )

@@ -50,6 +50,7 @@ def controllers(
             f"--namespace={namespace}",
             f"--leader-election-namespace={namespace}",
             f"--metrics-bind-address=127.0.0.1:{port}",
+            "--insecure-diagnostics",  # the metric names are the point here; HTTPS is tested
         ],
         tmp_path,
     )

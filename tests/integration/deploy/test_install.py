@@ -326,8 +326,10 @@ def local_args(deployment: Obj, namespace: str) -> list[str]:
         flag = arg.split("=", 1)[0]
         if flag.startswith("--webhook-"):
             continue
-        if flag == "--metrics-bind-address":
-            arg = "--metrics-bind-address=127.0.0.1:0"
+        if flag in ("--metrics-bind-address", "--diagnostics-address"):
+            arg = f"{flag}=127.0.0.1:0"
+        if flag == "--health-probe-bind-address":
+            arg = f"{flag}=127.0.0.1:0"
         args.append(arg.replace("$(POD_NAMESPACE)", namespace))
     return args
 
@@ -591,11 +593,22 @@ async def test_controllers_run_namespaced_under_the_overlay(
         )
         or (d["kind"] == "RoleBinding" and d["metadata"].get("namespace") == namespace)
     ]
+    metrics_auth = {
+        "machinepool-metrics-auth-rolebinding",
+        "machinepool-kubeadm-bootstrap-metrics-auth-rolebinding",
+        "machinepool-sim-metrics-auth-rolebinding",
+    }
     manager_bindings = [
-        d for d in shipped_bindings if d["metadata"]["name"].endswith("-rolebinding")
+        d
+        for d in shipped_bindings
+        if d["metadata"]["name"].endswith("-rolebinding")
+        and d["metadata"]["name"] not in metrics_auth
     ]
+    # Cluster-wide beyond the CRD reader: only the reviews behind secure /metrics, which
+    # are cluster-scoped (create TokenReviews and SubjectAccessReviews, nothing to read).
     assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"} == {
-        "machinepool-namespaced-crd-reader"
+        "machinepool-namespaced-crd-reader",
+        *metrics_auth,
     }
     deployments = {
         comp: next(

@@ -14,7 +14,7 @@ from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.controllers.common import dig, ensure, is_deleting, ref_text
 from machinepool.controllers.machinepool import external, status
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
-from machinepool.runtime import NotFound, Result
+from machinepool.runtime import ExpectedError, NotFound, Result
 
 
 def data_secret_created(config: dict[str, object]) -> bool:
@@ -61,7 +61,7 @@ async def reconcile_bootstrap(scope: Scope) -> Result:
         return Result()
     secret = dig(config, "status", "dataSecretName")
     if not secret:
-        raise RuntimeError(
+        raise ExpectedError(
             f"{text} reports its data secret created but status.dataSecretName is empty"
         )
     bootstrap["dataSecretName"] = str(secret)

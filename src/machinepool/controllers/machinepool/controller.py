@@ -205,6 +205,8 @@ async def _run(scope: Scope, phases: list[Phase]) -> tuple[Result, list[BaseExce
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
         except Exception as exc:
+            # Say which phase failed: "cannot connect" alone does not tell drain from Nodes.
+            exc.add_note(phase.__name__)
             errors.append(exc)
     return lowest_requeue(results), errors
 
@@ -213,12 +215,22 @@ def _settle(scope: Scope, result: Result, errors: list[BaseException]) -> Result
     if not errors:
         return result
     retryable = [e for e in errors if not isinstance(e, ReferenceProblem)]
-    message = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    message = "; ".join(_phase_error(e) for e in errors)
     if not retryable:
         raise TerminalError(f"{scope.text}: {message}")
     if all(isinstance(e, Conflict) for e in retryable):
         raise retryable[0]  # lost an optimistic lock: the runtime retries it quietly
-    raise RuntimeError(f"{scope.text}: {message}") from retryable[0]
+    # A group, so the runtime sees each cause: one log line when all are expected (an
+    # unreachable workload cluster), a traceback when one of them is a bug.
+    raise ExceptionGroup(
+        f"{scope.text}: {message}", [e for e in errors if isinstance(e, Exception)]
+    )
+
+
+def _phase_error(exc: BaseException) -> str:
+    notes = getattr(exc, "__notes__", None) or []
+    where = f"{notes[-1]}: " if notes else ""
+    return f"{where}{type(exc).__name__}: {exc}"
 
 
 async def _patch(patcher: Patcher, mp: Obj) -> None:

@@ -153,16 +153,20 @@ async def reconcile_machines(scope: Scope) -> Result:
         return_exceptions=True,
     )
     errors: list[str] = []
+    causes: list[Exception] = []
     for (existing, want), applied in zip(wanted, outcomes, strict=True):
-        if isinstance(applied, BaseException):
+        if isinstance(applied, Exception):
             errors.append(f"failed to apply Machine {want['metadata']['name']}: {applied}")
+            causes.append(applied)
+        elif isinstance(applied, BaseException):
+            raise applied
         elif existing is None:
             scope.machines.append(applied)
         else:
             scope.machines[scope.machines.index(existing)] = applied
     await _delete_orphans(scope, {str(dig(m, "metadata", "name")) for m in infra_machines}, kind)
     if errors:
-        raise RuntimeError("; ".join(errors))
+        raise ExceptionGroup("; ".join(errors), causes)
     return Result()
 
 
@@ -188,18 +192,22 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
         return_exceptions=True,
     )
     errors: list[str] = []
+    causes: list[Exception] = []
     for (i, machine, _), outcome in zip(stale, outcomes, strict=True):
         if isinstance(outcome, (NotFound, Conflict)):
             # Gone, or its conditions changed since our copy: the Machine's own event brings
             # this pool back with the newer copy.
             continue
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, Exception):
             name = dig(machine, "metadata", "name")
             errors.append(f"failed to set UpToDate on Machine {name}: {outcome}")
+            causes.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
         else:
             scope.machines[i] = outcome
     if errors:
-        raise RuntimeError("; ".join(errors))
+        raise ExceptionGroup("; ".join(errors), causes)
     return Result()
 
 

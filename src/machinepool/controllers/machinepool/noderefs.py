@@ -25,7 +25,16 @@ from machinepool.controllers.common import (
 )
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
-from machinepool.runtime import NODES, Client, Conflict, NotFound, Obj, Result, get_logger
+from machinepool.runtime import (
+    NODES,
+    Client,
+    Conflict,
+    ExpectedError,
+    NotFound,
+    Obj,
+    Result,
+    get_logger,
+)
 
 log = get_logger(__name__)
 WAIT_FOR_REPLICAS = 30.0
@@ -150,7 +159,7 @@ async def reconcile_node_refs(scope: Scope) -> Result:
     if scope.nodes is None:
         if not provider_ids and not node_refs:
             return Result()  # an empty pool: nothing to match, nothing to retire
-        raise RuntimeError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
+        raise ExpectedError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
     min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
     found = match_nodes(provider_ids, _by_provider_id(scope.nodes, provider_ids), min_ready, now())
     if not found.refs and provider_ids:

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from machinepool.controllers.common import WorkloadNodes, dig, ensure
-from machinepool.runtime import Obj, ObjectKey, Result
+from machinepool.runtime import ExpectedError, Obj, ObjectKey, Result
 
 if TYPE_CHECKING:
     from machinepool.controllers.machinepool.controller import MachinePoolReconciler
 
 
-class ReferenceProblem(Exception):
+class ReferenceProblem(ExpectedError):
     """An object the MachinePool names is missing or not ours to take.
 
     Reported as a condition; not retried with backoff because a watch on the referenced kind

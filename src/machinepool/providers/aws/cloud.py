@@ -21,6 +21,8 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+from machinepool.runtime import ExpectedError
+
 __all__ = ["AWS", "AWSError", "Service"]
 
 Service = Literal["ec2", "autoscaling"]
@@ -40,7 +42,7 @@ _ALREADY_EXISTS_CODES = frozenset(
 )
 
 
-class AWSError(Exception):
+class AWSError(ExpectedError):
     """A failed AWS call: ``code`` is AWS's error code (``Throttling``, ``AccessDenied``...)."""
 
     def __init__(self, operation: str, code: str, message: str, status: int = 0) -> None:

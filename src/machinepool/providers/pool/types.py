@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from machinepool.runtime import ExpectedError
+
 __all__ = [
     "Backend",
     "CapacityError",
@@ -77,7 +79,7 @@ class InstanceSpec:
     """Backend-specific settings (instance type, image, boot delay...)."""
 
 
-class CloudError(Exception):
+class CloudError(ExpectedError):
     """A backend call failed; the engine backs off and reports it in a condition."""
 
 

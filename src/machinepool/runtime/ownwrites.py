@@ -1,0 +1,69 @@
+"""Which object versions a controller wrote itself, so their watch echoes can be told apart.
+
+A reconcile that fails still writes (a status patch, a condition on a child). Its informer
+then delivers those writes back as events, and a work queue that re-ran the key for each of
+them would retry a failing key at the speed of its own writes instead of its backoff: the
+retry storm seen while a workload cluster was down. So every ``Controller`` keeps an
+``OwnWrites``; while it reconciles, the ``Client`` records the ``(uid, resourceVersion)`` of
+each object a write returned (``note_write``), and the controller's event handlers ask
+``is_own`` before re-queueing a key that is backing off. An event whose object version is
+exactly one this controller wrote carries nothing it did not already know; any other change
+(a user's fix, another controller's write) still re-queues the key at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+_writing: ContextVar[OwnWrites | None] = ContextVar("machinepool_own_writes", default=None)
+
+
+class OwnWrites:
+    """The last ``per_object`` versions of each object one controller wrote, for up to
+    ``max_entries`` objects (an echo can arrive after the controller's next write)."""
+
+    def __init__(self, max_entries: int = 10_000, per_object: int = 8) -> None:
+        self.max_entries = max_entries
+        self.per_object = per_object
+        self._versions: OrderedDict[str, deque[str]] = OrderedDict()
+
+    def record(self, obj: Any) -> None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not meta.get("uid") or not meta.get("resourceVersion"):
+            return
+        uid = str(meta["uid"])
+        versions = self._versions.get(uid)
+        if versions is None:
+            versions = self._versions[uid] = deque(maxlen=self.per_object)
+        versions.append(str(meta["resourceVersion"]))
+        self._versions.move_to_end(uid)
+        while len(self._versions) > self.max_entries:
+            self._versions.popitem(last=False)
+
+    def is_own(self, obj: Any) -> bool:
+        """True when ``obj`` is exactly a version this controller wrote."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not meta.get("uid"):
+            return False
+        versions = self._versions.get(str(meta["uid"]))
+        return versions is not None and str(meta.get("resourceVersion") or "") in versions
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Record the writes made in this context (tasks it starts inherit it)."""
+        token = _writing.set(self)
+        try:
+            yield
+        finally:
+            _writing.reset(token)
+
+
+def note_write(obj: Any) -> None:
+    """Called by ``Client`` with the object a successful write returned."""
+    writes = _writing.get()
+    if writes is not None:
+        writes.record(obj)

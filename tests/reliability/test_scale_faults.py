@@ -1,0 +1,299 @@
+"""Faults at scale: pools rolled to a new version while everything pushes back at once.
+
+``--fault-pools`` x ``--fault-pool-size`` (CI size 4 x 10; by hand, full size:
+``pytest tests/reliability/test_scale_faults.py --fault-pools=20 --fault-pool-size=50``)
+MachinePools are created and then all rolled to a new version while
+
+(a) the controller process (core, bootstrap, sim) is SIGKILLed every few seconds;
+(b) etcd is compacted every few seconds, the management apiserver serves watches from etcd
+    (no watch cache), and the proxy in front of the controller drops its open watches now
+    and then, so resumed watches meet compacted resourceVersions (410 Gone, re-list);
+(c) the management apiserver runs with ``--max-requests-inflight=3`` (no priority and
+    fairness), so the controller's requests get 429s; the controller runs as a
+    ServiceAccount (cluster-admin, but not system:masters, which is exempt from the limit);
+(d) the workload cluster's apiserver restarts.
+
+Afterwards: exactly the desired instances, one Machine and one Ready Node per instance,
+nothing orphaned (``check_converged`` per pool), only old-version Nodes deleted, Ready never
+below ``replicas - maxUnavailable`` (0) in any pool while the controller was up, no retry
+storm (failure streaks held to the backoff, plus one immediate retry per pool member, which
+others' changes may cause), and the controller's request rate, audited by
+the proxy it talks through, bounded: no 10-second window holds more than
+``REQUESTS_PER_NODE_PER_10S`` per Node plus ``REQUEST_BASE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import random
+import re
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+import yaml
+from tests.conftest import install_crds
+from tests.reliability.harness import (
+    CLUSTER,
+    VERSION,
+    ControllerProcess,
+    Env,
+    World,
+    check_pools_converged,
+    create_pool,
+    failure_streaks,
+    judge_victims,
+    node_ready,
+    roll,
+    storms,
+)
+from tests.reliability.proxy import AuditProxy, Request
+
+from machinepool.controlplane import ControlPlane
+from machinepool.controlplane.register import register_workload_cluster
+from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler, Resource
+
+NEW_VERSION = "v1.34.1"
+KILL_EVERY = (3.0, 6.0)
+"""Seconds between SIGKILLs of the controller, once it is ready again."""
+COMPACT_EVERY = 3.0
+DROP_WATCHES_EVERY = 10.0
+MANAGEMENT_ARGS = (
+    # (c) shed load: at most 3 reads and 2 writes in flight, then 429 (APF would queue).
+    "--enable-priority-and-fairness=false",
+    "--max-requests-inflight=3",
+    "--max-mutating-requests-inflight=2",
+    # (b) watches straight from etcd: a watch resumed after a compaction gets 410 Gone
+    # (the watch cache would serve it from its window of recent events instead).
+    "--watch-cache=false",
+)
+REQUEST_BASE = 400
+REQUESTS_PER_NODE_PER_10S = 40
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
+)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pushy_env(tmp_path: Path, logs: Path) -> AsyncIterator[tuple[ControlPlane, Env]]:
+    """A private control plane whose management apiserver sheds load with 429s."""
+    cp = ControlPlane(tmp_path / "cp", management_args=MANAGEMENT_ARGS)
+    await asyncio.to_thread(cp.start)
+    try:
+        workload = await asyncio.to_thread(cp.start_workload, "scale")
+        async with (
+            await Client.from_kubeconfig(cp.kubeconfig) as client,
+            await Client.from_kubeconfig(workload.kubeconfig) as workload_client,
+        ):
+            await install_crds(client)
+            namespace = f"s-{uuid.uuid4().hex[:8]}"
+            await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+            await register_workload_cluster(client, CLUSTER, namespace, workload)
+            world = await World.start(client, workload_client, namespace)
+            env = Env(client, namespace, cp.kubeconfig, workload.kubeconfig, world, logs)
+            try:
+                yield cp, env
+            finally:
+                env.close()
+                await world.stop()
+    finally:
+        await asyncio.to_thread(cp.stop)
+
+
+async def _service_account_kubeconfig(
+    client: Client, cp: ControlPlane, proxy: AuditProxy, path: Path
+) -> Path:
+    """A cluster-admin ServiceAccount's token, reaching the apiserver through ``proxy``."""
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": "scale"}}, "default")
+    binding = {
+        "metadata": {"name": "scale-controller"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "scale", "namespace": "default"}],
+    }  # fmt: skip
+    await client.create(CLUSTER_ROLE_BINDINGS, binding)
+    answer = await client.request(
+        "POST",
+        SERVICE_ACCOUNTS.path("default", "scale") + "/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 7200}},
+    )  # fmt: skip
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "p", "cluster": {"server": f"http://127.0.0.1:{proxy.port}"}}],
+        "users": [{"name": "scale", "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "p", "context": {"cluster": "p", "user": "scale"}}],
+        "current-context": "p",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+async def _compact_forever(etcd_url: str, counter: list[int]) -> None:
+    """Compact etcd to its current revision every few seconds (the v3 JSON gateway)."""
+    async with aiohttp.ClientSession() as http:
+        while True:
+            await asyncio.sleep(COMPACT_EVERY)
+            with contextlib.suppress(aiohttp.ClientError, KeyError, ValueError):
+                key = base64.b64encode(b"/").decode()
+                async with http.post(f"{etcd_url}/v3/kv/range", json={"key": key}) as resp:
+                    revision = int((await resp.json())["header"]["revision"])
+                async with http.post(
+                    f"{etcd_url}/v3/kv/compaction", json={"revision": revision}
+                ) as resp:
+                    if resp.status == 200:
+                        counter[0] += 1
+
+
+async def _drop_watches_forever(proxy: AuditProxy, counter: list[int]) -> None:
+    while True:
+        await asyncio.sleep(DROP_WATCHES_EVERY)
+        proxy.partition()  # open streams (watches) break; the controller resumes them
+        proxy.heal()
+        counter[0] += 1
+
+
+async def _kill_forever(proc: ControllerProcess, rng: random.Random) -> None:
+    while True:
+        await proc.wait_ready(timeout=300)
+        await asyncio.sleep(rng.uniform(*KILL_EVERY))
+        proc.crash_and_restart()
+
+
+def _pool_of(node: dict[str, Any]) -> str:
+    return str(node["metadata"]["name"]).rsplit("-", 2)[0]
+
+
+def _peak_requests(log: list[Request], window: float = 10.0) -> int:
+    starts = sorted(r.started for r in log)
+    peak, lo = 0, 0
+    for hi, at in enumerate(starts):
+        while starts[lo] < at - window:
+            lo += 1
+        peak = max(peak, hi - lo + 1)
+    return peak
+
+
+async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
+    pushy_env: tuple[ControlPlane, Env],
+    fault_pools: int,
+    fault_pool_size: int,
+    tmp_path: Path,
+) -> None:
+    cp, env = pushy_env
+    world, rng = env.world, random.Random(26)
+    audit: list[Request] = []
+    tls = ssl.create_default_context(cafile=str(cp.management.pki.ca_crt))  # no client cert
+    proxy = AuditProxy("scale", cp.url, tls, audit)
+    await proxy.start()
+    kubeconfig = await _service_account_kubeconfig(
+        env.client, cp, proxy, tmp_path / "scale.kubeconfig"
+    )
+    controller = env.spawn(
+        "controller", "core,bootstrap,sim", kubeconfig=kubeconfig,
+        extra_args=("--log-format", "json"),
+    )  # fmt: skip
+    kubelet = env.spawn("kubelet", "kubelet")
+    pools = [f"p{i}" for i in range(fault_pools)]
+    replicas = fault_pool_size
+    nodes = fault_pools * replicas
+    floor_dips: list[str] = []
+
+    def sample(*_: Any) -> None:
+        at = time.monotonic()
+        if controller.was_down(at):
+            return
+        ready: dict[str, int] = dict.fromkeys(pools, 0)
+        for node in world.nodes():
+            if node_ready(node) and _pool_of(node) in ready:
+                ready[_pool_of(node)] += 1
+        floor_dips.extend(f"{p}: Ready {n} < {replicas}" for p, n in ready.items() if n < replicas)
+
+    background: list[asyncio.Task[None]] = []
+    compactions, drops = [0], [0]
+    try:
+        await controller.wait_ready(timeout=300)
+        await kubelet.wait_ready()
+        sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 1}}
+        for pool in pools:
+            await create_pool(env.client, pool, env.namespace, replicas, sim_spec=sim)
+        await world.until(
+            lambda: all(world.pool_running(p, replicas, VERSION) for p in pools),
+            f"{nodes} Ready before the rollout",
+            timeout=900,
+        )
+        deleted_before = len(world.deleted_nodes)
+        world.informers["nodes"].add_handler(FuncHandler(None, sample, None))
+        started = time.monotonic()
+        background = [
+            asyncio.create_task(_kill_forever(controller, rng)),
+            asyncio.create_task(_compact_forever(cp.etcd_url, compactions)),
+            asyncio.create_task(_drop_watches_forever(proxy, drops)),
+        ]
+        for pool in pools:
+            await roll(env.client, pool, env.namespace, NEW_VERSION)
+        await world.until(
+            lambda: len(world.ready_nodes(NEW_VERSION)) >= nodes // 2,
+            "half the Nodes on the new version",
+            timeout=900,
+        )
+        workload = cp.workloads["scale"]
+        await asyncio.to_thread(workload.restart_apiserver)
+        await world.until(
+            lambda: all(world.pool_running(p, replicas, NEW_VERSION) for p in pools),
+            f"{nodes} Ready on {NEW_VERSION} under faults",
+            timeout=1800,
+        )
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        background = []
+        await controller.wait_ready(timeout=300)
+        want = dict.fromkeys(pools, replicas)
+        await world.until(
+            lambda: not check_pools_converged(world, want, NEW_VERSION),
+            "every pool converged with nothing lost",
+            timeout=600,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        env.close()  # the controllers first: without the proxy they could only fail
+        await proxy.stop()
+
+    problems = check_pools_converged(world, dict.fromkeys(pools, replicas), NEW_VERSION)
+    deleted = world.deleted_nodes[deleted_before:]
+    problems += judge_victims(deleted, old_version=VERSION, max_deleted=nodes)
+    problems += sorted(set(floor_dips))[:10]
+    logs = "".join(p.log.read_text(errors="replace") for p in (controller, kubelet))
+    gone = len(re.findall(r"resourceVersion too old; re-listing", logs))
+    throttled = sum(1 for r in audit if r.status == 429)
+    peak = _peak_requests(audit)
+    bound = REQUEST_BASE + REQUESTS_PER_NODE_PER_10S * nodes
+    print(
+        f"\nscale faults: {fault_pools} pools x {replicas} rolled in {elapsed:.0f}s;"
+        f" {controller.kills} SIGKILLs, {compactions[0]} compactions, {drops[0]} watch drops,"
+        f" 1 workload apiserver restart; 410s re-listed {gone}, 429s {throttled},"
+        f" requests {len(audit)} (peak {peak} per 10 s, bound {bound})"
+    )
+    assert problems == []
+    # A failing pool is re-queued at once by each change of its members (Machines, SimMachines,
+    # Nodes: other controllers' and the kubelet's writes), as in client-go; its own writes
+    # no longer do. So a streak may exceed its backoff by about one event per member.
+    assert storms(failure_streaks(controller.log), slack=replicas) == []
+    assert controller.kills >= 1
+    assert throttled > 0, "the low inflight limit should have pushed back with 429s"
+    assert gone > 0, "watches should have been resumed from expired resourceVersions"
+    assert peak <= bound, f"request rate: {peak} requests in 10 s > {bound}"
+    assert await env.secret_findings() == []
