@@ -189,3 +189,27 @@ async def test_reconciler_object_and_concurrency_bound() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Controller("c", lambda key: _ok(), concurrency=0)
+
+
+def test_inputs_drop_updates_that_change_nothing_the_reconcile_reads() -> None:
+    """A watch with ``inputs`` queues an update only when ``inputs`` of old and new differ;
+    adds and deletes always pass."""
+    ctrl = Controller("c", lambda key: asyncio.sleep(0))
+
+    def ready(obj: dict[str, object]) -> object:
+        return obj.get("ready")
+
+    handler = ctrl.handler(inputs=ready)
+    old = {"metadata": {"name": "a", "namespace": "ns"}, "ready": True, "heartbeat": 1}
+    beat = {**old, "heartbeat": 2}
+    handler.on_update(old, beat)
+    assert len(ctrl.queue) == 0, "a heartbeat changes nothing the reconcile reads"
+    handler.on_update(beat, {**beat, "ready": False})
+    assert len(ctrl.queue) == 1
+    unfiltered = Controller("d", lambda key: asyncio.sleep(0)).handler()
+    unfiltered.on_update(old, beat)  # without inputs every update counts, as before
+    assert len(unfiltered._queue) == 1
+    fresh = Controller("e", lambda key: asyncio.sleep(0))
+    fresh.handler(inputs=ready).on_add(old)
+    fresh.handler(inputs=ready).on_delete(old)
+    assert len(fresh.queue) == 1  # de-duplicated: one key, queued by both

@@ -21,8 +21,8 @@ EXPECTED = {
     "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
     "controller_owner",
     # controllers
-    "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper",
-    "EnqueueHandler", "object_key", "owner_key",
+    "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper", "Inputs",
+    "EnqueueHandler", "object_key", "owner_key", "metadata_and_spec",
     # manager
     "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
     "RuntimeMetrics",

@@ -38,6 +38,7 @@ __all__ = [
     "is_controlled_by",
     "is_deleting",
     "node_available",
+    "node_inputs",
     "node_ready",
     "node_ready_since",
     "now",
@@ -120,6 +121,25 @@ def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bo
     if since is None:
         return False
     return min_ready_seconds <= 0 or (at - since).total_seconds() >= min_ready_seconds
+
+
+def node_inputs(node: Obj) -> tuple[object, ...]:
+    """What the core controllers read from a Node (``Controller.watch``'s ``inputs``): its
+    identity, spec (providerID, taints, unschedulable), annotations, when it turned Ready,
+    and its kubelet version. A status heartbeat changes none of these, and at 10,000 Nodes
+    with kubelet's 5-minute status period heartbeats alone would wake 33 reconciles a second.
+    """
+    ready = None
+    for cond in dig(node, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = (cond.get("status"), cond.get("lastTransitionTime"))
+    return (
+        dig(node, "metadata", "uid"),
+        node.get("spec"),
+        dig(node, "metadata", "annotations"),
+        ready,
+        dig(node, "status", "nodeInfo", "kubeletVersion"),
+    )
 
 
 NODE_BY_PROVIDER_ID = "machinepool.core/node-provider-id"

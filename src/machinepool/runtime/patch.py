@@ -61,6 +61,12 @@ def _lock_lists(patch: dict[str, Any], version: str | None) -> None:
             metadata["resourceVersion"] = version
 
 
+def _released(obj: Obj | None) -> bool:
+    """Whether ``obj`` (the server's answer to a patch) is deleted with no finalizer left."""
+    meta = (obj or {}).get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
 class Patcher:
     """Remembers an object as read and patches only the differences later.
 
@@ -108,6 +114,10 @@ class Patcher:
             latest = await self._client.patch(self._resource, name, main_patch, namespace)
             version = (latest.get("metadata") or {}).get("resourceVersion")
         status_patch = merge_patch(status_before, status_after)
+        if status_patch and _released(latest if main_patch else None):
+            # The patch let go of the last finalizer of a deleted object: it is gone, and a
+            # status patch would only be a 404.
+            status_patch = None
         if status_patch:
             _lock_lists(status_patch, version)
             latest = await self._client.patch(

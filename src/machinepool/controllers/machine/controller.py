@@ -24,6 +24,7 @@ from machinepool.controllers.common import (
     dig,
     ensure,
     is_deleting,
+    node_inputs,
     now,
     ref_text,
 )
@@ -44,6 +45,7 @@ from machinepool.runtime import (
     Resource,
     Result,
     controller_owner,
+    metadata_and_spec,
 )
 from machinepool.runtime.patch import Patcher
 
@@ -109,7 +111,8 @@ class MachineReconciler:
         for name, fn in INDEXERS.items():
             self.machines.add_indexer(name, fn)
         self.reader = OwnReader(self.client, MACHINES, self.machines)
-        self.controller.watch(self.machines)
+        # Only this controller writes a pool Machine's status.
+        self.controller.watch(self.machines, inputs=metadata_and_spec)
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
         prefix = f"{cluster.namespace}/{cluster.name}/"
@@ -143,7 +146,7 @@ class MachineReconciler:
         informer = await self.cluster_cache.get_informer(cluster, NODES)
         if cluster not in self._watched_clusters:
             await self.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_mapper(cluster))
+                cluster, NODES, self.controller.handler(self._node_mapper(cluster), node_inputs)
             )
             self._watched_clusters.add(cluster)
         return informer
@@ -170,6 +173,7 @@ class MachineReconciler:
             else:
                 result = reconcile_normal(scope)
         finally:
+            status.set_up_to_date(machine)
             status.set_phase(machine)
             try:
                 await patcher.patch(machine)

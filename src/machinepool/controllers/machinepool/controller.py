@@ -25,12 +25,13 @@ from machinepool.controllers.common import (
     dig,
     ensure,
     is_deleting,
+    node_inputs,
 )
 from machinepool.controllers.machinepool import status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
-from machinepool.controllers.machinepool.machines import reconcile_machines, set_machines_up_to_date
+from machinepool.controllers.machinepool.machines import reconcile_machines
 from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, lowest_requeue
 from machinepool.runtime import (
@@ -50,6 +51,7 @@ from machinepool.runtime import (
     Result,
     TerminalError,
     get_logger,
+    metadata_and_spec,
 )
 from machinepool.runtime.patch import Patcher
 
@@ -92,9 +94,12 @@ class MachinePoolReconciler:
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
-        self.controller.watch(self.pools)
+        # Only this controller writes a MachinePool's status; its own writes need no event.
+        self.controller.watch(self.pools, inputs=metadata_and_spec)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
-        self.controller.watch(self.machines, watches.machine_to_pool(self.pools))
+        self.controller.watch(
+            self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs
+        )
 
     # -- dynamic watches ------------------------------------------------------------------
 
@@ -107,7 +112,9 @@ class MachinePoolReconciler:
                 self._watched.add(resource)
                 _index(informer, watches.BY_INFRA_PROVIDER_ID, watches.infra_provider_ids)
                 self._referenced.append(informer)
-                self.controller.watch(informer, watches.referenced_to_pool(self.pools))
+                self.controller.watch(
+                    informer, watches.referenced_to_pool(self.pools), watches.referenced_inputs
+                )
         return informer
 
     async def watch_infra_machine_kind(self, resource: Resource) -> Informer:
@@ -117,7 +124,9 @@ class MachinePoolReconciler:
             if resource not in self._watched:
                 self._watched.add(resource)
                 _index(informer, watches.BY_MEMBER_LABELS, watches.member_labels)
-                self.controller.watch(informer, watches.labels_to_pool(self.pools))
+                self.controller.watch(
+                    informer, watches.labels_to_pool(self.pools), watches.infra_machine_inputs
+                )
         return informer
 
     async def workload_nodes(self, scope: Scope) -> WorkloadNodes | None:
@@ -130,7 +139,7 @@ class MachinePoolReconciler:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
                 mapper = watches.node_to_pool(self.pools, key, lambda: self._referenced)
-                handler = self.controller.handler(mapper)
+                handler = self.controller.handler(mapper, node_inputs)
                 await self.cluster_cache.watch(key, NODES, handler)
                 self._watched_clusters.add(key)
         except ClusterNotConnected as exc:
@@ -189,7 +198,6 @@ def _phases(mp: Obj) -> list[Phase]:
         reconcile_infrastructure,
         reconcile_machines,
         reconcile_node_refs,
-        set_machines_up_to_date,
     ]
 
 
