@@ -170,6 +170,10 @@ class MachinePoolReconciler:
             return Result()
         if _set_paused(mp, cluster):
             await _patch(patcher, mp)
+            if not _paused(mp, cluster):
+                # Only the Paused condition changed (written first, as upstream does): carry
+                # on at once. A status write of our own wakes no watch (see start_watches).
+                self.controller.enqueue(key)
             return Result()
         scope = Scope(self, mp, cluster)
         result, errors = await _run(scope, _phases(mp))
@@ -252,12 +256,16 @@ async def set_owner_and_labels(scope: Scope) -> Result:
     return Result()
 
 
+def _paused(mp: Obj, cluster: Obj) -> bool:
+    return bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
+        mp, "metadata", "annotations", default={}
+    )
+
+
 def _set_paused(mp: Obj, cluster: Obj) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused, or the
     condition just changed and is written first, as upstream does)."""
-    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        mp, "metadata", "annotations", default={}
-    )
+    paused = _paused(mp, cluster)
     conditions = status.v1beta2_conditions(mp)
     generation = dig(mp, "metadata", "generation")
     if paused:
