@@ -15,8 +15,12 @@ kube-apiservers with audit logs), its own controller processes and the same work
   process), and every figure is printed ours / upstream.
 - ``--latency``: spec.replicas change -> first infra-pool update, and last Node Ready ->
   MachinePool Running, p50/p99 over ``--trials`` scale-ups (ours; upstream too with --upstream).
-- ``--scale``: ``--scale-pools`` x ``--scale-replicas`` (1,000 x 10) with ours: convergence
-  time, idle CPU, RSS.
+- ``--scale``: the scale scenarios, ours and (``--upstream``) upstream's, each on a fresh
+  control plane: (a) 10 x 1,000 created then rolled with maxSurge 10%, (b) 1,000 x 10, (c) one
+  pool 0 -> 2,000 -> 200; per step wall time, per-pool convergence (p50/p99/max), core CPU and
+  peak RSS, MachinePool reconciles, writes of all clients per Node and per second against the
+  write ceiling, the rollout's fewest Ready Nodes; idle CPU, reconciles and writes afterwards.
+  A side that misses ``--scale-timeout`` keeps its row with where it stood.
 
 Results: stdout, bench/RESULTS.md (the section of each mode that ran), and JSON under bench/out/.
 Numbers are goals to compare, never assertions. Never part of the test suite.
