@@ -394,3 +394,20 @@ def test_node_heartbeat_wakes_no_core_controller() -> None:
     assert node_inputs(n) == node_inputs(beat)
     assert node_inputs(n) != node_inputs(node("n", "x://n", ready=False))
     assert node_inputs(n) != node_inputs(node("n", "x://n", since=NOW + timedelta(seconds=5)))
+
+
+def test_pool_is_not_woken_by_its_own_writes() -> None:
+    """A MachinePool's own status and providerIDList writes (only the core writes them) do
+    not wake it; a change of what a user or autoscaler writes does."""
+    from machinepool.controllers.machinepool import watches
+
+    mp = pool(phase="Provisioning")
+    own = pool(phase="Running", readyReplicas=2)
+    own["spec"]["providerIDList"] = ["x://a", "x://b"]
+    assert watches.pool_inputs(mp) == watches.pool_inputs(own)
+    scaled = pool(phase="Provisioning")
+    scaled["spec"]["replicas"] = 5
+    assert watches.pool_inputs(mp) != watches.pool_inputs(scaled)
+    paused = pool(phase="Provisioning")
+    paused["metadata"]["annotations"] = {c.PAUSED_ANNOTATION: "true"}
+    assert watches.pool_inputs(mp) != watches.pool_inputs(paused)

@@ -124,10 +124,13 @@ def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bo
 
 
 def node_inputs(node: Obj) -> tuple[object, ...]:
-    """What the core controllers read from a Node (``Controller.watch``'s ``inputs``): its
-    identity, spec (providerID, taints, unschedulable), annotations, when it turned Ready,
-    and its kubelet version. A status heartbeat changes none of these, and at 10,000 Nodes
-    with kubelet's 5-minute status period heartbeats alone would wake 33 reconciles a second.
+    """What the core controllers count from a Node (``Controller.watch``'s ``inputs``): its
+    identity and providerID, when it turned Ready, and its kubelet version.
+
+    Not its status heartbeats (at 10,000 Nodes with kubelet's 5-minute status period they
+    alone would wake 33 reconciles a second), nor the marks the core writes itself (the
+    ownership annotations, the removed uninitialized taint, the cordon): those are read
+    when a reconcile runs for any other reason, and a Node arrives with them on its add.
     """
     ready = None
     for cond in dig(node, "status", "conditions", default=[]):
@@ -135,8 +138,7 @@ def node_inputs(node: Obj) -> tuple[object, ...]:
             ready = (cond.get("status"), cond.get("lastTransitionTime"))
     return (
         dig(node, "metadata", "uid"),
-        node.get("spec"),
-        dig(node, "metadata", "annotations"),
+        dig(node, "spec", "providerID"),
         ready,
         dig(node, "status", "nodeInfo", "kubeletVersion"),
     )

@@ -51,7 +51,6 @@ from machinepool.runtime import (
     Result,
     TerminalError,
     get_logger,
-    metadata_and_spec,
 )
 from machinepool.runtime.patch import Patcher
 
@@ -94,8 +93,9 @@ class MachinePoolReconciler:
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
-        # Only this controller writes a MachinePool's status; its own writes need no event.
-        self.controller.watch(self.pools, inputs=metadata_and_spec)
+        # Only this controller writes a MachinePool's status and providerIDList; its own
+        # writes need no event.
+        self.controller.watch(self.pools, inputs=watches.pool_inputs)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
         self.controller.watch(
             self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs

@@ -132,10 +132,21 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
 
 
 def infra_machine_inputs(obj: Obj) -> tuple[object, ...]:
-    """What a MachinePool reconcile reads from an infra machine: its labels (membership),
-    deletion and spec (providerID); the provider's status writes are not read."""
+    """What a MachinePool reconcile reads from an infra machine: its labels (membership) and
+    spec (providerID). Not the provider's status writes, and not its deletion: that follows
+    the Machine's, which the pool already saw (its disappearance still wakes the pool)."""
     meta = obj.get("metadata") or {}
-    return (meta.get("labels"), meta.get("deletionTimestamp"), obj.get("spec"))
+    return (meta.get("labels"), obj.get("spec"))
+
+
+def pool_inputs(mp: Obj) -> tuple[object, ...]:
+    """What wakes a MachinePool's own reconcile: ``metadata_and_spec`` without
+    ``spec.providerIDList``, which only this controller writes (copied from the infra pool,
+    whose change already woke it)."""
+    spec = mp.get("spec") if isinstance(mp.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    rest = {k: v for k, v in spec.items() if k != "providerIDList"}
+    return (*metadata_and_spec(mp)[:-1], rest)
 
 
 def referenced_inputs(obj: Obj) -> tuple[object, ...]:
