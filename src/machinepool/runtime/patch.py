@@ -61,6 +61,26 @@ def _lock_lists(patch: dict[str, Any], version: str | None) -> None:
             metadata["resourceVersion"] = version
 
 
+def _generation(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("generation")
+
+
+def _observe_own_spec_write(before: Obj, latest: Obj, obj: Obj) -> None:
+    """Our spec write moved the generation by exactly one: the status this reconcile computed
+    for the snapshot's generation has observed that spec too (it wrote it), so say so now
+    rather than in another reconcile and another status patch. Moved by more, someone else
+    changed the spec meanwhile, and observedGeneration stays for the next reconcile."""
+    status = obj.get("status")
+    old, new = _generation(before), _generation(latest)
+    if (
+        isinstance(status, dict)
+        and isinstance(old, int)
+        and new == old + 1
+        and status.get("observedGeneration") == old
+    ):
+        status["observedGeneration"] = new
+
+
 def _released(obj: Obj | None) -> bool:
     """Whether ``obj`` (the server's answer to a patch) is deleted with no finalizer left."""
     meta = (obj or {}).get("metadata") or {}
@@ -113,6 +133,8 @@ class Patcher:
             _lock_lists(main_patch, version)
             latest = await self._client.patch(self._resource, name, main_patch, namespace)
             version = (latest.get("metadata") or {}).get("resourceVersion")
+            _observe_own_spec_write(self._before, latest, obj)
+            status_after = {"status": obj.get("status") or {}}
         status_patch = merge_patch(status_before, status_after)
         if status_patch and _released(latest if main_patch else None):
             # The patch let go of the last finalizer of a deleted object: it is gone, and a
