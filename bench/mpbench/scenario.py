@@ -177,12 +177,20 @@ def missing_pressure_conditions(node: Obj) -> list[Obj]:
     ]
 
 
-def pool_running(pool: Obj, replicas: int) -> bool:
-    """What the core reports: Running, current, ``replicas`` desired, existing and ready."""
+def observed(pool: Obj) -> bool:
+    """The core's status says it has seen the pool's current generation."""
+    status = pool.get("status") or {}
+    return bool(status.get("observedGeneration") == pool["metadata"].get("generation"))
+
+
+def pool_running(pool: Obj, replicas: int, *, current: bool = True) -> bool:
+    """What the core reports: Running, ``replicas`` desired, existing and ready; with
+    ``current``, also observedGeneration at the pool's generation (upstream's core can leave
+    it one behind after its own providerIDList write, with nothing to wake it)."""
     spec, status = pool.get("spec") or {}, pool.get("status") or {}
     return (
         spec.get("replicas") == replicas
-        and status.get("observedGeneration") == pool["metadata"].get("generation")
+        and (observed(pool) or not current)
         and status.get("phase") == "Running"
         and status.get("replicas") == replicas
         and status.get("readyReplicas") == replicas
@@ -201,6 +209,8 @@ class Target:
     names: frozenset[str]
     replicas: int
     version: str
+    current: bool = True
+    """Whether observedGeneration must be current too (see ``pool_running``)."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     met: set[str] = field(default_factory=set)
     met_at: dict[str, float] = field(default_factory=dict)
@@ -353,9 +363,9 @@ class Observer:
 
     # -- targets -----------------------------------------------------------------------
 
-    def pool_meets(self, name: str, replicas: int, version: str) -> bool:
+    def pool_meets(self, name: str, replicas: int, version: str, current: bool = True) -> bool:
         pool = self.pools.get(name, NAMESPACE)
-        if pool is None or not pool_running(pool, replicas):
+        if pool is None or not pool_running(pool, replicas, current=current):
             return False
         for node_name in node_names(pool):
             node = self.nodes.get(node_name)
@@ -367,7 +377,7 @@ class Observer:
         target = self._target
         if target is None or name not in target.names:
             return
-        if self.pool_meets(name, target.replicas, target.version):
+        if self.pool_meets(name, target.replicas, target.version, target.current):
             if name not in target.met:
                 target.met_at[name] = now
             target.met.add(name)
@@ -377,9 +387,11 @@ class Observer:
             target.done_at = now
             target.done.set()
 
-    def expect(self, names: Iterable[str], replicas: int, version: str) -> Target:
+    def expect(
+        self, names: Iterable[str], replicas: int, version: str, current: bool = True
+    ) -> Target:
         """Start tracking a target; pools already meeting it count at once."""
-        target = Target(frozenset(names), replicas, version)
+        target = Target(frozenset(names), replicas, version, current)
         self._target = target
         now = time.monotonic()
         for name in target.names:
@@ -425,7 +437,9 @@ __all__ = [
     "TO_VERSION",
     "Observer",
     "create_pools",
+    "observed",
     "pool_name",
+    "pool_running",
     "roll_pools",
     "scale_pools",
 ]
