@@ -146,11 +146,15 @@ async def test_own_spec_write_is_observed_in_the_same_patch(
     patcher = Patcher(client, SIM_POOLS, obj)
     read = obj["metadata"]["generation"]
     obj["spec"]["providerIDList"] = ["sim:///z/a"]
-    obj["status"] = {"observedGeneration": read, "replicas": 1}
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": ""}
+    ready["observedGeneration"] = read
+    ready["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    obj["status"] = {"observedGeneration": read, "replicas": 1, "conditions": [ready]}
     latest = await patcher.patch(obj)
     stored = await client.get(SIM_POOLS, "p", namespace)
     assert stored["metadata"]["generation"] == read + 1
     assert stored["status"]["observedGeneration"] == read + 1
+    assert stored["status"]["conditions"][0]["observedGeneration"] == read + 1
     assert latest["status"]["observedGeneration"] == read + 1
 
     # Someone else's spec change in between: the generation moves by two, and the status

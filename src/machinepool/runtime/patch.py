@@ -67,18 +67,19 @@ def _generation(obj: Obj) -> Any:
 
 def _observe_own_spec_write(before: Obj, latest: Obj, obj: Obj) -> None:
     """Our spec write moved the generation by exactly one: the status this reconcile computed
-    for the snapshot's generation has observed that spec too (it wrote it), so say so now
-    rather than in another reconcile and another status patch. Moved by more, someone else
-    changed the spec meanwhile, and observedGeneration stays for the next reconcile."""
+    for the snapshot's generation has observed that spec too (it wrote it), so say so now, in
+    ``status.observedGeneration`` and in each condition's, rather than in another reconcile
+    and another status patch. Moved by more, someone else changed the spec meanwhile, and
+    the status keeps the generation it was computed for."""
     status = obj.get("status")
     old, new = _generation(before), _generation(latest)
-    if (
-        isinstance(status, dict)
-        and isinstance(old, int)
-        and new == old + 1
-        and status.get("observedGeneration") == old
-    ):
+    if not isinstance(status, dict) or not isinstance(old, int) or new != old + 1:
+        return
+    if status.get("observedGeneration") == old:
         status["observedGeneration"] = new
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("observedGeneration") == old:
+            cond["observedGeneration"] = new
 
 
 def _released(obj: Obj | None) -> bool:
