@@ -213,3 +213,27 @@ def test_inputs_drop_updates_that_change_nothing_the_reconcile_reads() -> None:
     fresh.handler(inputs=ready).on_add(old)
     fresh.handler(inputs=ready).on_delete(old)
     assert len(fresh.queue) == 1  # de-duplicated: one key, queued by both
+
+
+async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:
+    from machinepool.runtime import gather_bounded
+
+    running, peak = 0, 0
+
+    async def call(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        running -= 1
+        if i == 3:
+            raise ValueError("three")
+        return i
+
+    out = await gather_bounded((call(i) for i in range(10)), limit=4)
+    assert out[:3] == [0, 1, 2]
+    assert isinstance(out[3], ValueError)
+    assert out[4:] == list(range(4, 10))
+    assert peak == 4, "never more than the bound in flight, and the bound is used"
+    with pytest.raises(ValueError, match="limit"):
+        await gather_bounded([], limit=0)

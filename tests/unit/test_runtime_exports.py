@@ -28,6 +28,7 @@ EXPECTED = {
     "RuntimeMetrics",
     # events, logging, workload clusters
     "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
+    "gather_bounded",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
     # sharding
     "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of", "DRAIN_REQUESTED",

@@ -66,6 +66,7 @@ from machinepool.runtime.errors import (
     Unauthorized,
 )
 from machinepool.runtime.events import EventRecorder
+from machinepool.runtime.gather import gather_bounded
 from machinepool.runtime.informer import (
     CacheScope,
     EventHandler,
@@ -180,6 +181,7 @@ __all__ = [
     "configure_logging",
     "controller_owner",
     "field_indexer",
+    "gather_bounded",
     "get_logger",
     "label_indexer",
     "labels_of",
