@@ -499,9 +499,11 @@ async def scale_step(
         core_peak_rss_mib=after.core.peak_rss_bytes / 2**20,
         infra_peak_rss_mib=after.infra.peak_rss_bytes / 2**20,
     )
+    wall = figures["wall_s"]
     print(
-        f"[{run.core_kind}] {label}: {figures['wall_s'] or float('nan'):.1f}s wall, "
-        f"{figures['pools_met']}/{figures['pools']} pools, {total:,} writes "
+        f"[{run.core_kind}] {label}: "
+        + (f"{wall:.1f}s wall, " if wall is not None else "not converged, ")
+        + f"{figures['pools_met']}/{figures['pools']} pools, {total:,} writes "
         f"({figures['writes_per_node'] or 0:.1f} per Node), "
         f"{figures['reconciles_machinepool']:.0f} MachinePool reconciles",
         flush=True,
