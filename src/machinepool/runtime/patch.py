@@ -10,6 +10,11 @@ resourceVersion is needed. Lists do not merge: a patch carrying one replaces the
 resourceVersion and fails with ``Conflict`` rather than undo a change made since the snapshot
 was read (the same optimistic lock Cluster API's patch helper takes for conditions).
 
+Two requests are saved where the outcome is known: when the spec patch moves the generation
+by exactly one (the reconcile's own write), the status's and its conditions' observedGeneration
+follow it in the same status patch; and when the spec patch released the last finalizer of a
+deleted object, no status patch is sent to an object that is gone.
+
 >>> patcher = Patcher(client, MACHINEPOOLS, mp)
 >>> mp["status"]["phase"] = "Running"
 >>> mp = await patcher.patch(mp)   # PATCH .../status {"status": {"phase": "Running"}}
