@@ -190,3 +190,36 @@ async def test_releasing_the_last_finalizer_sends_no_status_patch(
     await patcher.patch(obj)  # raised NotFound from the status patch before
     with pytest.raises(NotFound):
         await client.get(SIM_POOLS, "q", namespace)
+
+
+async def test_a_sole_status_writer_is_not_stopped_by_a_spec_write(
+    client: Client, namespace: str, crds: list[str]
+) -> None:
+    """Another client's spec write between our read and our status patch: a status patch
+    carrying a list is refused (409) unless we are the only writer of the status."""
+    body = {
+        "apiVersion": SIM_POOLS.api_version,
+        "kind": SIM_POOLS.kind,
+        "metadata": {"name": "s"},
+        "spec": {"template": {"instanceType": "sim.small"}},
+    }
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": ""}
+    ready["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    for sole in (False, True):
+        obj = (
+            await client.get(SIM_POOLS, "s", namespace)
+            if sole
+            else await client.create(SIM_POOLS, body, namespace)
+        )
+        patcher = Patcher(client, SIM_POOLS, obj, sole_status_writer=sole)
+        image = {"spec": {"template": {"image": f"other-{sole}"}}}
+        await client.patch(SIM_POOLS, "s", image, namespace)
+        obj["status"] = {"conditions": [{**ready, "message": f"sole={sole}"}]}
+        if not sole:
+            with pytest.raises(Conflict):
+                await patcher.patch(obj)
+        else:
+            await patcher.patch(obj)
+            stored = await client.get(SIM_POOLS, "s", namespace)
+            assert stored["status"]["conditions"][0]["message"] == "sole=True"
+            assert stored["spec"]["template"]["image"] == "other-True", "their write kept"

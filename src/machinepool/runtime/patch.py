@@ -98,6 +98,10 @@ class Patcher:
 
     ``on_patched`` is told the server's answer after each patch that sent something (an
     ``OwnReader``'s ``wrote``, so the next reconcile does not read an older copy).
+    ``sole_status_writer``: the caller is the only writer of the object's status and reads it
+    through an ``OwnReader``, so its status snapshot is never older than the server's and a
+    status patch needs no lock; then another client's spec or metadata write between the read
+    and the patch no longer costs a 409 and a second reconcile.
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class Patcher:
         obj: Obj,
         *,
         on_patched: Callable[[Obj], None] | None = None,
+        sole_status_writer: bool = False,
     ) -> None:
         self._client = client
+        self._lock_status = not sole_status_writer
         self._resource = resource
         self._before = copy.deepcopy(obj)
         self._on_patched = on_patched
@@ -147,7 +153,8 @@ class Patcher:
             # status patch would only be a 404.
             status_patch = None
         if status_patch:
-            _lock_lists(status_patch, version)
+            if self._lock_status:
+                _lock_lists(status_patch, version)
             latest = await self._client.patch(
                 self._resource, name, status_patch, namespace, subresource="status"
             )

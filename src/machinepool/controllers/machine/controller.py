@@ -159,7 +159,16 @@ class MachineReconciler:
         machine = await self.reader.get(key)
         if machine is None or not _pool_owned(machine):
             return Result()
-        patcher = Patcher(self.client, MACHINES, machine, on_patched=self.reader.wrote)
+        # The only writer of a pool Machine's status (UpToDate included), reading through
+        # OwnReader: the MachinePool controller's apply of the Machine's version must not
+        # turn this status patch into a 409.
+        patcher = Patcher(
+            self.client,
+            MACHINES,
+            machine,
+            on_patched=self.reader.wrote,
+            sole_status_writer=True,
+        )
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
