@@ -35,21 +35,36 @@ async def measure(kubeconfig: Path, writes: int, concurrency: int) -> float:
         return time.monotonic() - started
 
 
+def ceiling(writes: int, concurrency: int) -> dict[str, float]:
+    """Start a control plane in a temporary directory, measure, stop it; the figures.
+
+    Also called by bench_machinepool.py's scale scenarios, which state each scenario's
+    writes/s against this ceiling, measured in the same invocation.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        cp = ControlPlane(Path(tmp) / "cp")
+        cp.start()
+        try:
+            seconds = asyncio.run(measure(cp.kubeconfig, writes, concurrency))
+        finally:
+            cp.stop()
+    return {
+        "writes": writes,
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "writes_per_s": writes / seconds,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cp = ControlPlane(Path(tmp) / "cp")
-        cp.start()
-        try:
-            seconds = asyncio.run(measure(cp.kubeconfig, args.writes, args.concurrency))
-        finally:
-            cp.stop()
+    found = ceiling(args.writes, args.concurrency)
     print(
-        f"{args.writes} ConfigMap creates, {args.concurrency} at a time: {seconds:.2f} s,"
-        f" {args.writes / seconds:.0f} writes/s"
+        f"{args.writes} ConfigMap creates, {args.concurrency} at a time: {found['seconds']:.2f} s,"
+        f" {found['writes_per_s']:.0f} writes/s"
     )
 
 

@@ -15,8 +15,12 @@ kube-apiservers with audit logs), its own controller processes and the same work
   process), and every figure is printed ours / upstream.
 - ``--latency``: spec.replicas change -> first infra-pool update, and last Node Ready ->
   MachinePool Running, p50/p99 over ``--trials`` scale-ups (ours; upstream too with --upstream).
-- ``--scale``: ``--scale-pools`` x ``--scale-replicas`` (1,000 x 10) with ours: convergence
-  time, idle CPU, RSS.
+- ``--scale``: the scale scenarios, ours and (``--upstream``) upstream's, each on a fresh
+  control plane: (a) 10 x 1,000 created then rolled with maxSurge 10%, (b) 1,000 x 10, (c) one
+  pool 0 -> 2,000 -> 200; per step wall time, per-pool convergence (p50/p99/max), core CPU and
+  peak RSS, MachinePool reconciles, writes of all clients per Node and per second against the
+  write ceiling, the rollout's fewest Ready Nodes; idle CPU, reconciles and writes afterwards.
+  A side that misses ``--scale-timeout`` keeps its row with where it stood.
 
 Results: stdout, bench/RESULTS.md (the section of each mode that ran), and JSON under bench/out/.
 Numbers are goals to compare, never assertions. Never part of the test suite.
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench import procs, report, scenario
-from mpbench.env import DRIVER_AGENT, BenchEnv
+from mpbench.env import DRIVER_AGENT, NAMESPACE, BenchEnv
 from mpbench.procs import MACHINEPOOL_CONTROLLER, Controller
 from mpbench.scenario import FROM_VERSION, TO_VERSION, Observer
 from mpbench.stats import (
@@ -50,6 +54,7 @@ from mpbench.stats import (
     percentile,
     prom_by_label,
     writes,
+    writes_by_resource,
 )
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -190,9 +195,9 @@ def step_figures(
         "mgmt_infra_requests": sum(by_verb(mgmt, INFRA_USER).values()),
         "workload_requests": sum(work.values()),
         "workload_writes": writes(work),
-        "workload_by_agent_verb": {
-            f"{user} {agent} {verb}": n for (user, agent, verb), n in work.most_common()
-        },
+        "workload_by_agent_verb": dict(
+            Counter(f"{user} {agent} {verb}" for (user, agent, verb, _) in work.elements())
+        ),
         "apiserver_by_verb": {
             server: {
                 v: n - before.apiserver[server].get(v, 0.0)
@@ -381,40 +386,214 @@ def _dist(values: list[float]) -> dict[str, float]:
     }
 
 
-async def scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    run = await start_run(
-        "ours", workdir, args, audit=False, binary=None, fill_conditions=args.upstream_like_nodes
+# -- scale scenarios -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScaleScenario:
+    """One scale scenario: ``pools`` pools created at ``start`` replicas (``None``: created at
+    ``steps[0]``, the creation being the first measured step), then scaled through ``steps``;
+    with ``rollout``, finally rolled to TO_VERSION."""
+
+    key: str
+    title: str
+    pools: int
+    steps: tuple[int, ...]
+    start: int | None = None
+    rollout: bool = False
+
+
+def scale_scenarios(args: argparse.Namespace) -> list[ScaleScenario]:
+    big = ScaleScenario(
+        "a",
+        f"(a) {args.big_pools} pools x {args.big_replicas}",
+        args.big_pools,
+        (args.big_replicas,),
+        rollout=True,
     )
+    many = ScaleScenario(
+        "b",
+        f"(b) {args.many_pools} pools x {args.many_replicas}",
+        args.many_pools,
+        (args.many_replicas,),
+    )
+    steps = tuple(int(n) for n in args.one_pool_steps.split(","))
+    one = ScaleScenario(
+        "c", "(c) one pool 0 -> " + " -> ".join(f"{n:,}" for n in steps), 1, steps, start=0
+    )
+    chosen = set(args.scale_scenarios.split(","))
+    unknown = chosen - {"a", "b", "c"}
+    if unknown:
+        raise SystemExit(f"--scale-scenarios: unknown {sorted(unknown)}; choose from a, b, c")
+    return [s for s in (big, many, one) if s.key in chosen]
+
+
+APISERVER_USER = "system:apiserver"
+"""The apiservers' own requests (their identity Leases): the same for any controllers."""
+
+
+def bench_writes(audit: dict[str, Counter[AuditKey]]) -> Counter[AuditKey]:
+    """Every request of every client on both apiservers except the benchmark's own and the
+    apiservers' own."""
+    out: Counter[AuditKey] = Counter()
+    for counts in audit.values():
+        for key, n in counts.items():
+            if key[0] not in (DRIVER_USER, APISERVER_USER) and key[1] not in BENCH_AGENTS:
+                out[key] += n
+    return out
+
+
+async def scale_step(
+    run: Run,
+    label: str,
+    action: Any,
+    target_args: tuple[list[str], int, str],
+    changed: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Send ``action`` (which returns when each pool's request was sent), wait for the target
+    or the timeout, and return the step's figures; where it stood when it timed out."""
+    audit_delta(run)
+    before = snapshot(run)
+    t0 = time.monotonic()
+    sent: dict[str, float] = await action
+    # The issue's target: Running at the size with every Node Ready. observedGeneration is
+    # counted beside it (upstream's can stay one behind its own providerIDList write).
+    target = run.observer.expect(*target_args, current=False)
+    figures: dict[str, Any] = {"label": label, "nodes_changed": changed}
     try:
-        names = [scenario.pool_name(i) for i in range(args.scale_pools)]
-        before = snapshot(run)
-        t0 = time.monotonic()
-        await scenario.create_pools(run.driver, names, args.scale_replicas, FROM_VERSION)
-        created = time.monotonic() - t0
-        print(f"[scale] created {len(names)} pools in {created:.1f}s", flush=True)
-        target = run.observer.expect(names, args.scale_replicas, FROM_VERSION)
-        timeout = args.scale_timeout
-        result: dict[str, Any] = {"pools": args.scale_pools, "replicas": args.scale_replicas}
-        try:
-            done = await run.observer.wait(target, timeout, progress=30)
-            result["converged_s"] = done - t0
-        except TimeoutError as exc:
-            result["converged_s"] = None
-            result["timeout"] = str(exc)
-            print(f"[scale] not converged: {exc}", flush=True)
-        after = snapshot(run)
-        result["create_s"] = created
-        result["core_cpu_s"] = after.core.cpu_seconds - before.core.cpu_seconds
-        result["infra_cpu_s"] = after.infra.cpu_seconds - before.infra.cpu_seconds
-        result["reconciles"] = {
-            k: v - before.reconciles.get(k, 0.0) for k, v in after.reconciles.items()
-        }
-        result["nodes"] = len(run.observer.nodes)
-        result["idle"] = await idle_cpu(run, args.scale_idle_seconds)
-        print(f"[scale] {json.dumps(result, default=str)}", flush=True)
+        done = await run.observer.wait(target, timeout, progress=30)
+        figures["wall_s"] = done - t0
+        await asyncio.sleep(SETTLE_SECONDS)
+    except TimeoutError as exc:
+        figures["wall_s"] = None
+        figures["stood"] = str(exc)
+        print(f"[{run.core_kind}] {label}: not converged in {timeout:.0f}s: {exc}", flush=True)
+        await dump_state(run)
+    after = snapshot(run)
+    audit = audit_delta(run)
+    figures.update(step_figures(before, after, audit))
+    elapsed = (t0 + figures["wall_s"]) if figures["wall_s"] is not None else after.at
+    own = bench_writes(audit)
+    total = writes(own)
+    figures.update(
+        pools=len(target.names),
+        pools_met=len(target.met),
+        pools_generation_behind=sum(
+            1
+            for n in target.names
+            if (p := run.observer.pools.get(n, NAMESPACE)) and not scenario.observed(p)
+        ),
+        nodes_ready=run.observer.ready_nodes,
+        # Fairness: each pool from its own request to the event that made it meet the target.
+        pool_s=_dist([target.met_at[n] - sent.get(n, t0) for n in target.met]),
+        slowest_pools=sorted(
+            ((round(target.met_at[n] - sent.get(n, t0), 2), n) for n in target.met),
+            reverse=True,
+        )[:5],
+        unmet_pools=sorted(target.names - target.met)[:10],
+        writes_all=total,
+        writes_per_node=total / changed if changed else None,
+        writes_per_s=total / max(elapsed - t0, 1e-9),
+        writes_by_resource=dict(list(writes_by_resource(own).items())[:25]),
+        core_peak_rss_mib=after.core.peak_rss_bytes / 2**20,
+        infra_peak_rss_mib=after.infra.peak_rss_bytes / 2**20,
+    )
+    wall = figures["wall_s"]
+    print(
+        f"[{run.core_kind}] {label}: "
+        + (f"{wall:.1f}s wall, " if wall is not None else "not converged, ")
+        + f"{figures['pools_met']}/{figures['pools']} pools, {total:,} writes "
+        f"({figures['writes_per_node'] or 0:.1f} per Node), "
+        f"{figures['reconciles_machinepool']:.0f} MachinePool reconciles",
+        flush=True,
+    )
+    return figures
+
+
+async def idle_window(run: Run, seconds: float) -> dict[str, Any]:
+    """``idle_cpu`` plus every write any client sent in the window, by user, verb, resource."""
+    audit_delta(run)
+    figures: dict[str, Any] = await idle_cpu(run, seconds)
+    own = bench_writes(audit_delta(run))
+    figures["idle_writes"] = writes(own)
+    figures["idle_writes_by_resource"] = writes_by_resource(own)
+    return figures
+
+
+def _met(step: dict[str, Any]) -> bool:
+    return bool(step.get("wall_s") is not None)
+
+
+async def scale_scenario(
+    core_kind: str,
+    scenario_: ScaleScenario,
+    args: argparse.Namespace,
+    workdir: Path,
+    binary: Path | None,
+) -> dict[str, Any]:
+    run = await start_run(core_kind, workdir, args, audit=True, binary=binary)
+    try:
+        names = [scenario.pool_name(i) for i in range(scenario_.pools)]
+        surge = args.max_surge
+        result: dict[str, Any] = {"steps": []}
+        steps: list[dict[str, Any]] = result["steps"]
+        t_first = time.monotonic()
+        current = scenario_.start
+        if current is not None:
+            # Created at the start size, not measured: the steps are the scaling.
+            await scenario.create_pools(run.driver, names, current, FROM_VERSION, surge)
+            for name in names:
+                await run.observer.wait_pool(name, scenario.observed, args.scale_timeout)
+        for replicas in scenario_.steps:
+            if current is None:
+                label = f"create {len(names):,} x {replicas:,}"
+                action = scenario.create_pools(run.driver, names, replicas, FROM_VERSION, surge)
+                changed = len(names) * replicas
+            else:
+                label = f"scale {current:,} -> {replicas:,}"
+                action = scenario.scale_pools(run.driver, names, replicas)
+                changed = len(names) * abs(replicas - current)
+            step = await scale_step(
+                run, label, action, (names, replicas, FROM_VERSION), changed, args.scale_timeout
+            )
+            steps.append(step)
+            current = replicas
+            if not _met(step):
+                break
+        else:
+            if steps and steps[0]["wall_s"] is not None and scenario_.start is None:
+                result["first_create_to_converged_s"] = steps[0]["wall_s"]
+            if scenario_.rollout and current is not None:
+                run.observer.track_minimums()
+                step = await scale_step(
+                    run,
+                    f"roll {FROM_VERSION} -> {TO_VERSION} (maxSurge {surge})",
+                    scenario.roll_pools(run.driver, names, TO_VERSION),
+                    (names, current, TO_VERSION),
+                    len(names) * current,
+                    args.scale_timeout,
+                )
+                run.observer.stop_tracking()
+                step["replicas_total"] = len(names) * current
+                step["min_ready_nodes"] = run.observer.min_ready_nodes
+                step["min_pool_ready"] = min(run.observer.min_pool_ready.values(), default=None)
+                step["replicas_per_pool"] = current
+                steps.append(step)
+        result["total_s"] = time.monotonic() - t_first
+        result["idle"] = await idle_window(run, args.scale_idle_seconds)
+        print(f"[{core_kind}] {scenario_.title}: idle {result['idle']}", flush=True)
         return result
     finally:
         await run.close()
+
+
+def write_ceiling(writes_n: int) -> dict[str, float]:
+    """bench_apiserver_writes.py's figure, measured in this invocation on a fresh control
+    plane of the same binaries: the most creates per second one client gets here."""
+    from bench_apiserver_writes import ceiling
+
+    return ceiling(writes_n, 32)
 
 
 # -- reporting -------------------------------------------------------------------------------
@@ -528,33 +707,123 @@ def latency_section(results: dict[str, Any], command: str) -> str:
     )
 
 
-def scale_section(result: dict[str, Any], command: str, when: str, commit: str) -> str:
-    idle = result.get("idle", {})
-    # Without convergence the "idle" window is still converging: say so in the labels.
-    after = "after convergence" if result.get("converged_s") is not None else "after the timeout"
-    rows: list[report.Row] = [
-        ("pools", result["pools"], None),
-        ("replicas per pool", result["replicas"], None),
-        ("Nodes at the end", result["nodes"], None),
-        ("creation of all objects, s", result["create_s"], None),
-        ("convergence from first create, s", result.get("converged_s"), None),
-        ("core CPU from first create to convergence (or timeout), s", result["core_cpu_s"], None),
-        (f"core CPU {after}, % of one core", idle.get("core_idle_cpu_pct"), None),
-        (f"core reconciles per second {after}", idle.get("core_idle_reconciles_per_s"), None),
-        (f"core RSS {after}, MiB", idle.get("core_rss_mib"), None),
-        ("core peak RSS, MiB", idle.get("core_peak_rss_mib"), None),
-        (f"infra CPU {after}, % of one core", idle.get("infra_idle_cpu_pct"), None),
-        ("infra peak RSS, MiB", idle.get("infra_peak_rss_mib"), None),
-    ]
+def _get(result: dict[str, Any] | None, *path: Any) -> float | None:
+    value: Any = result
+    for p in path:
+        if isinstance(value, dict):
+            value = value.get(p)
+        elif isinstance(value, list) and isinstance(p, int) and p < len(value):
+            value = value[p]
+        else:
+            return None
+    return None if value is None or isinstance(value, (dict, list, str)) else float(value)
+
+
+def scale_rows(
+    ours: dict[str, Any], up: dict[str, Any] | None, ceiling_per_s: float | None
+) -> list[report.Row]:
+    rows: list[report.Row] = []
+    for i, step in enumerate(ours["steps"]):
+        name = step["label"]
+
+        def row(label: str, *path: Any, i: int = i, name: str = name) -> None:
+            o, u = _get(ours, "steps", i, *path), _get(up, "steps", i, *path)
+            rows.append((f"{name}: {label}", o, u))
+
+        row("wall time to every pool Running with every Node Ready, s", "wall_s")
+        row("pools at the target (of {:,})".format(step["pools"]), "pools_met")
+        row("Nodes Ready at the end", "nodes_ready")
+        row("pools whose observedGeneration is behind at the end", "pools_generation_behind")
+        for q in ("p50", "p99", "max"):
+            row(f"per-pool time from its own request, s {q}", "pool_s", q)
+        row("core CPU, s", "core_cpu_s")
+        row("core peak RSS, MiB", "core_peak_rss_mib")
+        row("MachinePool reconciles", "reconciles_machinepool")
+        row("reconciles, all core controllers", "reconciles_all")
+        row("writes, all clients, both apiservers", "writes_all")
+        row(f"writes per Node ({step['nodes_changed']:,} Nodes changed)", "writes_per_node")
+        row("core writes to the management apiserver", "mgmt_core_writes")
+        row("writes per second achieved", "writes_per_s")
+        if ceiling_per_s:
+            rows.append(
+                (
+                    f"{name}: writes/s as % of the ceiling ({ceiling_per_s:,.0f}/s)",
+                    _pct(_get(ours, "steps", i, "writes_per_s"), ceiling_per_s),
+                    _pct(_get(up, "steps", i, "writes_per_s"), ceiling_per_s),
+                )
+            )
+        row("shared infra process CPU, s", "infra_cpu_s")
+        if "min_ready_nodes" in step:
+            row(f"fewest Ready Nodes seen (replicas {step['replicas_total']:,})", "min_ready_nodes")
+            row(
+                f"fewest readyReplicas of any pool (replicas {step['replicas_per_pool']:,})",
+                "min_pool_ready",
+            )
+    for key, label in [
+        ("core_idle_cpu_pct", "idle: core CPU, % of one core"),
+        ("core_idle_reconciles_per_s", "idle: core reconciles per second"),
+        ("idle_writes", "idle: writes, all clients (node heartbeats included)"),
+        ("core_peak_rss_mib", "core peak RSS over the run, MiB"),
+        ("infra_idle_cpu_pct", "idle: shared infra CPU, % of one core"),
+        ("infra_peak_rss_mib", "shared infra peak RSS, MiB"),
+    ]:
+        rows.append((label, _get(ours, "idle", key), _get(up, "idle", key)))
+    return rows
+
+
+def _pct(value: float | None, ceiling: float) -> float | None:
+    return None if value is None else 100 * value / ceiling
+
+
+def _writes_table(result: dict[str, Any], limit: int = 12) -> str:
+    counts: Counter[str] = Counter()
+    for step in result["steps"]:
+        counts.update(step.get("writes_by_resource", {}))
+    lines = ["| user verb resource | writes |", "|---|---:|"]
+    lines += [f"| {k} | {n:,} |" for k, n in counts.most_common(limit)]
+    idle = result.get("idle", {}).get("idle_writes_by_resource", {})
+    if idle:
+        lines += ["", "Idle window: " + ", ".join(f"{k} {n:,}" for k, n in idle.items())]
+    return "\n".join(lines)
+
+
+def scale_section(results: dict[str, Any], command: str) -> str:
+    ceiling = results.get("ceiling") or {}
+    per_s = ceiling.get("writes_per_s")
     text = [
-        f"## Scale: {result['pools']} pools x {result['replicas']} replicas (ours)",
+        "## Scale: side by side with upstream",
         "",
-        f"Run {when} on git {commit}: `{command}`",
+        f"Run {results['when']} on git {results['commit']}: `{command}`",
         "",
-        report.table(rows, upstream=False),
+        "Each scenario and side gets a fresh control plane of the same binaries, the same"
+        " driver and the same shared infra process (kubeadm bootstrap, Sim provider with boot"
+        " delay 0, node simulator); only the core differs. Writes are every write request of"
+        " every client to both apiservers (audit logs) except the benchmark's own.",
     ]
-    if result.get("timeout"):
-        text += ["", f"Did not converge: {result['timeout']}"]
+    if per_s:
+        text += [
+            "",
+            f"Write ceiling in this invocation (bench_apiserver_writes.py's measurement:"
+            f" {ceiling['writes']:,} ConfigMap creates, {ceiling['concurrency']} at a time,"
+            f" one client, fresh control plane): {per_s:,.0f} writes/s.",
+        ]
+    for key, entry in results["scenarios"].items():
+        ours, up = entry["ours"], entry.get("upstream")
+        text += [
+            "",
+            f"### {entry['title']}",
+            "",
+            report.table(scale_rows(ours, up, per_s), upstream=up is not None),
+        ]
+        for side, result in (("ours", ours), ("upstream", up)):
+            if result is None:
+                continue
+            for step in result["steps"]:
+                if step.get("stood"):
+                    text += ["", f"{side}, {step['label']}: did not converge: {step['stood']}"]
+        text += ["", f"Where the writes went (ours, scenario {key}):", "", _writes_table(ours)]
+        if up is not None:
+            text += ["", "Same, upstream:", "", _writes_table(up)]
     return "\n".join(text)
 
 
@@ -571,15 +840,37 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--latency", action="store_true", help="run the latency trials")
     p.add_argument("--trials", type=int, default=200, help="latency trials [200]")
     p.add_argument("--latency-pools", type=int, default=4, help="pools the trials rotate over [4]")
-    p.add_argument("--scale", action="store_true", help="run the 1,000 x 10 scale test (ours)")
-    p.add_argument("--scale-pools", type=int, default=1000)
-    p.add_argument("--scale-replicas", type=int, default=10)
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="run the scale scenarios (--scale-scenarios), ours and with --upstream upstream's",
+    )
+    p.add_argument(
+        "--scale-scenarios",
+        default="a,b,c",
+        help="a: --big-pools x --big-replicas then a rollout; b: --many-pools x --many-replicas;"
+        " c: one pool 0 -> --one-pool-steps [a,b,c]",
+    )
+    p.add_argument("--big-pools", type=int, default=10)
+    p.add_argument("--big-replicas", type=int, default=1000)
+    p.add_argument("--many-pools", type=int, default=1000)
+    p.add_argument("--many-replicas", type=int, default=10)
+    p.add_argument("--one-pool-steps", default="2000,200", help="replica targets in order")
+    p.add_argument(
+        "--max-surge", default="10%", help="maxSurge of the scale pools' rolling update [10%%]"
+    )
     p.add_argument("--scale-idle-seconds", type=float, default=60.0)
     p.add_argument(
         "--scale-timeout",
         type=float,
-        default=1800.0,
-        help="give up on scale convergence after this many seconds (figures still reported) [1800]",
+        default=600.0,
+        help="per step; a side that does not converge keeps its row with where it stood [600]",
+    )
+    p.add_argument(
+        "--ceiling-writes",
+        type=int,
+        default=3000,
+        help="creates for the write ceiling measured first (0: skip) [3000]",
     )
     p.add_argument(
         "--heartbeat-seconds",
@@ -592,11 +883,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=0,
         help="workers per controller in the shared infra process [0: each component's default]",
-    )
-    p.add_argument(
-        "--upstream-like-nodes",
-        action="store_true",
-        help="in --scale, also add the pressure conditions upstream needs (off: ours ignores them)",
     )
     p.add_argument(
         "--profile",
@@ -650,8 +936,17 @@ async def main(argv: list[str]) -> int:
         save("latency", lat, latency_section(lat, command), load)
     if args.scale:
         load = load_now()
-        result = await scale(args, base / "scale")
-        save("scale", result, scale_section(result, command, when, commit), load)
+        scaled: dict[str, Any] = {"when": when, "commit": commit, "scenarios": {}}
+        if args.ceiling_writes:
+            scaled["ceiling"] = await asyncio.to_thread(write_ceiling, args.ceiling_writes)
+            print(f"write ceiling: {scaled['ceiling']}", flush=True)
+        for sc in scale_scenarios(args):
+            entry: dict[str, Any] = {"title": sc.title}
+            for core in cores:
+                workdir = base / f"scale-{sc.key}-{core}"
+                entry[core] = await scale_scenario(core, sc, args, workdir, binary)
+            scaled["scenarios"][sc.key] = entry
+        save("scale", scaled, scale_section(scaled, command), load)
     return 0
 
 

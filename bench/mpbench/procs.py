@@ -78,8 +78,8 @@ class Controller:
         )
 
     def _controllers_started(self) -> bool:
-        if self.name == "infra":
-            return True
+        if "core" not in self.name:
+            return True  # only a core registers the MachinePool controller
         try:
             text = self.metrics()
         except (urllib.error.URLError, OSError):
@@ -175,13 +175,38 @@ def ours_core(kubeconfig: Path, workdir: Path, user: str) -> Controller:
 
 
 def infra(
-    kubeconfig: Path, workdir: Path, user: str, heartbeat_seconds: float, concurrency: int = 0
+    kubeconfig: Path,
+    workdir: Path,
+    user: str,
+    heartbeat_seconds: float,
+    concurrency: int = 0,
+    *,
+    components: str = "bootstrap,sim,kubelet",
+    name: str = "infra",
 ) -> Controller:
-    """Bootstrap, Sim provider and node simulator, in the bench runner (see runner.py)."""
+    """Bootstrap, Sim provider and node simulator, in the bench runner (see runner.py);
+    ``components`` and ``name`` run a part of them in a process of its own."""
     extra = (f"--heartbeat-seconds={heartbeat_seconds}", f"--concurrency={concurrency}")
-    return _ours(
-        "infra", "bootstrap,sim,kubelet", kubeconfig, workdir, user, app=False, extra=extra
-    )
+    return _ours(name, components, kubeconfig, workdir, user, app=False, extra=extra)
+
+
+def kwok(binary: Path, kubeconfig: Path, workdir: Path) -> Controller:
+    """kwok managing the Nodes annotated ``kwok.x-k8s.io/node: fake``, with its defaults
+    (Node leases of 40 s, status heartbeats every 10-20 minutes)."""
+    port = free_port()
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        f"--server-address=127.0.0.1:{port}",
+        f"--config={workdir / 'kwok-none.yaml'}",
+    ]
+    (workdir / "kwok-none.yaml").write_text("")
+    proc = Process("kwok", argv, workdir)
+    proc.start()
+    base = f"http://127.0.0.1:{port}"
+    return Controller("kwok", proc, f"{base}/metrics", f"{base}/healthz", "kwok")
 
 
 def build_upstream() -> Path:

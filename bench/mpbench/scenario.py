@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +38,11 @@ def pool_name(i: int) -> str:
     return f"pool-{i:04d}"
 
 
-def pool_objects(name: str, replicas: int, version: str) -> list[tuple[Resource, Obj]]:
-    """Bootstrap config, Sim infra pool and MachinePool of one benchmark pool."""
+def pool_objects(
+    name: str, replicas: int, version: str, max_surge: int | str = 1
+) -> list[tuple[Resource, Obj]]:
+    """Bootstrap config, Sim infra pool and MachinePool of one benchmark pool (rolling
+    replacement with ``max_surge`` and maxUnavailable 0)."""
     meta = {"name": name, "namespace": NAMESPACE}
     kubeadm: Obj = {
         "apiVersion": KUBEADM_CONFIGS.api_version,
@@ -59,7 +62,11 @@ def pool_objects(name: str, replicas: int, version: str) -> list[tuple[Resource,
             "template": {"instanceType": "sim.small", "image": "sim-ubuntu-2404"},
             "strategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0, "deletePolicy": "Oldest"},
+                "rollingUpdate": {
+                    "maxSurge": max_surge,
+                    "maxUnavailable": 0,
+                    "deletePolicy": "Oldest",
+                },
             },
             "sim": {"bootDelaySeconds": 0},
         },
@@ -94,32 +101,40 @@ def pool_objects(name: str, replicas: int, version: str) -> list[tuple[Resource,
     return [(KUBEADM_CONFIGS, kubeadm), (SIM_POOLS, sim), (MACHINEPOOLS, pool)]
 
 
-async def bounded(coros: Iterable[Any], limit: int = 16) -> None:
-    """Await ``coros`` with at most ``limit`` in flight (so 3,000 creates do not stampede)."""
+async def bounded(
+    names: Iterable[str], send: Callable[[str], Awaitable[object]], limit: int = 16
+) -> dict[str, float]:
+    """``send(name)`` for each name with at most ``limit`` in flight (so 3,000 creates do not
+    stampede); returns when each name's request completed (its own clock for fairness)."""
     sem = asyncio.Semaphore(limit)
+    sent: dict[str, float] = {}
 
-    async def one(coro: Any) -> None:
+    async def one(name: str) -> None:
         async with sem:
-            await coro
+            await send(name)
+            sent[name] = time.monotonic()
 
-    await asyncio.gather(*(one(c) for c in coros))
+    await asyncio.gather(*(one(n) for n in names))
+    return sent
 
 
-async def create_pools(client: Client, names: list[str], replicas: int, version: str) -> None:
+async def create_pools(
+    client: Client, names: list[str], replicas: int, version: str, max_surge: int | str = 1
+) -> dict[str, float]:
     async def create(name: str) -> None:
-        for res, obj in pool_objects(name, replicas, version):
+        for res, obj in pool_objects(name, replicas, version, max_surge):
             await client.create(res, obj, NAMESPACE)
 
-    await bounded(create(n) for n in names)
+    return await bounded(names, create)
 
 
-async def scale_pools(client: Client, names: list[str], replicas: int) -> None:
-    await bounded(client.set_scale(MACHINEPOOLS, n, NAMESPACE, replicas) for n in names)
+async def scale_pools(client: Client, names: list[str], replicas: int) -> dict[str, float]:
+    return await bounded(names, lambda n: client.set_scale(MACHINEPOOLS, n, NAMESPACE, replicas))
 
 
-async def roll_pools(client: Client, names: list[str], version: str) -> None:
+async def roll_pools(client: Client, names: list[str], version: str) -> dict[str, float]:
     patch = {"spec": {"template": {"spec": {"version": version}}}}
-    await bounded(client.patch(MACHINEPOOLS, n, patch, NAMESPACE) for n in names)
+    return await bounded(names, lambda n: client.patch(MACHINEPOOLS, n, patch, NAMESPACE))
 
 
 # -- observing ---------------------------------------------------------------------------------
@@ -162,12 +177,20 @@ def missing_pressure_conditions(node: Obj) -> list[Obj]:
     ]
 
 
-def pool_running(pool: Obj, replicas: int) -> bool:
-    """What the core reports: Running, current, ``replicas`` desired, existing and ready."""
+def observed(pool: Obj) -> bool:
+    """The core's status says it has seen the pool's current generation."""
+    status = pool.get("status") or {}
+    return bool(status.get("observedGeneration") == pool["metadata"].get("generation"))
+
+
+def pool_running(pool: Obj, replicas: int, *, current: bool = True) -> bool:
+    """What the core reports: Running, ``replicas`` desired, existing and ready; with
+    ``current``, also observedGeneration at the pool's generation (upstream's core can leave
+    it one behind after its own providerIDList write, with nothing to wake it)."""
     spec, status = pool.get("spec") or {}, pool.get("status") or {}
     return (
         spec.get("replicas") == replicas
-        and status.get("observedGeneration") == pool["metadata"].get("generation")
+        and (observed(pool) or not current)
         and status.get("phase") == "Running"
         and status.get("replicas") == replicas
         and status.get("readyReplicas") == replicas
@@ -186,8 +209,12 @@ class Target:
     names: frozenset[str]
     replicas: int
     version: str
+    current: bool = True
+    """Whether observedGeneration must be current too (see ``pool_running``)."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     met: set[str] = field(default_factory=set)
+    met_at: dict[str, float] = field(default_factory=dict)
+    """Pool -> arrival time of the event with which it last came to meet the target."""
     done_at: float = 0.0
 
 
@@ -212,8 +239,18 @@ class Observer:
         """Infra pool -> arrival time of its latest change."""
         self.on_sim_update: Callable[[str, float], None] | None = None
         self._target: Target | None = None
+        self._ready: set[str] = set()
+        """Names of the Nodes Ready now (kept on every Node event)."""
+        self.min_ready_nodes: int | None = None
+        """Fewest Ready Nodes seen since ``track_minimums`` (None: not tracking)."""
+        self.min_pool_ready: dict[str, int] = {}
+        """Pool -> fewest ``status.readyReplicas`` seen since ``track_minimums``."""
+        self._tracking = False
+        self._pool_waiters: list[tuple[Callable[[Obj], bool], str, asyncio.Event]] = []
         self.pools.add_handler(FuncHandler(add=self._pool, update=self._pool_update))
-        self.nodes.add_handler(FuncHandler(add=self._node, update=self._node_update))
+        self.nodes.add_handler(
+            FuncHandler(add=self._node, update=self._node_update, delete=self._node_delete)
+        )
         self.sim_pools.add_handler(FuncHandler(update=self._sim_update))
 
     async def start(self) -> None:
@@ -241,6 +278,12 @@ class Observer:
             self.running_at[name] = now
         for node in node_names(pool):
             self.node_pool[node] = name
+        if self._tracking:
+            ready = int((pool.get("status") or {}).get("readyReplicas") or 0)
+            self.min_pool_ready[name] = min(self.min_pool_ready.get(name, ready), ready)
+        for predicate, wanted, event in self._pool_waiters:
+            if wanted == name and predicate(pool):
+                event.set()
         self._check(name, now)
 
     def _node_update(self, old: Obj, new: Obj) -> None:
@@ -251,11 +294,53 @@ class Observer:
         name = node["metadata"]["name"]
         if node_ready(node) and name not in self.node_ready_at:
             self.node_ready_at[name] = now
+        if node_ready(node):
+            self._ready.add(name)
+        else:
+            self._ready.discard(name)
+            self._note_ready_count()
         if self.fill_conditions and name not in self._filling and missing_pressure_conditions(node):
             self._filling[name] = asyncio.create_task(self._fill(node))
         pool = self.node_pool.get(name)
         if pool is not None:
             self._check(pool, now)
+
+    def _node_delete(self, node: Obj) -> None:
+        self._ready.discard(node["metadata"]["name"])
+        self._note_ready_count()
+
+    def _note_ready_count(self) -> None:
+        if self._tracking and self.min_ready_nodes is not None:
+            self.min_ready_nodes = min(self.min_ready_nodes, len(self._ready))
+
+    @property
+    def ready_nodes(self) -> int:
+        return len(self._ready)
+
+    def track_minimums(self) -> None:
+        """From now on, record the fewest Ready Nodes and each pool's fewest readyReplicas."""
+        self._tracking = True
+        self.min_ready_nodes = len(self._ready)
+        self.min_pool_ready = {}
+        for pool in self.pools.list():
+            ready = int((pool.get("status") or {}).get("readyReplicas") or 0)
+            self.min_pool_ready[pool["metadata"]["name"]] = ready
+
+    def stop_tracking(self) -> None:
+        self._tracking = False
+
+    async def wait_pool(self, name: str, predicate: Callable[[Obj], bool], timeout: float) -> None:
+        """Until MachinePool ``name`` satisfies ``predicate`` (checked on each of its events)."""
+        event = asyncio.Event()
+        entry = (predicate, name, event)
+        self._pool_waiters.append(entry)
+        try:
+            pool = self.pools.get(name, NAMESPACE)
+            if pool is not None and predicate(pool):
+                return
+            await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            self._pool_waiters.remove(entry)
 
     async def _fill(self, node: Obj) -> None:
         name = node["metadata"]["name"]
@@ -278,9 +363,9 @@ class Observer:
 
     # -- targets -----------------------------------------------------------------------
 
-    def pool_meets(self, name: str, replicas: int, version: str) -> bool:
+    def pool_meets(self, name: str, replicas: int, version: str, current: bool = True) -> bool:
         pool = self.pools.get(name, NAMESPACE)
-        if pool is None or not pool_running(pool, replicas):
+        if pool is None or not pool_running(pool, replicas, current=current):
             return False
         for node_name in node_names(pool):
             node = self.nodes.get(node_name)
@@ -292,7 +377,9 @@ class Observer:
         target = self._target
         if target is None or name not in target.names:
             return
-        if self.pool_meets(name, target.replicas, target.version):
+        if self.pool_meets(name, target.replicas, target.version, target.current):
+            if name not in target.met:
+                target.met_at[name] = now
             target.met.add(name)
         else:
             target.met.discard(name)
@@ -300,9 +387,11 @@ class Observer:
             target.done_at = now
             target.done.set()
 
-    def expect(self, names: Iterable[str], replicas: int, version: str) -> Target:
+    def expect(
+        self, names: Iterable[str], replicas: int, version: str, current: bool = True
+    ) -> Target:
         """Start tracking a target; pools already meeting it count at once."""
-        target = Target(frozenset(names), replicas, version)
+        target = Target(frozenset(names), replicas, version, current)
         self._target = target
         now = time.monotonic()
         for name in target.names:
@@ -348,7 +437,9 @@ __all__ = [
     "TO_VERSION",
     "Observer",
     "create_pools",
+    "observed",
     "pool_name",
+    "pool_running",
     "roll_pools",
     "scale_pools",
 ]

@@ -121,12 +121,27 @@ def agent_of(user_agent: str) -> str:
     return user_agent.split("/", 1)[0].split(" ", 1)[0] or "-"
 
 
-AuditKey = tuple[str, str, str]
-"""(username, user-agent product, verb)."""
+AuditKey = tuple[str, str, str, str]
+"""(username, user-agent product, verb, resource): resource is ``plural`` or
+``plural/subresource`` (``machines/status``), ``-`` for non-resource requests."""
+
+REVIEWS = frozenset(
+    {"tokenreviews", "subjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectreviews"}
+)
+"""Created but never stored: questions to the apiserver, not writes."""
+
+
+def resource_of(event: Mapping[str, object]) -> str:
+    ref = event.get("objectRef")
+    if not isinstance(ref, dict) or not ref.get("resource"):
+        return "-"
+    sub = ref.get("subresource")
+    return f"{ref['resource']}/{sub}" if sub else str(ref["resource"])
 
 
 def count_audit_lines(lines: Iterable[str]) -> Counter[AuditKey]:
-    """Requests by (username, agent, verb) from audit-log JSON lines (other lines skipped)."""
+    """Requests by (username, agent, verb, resource) from audit-log JSON lines (other lines
+    skipped)."""
     counts: Counter[AuditKey] = Counter()
     for line in lines:
         try:
@@ -136,7 +151,8 @@ def count_audit_lines(lines: Iterable[str]) -> Counter[AuditKey]:
         if not isinstance(event, dict) or event.get("kind") != "Event":
             continue
         user = (event.get("user") or {}).get("username", "-")
-        counts[(user, agent_of(event.get("userAgent", "")), event.get("verb", "-"))] += 1
+        agent = agent_of(event.get("userAgent", ""))
+        counts[(user, agent, event.get("verb", "-"), resource_of(event))] += 1
     return counts
 
 
@@ -158,17 +174,32 @@ class AuditLog:
         return count_audit_lines(data[:end].decode(errors="replace").splitlines())
 
 
+def is_write(key: AuditKey) -> bool:
+    """A request that changes stored state (a review is created but never stored)."""
+    verb, resource = key[2], key[3]
+    return verb in WRITE_VERBS and resource not in REVIEWS
+
+
 def writes(counts: Mapping[AuditKey, int], user: str | None = None) -> int:
     """Write requests in ``counts`` (of ``user`` when given)."""
-    return sum(n for (u, _, verb), n in counts.items() if verb in WRITE_VERBS and user in (None, u))
+    return sum(n for key, n in counts.items() if is_write(key) and user in (None, key[0]))
 
 
 def by_verb(counts: Mapping[AuditKey, int], user: str | None = None) -> dict[str, int]:
     """Requests in ``counts`` by verb (of ``user`` when given), most frequent first."""
     out: Counter[str] = Counter()
-    for (u, _, verb), n in counts.items():
+    for (u, _, verb, _), n in counts.items():
         if user in (None, u):
             out[verb] += n
+    return dict(out.most_common())
+
+
+def writes_by_resource(counts: Mapping[AuditKey, int]) -> dict[str, int]:
+    """Writes in ``counts`` by ``user verb resource``, most frequent first: where they go."""
+    out: Counter[str] = Counter()
+    for key, n in counts.items():
+        if is_write(key):
+            out[f"{key[0]} {key[2]} {key[3]}"] += n
     return dict(out.most_common())
 
 

@@ -23,6 +23,7 @@ from mpbench.stats import (
     prom_by_label,
     prom_sum,
     writes,
+    writes_by_resource,
 )
 
 
@@ -74,13 +75,19 @@ def test_prometheus_sums_by_label_and_filter() -> None:
     assert prom_sum(PROM, "missing_total") == 0.0
 
 
-def _event(user: str, agent: str, verb: str) -> str:
+def _event(user: str, agent: str, verb: str, resource: str = "machines") -> str:
     return json.dumps(
-        {"kind": "Event", "user": {"username": user}, "userAgent": agent, "verb": verb}
+        {
+            "kind": "Event",
+            "user": {"username": user},
+            "userAgent": agent,
+            "verb": verb,
+            "objectRef": {"resource": resource},
+        }
     )
 
 
-def test_audit_counts_by_user_agent_and_verb() -> None:
+def test_audit_counts_by_user_agent_verb_and_resource() -> None:
     lines = [
         _event("bench-core", "cluster-api-controller-manager/v1.14.2 (linux/amd64)", "patch"),
         _event("bench-core", "cluster-api-controller-manager/v1.14.2 (linux/amd64)", "list"),
@@ -88,12 +95,17 @@ def test_audit_counts_by_user_agent_and_verb() -> None:
         "not json",
         json.dumps({"kind": "Other"}),
     ]
+    lines.append(_event("bench-infra", "machinepool-controller", "create", "tokenreviews"))
     counts = count_audit_lines(lines)
-    assert counts[("bench-core", "cluster-api-controller-manager", "patch")] == 1
-    assert sum(counts.values()) == 3
-    assert writes(counts) == 2
+    assert counts[("bench-core", "cluster-api-controller-manager", "patch", "machines")] == 1
+    assert sum(counts.values()) == 4
+    assert writes(counts) == 2, "a TokenReview is created but never stored: not a write"
     assert writes(counts, "bench-core") == 1
     assert by_verb(counts, "bench-core") == {"patch": 1, "list": 1}
+    assert writes_by_resource(counts) == {
+        "bench-core patch machines": 1,
+        "bench-infra create machines": 1,
+    }
 
 
 def test_agent_is_the_product_token() -> None:

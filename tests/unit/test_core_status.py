@@ -354,3 +354,93 @@ def test_a_recreated_cluster_replaces_its_stale_owner_reference() -> None:
     fresh: dict[str, Any] = {"metadata": {}, "spec": {"clusterName": "c"}}
     common.ensure_cluster_owner(fresh, cluster)
     assert [r["uid"] for r in fresh["metadata"]["ownerReferences"]] == ["new"]
+
+
+def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
+    """One apply creates the Machine complete: the Machine controller then needs no
+    finalizer patch and no spec patch of its own."""
+    infra = {
+        "apiVersion": "infra.example/v1",
+        "kind": "FooMachine",
+        "metadata": {"name": "m"},
+        "spec": {"providerID": "x://m"},
+    }
+    got = machines.desired_machine(pool(), infra, None)
+    assert got["metadata"]["finalizers"] == [c.MACHINE_FINALIZER]
+    assert got["spec"]["providerID"] == "x://m"
+    assert "version" not in got["spec"], "no Node yet: no kubelet version"
+    # Another controller's finalizer next to ours is not a difference worth an apply.
+    have = {**got, "metadata": {**got["metadata"], "finalizers": ["other", c.MACHINE_FINALIZER]}}
+    assert machines._contains(have, got)
+    assert not machines._contains({**got, "metadata": {**got["metadata"], "finalizers": []}}, got)
+
+
+def test_machine_controller_sets_up_to_date_in_its_own_status() -> None:
+    m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {}}
+    machine_status.set_up_to_date(m)
+    (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
+    assert (cond["status"], cond["reason"]) == ("True", c.UP_TO_DATE_REASON)
+    m["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    machine_status.set_up_to_date(m)
+    (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
+    assert (cond["status"], cond["reason"]) == ("False", c.NOT_UP_TO_DATE_REASON)
+
+
+def test_pool_wakes_only_for_machine_changes_it_counts() -> None:
+    """The MachinePool's Machine watch ignores the Machine controller's other status writes
+    (phase, nodeRef, NodeReady, messages) and wakes on Ready, Available, UpToDate, deletion,
+    labels and spec."""
+    from machinepool.controllers.machinepool import watches
+
+    def machine(**conds: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "m", "labels": {"a": "b"}},
+            "spec": {"providerID": "x://m"},
+            "status": {
+                "phase": "Provisioned",
+                "conditions": [{"type": t, "status": s, "message": ""} for t, s in conds.items()],
+            },
+        }
+
+    base = machine(Ready="False", NodeReady="False")
+    noise = machine(Ready="False", NodeReady="True")
+    noise["status"]["phase"] = "Running"
+    noise["status"]["nodeRef"] = {"name": "n"}
+    noise["status"]["conditions"][0]["message"] = "Node n is not Ready"
+    assert watches.machine_inputs(base) == watches.machine_inputs(noise)
+    assert watches.machine_inputs(base) != watches.machine_inputs(machine(Ready="True"))
+    assert watches.machine_inputs(base) != watches.machine_inputs(
+        machine(Ready="False", UpToDate="True")
+    )
+    deleting = machine(Ready="False", NodeReady="False")
+    deleting["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+    assert watches.machine_inputs(base) != watches.machine_inputs(deleting)
+
+
+def test_node_heartbeat_wakes_no_core_controller() -> None:
+    from machinepool.controllers.common import node_inputs
+
+    n = node("n", "x://n")
+    beat = node("n", "x://n")
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2025-01-01T12:05:00Z"
+    beat["metadata"]["resourceVersion"] = "99"
+    assert node_inputs(n) == node_inputs(beat)
+    assert node_inputs(n) != node_inputs(node("n", "x://n", ready=False))
+    assert node_inputs(n) != node_inputs(node("n", "x://n", since=NOW + timedelta(seconds=5)))
+
+
+def test_pool_is_not_woken_by_its_own_writes() -> None:
+    """A MachinePool's own status and providerIDList writes (only the core writes them) do
+    not wake it; a change of what a user or autoscaler writes does."""
+    from machinepool.controllers.machinepool import watches
+
+    mp = pool(phase="Provisioning")
+    own = pool(phase="Running", readyReplicas=2)
+    own["spec"]["providerIDList"] = ["x://a", "x://b"]
+    assert watches.pool_inputs(mp) == watches.pool_inputs(own)
+    scaled = pool(phase="Provisioning")
+    scaled["spec"]["replicas"] = 5
+    assert watches.pool_inputs(mp) != watches.pool_inputs(scaled)
+    paused = pool(phase="Provisioning")
+    paused["metadata"]["annotations"] = {c.PAUSED_ANNOTATION: "true"}
+    assert watches.pool_inputs(mp) != watches.pool_inputs(paused)

@@ -287,3 +287,51 @@ async def test_echoes_of_a_failed_attempt_do_not_cut_its_backoff() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+def test_inputs_drop_updates_that_change_nothing_the_reconcile_reads() -> None:
+    """A watch with ``inputs`` queues an update only when ``inputs`` of old and new differ;
+    adds and deletes always pass."""
+    ctrl = Controller("c", lambda key: asyncio.sleep(0))
+
+    def ready(obj: dict[str, object]) -> object:
+        return obj.get("ready")
+
+    handler = ctrl.handler(inputs=ready)
+    old = {"metadata": {"name": "a", "namespace": "ns"}, "ready": True, "heartbeat": 1}
+    beat = {**old, "heartbeat": 2}
+    handler.on_update(old, beat)
+    assert len(ctrl.queue) == 0, "a heartbeat changes nothing the reconcile reads"
+    handler.on_update(beat, {**beat, "ready": False})
+    assert len(ctrl.queue) == 1
+    unfiltered = Controller("d", lambda key: asyncio.sleep(0)).handler()
+    unfiltered.on_update(old, beat)  # without inputs every update counts, as before
+    assert len(unfiltered._queue) == 1
+    fresh = Controller("e", lambda key: asyncio.sleep(0))
+    fresh.handler(inputs=ready).on_add(old)
+    fresh.handler(inputs=ready).on_delete(old)
+    assert len(fresh.queue) == 1  # de-duplicated: one key, queued by both
+
+
+async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:
+    from machinepool.runtime import gather_bounded
+
+    running, peak = 0, 0
+
+    async def call(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        running -= 1
+        if i == 3:
+            raise ValueError("three")
+        return i
+
+    out = await gather_bounded((call(i) for i in range(10)), limit=4)
+    assert out[:3] == [0, 1, 2]
+    assert isinstance(out[3], ValueError)
+    assert out[4:] == list(range(4, 10))
+    assert peak == 4, "never more than the bound in flight, and the bound is used"
+    with pytest.raises(ValueError, match="limit"):
+        await gather_bounded([], limit=0)

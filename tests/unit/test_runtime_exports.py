@@ -22,13 +22,14 @@ EXPECTED = {
     "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
     "controller_owner",
     # controllers
-    "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper",
-    "EnqueueHandler", "object_key", "owner_key",
+    "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper", "Inputs",
+    "EnqueueHandler", "object_key", "owner_key", "metadata_and_spec",
     # manager
     "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
     "RuntimeMetrics",
     # events, logging, workload clusters
     "EventRecorder", "KVLogger", "Patcher", "merge_patch", "configure_logging", "get_logger",
+    "gather_bounded",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
     # TLS and secure diagnostics
     "CertReloader", "ServingCert", "self_signed", "METRICS_READER_ROLE", "SecureServing",

@@ -40,6 +40,7 @@ __all__ = [
     "is_controlled_by",
     "is_deleting",
     "node_available",
+    "node_inputs",
     "node_ready",
     "node_ready_since",
     "now",
@@ -188,6 +189,27 @@ def node_available(node: Obj | None, min_ready_seconds: int, at: datetime) -> bo
     if since is None:
         return False
     return min_ready_seconds <= 0 or (at - since).total_seconds() >= min_ready_seconds
+
+
+def node_inputs(node: Obj) -> tuple[object, ...]:
+    """What the core controllers count from a Node (``Controller.watch``'s ``inputs``): its
+    identity and providerID, when it turned Ready, and its kubelet version.
+
+    Not its status heartbeats (at 10,000 Nodes with kubelet's 5-minute status period they
+    alone would wake 33 reconciles a second), nor the marks the core writes itself (the
+    ownership annotations, the removed uninitialized taint, the cordon): those are read
+    when a reconcile runs for any other reason, and a Node arrives with them on its add.
+    """
+    ready = None
+    for cond in dig(node, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = (cond.get("status"), cond.get("lastTransitionTime"))
+    return (
+        dig(node, "metadata", "uid"),
+        dig(node, "spec", "providerID"),
+        ready,
+        dig(node, "status", "nodeInfo", "kubeletVersion"),
+    )
 
 
 NODE_BY_PROVIDER_ID = "machinepool.core/node-provider-id"

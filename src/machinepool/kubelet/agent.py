@@ -195,11 +195,19 @@ class KubeletSimulator:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
             return Result(requeue_after=self.retry)
         client = await self.cluster_cache.get_client(cluster)
-        body = node_object(record, list(join.taints), join.node_labels)
-        with contextlib.suppress(AlreadyExists):
-            await client.create(NODES, body)
+        # Registered with its status, as kubelet does (it sets the status before creating
+        # its Node): one write per joining Node instead of a create and a status patch.
+        body = {
+            **node_object(record, list(join.taints), join.node_labels),
+            **node_status(record, ready=True, now=now),
+        }
+        try:
+            created: Obj | None = await client.create(NODES, body)
+        except AlreadyExists:
+            created = None
         self._unjoined.discard(key)
-        await self._post_status(record, ready=True, now=now)
+        if created is None or not _ready(created):
+            await self._post_status(record, ready=True, now=now)
         await self._watch_pods(cluster)
         log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
         return Result(requeue_after=self.heartbeat)

@@ -42,11 +42,13 @@ from machinepool.runtime.clustercache import (
 from machinepool.runtime.controller import (
     Controller,
     EnqueueHandler,
+    Inputs,
     Mapper,
     ReconcileFunc,
     Reconciler,
     Result,
     TerminalError,
+    metadata_and_spec,
     object_key,
     owner_key,
 )
@@ -67,6 +69,7 @@ from machinepool.runtime.errors import (
     is_expected,
 )
 from machinepool.runtime.events import EventRecorder
+from machinepool.runtime.gather import gather_bounded
 from machinepool.runtime.informer import (
     CacheScope,
     EventHandler,
@@ -150,6 +153,7 @@ __all__ = [
     "IndexFunc",
     "Informer",
     "InformerCache",
+    "Inputs",
     "Invalid",
     "KVLogger",
     "LeaderElectionConfig",
@@ -187,11 +191,13 @@ __all__ = [
     "configure_logging",
     "controller_owner",
     "field_indexer",
+    "gather_bounded",
     "get_logger",
     "is_expected",
     "label_indexer",
     "labels_of",
     "merge_patch",
+    "metadata_and_spec",
     "object_key",
     "owner_indexer",
     "owner_key",

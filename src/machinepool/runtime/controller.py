@@ -77,6 +77,25 @@ class Reconciler(Protocol):
 ReconcileFunc = Callable[[ObjectKey], Awaitable[Result | None]]
 Mapper = Callable[[Obj], Iterable[ObjectKey]]
 """Maps a watched object to the keys to reconcile (none, one or several)."""
+Inputs = Callable[[Obj], object]
+"""What a reconcile reads from a watched object: an update whose old and new objects give
+equal values queues nothing (a heartbeat, a status field nobody downstream counts)."""
+
+
+def metadata_and_spec(obj: Obj) -> tuple[object, ...]:
+    """``Inputs`` for a controller's own kind when it alone writes the status: labels,
+    annotations, owners, finalizers, deletion and spec, never the status, so the
+    controller's own status writes do not wake it again (each would cost a reconcile that
+    finds nothing new: a reconciler reads its own last write through ``OwnReader``)."""
+    meta = obj.get("metadata") or {}
+    return (
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("ownerReferences"),
+        meta.get("finalizers"),
+        meta.get("deletionTimestamp"),
+        obj.get("spec"),
+    )
 
 
 def object_key(obj: Obj) -> list[ObjectKey]:
@@ -108,6 +127,11 @@ class EnqueueHandler:
     controller wrote is queued as an echo, which cannot cut a failing key's backoff short;
     ``arrived`` is told of every object queueing a key that is being reconciled (whether it
     was an echo is decided once the attempt's writes are all recorded).
+
+    With ``inputs``, an update is queued only when ``inputs(old) != inputs(new)``: at scale
+    most updates of a watched kind change nothing the reconcile reads (Node heartbeats,
+    another controller's status fields), and each would cost a reconcile that finds nothing
+    to do. Adds and deletes always pass.
     """
 
     def __init__(
@@ -116,11 +140,13 @@ class EnqueueHandler:
         mapper: Mapper = object_key,
         own_writes: OwnWrites | None = None,
         arrived: Callable[[ObjectKey, Obj], None] | None = None,
+        inputs: Inputs | None = None,
     ) -> None:
         self._queue = queue
         self._mapper = mapper
         self._own_writes = own_writes
         self._arrived = arrived
+        self._inputs = inputs
 
     def _enqueue(self, obj: Obj, echo: bool = False, change: Obj | None = None) -> None:
         """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an
@@ -137,6 +163,8 @@ class EnqueueHandler:
         self._enqueue(obj, self._echo(obj))
 
     def on_update(self, old: Obj, new: Obj) -> None:
+        if self._inputs is not None and self._inputs(old) == self._inputs(new):
+            return
         # Both: an owner or label change must reach the old target and the new one.
         echo = self._echo(new)
         self._enqueue(old, echo, new)
@@ -195,9 +223,10 @@ class Controller:
 
     # -- sources ------------------------------------------------------------------------
 
-    def handler(self, mapper: Mapper = object_key) -> EnqueueHandler:
-        """An event handler feeding this controller's queue, for any informer."""
-        return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival)
+    def handler(self, mapper: Mapper = object_key, inputs: Inputs | None = None) -> EnqueueHandler:
+        """An event handler feeding this controller's queue, for any informer (``inputs``:
+        see ``EnqueueHandler``)."""
+        return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival, inputs)
 
     def _arrival(self, key: ObjectKey, obj: Obj) -> None:
         self._arrivals.setdefault(key, []).append(obj)
@@ -208,13 +237,16 @@ class Controller:
         arrived = self._arrivals.pop(key, [])
         return bool(arrived) and all(self.own_writes.is_own(obj) for obj in arrived)
 
-    def watch(self, informer: Informer, mapper: Mapper = object_key) -> EnqueueHandler:
-        """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes.
+    def watch(
+        self, informer: Informer, mapper: Mapper = object_key, inputs: Inputs | None = None
+    ) -> EnqueueHandler:
+        """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes (with
+        ``inputs``, only when what it returns changed; see ``EnqueueHandler``).
 
         Safe at any time: objects the informer already holds are queued at once.
         Returns the handler, for ``informer.remove_handler``.
         """
-        handler = self.handler(mapper)
+        handler = self.handler(mapper, inputs)
         informer.add_handler(handler)
         self._watched.append((informer, handler))
         if mapper is object_key and self._primary is None:

@@ -9,11 +9,15 @@ Aggregation, like client-go's events library: the first occurrence of (object, t
 action, note) creates an Event; repeats only count locally, and the Event's ``series``
 (count, lastObservedTime) is patched at most once per ``series_interval`` (and by
 ``flush()``). A reconcile failing in a hot loop therefore costs one write per interval, not one
-per failure. Recording never raises and never waits for the API server: like client-go's
-broadcaster, ``event`` queues the Event (at most ``queue_size``; beyond that it is dropped with
-a warning) and one background task writes them in order, so a reconcile's latency does not
-include its Events. ``flush()`` waits for the queue and writes pending series counts;
-``close()`` (called by ``Manager.stop``) also ends the writer.
+per failure. Like client-go's spam filter, each object has a bucket of ``spam_burst`` Events
+that refills one per ``spam_refill`` seconds; beyond it the object's Events are dropped (a pool
+of 1,000 Nodes would otherwise write an Event for each nodeRefs change).
+
+Recording never raises and never waits for the API server: like client-go's broadcaster,
+``event`` queues the Event (at most ``queue_size``; beyond that it is dropped with a warning)
+and one background task writes them in order, so a reconcile's latency does not include its
+Events. ``flush()`` waits for the queue and writes pending series counts; ``close()`` (called
+by ``Manager.stop``) also ends the writer.
 
 Callers must never pass secret values (tokens, keys, bootstrap data, kubeconfigs) in
 ``message``: Events are readable by far more users than Secrets are. Name the Secret instead.
@@ -70,6 +74,7 @@ class EventRecorder:
     ``series_interval`` [60 s]: the most often one repeating Event is patched.
     ``max_tracked`` [4096]: repeating Events remembered for aggregation (least recent dropped).
     ``queue_size`` [1000, client-go's]: Events waiting to be written before new ones are dropped.
+    ``spam_burst`` [25] and ``spam_refill`` [300 s]: client-go's per-object spam filter.
     """
 
     def __init__(
@@ -81,6 +86,8 @@ class EventRecorder:
         series_interval: float = 60.0,
         max_tracked: int = 4096,
         queue_size: int = 1000,
+        spam_burst: int = 25,
+        spam_refill: float = 300.0,
         logger: KVLogger | None = None,
     ) -> None:
         self.client = client
@@ -91,7 +98,23 @@ class EventRecorder:
         self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
         self._queue: asyncio.Queue[tuple[Obj, str, str, str, str]] = asyncio.Queue(queue_size)
         self._writer: asyncio.Task[None] | None = None
+        self.spam_burst = spam_burst
+        self.spam_refill = spam_refill
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        """Object -> (tokens, when counted): the spam filter's state, least recent first."""
         self.log = (logger or get_logger(__name__)).bind(recorder=component)
+
+    def _allowed(self, regarding: Obj) -> bool:
+        """Take a token from the object's bucket; False when it is empty (drop the Event)."""
+        key = str(regarding.get("uid") or f"{regarding.get('namespace')}/{regarding.get('name')}")
+        now = time.monotonic()
+        tokens, at = self._buckets.pop(key, (float(self.spam_burst), now))
+        tokens = min(float(self.spam_burst), tokens + (now - at) / self.spam_refill)
+        allowed = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_tracked:
+            self._buckets.popitem(last=False)
+        return allowed
 
     async def event(
         self, obj: Obj, type_: str, reason: str, message: str, *, action: str | None = None
@@ -102,8 +125,12 @@ class EventRecorder:
         ``message`` must not contain secret values.
         """
         note = message if len(message) <= NOTE_LIMIT else message[: NOTE_LIMIT - 3] + "..."
+        regarding = _regarding(obj)
+        if not self._allowed(regarding):
+            self.log.debug("event dropped by the spam filter", reason=reason)
+            return
         try:
-            self._queue.put_nowait((_regarding(obj), type_, reason, action or reason, note))
+            self._queue.put_nowait((regarding, type_, reason, action or reason, note))
         except asyncio.QueueFull:
             self.log.warning("event queue full; dropping event", reason=reason)
             return

@@ -10,6 +10,11 @@ resourceVersion is needed. Lists do not merge: a patch carrying one replaces the
 resourceVersion and fails with ``Conflict`` rather than undo a change made since the snapshot
 was read (the same optimistic lock Cluster API's patch helper takes for conditions).
 
+Two requests are saved where the outcome is known: when the spec patch moves the generation
+by exactly one (the reconcile's own write), the status's and its conditions' observedGeneration
+follow it in the same status patch; and when the spec patch released the last finalizer of a
+deleted object, no status patch is sent to an object that is gone.
+
 >>> patcher = Patcher(client, MACHINEPOOLS, mp)
 >>> mp["status"]["phase"] = "Running"
 >>> mp = await patcher.patch(mp)   # PATCH .../status {"status": {"phase": "Running"}}
@@ -61,11 +66,42 @@ def _lock_lists(patch: dict[str, Any], version: str | None) -> None:
             metadata["resourceVersion"] = version
 
 
+def _generation(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("generation")
+
+
+def _observe_own_spec_write(before: Obj, latest: Obj, obj: Obj) -> None:
+    """Our spec write moved the generation by exactly one: the status this reconcile computed
+    for the snapshot's generation has observed that spec too (it wrote it), so say so now, in
+    ``status.observedGeneration`` and in each condition's, rather than in another reconcile
+    and another status patch. Moved by more, someone else changed the spec meanwhile, and
+    the status keeps the generation it was computed for."""
+    status = obj.get("status")
+    old, new = _generation(before), _generation(latest)
+    if not isinstance(status, dict) or not isinstance(old, int) or new != old + 1:
+        return
+    if status.get("observedGeneration") == old:
+        status["observedGeneration"] = new
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("observedGeneration") == old:
+            cond["observedGeneration"] = new
+
+
+def _released(obj: Obj | None) -> bool:
+    """Whether ``obj`` (the server's answer to a patch) is deleted with no finalizer left."""
+    meta = (obj or {}).get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
 class Patcher:
     """Remembers an object as read and patches only the differences later.
 
     ``on_patched`` is told the server's answer after each patch that sent something (an
     ``OwnReader``'s ``wrote``, so the next reconcile does not read an older copy).
+    ``sole_status_writer``: the caller is the only writer of the object's status and reads it
+    through an ``OwnReader``, so its status snapshot is never older than the server's and a
+    status patch needs no lock; then another client's spec or metadata write between the read
+    and the patch no longer costs a 409 and a second reconcile.
     """
 
     def __init__(
@@ -75,8 +111,10 @@ class Patcher:
         obj: Obj,
         *,
         on_patched: Callable[[Obj], None] | None = None,
+        sole_status_writer: bool = False,
     ) -> None:
         self._client = client
+        self._lock_status = not sole_status_writer
         self._resource = resource
         self._before = copy.deepcopy(obj)
         self._on_patched = on_patched
@@ -107,9 +145,16 @@ class Patcher:
             _lock_lists(main_patch, version)
             latest = await self._client.patch(self._resource, name, main_patch, namespace)
             version = (latest.get("metadata") or {}).get("resourceVersion")
+            _observe_own_spec_write(self._before, latest, obj)
+            status_after = {"status": obj.get("status") or {}}
         status_patch = merge_patch(status_before, status_after)
+        if status_patch and _released(latest if main_patch else None):
+            # The patch let go of the last finalizer of a deleted object: it is gone, and a
+            # status patch would only be a 404.
+            status_patch = None
         if status_patch:
-            _lock_lists(status_patch, version)
+            if self._lock_status:
+                _lock_lists(status_patch, version)
             latest = await self._client.patch(
                 self._resource, name, status_patch, namespace, subresource="status"
             )

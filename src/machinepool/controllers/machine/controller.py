@@ -24,6 +24,7 @@ from machinepool.controllers.common import (
     dig,
     ensure,
     is_deleting,
+    node_inputs,
     now,
     ref_text,
 )
@@ -45,6 +46,7 @@ from machinepool.runtime import (
     Result,
     controller_owner,
     get_logger,
+    metadata_and_spec,
 )
 from machinepool.runtime.patch import Patcher
 
@@ -111,7 +113,8 @@ class MachineReconciler:
         for name, fn in INDEXERS.items():
             self.machines.add_indexer(name, fn)
         self.reader = OwnReader(self.client, MACHINES, self.machines)
-        self.controller.watch(self.machines)
+        # Only this controller writes a pool Machine's status.
+        self.controller.watch(self.machines, inputs=metadata_and_spec)
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
         prefix = f"{cluster.namespace}/{cluster.name}/"
@@ -145,7 +148,7 @@ class MachineReconciler:
         informer = await self.cluster_cache.get_informer(cluster, NODES)
         if cluster not in self._watched_clusters:
             await self.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_mapper(cluster))
+                cluster, NODES, self.controller.handler(self._node_mapper(cluster), node_inputs)
             )
             self._watched_clusters.add(cluster)
         return informer
@@ -158,7 +161,16 @@ class MachineReconciler:
         machine = await self.reader.get(key)
         if machine is None or not _pool_owned(machine):
             return Result()
-        patcher = Patcher(self.client, MACHINES, machine, on_patched=self.reader.wrote)
+        # The only writer of a pool Machine's status (UpToDate included), reading through
+        # OwnReader: the MachinePool controller's apply of the Machine's version must not
+        # turn this status patch into a 409.
+        patcher = Patcher(
+            self.client,
+            MACHINES,
+            machine,
+            on_patched=self.reader.wrote,
+            sole_status_writer=True,
+        )
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
@@ -172,6 +184,7 @@ class MachineReconciler:
             else:
                 result = reconcile_normal(scope)
         finally:
+            status.set_up_to_date(machine)
             status.set_phase(machine)
             try:
                 await patcher.patch(machine)

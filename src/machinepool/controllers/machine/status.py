@@ -1,4 +1,5 @@
-"""Conditions of a pool-owned Machine from its Node: NodeReady, Ready, Available.
+"""Conditions of a pool-owned Machine from its Node (NodeReady, Ready, Available), UpToDate,
+and its phase.
 
 Pure functions (unit-tested in tests/unit/test_core_machine_status.py), called by
 ``controller`` on every reconcile of a Machine that is not being deleted. The MachinePool
@@ -74,6 +75,23 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
         generation,
     )
     return max(1.0, math.ceil(min_ready - (at - since).total_seconds()))
+
+
+def set_up_to_date(machine: Obj) -> None:
+    """UpToDate: True, or False while the Machine is being deleted (upstream's values for
+    MachinePool Machines: the provider replaces outdated instances, so a live one is current).
+    """
+    conditions = ensure(machine, "status").setdefault("conditions", [])
+    if dig(machine, "metadata", "deletionTimestamp"):
+        set_condition(
+            conditions,
+            c.UP_TO_DATE_CONDITION,
+            False,
+            c.NOT_UP_TO_DATE_REASON,
+            "Machine is being deleted",
+        )
+    else:
+        set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
 
 
 def set_phase(machine: Obj) -> None:

@@ -26,13 +26,14 @@ from machinepool.controllers.common import (
     ensure,
     ensure_cluster_owner,
     is_deleting,
+    node_inputs,
     set_paused_condition,
 )
 from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
-from machinepool.controllers.machinepool.machines import reconcile_machines, set_machines_up_to_date
+from machinepool.controllers.machinepool.machines import reconcile_machines
 from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, lowest_requeue
 from machinepool.runtime import (
@@ -94,9 +95,13 @@ class MachinePoolReconciler:
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
-        self.controller.watch(self.pools)
+        # Only this controller writes a MachinePool's status and providerIDList; its own
+        # writes need no event.
+        self.controller.watch(self.pools, inputs=watches.pool_inputs)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
-        self.controller.watch(self.machines, watches.machine_to_pool(self.pools))
+        self.controller.watch(
+            self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs
+        )
 
     # -- dynamic watches ------------------------------------------------------------------
 
@@ -109,7 +114,9 @@ class MachinePoolReconciler:
                 self._watched.add(resource)
                 _index(informer, watches.BY_INFRA_PROVIDER_ID, watches.infra_provider_ids)
                 self._referenced.append(informer)
-                self.controller.watch(informer, watches.referenced_to_pool(self.pools))
+                self.controller.watch(
+                    informer, watches.referenced_to_pool(self.pools), watches.referenced_inputs
+                )
         return informer
 
     async def watch_infra_machine_kind(self, resource: Resource) -> Informer:
@@ -119,7 +126,9 @@ class MachinePoolReconciler:
             if resource not in self._watched:
                 self._watched.add(resource)
                 _index(informer, watches.BY_MEMBER_LABELS, watches.member_labels)
-                self.controller.watch(informer, watches.labels_to_pool(self.pools))
+                self.controller.watch(
+                    informer, watches.labels_to_pool(self.pools), watches.infra_machine_inputs
+                )
         return informer
 
     async def workload_nodes(self, scope: Scope) -> WorkloadNodes | None:
@@ -132,7 +141,7 @@ class MachinePoolReconciler:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
                 mapper = watches.node_to_pool(self.pools, key, lambda: self._referenced)
-                handler = self.controller.handler(mapper)
+                handler = self.controller.handler(mapper, node_inputs)
                 await self.cluster_cache.watch(key, NODES, handler)
                 self._watched_clusters.add(key)
         except ClusterNotConnected as exc:
@@ -163,6 +172,10 @@ class MachinePoolReconciler:
             return Result()
         if _set_paused(mp, cluster):
             await _patch(patcher, mp)
+            if not _paused(mp, cluster):
+                # Only the Paused condition changed (written first, as upstream does): carry
+                # on at once. A status write of our own wakes no watch (see start_watches).
+                self.controller.enqueue(key)
             return Result()
         scope = Scope(self, mp, cluster)
         result, errors = await _run(scope, _phases(mp))
@@ -192,7 +205,6 @@ def _phases(mp: Obj) -> list[Phase]:
         reconcile_machines,
         remediation.reconcile_remediation,
         reconcile_node_refs,
-        set_machines_up_to_date,
     ]
 
 
@@ -244,6 +256,12 @@ async def _patch(patcher: Patcher, mp: Obj) -> None:
 async def set_owner_and_labels(scope: Scope) -> Result:
     ensure_cluster_owner(scope.mp, scope.cluster)
     return Result()
+
+
+def _paused(mp: Obj, cluster: Obj) -> bool:
+    return bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
+        mp, "metadata", "annotations", default={}
+    )
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:

@@ -1,27 +1,26 @@
 """MachinePool Machines: one Machine per infra machine when the provider opts in.
 
-Called by ``controller``: ``reconcile_machines`` after ``infrastructure`` and
-``set_machines_up_to_date`` last. A provider opts in by setting
-``status.infrastructureMachineKind`` on its infra pool; its infra machines carry the
-cluster-name and pool-name labels. Machines are written by server-side apply as
-``machinepool-controller`` and only when they differ from what is wanted. Core never deletes
-a Machine, except one whose infra machine vanished out of band.
+Called by ``controller``: ``reconcile_machines`` after ``infrastructure``. A provider opts in
+by setting ``status.infrastructureMachineKind`` on its infra pool; its infra machines carry
+the cluster-name and pool-name labels. Machines are written by server-side apply as
+``machinepool-controller``, whole in one request (labels, owner, the Machine finalizer and the
+infra machine's providerID), and only when they differ from what is wanted. Core never
+deletes a Machine, except one whose infra machine vanished out of band. The Machines'
+UpToDate condition is written by the Machine controller in its own status patch (upstream
+writes it from the MachinePool controller, a second writer to the same list).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
 from machinepool.api.constants import pool_name_label_value
 from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import Conflict, NotFound, Obj, Result
-from machinepool.runtime.patch import Patcher
+from machinepool.runtime import Obj, Result
 
 FIELD_MANAGER = "machinepool-controller"
 
@@ -65,6 +64,11 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
             "name": dig(infra_machine, "metadata", "name"),
         },
     }
+    # The providerID the Machine controller would copy from the infra machine, sent in the
+    # create so the Machine needs no spec write of its own.
+    provider_id = dig(infra_machine, "spec", "providerID")
+    if provider_id:
+        spec["providerID"] = str(provider_id)
     version = dig(node, "status", "nodeInfo", "kubeletVersion")
     if version:
         spec["version"] = str(version)
@@ -82,6 +86,9 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
             "namespace": meta.get("namespace"),
             "labels": labels,
             "annotations": dict(template_meta.get("annotations") or {}),
+            # The Machine controller's finalizer, in the create as upstream's MachineSet
+            # does: one request instead of a create and a patch for each new Machine.
+            "finalizers": [c.MACHINE_FINALIZER],
             "ownerReferences": [
                 {
                     "apiVersion": mp.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
@@ -108,6 +115,9 @@ def _contains(have: Any, want: Any) -> bool:
         return True
     if isinstance(want, dict):
         return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list) and all(isinstance(w, str) for w in want):
+        # A set (finalizers): others may add theirs, and apply merges rather than replaces.
+        return isinstance(have, list) and set(want) <= set(have)
     if isinstance(want, list):
         return (
             isinstance(have, list)
@@ -181,52 +191,3 @@ async def _delete_orphans(scope: Scope, infra_names: set[str], kind: str) -> Non
             MACHINES, meta["name"], scope.namespace, uid=meta.get("uid")
         )
         scope.machines.remove(machine)
-
-
-async def set_machines_up_to_date(scope: Scope) -> Result:
-    """UpToDate on every pool Machine: True, or False while it is being deleted (as upstream)."""
-    client = scope.reconciler.client
-    stale = [(i, m, u) for i, m in enumerate(scope.machines) if (u := _with_up_to_date(m)) is not m]
-    outcomes = await asyncio.gather(
-        *(Patcher(client, MACHINES, machine).patch(updated) for _, machine, updated in stale),
-        return_exceptions=True,
-    )
-    errors: list[str] = []
-    causes: list[Exception] = []
-    for (i, machine, _), outcome in zip(stale, outcomes, strict=True):
-        if isinstance(outcome, (NotFound, Conflict)):
-            # Gone, or its conditions changed since our copy: the Machine's own event brings
-            # this pool back with the newer copy.
-            continue
-        if isinstance(outcome, Exception):
-            name = dig(machine, "metadata", "name")
-            errors.append(f"failed to set UpToDate on Machine {name}: {outcome}")
-            causes.append(outcome)
-        elif isinstance(outcome, BaseException):
-            raise outcome
-        else:
-            scope.machines[i] = outcome
-    if errors:
-        raise ExceptionGroup("; ".join(errors), causes)
-    return Result()
-
-
-def _with_up_to_date(machine: Obj) -> Obj:
-    """A copy of ``machine`` with its UpToDate condition set, or ``machine`` if unchanged.
-
-    Only the conditions are copied (this runs for every Machine of the pool on every pass).
-    """
-    conditions = copy.deepcopy(dig(machine, "status", "conditions", default=[]))
-    if is_deleting(machine):
-        changed = set_condition(
-            conditions,
-            c.UP_TO_DATE_CONDITION,
-            False,
-            c.NOT_UP_TO_DATE_REASON,
-            "Machine is being deleted",
-        )
-    else:
-        changed = set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
-    if not changed:
-        return machine
-    return {**machine, "status": {**(machine.get("status") or {}), "conditions": conditions}}

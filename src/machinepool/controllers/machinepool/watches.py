@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterable
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.controllers.common import dig, group_of
-from machinepool.runtime import IndexFunc, Informer, Mapper, Obj, ObjectKey, controller_owner
+from machinepool.runtime import (
+    IndexFunc,
+    Informer,
+    Mapper,
+    Obj,
+    ObjectKey,
+    controller_owner,
+    metadata_and_spec,
+)
 
 BY_CLUSTER = "machinepool.core/cluster"
 BY_REF = "machinepool.core/ref"
@@ -94,6 +102,66 @@ def infra_provider_ids(obj: Obj) -> list[str]:
     """Index an infra pool under each providerID it lists, namespaced."""
     ids = dig(obj, "spec", "providerIDList", default=[])
     return [f"{_ns(obj)}/{p}" for p in ids if p] if isinstance(ids, list) else []
+
+
+COUNTED_CONDITIONS = (c.READY_CONDITION, c.AVAILABLE_CONDITION, c.UP_TO_DATE_CONDITION)
+"""The Machine conditions a pool's counters and Machines* conditions aggregate."""
+
+
+def machine_inputs(machine: Obj) -> tuple[object, ...]:
+    """What a MachinePool reconcile reads from one of its Machines: the metadata and spec
+    it applies and compares, deletion, and the status of the conditions it counts.
+
+    The Machine controller's other status writes (phase, nodeRef, NodeReady, messages,
+    drain progress) change none of this, so they do not wake the pool (in a rollout they
+    were most of its reconciles).
+    """
+    meta = machine.get("metadata") or {}
+    statuses: dict[object, object] = {}
+    for cond in dig(machine, "status", "conditions", default=[]):
+        if isinstance(cond, dict):
+            statuses[cond.get("type")] = cond.get("status")
+    return (
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("ownerReferences"),
+        meta.get("deletionTimestamp"),
+        machine.get("spec"),
+        tuple(statuses.get(t) for t in COUNTED_CONDITIONS),
+    )
+
+
+def infra_machine_inputs(obj: Obj) -> tuple[object, ...]:
+    """What a MachinePool reconcile reads from an infra machine: its labels (membership) and
+    spec (providerID). Not the provider's status writes, and not its deletion: that follows
+    the Machine's, which the pool already saw (its disappearance still wakes the pool)."""
+    meta = obj.get("metadata") or {}
+    return (meta.get("labels"), obj.get("spec"))
+
+
+def pool_inputs(mp: Obj) -> tuple[object, ...]:
+    """What wakes a MachinePool's own reconcile: ``metadata_and_spec`` without
+    ``spec.providerIDList``, which only this controller writes (copied from the infra pool,
+    whose change already woke it)."""
+    spec = mp.get("spec") if isinstance(mp.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    rest = {k: v for k, v in spec.items() if k != "providerIDList"}
+    return (*metadata_and_spec(mp)[:-1], rest)
+
+
+def referenced_inputs(obj: Obj) -> tuple[object, ...]:
+    """What a MachinePool reconcile reads from its bootstrap config or infra pool: all but
+    the per-instance detail a provider reports (``status.instances``) and conditions other
+    than Ready, which a provider rewrites as instances come and go."""
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    assert isinstance(status, dict)
+    kept = {k: v for k, v in status.items() if k not in ("instances", "conditions")}
+    ready = [
+        cond
+        for cond in status.get("conditions") or []
+        if isinstance(cond, dict) and cond.get("type") == c.READY_CONDITION
+    ]
+    return (metadata_and_spec(obj), kept, ready, dig(status, "deprecated"))
 
 
 def _keys(pools: Iterable[Obj]) -> list[ObjectKey]:

@@ -26,6 +26,7 @@ from machinepool.providers.pool.observe import (
     ensure_provider_id_index,
     list_instances,
     load_owner,
+    node_inputs,
     read_nodes,
 )
 from machinepool.providers.pool.provider import MACHINE_POOLS, MACHINES, PoolProvider
@@ -46,6 +47,7 @@ from machinepool.runtime import (
     Patcher,
     Result,
     get_logger,
+    metadata_and_spec,
 )
 
 __all__ = ["PoolEngine", "start_engine"]
@@ -123,7 +125,7 @@ class PoolEngine:
             return
         try:
             informer = await self.env.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_to_pool)
+                cluster, NODES, self.controller.handler(self._node_to_pool, node_inputs)
             )
         except ClusterNotConnected:
             return
@@ -190,10 +192,12 @@ async def start_engine(
     engine = PoolEngine(env)
     ctrl = mgr.new_controller(f"{provider.component}-pool", engine, concurrency=concurrency)
     engine.controller = ctrl
-    ctrl.watch(env.pools)
-    ctrl.watch(env.infra_machines, lambda m: infra_machine_to_pool(env, m))
-    ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m))
-    ctrl.watch(env.machine_pools, lambda mp: _machine_pool_to_pool(env, mp))
+    # Status writes (this engine's own on pools and infra machines, the core's MachinePool
+    # status, the Machine controller's conditions) change nothing a pool reconcile reads.
+    ctrl.watch(env.pools, inputs=metadata_and_spec)
+    ctrl.watch(env.infra_machines, lambda m: infra_machine_to_pool(env, m), metadata_and_spec)
+    ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m), metadata_and_spec)
+    ctrl.watch(env.machine_pools, lambda mp: _machine_pool_to_pool(env, mp), metadata_and_spec)
     ctrl.watch(env.clusters, lambda cl: _cluster_to_pools(env, cl))
     machines = mgr.new_controller(
         f"{provider.component}-machine", InfraMachineReconciler(env), concurrency=concurrency

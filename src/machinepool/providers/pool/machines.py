@@ -23,6 +23,7 @@ from machinepool.runtime import (
     ObjectKey,
     PatchType,
     Result,
+    gather_bounded,
 )
 
 __all__ = ["InfraMachineReconciler", "prune_records", "sync_infra_machines"]
@@ -32,12 +33,22 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     """Create missing infra machines, refresh their status, and clean up after instances that
     vanished out of band (through their Machine when there is one)."""
     live = {i.id: i for i in scope.instances if i.state is not InstanceState.TERMINATED}
-    for instance in live.values():
-        machine = scope.infra_machines.get(instance.id)
-        if machine is None:
-            scope.infra_machines[instance.id] = await _create(scope, instance)
-        elif not _deleting(machine):
-            await _refresh_status(scope, machine, instance)
+    missing = [i for i in live.values() if i.id not in scope.infra_machines]
+    stale = [
+        (m, live[name])
+        for name, m in scope.infra_machines.items()
+        if name in live and not _deleting(m)
+    ]
+    # Independent writes, sent together (bounded): see runtime.gather_bounded.
+    created = await gather_bounded(_create(scope, i) for i in missing)
+    refreshed = await gather_bounded(_refresh_status(scope, m, i) for m, i in stale)
+    for instance, outcome in zip(missing, created, strict=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        scope.infra_machines[instance.id] = outcome
+    for failure in refreshed:
+        if isinstance(failure, BaseException):
+            raise failure
     for name, machine in scope.infra_machines.items():
         if name not in live and not _deleting(machine):
             await _release(scope, name, machine)

@@ -27,6 +27,7 @@ __all__ = [
     "ensure_member_indexes",
     "list_instances",
     "load_owner",
+    "node_inputs",
     "pool_members",
     "read_nodes",
 ]
@@ -155,3 +156,9 @@ def node_ready(node: Obj) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
+
+
+def node_inputs(node: Obj) -> tuple[object, bool]:
+    """What a pool reconcile reads from a Node: its providerID and whether it is Ready (the
+    ``inputs`` of the engine's Node watch, so heartbeats do not wake pools)."""
+    return (node.get("spec") or {}).get("providerID"), node_ready(node)

@@ -117,11 +117,20 @@ class SimBackend:
         return _instance(InstanceRecord.from_secret(created), now_utc())
 
     async def delete(self, instance_id: str) -> None:
-        """Terminate: the record stays as a tombstone (its index is never reused)."""
+        """Terminate. The pool's highest ordinal stays as a tombstone, so no id is ever
+        reused; any other record goes at once, one request instead of a tombstone now and a
+        purge later (the node simulator deletes the Node of a deleted record too)."""
         await self._weather("delete")
-        patch = {"metadata": {"annotations": {STATE_ANNOTATION: InstanceState.TERMINATED.value}}}
+        records = [r for r in self._records() if r.pool == self.pool]
+        top = max((r.index for r in records), default=0)
+        doomed = next((r for r in records if r.id == instance_id), None)
         with contextlib.suppress(NotFound):
-            await self.client.patch(SECRETS, instance_id, patch, self.namespace)
+            if doomed is not None and doomed.index < top:
+                await self.client.delete(SECRETS, instance_id, self.namespace)
+            else:
+                state = InstanceState.TERMINATED.value
+                patch = {"metadata": {"annotations": {STATE_ANNOTATION: state}}}
+                await self.client.patch(SECRETS, instance_id, patch, self.namespace)
         self._after("delete")
 
     async def purge(self, instance_id: str) -> None:
