@@ -377,11 +377,11 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
 
 def test_machine_controller_sets_up_to_date_in_its_own_status() -> None:
     m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {}}
-    machine_status.set_up_to_date(m)
+    common.set_up_to_date(m)
     (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
     assert (cond["status"], cond["reason"]) == ("True", c.UP_TO_DATE_REASON)
     m["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    machine_status.set_up_to_date(m)
+    common.set_up_to_date(m)
     (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
     assert (cond["status"], cond["reason"]) == ("False", c.NOT_UP_TO_DATE_REASON)
 
@@ -415,6 +415,9 @@ def test_pool_wakes_only_for_machine_changes_it_counts() -> None:
     deleting = machine(Ready="False", NodeReady="False")
     deleting["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     assert watches.machine_inputs(base) != watches.machine_inputs(deleting)
+    # A health check's marks ask the pool for remediation: they must wake it.
+    marked = machine(Ready="False", NodeReady="False", OwnerRemediated="False")
+    assert watches.machine_inputs(base) != watches.machine_inputs(marked)
 
 
 def test_node_heartbeat_wakes_no_core_controller() -> None:

@@ -49,7 +49,7 @@ USER_AGENT = "machinepool-controller"
 async def _setup_core(
     mgr: Manager, cache: ClusterCache, *, beside_upstream: bool = False, **opts: Any
 ) -> None:
-    await machinepool_controller.setup(mgr, cache, **opts)
+    await machinepool_controller.setup(mgr, cache, machines_up_to_date=beside_upstream, **opts)
     if not beside_upstream:
         # Beside upstream, its Machine controller owns every Machine and its own
         # MachineHealthCheck controller marks them (our MachinePools still remediate).

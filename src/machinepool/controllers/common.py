@@ -281,3 +281,20 @@ class ContractResolver:
         )
         self._known[(group, kind)] = found
         return found
+
+
+def set_up_to_date(machine: Obj) -> None:
+    """UpToDate: True, or False while the Machine is being deleted (upstream's values for
+    MachinePool Machines: the provider replaces outdated instances, so a live one is current).
+    """
+    conditions = ensure(machine, "status").setdefault("conditions", [])
+    if dig(machine, "metadata", "deletionTimestamp"):
+        set_condition(
+            conditions,
+            c.UP_TO_DATE_CONDITION,
+            False,
+            c.NOT_UP_TO_DATE_REASON,
+            "Machine is being deleted",
+        )
+    else:
+        set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)

@@ -27,6 +27,7 @@ from machinepool.controllers.common import (
     node_inputs,
     now,
     ref_text,
+    set_up_to_date,
 )
 from machinepool.controllers.machine import drain, status
 from machinepool.controllers.machine.scope import Scope
@@ -184,7 +185,7 @@ class MachineReconciler:
             else:
                 result = reconcile_normal(scope)
         finally:
-            status.set_up_to_date(machine)
+            set_up_to_date(machine)
             status.set_phase(machine)
             try:
                 await patcher.patch(machine)

@@ -77,23 +77,6 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
     return max(1.0, math.ceil(min_ready - (at - since).total_seconds()))
 
 
-def set_up_to_date(machine: Obj) -> None:
-    """UpToDate: True, or False while the Machine is being deleted (upstream's values for
-    MachinePool Machines: the provider replaces outdated instances, so a live one is current).
-    """
-    conditions = ensure(machine, "status").setdefault("conditions", [])
-    if dig(machine, "metadata", "deletionTimestamp"):
-        set_condition(
-            conditions,
-            c.UP_TO_DATE_CONDITION,
-            False,
-            c.NOT_UP_TO_DATE_REASON,
-            "Machine is being deleted",
-        )
-    else:
-        set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
-
-
 def set_phase(machine: Obj) -> None:
     status = ensure(machine, "status")
     if dig(machine, "metadata", "deletionTimestamp"):

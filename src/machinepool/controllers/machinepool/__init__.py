@@ -25,14 +25,23 @@ __all__ = ["COMPONENT", "CONTROLLER_NAME", "MachinePoolReconciler", "setup"]
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10, **_options: Any
+    mgr: Manager,
+    cluster_cache: ClusterCache,
+    *,
+    concurrency: int = 10,
+    machines_up_to_date: bool = False,
+    **_options: Any,
 ) -> MachinePoolReconciler:
     """Register the MachinePool controller on ``mgr``.
 
     ``concurrency`` [10, upstream's ``--machinepool-concurrency``]: MachinePools reconciled
-    at once. Other options are accepted and ignored so the app can pass one option set to
-    every controller package.
+    at once. ``machines_up_to_date`` [False]: write the UpToDate condition of pool Machines
+    (beside upstream, where our Machine controller, which writes it otherwise, does not run).
+    Other options are accepted and ignored so the app can pass one option set to every
+    controller package.
     """
-    reconciler = MachinePoolReconciler(mgr, cluster_cache, concurrency=concurrency)
+    reconciler = MachinePoolReconciler(
+        mgr, cluster_cache, concurrency=concurrency, machines_up_to_date=machines_up_to_date
+    )
     await reconciler.start_watches()
     return reconciler

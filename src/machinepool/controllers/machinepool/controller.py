@@ -33,7 +33,10 @@ from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
-from machinepool.controllers.machinepool.machines import reconcile_machines
+from machinepool.controllers.machinepool.machines import (
+    reconcile_machines,
+    set_machines_up_to_date,
+)
 from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, lowest_requeue
 from machinepool.runtime import (
@@ -67,7 +70,17 @@ log = get_logger(__name__)
 class MachinePoolReconciler:
     """Reconciles MachinePools; owns the dynamic watches their references need."""
 
-    def __init__(self, mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 1) -> None:
+    def __init__(
+        self,
+        mgr: Manager,
+        cluster_cache: ClusterCache,
+        *,
+        concurrency: int = 1,
+        machines_up_to_date: bool = False,
+    ) -> None:
+        self.machines_up_to_date = machines_up_to_date
+        """Write UpToDate on pool Machines here, as upstream's MachinePool controller does: only
+        when no Machine controller of ours writes it (beside upstream)."""
         self.client = mgr.client
         self.cache = mgr.cache
         self.cluster_cache = cluster_cache
@@ -178,7 +191,7 @@ class MachinePoolReconciler:
                 self.controller.enqueue(key)
             return Result()
         scope = Scope(self, mp, cluster)
-        result, errors = await _run(scope, _phases(mp))
+        result, errors = await _run(scope, _phases(mp, self.machines_up_to_date))
         update_status(scope)
         if not errors:
             mp["status"]["observedGeneration"] = dig(mp, "metadata", "generation")
@@ -195,10 +208,10 @@ def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
         informer.add_indexer(name, fn)
 
 
-def _phases(mp: Obj) -> list[Phase]:
+def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase]:
     if is_deleting(mp):
         return [set_owner_and_labels, reconcile_delete]
-    return [
+    phases: list[Phase] = [
         set_owner_and_labels,
         reconcile_bootstrap,
         reconcile_infrastructure,
@@ -206,6 +219,7 @@ def _phases(mp: Obj) -> list[Phase]:
         remediation.reconcile_remediation,
         reconcile_node_refs,
     ]
+    return [*phases, set_machines_up_to_date] if machines_up_to_date else phases
 
 
 async def _run(scope: Scope, phases: list[Phase]) -> tuple[Result, list[BaseException]]:

@@ -17,10 +17,11 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting
+from machinepool.controllers.common import MACHINES, dig, group_of, is_deleting, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import Obj, Result
+from machinepool.runtime import Conflict, NotFound, Obj, Result
+from machinepool.runtime.patch import Patcher
 
 FIELD_MANAGER = "machinepool-controller"
 
@@ -191,3 +192,35 @@ async def _delete_orphans(scope: Scope, infra_names: set[str], kind: str) -> Non
             MACHINES, meta["name"], scope.namespace, uid=meta.get("uid")
         )
         scope.machines.remove(machine)
+
+
+async def set_machines_up_to_date(scope: Scope) -> Result:
+    """UpToDate on every pool Machine, as upstream's MachinePool controller writes it; only
+    beside upstream, whose Machine controller does not (ours writes it in its own status)."""
+    client = scope.reconciler.client
+    stale = []
+    for i, machine in enumerate(scope.machines):
+        updated = {**machine, "status": dict(machine.get("status") or {})}
+        updated["status"]["conditions"] = [
+            dict(x) for x in updated["status"].get("conditions") or []
+        ]
+        set_up_to_date(updated)
+        if updated["status"]["conditions"] != dig(machine, "status", "conditions", default=[]):
+            stale.append((i, machine, updated))
+    outcomes = await asyncio.gather(
+        *(Patcher(client, MACHINES, machine).patch(updated) for _, machine, updated in stale),
+        return_exceptions=True,
+    )
+    errors: list[Exception] = []
+    for (i, _, _), outcome in zip(stale, outcomes, strict=True):
+        if isinstance(outcome, (NotFound, Conflict)):
+            continue  # gone, or changed since our copy: its own event brings the pool back
+        if isinstance(outcome, Exception):
+            errors.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            scope.machines[i] = outcome
+    if errors:
+        raise ExceptionGroup("failed to set UpToDate on pool Machines", errors)
+    return Result()

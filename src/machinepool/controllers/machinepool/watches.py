@@ -104,8 +104,15 @@ def infra_provider_ids(obj: Obj) -> list[str]:
     return [f"{_ns(obj)}/{p}" for p in ids if p] if isinstance(ids, list) else []
 
 
-COUNTED_CONDITIONS = (c.READY_CONDITION, c.AVAILABLE_CONDITION, c.UP_TO_DATE_CONDITION)
-"""The Machine conditions a pool's counters and Machines* conditions aggregate."""
+COUNTED_CONDITIONS = (
+    c.READY_CONDITION,
+    c.AVAILABLE_CONDITION,
+    c.UP_TO_DATE_CONDITION,
+    c.HEALTH_CHECK_SUCCEEDED_CONDITION,
+    c.OWNER_REMEDIATED_CONDITION,
+)
+"""The Machine conditions a pool reads: those its counters and Machines* conditions aggregate,
+and the two a health check sets to ask the pool for remediation."""
 
 
 def machine_inputs(machine: Obj) -> tuple[object, ...]:
