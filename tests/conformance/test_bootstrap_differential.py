@@ -25,7 +25,13 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.conformance.differential import allowed_differences, differences
-from tests.reliability.harness import CLUSTER, KUBEADM_CONFIGS, MACHINE_POOLS, ControllerProcess
+from tests.reliability.harness import (
+    CLUSTER,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    ControllerProcess,
+    machine_pool,
+)
 from tests.support import eventually
 from tests.support.upstream import cluster_namespace
 
@@ -98,37 +104,11 @@ async def _cluster(client: Client, workload: WorkloadCluster) -> None:
 
 
 def _pool(name: str, version: str) -> Obj:
-    return {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": "MachinePool",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
-        },
-        "spec": {
-            "clusterName": CLUSTER,
-            "replicas": 1,
-            "template": {
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "version": version,
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": name,
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        },
-    }
+    """The harness's pool (KubeadmConfig and SimMachinePool ``name``), labelled with its
+    Cluster as core would have labelled it (no core runs here)."""
+    return machine_pool(
+        name, NAMESPACE, 1, version=version, labels={"cluster.x-k8s.io/cluster-name": CLUSTER}
+    )
 
 
 async def _render(provider: Provider, case: str) -> dict[str, Any]:
