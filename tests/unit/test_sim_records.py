@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import machinepool.providers.sim as sim_provider
+import machinepool.sim as sim
 from machinepool.api import constants as c
 from machinepool.providers.pool.types import InstanceState
 from machinepool.sim import records as r
@@ -66,3 +68,17 @@ def test_cloud_states_are_the_engine_instance_states() -> None:
     """The sim backend maps a record's state onto ``InstanceState`` by value."""
     cloud = {r.PENDING, r.RUNNING, r.FAILED, r.TERMINATED}
     assert cloud == {state.value for state in InstanceState}
+
+
+def test_the_sim_provider_exports_only_its_controller_side() -> None:
+    """The cloud is ``machinepool.sim``'s; the provider package re-exports none of it."""
+    assert set(sim_provider.__all__) == {
+        "SIM_MACHINES",
+        "SIM_MACHINE_POOLS",
+        "SimBackend",
+        "SimPoolSettings",
+        "SimProvider",
+        "setup",
+    }
+    assert {"SimCloud", "Faults", "FaultsWatch", "InstanceRecord"} <= set(sim.__all__)
+    assert all(hasattr(sim, name) for name in sim.__all__)
