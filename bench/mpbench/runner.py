@@ -25,10 +25,10 @@ USER_AGENT = "machinepool-controller"
 
 
 def _setups(components: list[str]) -> list[Callable[..., Awaitable[object]]]:
-    from machinepool import kubelet
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinepool
     from machinepool.providers import sim
+    from machinepool.sim import kubelet
 
     table: dict[str, list[Callable[..., Awaitable[object]]]] = {
         "core": [machinepool.setup, machine.setup],

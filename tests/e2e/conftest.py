@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, SimCloud
+from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.runtime import (
     NODES,
     SECRETS,
@@ -32,6 +32,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
+from machinepool.sim import SimCloud
 
 MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
 MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
@@ -205,10 +206,11 @@ def _node_ready(node: Obj) -> bool:
 async def system(
     client: Client, namespace: str, workload: WorkloadCluster, crds: list[str]
 ) -> AsyncIterator[System]:
-    from machinepool import bootstrap, kubelet
+    from machinepool import bootstrap
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinehealthcheck, machinepool
     from machinepool.providers import sim
+    from machinepool.sim import kubelet
 
     _ = (bootstrap, crds)
     cluster = "work"

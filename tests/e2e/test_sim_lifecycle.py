@@ -146,7 +146,7 @@ async def test_bad_input_is_reported_in_conditions(system: System) -> None:
 
 
 async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None:
-    from machinepool.providers.sim import Faults
+    from machinepool.sim import Faults
 
     await _with_pools(system)
     await system.cloud.set_faults(system.namespace, Faults(error_rate=1.0))

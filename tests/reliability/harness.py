@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 
 from machinepool.controlplane.process import free_port
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, InstanceRecord
+from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.runtime import (
     CORE_EVENTS,
     EVENTS,
@@ -45,6 +45,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
+from machinepool.sim import InstanceRecord
 
 MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
 MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")

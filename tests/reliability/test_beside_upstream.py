@@ -50,7 +50,6 @@ from tests.support.upstream import (
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.process import free_port
-from machinepool.providers.sim import SimCloud
 from machinepool.runtime import (
     CONFIGMAPS,
     CRDS,
@@ -61,6 +60,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
+from machinepool.sim import SimCloud
 from machinepool.webhooks import beside
 
 pytestmark = pytest.mark.timeout(900)

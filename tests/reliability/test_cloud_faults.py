@@ -18,7 +18,7 @@ from tests.reliability.harness import (
     roll,
 )
 
-from machinepool.providers.sim import Faults, SimCloud
+from machinepool.sim import Faults, SimCloud
 
 FAULTS = Faults(error_rate=0.07, error_after_rate=0.07, stall_rate=0.06, stall_seconds=3.0)
 """20% of create/delete calls misbehave: fail before acting, fail after acting (a lost

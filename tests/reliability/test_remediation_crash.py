@@ -24,8 +24,8 @@ from tests.reliability.harness import (
 
 from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.controllers.machinehealthcheck import MACHINE_HEALTH_CHECKS
-from machinepool.providers.sim import SimCloud
 from machinepool.runtime import FuncHandler, Informer, Obj
+from machinepool.sim import SimCloud
 
 KILLS = 6
 """SIGKILLs per run at scale 1."""

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from machinepool.api import constants as c
-from machinepool.api.infra_sim import InstanceRecord
-from machinepool.kubelet import InvalidBootstrapData, parse_join
-from machinepool.kubelet.node import node_object, node_status
+from machinepool.sim.kubelet import InvalidBootstrapData, parse_join
+from machinepool.sim.kubelet.node import node_object, node_status
+from machinepool.sim.records import InstanceRecord
 
 JOIN = """apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration

@@ -10,9 +10,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from machinepool.providers.sim import Faults
-from machinepool.providers.sim.cloud import FAULTS_CONFIGMAP, POOL_ANNOTATION, STATE_ANNOTATION
-from machinepool.providers.sim.faults import FaultsWatch
 from machinepool.providers.sim.records import PoolRecords
 from machinepool.runtime import (
     SECRETS,
@@ -23,6 +20,10 @@ from machinepool.runtime import (
     Resource,
     WatchEvent,
 )
+from machinepool.sim import Faults
+from machinepool.sim.cloud import FAULTS_CONFIGMAP
+from machinepool.sim.faults import FaultsWatch
+from machinepool.sim.records import POOL_ANNOTATION, STATE_ANNOTATION
 
 
 class FakeApi:

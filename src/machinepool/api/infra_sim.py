@@ -4,17 +4,14 @@ The simulated infrastructure provider (``machinepool.providers.sim``) reconciles
 SimMachinePool is a pool of simulated instances serving one MachinePool, a SimMachine is one
 of its instances (so core creates a MachinePool Machine for it). The CRDs carry the contract
 label ``cluster.x-k8s.io/v1beta2: v1beta2``. Failure domains come from the MachinePool's
-``spec.failureDomains`` (as upstream providers read them), not from this object.
+``spec.failureDomains`` (as upstream providers read them), not from this object. The
+simulated cloud's own storage of instances is not an API kind: it is in
+``machinepool.sim.records``.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -25,24 +22,14 @@ from machinepool.api.meta import (
     MetaCondition,
     ObjectMeta,
     OpenAPI,
-    format_time,
     list_map,
-    parse_time,
 )
 from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
 
 __all__ = [
-    "INSTANCE_LABEL",
-    "INSTANCE_SECRET_TYPE",
-    "KUBELET_ANNOTATION",
-    "POOL_ANNOTATION",
-    "POOL_LABEL",
     "SIM_MACHINE",
     "SIM_MACHINE_POOL",
     "SIM_PROVIDER_NAME",
-    "STATE_ANNOTATION",
-    "STATE_REASON_ANNOTATION",
-    "InstanceRecord",
     "SimInstanceStatus",
     "SimMachine",
     "SimMachinePool",
@@ -54,8 +41,6 @@ __all__ = [
     "SimRollingUpdate",
     "SimSettings",
     "SimTemplate",
-    "provider_id",
-    "user_data",
 ]
 
 GROUP_VERSION = "infrastructure.cluster.x-k8s.io/v1beta2"
@@ -270,108 +255,3 @@ SIM_MACHINE = register_kind(
         ),
     )
 )
-
-
-# --- simulated instance records ----------------------------------------------------------
-# The sim provider stores each instance as a Secret; the node simulator reads them. This is
-# the format both sides share, so it lives here, below both.
-
-INSTANCE_SECRET_TYPE = "sim.infrastructure.cluster.x-k8s.io/instance"
-INSTANCE_LABEL = "sim.infrastructure.cluster.x-k8s.io/instance"
-"""On every instance record (value ``true``): the node simulator selects records by it."""
-POOL_LABEL = "sim.infrastructure.cluster.x-k8s.io/pool"
-"""The SimMachinePool name as a label value (hashed when too long)."""
-POOL_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/pool-name"
-"""The SimMachinePool name, exactly."""
-STATE_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/state"
-"""A forced state (failed, terminated) that overrides the boot clock."""
-STATE_REASON_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/state-reason"
-KUBELET_ANNOTATION = "sim.infrastructure.cluster.x-k8s.io/kubelet"
-"""``stopped``: the instance runs but its kubelet is dead (no join, no heartbeats), a fault
-for health checks; the cloud still reports the instance running."""
-
-
-def provider_id(failure_domain: str, instance_id: str) -> str:
-    """``sim:///<failure-domain>/<instance-id>``, the Node's spec.providerID."""
-    return f"sim:///{failure_domain}/{instance_id}"
-
-
-@dataclass(frozen=True)
-class InstanceRecord:
-    """One instance as stored; ``state_at`` gives its state at a moment."""
-
-    namespace: str
-    id: str
-    pool: str
-    index: int
-    cluster: str
-    failure_domain: str
-    provider_id: str
-    template_hash: str
-    version: str
-    created: datetime
-    boot_at: datetime
-    will_fail: bool
-    bootstrap_version: str
-    forced_state: str
-    attributes: Mapping[str, str]
-    uid: str = ""
-    kubelet_stopped: bool = False
-    """The kubelet fault is on (``KUBELET_ANNOTATION``)."""
-
-    def state_at(self, now: datetime) -> str:
-        """Forced state if any, else pending until ``boot_at``, then running (or failed)."""
-        if self.forced_state in ("failed", "terminated"):
-            return self.forced_state
-        if now < self.boot_at:
-            return "pending"
-        return "failed" if self.will_fail else "running"
-
-    @classmethod
-    def from_secret(cls, secret: dict[str, Any]) -> InstanceRecord:
-        meta = secret.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        raw = (secret.get("data") or {}).get("instance.json", "")
-        info: dict[str, Any] = json.loads(base64.b64decode(raw) or b"{}")
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            id=str(meta.get("name", "")),
-            pool=str(annotations.get(POOL_ANNOTATION, info.get("pool", ""))),
-            index=int(info.get("index", 0)),
-            cluster=str(info.get("cluster", "")),
-            failure_domain=str(info.get("failureDomain", "")),
-            provider_id=str(info.get("providerID", "")),
-            template_hash=str(info.get("templateHash", "")),
-            version=str(info.get("version", "")),
-            created=parse_time(str(info.get("createdAt", "1970-01-01T00:00:00Z"))),
-            boot_at=parse_time(str(info.get("bootAt", "1970-01-01T00:00:00Z"))),
-            will_fail=bool(info.get("willFail", False)),
-            bootstrap_version=str(info.get("bootstrapVersion", "")),
-            forced_state=str(annotations.get(STATE_ANNOTATION, "")),
-            kubelet_stopped=annotations.get(KUBELET_ANNOTATION) == "stopped",
-            attributes=dict(info.get("attributes") or {}),
-            uid=str(meta.get("uid", "")),
-        )
-
-    def info(self) -> dict[str, Any]:
-        """The immutable facts, as stored in ``instance.json``."""
-        return {
-            "pool": self.pool,
-            "index": self.index,
-            "cluster": self.cluster,
-            "failureDomain": self.failure_domain,
-            "providerID": self.provider_id,
-            "templateHash": self.template_hash,
-            "version": self.version,
-            "createdAt": format_time(self.created),
-            "bootAt": format_time(self.boot_at),
-            "willFail": self.will_fail,
-            "bootstrapVersion": self.bootstrap_version,
-            "attributes": dict(self.attributes),
-        }
-
-
-def user_data(secret: dict[str, Any]) -> bytes:
-    """The bootstrap data an instance booted with (secret: never log it)."""
-    raw = (secret.get("data") or {}).get("userdata", "")
-    return base64.b64decode(raw) if raw else b""

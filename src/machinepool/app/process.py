@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from machinepool import bootstrap, kubelet
+from machinepool import bootstrap
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
 from machinepool.controllers import machine as machine_controller
@@ -39,6 +39,7 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
+from machinepool.sim import kubelet
 from machinepool.webhooks import WebhookServer, beside, register, register_validation, serve
 
 Setup = Callable[..., Awaitable[None]]

@@ -1,10 +1,11 @@
 """machinepool.providers.sim: SimMachinePool and SimMachine, the embedded default provider.
 
-The pool engine (``machinepool.providers.pool``) over a simulated cloud whose instances live as
-Secrets in the management cluster (``cloud.py``), so they survive controller restarts and the
-node simulator (``machinepool.kubelet``) can join them to the workload cluster. Wire it with
-``await setup(mgr, cluster_cache)``; inject faults with ``SimCloud`` (the provider watches them:
-``faults.FaultsWatch``).
+The pool engine (``machinepool.providers.pool``) over the simulated cloud (``machinepool.sim``),
+whose instances live as Secrets in the management cluster, so they survive controller restarts
+and the node simulator (``machinepool.sim.kubelet``) can join them to the workload cluster.
+This package is only the controller side: the engine's backend and provider for the Sim kinds.
+Wire it with ``await setup(mgr, cluster_cache)``; inject faults with ``machinepool.sim.SimCloud``
+(the provider watches them: ``machinepool.sim.FaultsWatch``).
 """
 
 from __future__ import annotations
@@ -13,29 +14,16 @@ from typing import Any
 
 from machinepool.providers.pool.engine import start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.cloud import (
-    DEFAULT_ZONES,
-    INSTANCE_LABEL,
-    Faults,
-    InstanceRecord,
-    SimCloud,
-    provider_id,
-)
-from machinepool.providers.sim.faults import FaultsWatch
 from machinepool.providers.sim.provider import SIM_MACHINE_POOLS, SIM_MACHINES, SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
+from machinepool.sim import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch, InstanceRecord
 
 __all__ = [
-    "DEFAULT_ZONES",
     "SIM_MACHINES",
     "SIM_MACHINE_POOLS",
-    "Faults",
-    "InstanceRecord",
     "SimBackend",
-    "SimCloud",
     "SimPoolSettings",
     "SimProvider",
-    "provider_id",
     "setup",
 ]
 

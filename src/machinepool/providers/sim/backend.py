@@ -10,27 +10,21 @@ atomic request).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
-from machinepool.api import constants as c
 from machinepool.providers.pool.types import CloudError, Instance, InstanceSpec, InstanceState
-from machinepool.providers.sim.cloud import (
-    INSTANCE_LABEL,
-    INSTANCE_SECRET_TYPE,
-    POOL_ANNOTATION,
-    POOL_LABEL,
+from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
+from machinepool.sim.cloud import Faults, now_utc
+from machinepool.sim.records import (
     STATE_ANNOTATION,
-    Faults,
+    TERMINATED,
     InstanceRecord,
-    now_utc,
+    instance_secret,
     provider_id,
 )
-from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
 
 __all__ = ["SimBackend", "SimPoolSettings"]
 
@@ -110,7 +104,10 @@ class SimBackend:
             attributes=dict(spec.attributes),
         )
         try:
-            created = await self.client.create(SECRETS, self._secret(record, spec), self.namespace)
+            secret = instance_secret(
+                record, userdata=spec.bootstrap_data, labels=spec.labels, owner=self.owner
+            )
+            created = await self.client.create(SECRETS, secret, self.namespace)
         except AlreadyExists:
             created = await self.client.get(SECRETS, spec.instance_id, self.namespace)
         self._after("create")
@@ -128,37 +125,13 @@ class SimBackend:
             if doomed is not None and doomed.index < top:
                 await self.client.delete(SECRETS, instance_id, self.namespace)
             else:
-                state = InstanceState.TERMINATED.value
-                patch = {"metadata": {"annotations": {STATE_ANNOTATION: state}}}
+                patch = {"metadata": {"annotations": {STATE_ANNOTATION: TERMINATED}}}
                 await self.client.patch(SECRETS, instance_id, patch, self.namespace)
         self._after("delete")
 
     async def purge(self, instance_id: str) -> None:
         """Remove a terminated instance's record for good."""
         await self.client.delete(SECRETS, instance_id, self.namespace)
-
-    def _secret(self, record: InstanceRecord, spec: InstanceSpec) -> Obj:
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": INSTANCE_SECRET_TYPE,
-            "metadata": {
-                "name": record.id,
-                "namespace": self.namespace,
-                "labels": {
-                    INSTANCE_LABEL: "true",
-                    POOL_LABEL: c.pool_name_label_value(self.pool),
-                    c.CLUSTER_NAME_LABEL: self.cluster,
-                    **dict(spec.labels),
-                },
-                "annotations": {POOL_ANNOTATION: self.pool},
-                "ownerReferences": [self.owner],
-            },
-            "data": {
-                "instance.json": _b64(json.dumps(record.info(), sort_keys=True).encode()),
-                "userdata": _b64(spec.bootstrap_data),
-            },
-        }
 
     async def _weather(self, call: str) -> None:
         """Injected faults that strike before the call acts."""
@@ -171,10 +144,6 @@ class SimBackend:
         """Injected faults that strike after the call took effect (a lost response)."""
         if self.faults.error_after_rate and self._rng.random() < self.faults.error_after_rate:
             raise CloudError(f"simulated cloud timeout after {call} (injected fault)")
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def _instance(record: InstanceRecord, now: datetime) -> Instance:

@@ -12,9 +12,9 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.cloud import DEFAULT_ZONES, Faults, SimCloud
 from machinepool.providers.sim.records import PoolRecords
 from machinepool.runtime import Client, Informer, Obj, Resource
+from machinepool.sim import DEFAULT_ZONES, Faults, SimCloud
 
 __all__ = ["SIM_MACHINES", "SIM_MACHINE_POOLS", "SimProvider"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
-from machinepool.providers.sim.cloud import POOL_ANNOTATION, InstanceRecord
 from machinepool.runtime import FuncHandler, Informer, Obj, ObjectKey
+from machinepool.sim.records import POOL_ANNOTATION, InstanceRecord
 
 __all__ = ["RECORD_POOL_INDEX", "PoolRecords"]
 

@@ -1,6 +1,6 @@
-"""machinepool.kubelet: the node simulator that turns running sim instances into Nodes.
+"""machinepool.sim.kubelet: the node simulator that turns running sim instances into Nodes.
 
-Watches the simulated cloud's instance records (``machinepool.providers.sim``), joins each
+Watches the simulated cloud's instance records (``machinepool.sim.records``), joins each
 running instance to its workload cluster with the bootstrap token it booted with, heartbeats
 its Node, runs the pods bound to it and removes the Node when the instance is terminated.
 Wire it with ``await setup(mgr, cluster_cache)``.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from machinepool.api.infra_sim import INSTANCE_LABEL
-from machinepool.kubelet.agent import KubeletSimulator
-from machinepool.kubelet.join import JoinRejected, ca_pin, verify_join
-from machinepool.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
 from machinepool.runtime import SECRETS, ClusterCache, Manager
+from machinepool.sim.kubelet.agent import KubeletSimulator
+from machinepool.sim.kubelet.join import JoinRejected, ca_pin, verify_join
+from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
+from machinepool.sim.records import INSTANCE_LABEL
 
 __all__ = [
     "InvalidBootstrapData",

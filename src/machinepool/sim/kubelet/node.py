@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.infra_sim import InstanceRecord
 from machinepool.api.meta import format_time
 from machinepool.runtime import Obj
+from machinepool.sim.records import InstanceRecord
 
 __all__ = ["node_object", "node_status", "node_unknown_status", "pod_running_status"]
 

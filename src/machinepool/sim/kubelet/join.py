@@ -17,8 +17,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from machinepool.kubelet.joinconfig import JoinInfo
 from machinepool.runtime import ApiError, Client, Unauthorized
+from machinepool.sim.kubelet.joinconfig import JoinInfo
 
 __all__ = ["JoinRejected", "ca_pin", "verify_join"]
 

@@ -1,21 +1,16 @@
 """The simulated cloud: instances stored as Secrets in the management cluster.
 
-Each instance is one Secret (type ``sim.infrastructure.cluster.x-k8s.io/instance``) in its
-pool's namespace, named by the instance id. Keeping the cloud in the API server rather than in
-controller memory means it survives controller restarts (even ``kill -9``), is shared with the
-node simulator (``machinepool.kubelet``) and is visible to tests. A Secret, not a ConfigMap,
-because an instance keeps the bootstrap data it booted with, and that holds a join token.
-
-Immutable facts live in ``data`` (``instance.json`` and ``userdata``); what changes later (the
-state a fault or a termination forces) lives in annotations so it can be merge-patched without
-a read. The state of a booting instance is derived from the clock (``bootAt``), so no process
-has to be running for an instance to finish booting.
+Each instance is one Secret in its pool's namespace (the format: ``records.py``). Keeping the
+cloud in the API server rather than in controller memory means it survives controller restarts
+(even ``kill -9``), is shared with the node simulator (``machinepool.sim.kubelet``) and is
+visible to tests. A Secret, not a ConfigMap, because an instance keeps the bootstrap data it
+booted with, and that holds a join token.
 
 Faults are injected through a ConfigMap ``machinepool-sim-faults`` in the pool's namespace
 (``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``; the provider watches it,
 ``faults.py``) or per instance with ``fail_instance``. The sim provider's backend
-(``backend.py``) and the node simulator read these records; tests use ``SimCloud`` to inject
-faults.
+(``machinepool.providers.sim``) and the node simulator read the records; tests use
+``SimCloud`` to inject faults.
 """
 
 from __future__ import annotations
@@ -24,37 +19,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from machinepool.api.infra_sim import (
+from machinepool.runtime import CONFIGMAPS, SECRETS, Client, NotFound
+from machinepool.sim.records import (
+    FAILED,
     INSTANCE_LABEL,
-    INSTANCE_SECRET_TYPE,
     KUBELET_ANNOTATION,
-    POOL_ANNOTATION,
-    POOL_LABEL,
     STATE_ANNOTATION,
     STATE_REASON_ANNOTATION,
+    TERMINATED,
     InstanceRecord,
-    provider_id,
-    user_data,
 )
-from machinepool.providers.pool.types import InstanceState
-from machinepool.runtime import CONFIGMAPS, SECRETS, Client, NotFound
 
-__all__ = [
-    "DEFAULT_ZONES",
-    "FAULTS_CONFIGMAP",
-    "INSTANCE_LABEL",
-    "INSTANCE_SECRET_TYPE",
-    "POOL_ANNOTATION",
-    "POOL_LABEL",
-    "STATE_ANNOTATION",
-    "STATE_REASON_ANNOTATION",
-    "Faults",
-    "InstanceRecord",
-    "SimCloud",
-    "now_utc",
-    "provider_id",
-    "user_data",
-]
+__all__ = ["DEFAULT_ZONES", "FAULTS_CONFIGMAP", "Faults", "SimCloud", "now_utc"]
 
 DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 FAULTS_CONFIGMAP = "machinepool-sim-faults"
@@ -118,7 +94,7 @@ class SimCloud:
 
     async def fail_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Break an instance for good (its Node turns NotReady; the pool replaces it)."""
-        await self._force(namespace, instance_id, InstanceState.FAILED, reason or "Injected")
+        await self._force(namespace, instance_id, FAILED, reason or "Injected")
 
     async def stop_kubelet(self, namespace: str, instance_id: str) -> None:
         """Kill an instance's kubelet: no join if it has not joined, no heartbeats if it has
@@ -129,15 +105,11 @@ class SimCloud:
 
     async def terminate_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Terminate an instance out of band, as a cloud console would."""
-        await self._force(namespace, instance_id, InstanceState.TERMINATED, reason or "OutOfBand")
+        await self._force(namespace, instance_id, TERMINATED, reason or "OutOfBand")
 
-    async def _force(
-        self, namespace: str, instance_id: str, state: InstanceState, reason: str
-    ) -> None:
+    async def _force(self, namespace: str, instance_id: str, state: str, reason: str) -> None:
         patch = {
-            "metadata": {
-                "annotations": {STATE_ANNOTATION: state.value, STATE_REASON_ANNOTATION: reason}
-            }
+            "metadata": {"annotations": {STATE_ANNOTATION: state, STATE_REASON_ANNOTATION: reason}}
         }
         await self.client.patch(SECRETS, instance_id, patch, namespace)
 

@@ -11,7 +11,7 @@ kubelet was stopped (``SimCloud.stop_kubelet``) neither joins nor heartbeats; on
 heartbeat is older than the node monitor grace period its Node's conditions turn Unknown, as
 kube-controller-manager's node lifecycle controller (which the local workload clusters do not
 run) would write them. Wired by
-``machinepool.kubelet.setup``.
+``machinepool.sim.kubelet.setup``.
 """
 
 from __future__ import annotations
@@ -21,16 +21,7 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
-from machinepool.api.infra_sim import InstanceRecord, user_data
 from machinepool.api.meta import deleted_for_move
-from machinepool.kubelet.join import JoinRejected, verify_join
-from machinepool.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
-from machinepool.kubelet.node import (
-    node_object,
-    node_status,
-    node_unknown_status,
-    pod_running_status,
-)
 from machinepool.runtime import (
     NODES,
     PODS,
@@ -48,6 +39,15 @@ from machinepool.runtime import (
     field_indexer,
     get_logger,
 )
+from machinepool.sim.kubelet.join import JoinRejected, verify_join
+from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
+from machinepool.sim.kubelet.node import (
+    node_object,
+    node_status,
+    node_unknown_status,
+    pod_running_status,
+)
+from machinepool.sim.records import InstanceRecord, user_data
 
 __all__ = ["KubeletSimulator"]
 

@@ -2,8 +2,9 @@
 
 ``FaultsWatch`` keeps an informer over the ``machinepool-sim-faults`` ConfigMaps of all
 namespaces (a field selector on the name, so no other ConfigMap is listed or kept) and answers
-``await watch.faults(namespace)`` from it. ``sim.setup`` builds one and registers it on the
-manager; ``SimProvider`` asks it for the faults each time it builds a backend.
+``await watch.faults(namespace)`` from it. The sim provider's ``setup``
+(``machinepool.providers.sim``) builds one and registers it on the manager; ``SimProvider`` asks
+it for the faults each time it builds a backend.
 
 A change made with ``SimCloud.set_faults`` reaches the informer one watch event later
 (milliseconds), so it applies from the next backend built after that. Until the informer has
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 
-from machinepool.providers.sim.cloud import FAULTS_CONFIGMAP, Faults, SimCloud
 from machinepool.runtime import CONFIGMAPS, Client, Controller, Informer, ObjectKey, Result
+from machinepool.sim.cloud import FAULTS_CONFIGMAP, Faults, SimCloud
 
 __all__ = ["FaultsWatch"]
 

@@ -1,0 +1,35 @@
+"""machinepool.sim: the simulated world the embedded default runs on.
+
+Everything here stands in for something outside a real management cluster: the cloud
+(``cloud``: instances as Secrets, so they survive restarts; ``records``: their storage format;
+``faults``: injected cloud errors, stalls and lost responses, watched per namespace) and the
+machines' kubelets (``kubelet``: instances join their workload cluster as Nodes). It plays the
+part boto3 and EC2 play for the AWS provider, so it sits below the providers and knows nothing
+of them or of the pool engine: the sim provider (``machinepool.providers.sim``) is the
+controller side that talks to this cloud.
+
+Tests and operators use ``SimCloud`` to look at instances and inject faults::
+
+    cloud = SimCloud(client)
+    await cloud.set_faults("ns", Faults(error_rate=0.5))
+
+The node simulator is wired separately (``await machinepool.sim.kubelet.setup(mgr, cache)``),
+since it runs as a component of its own (``--components kubelet``).
+"""
+
+from __future__ import annotations
+
+from machinepool.sim.cloud import DEFAULT_ZONES, FAULTS_CONFIGMAP, Faults, SimCloud
+from machinepool.sim.faults import FaultsWatch
+from machinepool.sim.records import INSTANCE_LABEL, InstanceRecord, provider_id
+
+__all__ = [
+    "DEFAULT_ZONES",
+    "FAULTS_CONFIGMAP",
+    "INSTANCE_LABEL",
+    "Faults",
+    "FaultsWatch",
+    "InstanceRecord",
+    "SimCloud",
+    "provider_id",
+]
