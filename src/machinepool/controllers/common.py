@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
-from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.meta import parse_time
+from machinepool.api.meta import dig, ensure, parse_time
 from machinepool.runtime import (
     CLUSTERS,
     CRDS,
@@ -53,29 +52,6 @@ MACHINEPOOLS = MACHINE_POOLS
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def dig(obj: Any, *path: str, default: Any = None) -> Any:
-    """``obj[path[0]][path[1]]...`` or ``default`` when any step is missing or not a dict.
-
-    Objects come from users and providers: every read tolerates a wrong shape.
-    """
-    for key in path:
-        if not isinstance(obj, dict):
-            return default
-        obj = obj.get(key)
-    return default if obj is None else obj
-
-
-def ensure(obj: Obj, *path: str) -> Obj:
-    """The dict at ``path`` inside ``obj``, created (or replaced if not a dict) on the way."""
-    for key in path:
-        child = obj.get(key)
-        if not isinstance(child, dict):
-            child = {}
-            obj[key] = child
-        obj = child
-    return obj
 
 
 def group_of(api_version: str) -> str:
