@@ -15,22 +15,17 @@ from machinepool.api.conditions import set_condition
 from machinepool.api.meta import dig, ensure, parse_time
 from machinepool.runtime import (
     CLUSTERS,
-    CRDS,
     MACHINE_POOLS,
     MACHINES,
-    Client,
     Informer,
-    NotFound,
     Obj,
     ObjectKey,
-    Resource,
 )
 
 __all__ = [
     "CLUSTERS",
     "MACHINEPOOLS",
     "MACHINES",
-    "ContractResolver",
     "WorkloadNodes",
     "dig",
     "ensure",
@@ -216,47 +211,6 @@ class WorkloadNodes:
 def _node_provider_id(node: Obj) -> list[str]:
     pid = dig(node, "spec", "providerID")
     return [str(pid)] if pid else []
-
-
-class ContractResolver:
-    """Resolves ``{apiGroup, kind}`` references to a served ``Resource``, remembering answers.
-
-    The version comes from the CRD's ``cluster.x-k8s.io/<contract>`` label (last listed
-    version), else the group's preferred version. This works around
-    ``Client.contract_resource``, whose bare-group lookup builds ``/apis/<group>//<version>``
-    and so always fails; only successful lookups are remembered, so installing a CRD later
-    is picked up on the next reconcile.
-    """
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._known: dict[tuple[str, str], Resource] = {}
-
-    async def resolve(self, group: str, kind: str) -> Resource:
-        """The resource; ``NotFound`` when the group or kind is not served."""
-        known = self._known.get((group, kind))
-        if known is not None:
-            return known
-        if not group:
-            raise NotFound(404, "NotFound", f"kind {kind}: apiGroup is empty")
-        info = await self._client.request("GET", f"/apis/{group}", verb="discovery")
-        preferred = str(dig(info, "preferredVersion", "version", default=""))
-        base = await self._client.resource(f"{group}/{preferred}", kind)
-        version = preferred
-        try:
-            crd = await self._client.get(CRDS, f"{base.plural}.{group}")
-            label = dig(crd, "metadata", "labels", default={}).get(c.CONTRACT_LABEL, "")
-            versions = [v for v in str(label).split("_") if v]
-            version = versions[-1] if versions else preferred
-        except NotFound:
-            pass
-        found = (
-            base
-            if version == preferred
-            else await self._client.resource(f"{group}/{version}", kind)
-        )
-        self._known[(group, kind)] = found
-        return found
 
 
 def set_up_to_date(machine: Obj) -> None:

@@ -19,7 +19,6 @@ from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.meta import deleted_for_move, format_time, parse_time
 from machinepool.controllers.common import (
     MACHINES,
-    ContractResolver,
     WorkloadNodes,
     dig,
     ensure,
@@ -34,6 +33,7 @@ from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
     NODES,
     ClusterCache,
+    ContractResolver,
     Controller,
     IndexFunc,
     Informer,
