@@ -12,7 +12,7 @@ from typing import Any
 
 from machinepool.api.infra_sim import INSTANCE_LABEL
 from machinepool.kubelet.agent import KubeletSimulator
-from machinepool.kubelet.join import JoinRejected, ca_pin, verify_join
+from machinepool.kubelet.join import JoinRejected, verify_join
 from machinepool.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
 from machinepool.runtime import SECRETS, ClusterCache, Manager
 
@@ -21,7 +21,6 @@ __all__ = [
     "JoinInfo",
     "JoinRejected",
     "KubeletSimulator",
-    "ca_pin",
     "parse_join",
     "setup",
     "verify_join",
