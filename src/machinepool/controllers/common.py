@@ -1,5 +1,6 @@
-"""Helpers both core controllers share: resources of the core kinds, safe field access on raw
-objects, Node readiness, and reference resolution.
+"""Helpers both core controllers share: resources of the core kinds, Node readiness, owner
+references and conditions. Field access on raw objects (``dig``, ``ensure``) is
+``machinepool.api.meta``'s; reference resolution is ``machinepool.runtime.contract``'s.
 
 Used by ``controllers.machinepool`` and ``controllers.machine``; kept here so those sibling
 packages never import each other.
@@ -27,8 +28,6 @@ __all__ = [
     "MACHINEPOOLS",
     "MACHINES",
     "WorkloadNodes",
-    "dig",
-    "ensure",
     "ensure_cluster_owner",
     "group_of",
     "is_controlled_by",

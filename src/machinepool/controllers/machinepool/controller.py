@@ -16,13 +16,12 @@ from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import (
     CLUSTERS,
     MACHINEPOOLS,
     MACHINES,
     WorkloadNodes,
-    dig,
-    ensure,
     ensure_cluster_owner,
     is_deleting,
     node_inputs,
