@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane, WorkloadCluster, pki, upstream
+from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import CRDS, NAMESPACES, Client
+from machinepool.runtime import CRDS, NAMESPACES, Client, pki
 from mpbench.stats import AUDIT_POLICY, AuditLog
 
 NAMESPACE = "bench"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from machinepool.runtime.client import Client
+from machinepool.runtime import Client, contract_resource
 
 
 async def test_generated_crds_are_established(crds: list[str], client: Client) -> None:
@@ -17,7 +17,7 @@ async def test_contract_resource_resolves_the_labelled_version(
 ) -> None:
     preferred = await client.resource("cluster.x-k8s.io/", "MachinePool")
     assert preferred.version == "v1beta2"
-    kubeadm = await client.contract_resource("bootstrap.cluster.x-k8s.io", "KubeadmConfig")
+    kubeadm = await contract_resource(client, "bootstrap.cluster.x-k8s.io", "KubeadmConfig")
     assert (kubeadm.version, kubeadm.plural) == ("v1beta2", "kubeadmconfigs")
 
 

@@ -15,7 +15,6 @@ from machinepool.bootstrap.kubeadm.certs import (
     InvalidClusterSecret,
     ca_from_ca_secret,
     ca_from_kubeconfig,
-    ca_public_key_hash,
     endpoint_from_server,
 )
 from machinepool.bootstrap.kubeadm.tokens import (
@@ -112,17 +111,6 @@ def _kubeconfig_secret(
         "metadata": {"name": "w-kubeconfig"},
         "data": {"value": base64.b64encode(config.encode()).decode()},
     }
-
-
-def test_ca_hash_is_sha256_of_the_spki() -> None:
-    pem = _ca_pem()
-    cert = x509.load_pem_x509_certificate(pem)
-    spki = cert.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    digest = hashes.Hash(hashes.SHA256())
-    digest.update(spki)
-    assert ca_public_key_hash(pem) == "sha256:" + digest.finalize().hex()
 
 
 def test_ca_and_server_come_from_the_kubeconfig() -> None:

@@ -65,6 +65,11 @@ def test_scale_down_prefers_annotated_then_unready_then_outdated_then_oldest() -
     assert [m.id for m in ordered[:3]] == ["m003", "m002", "m001"]
 
 
+def test_victim_order_is_stable_for_equal_candidates() -> None:
+    members = [replace(member(0), id=name) for name in ("b", "a", "c")]
+    assert [m.id for m in order_victims(members, DeletePolicy.OLDEST)] == ["a", "b", "c"]
+
+
 def test_delete_policy_newest_and_random() -> None:
     members = [member(i, "a") for i in range(4)]
     assert order_victims(members, DeletePolicy.NEWEST)[0].id == "m003"

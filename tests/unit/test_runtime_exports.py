@@ -10,6 +10,8 @@ EXPECTED = {
     "CONFIGMAPS", "CORE_EVENTS", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
     "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS", "CLUSTERS",
     "MACHINE_POOLS", "MACHINES", "KUBEADM_CONFIGS",
+    # contract resolution of referenced kinds
+    "ContractResolver", "contract_resource",
     # errors
     "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
     "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",

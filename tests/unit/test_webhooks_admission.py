@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from machinepool.api.features import MACHINE_POOL, MACHINE_TAINT_PROPAGATION, FeatureGates
+from machinepool.api.meta import format_duration, parse_duration
 from machinepool.webhooks import (
     AdmissionDenied,
     calculate_replicas,
@@ -15,7 +16,7 @@ from machinepool.webhooks import (
     validate_machine_pool_delete,
 )
 from machinepool.webhooks.fielderrors import go_quote, label_key_errors
-from machinepool.webhooks.goparse import format_duration, is_semver, parse_duration, parse_int32
+from machinepool.webhooks.goparse import is_semver, parse_int32
 from machinepool.webhooks.jsonpatch import diff
 
 MIN = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"

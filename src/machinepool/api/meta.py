@@ -10,6 +10,7 @@ Schema markers (``OpenAPI``, ``Int32``, ``Time``...) ride along in ``Annotated``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,8 +41,12 @@ __all__ = [
     "Time",
     "V1Beta1Condition",
     "deleted_for_move",
+    "dig",
+    "ensure",
+    "format_duration",
     "format_time",
     "list_map",
+    "parse_duration",
     "parse_time",
 ]
 
@@ -72,6 +77,30 @@ _DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 DNS1123Subdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=_DNS1123_SUBDOMAIN)]
 
 
+def dig(obj: Any, *path: str, default: Any = None) -> Any:
+    """``obj[path[0]][path[1]]...`` or ``default`` when any step is missing or not a dict.
+
+    Objects come from users and providers: every read tolerates a wrong shape. The one
+    definition for every layer above (controllers, providers, webhooks, the CLI).
+    """
+    for key in path:
+        if not isinstance(obj, dict):
+            return default
+        obj = obj.get(key)
+    return default if obj is None else obj
+
+
+def ensure(obj: dict[str, Any], *path: str) -> dict[str, Any]:
+    """The dict at ``path`` inside ``obj``, created (or replaced if not a dict) on the way."""
+    for key in path:
+        child = obj.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            obj[key] = child
+        obj = child
+    return obj
+
+
 def deleted_for_move(obj: Mapping[str, Any] | None) -> bool:
     """Whether ``clusterctl move`` is deleting ``obj`` because a copy of it now lives in the
     target management cluster: what it stands for (instances, Nodes, data in the workload
@@ -90,6 +119,79 @@ def format_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- metav1.Duration: Go's time.ParseDuration and Duration.String ---------------------------
+
+_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,  # U+00B5 micro sign
+    "μs": 1_000,  # U+03BC Greek mu
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]+)")
+_INT64_MAX = 2**63 - 1
+
+
+def parse_duration(text: str) -> int:
+    """``time.ParseDuration``: "1h2m3.5s" -> nanoseconds; ValueError when Go would refuse."""
+    original, sign = text, 1
+    if text[:1] in ("+", "-"):
+        sign = -1 if text[0] == "-" else 1
+        text = text[1:]
+    if text == "0":
+        return 0
+    if not text:
+        raise ValueError(f"time: invalid duration {original!r}")
+    total, pos = 0, 0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None or (not match.group(1) and not match.group(2)):
+            raise ValueError(f"time: invalid duration {original!r}")
+        whole, frac, unit = match.groups()
+        if unit not in _UNITS_NS:
+            raise ValueError(f"time: unknown unit {unit!r} in duration {original!r}")
+        scale = _UNITS_NS[unit]
+        value = int(whole or "0") * scale
+        if frac:
+            value += int(frac) * scale // 10 ** len(frac)
+        total += value
+        pos = match.end()
+    if total > _INT64_MAX + (1 if sign < 0 else 0):
+        raise ValueError(f"time: invalid duration {original!r}")
+    return sign * total
+
+
+def format_duration(ns: int) -> str:
+    """``time.Duration.String``: 90s -> "1m30s", 0 -> "0s", 1.5s -> "1.5s"."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    if ns < 1_000_000_000:
+        for unit, scale in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if ns >= scale:
+                return sign + _fraction(ns, scale) + unit
+    hours, rest = divmod(ns, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    text = _fraction(rest, 1_000_000_000) + "s"
+    if hours or minutes:
+        text = f"{minutes}m" + text
+    if hours:
+        text = f"{hours}h" + text
+    return sign + text
+
+
+def _fraction(value: int, scale: int) -> str:
+    whole, frac = divmod(value, scale)
+    if not frac:
+        return str(whole)
+    digits = str(frac).rjust(len(str(scale)) - 1, "0").rstrip("0")
+    return f"{whole}.{digits}"
 
 
 _ACRONYMS = frozenset({"id", "uid", "uuid", "api", "ca", "ip", "ips", "url", "tls", "cidr", "dns"})

@@ -85,11 +85,6 @@ class KindInfo:
         """``<plural>.<group>``, the CRD's metadata.name."""
         return f"{self.plural}.{self.group}"
 
-    @property
-    def storage_version(self) -> VersionInfo:
-        """The version stored in etcd (and the conversion hub)."""
-        return next(v for v in self.versions if v.storage)
-
 
 _KINDS: dict[tuple[str, str], KindInfo] = {}
 

@@ -10,7 +10,7 @@ import re
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,6 @@ class Options:
     beside_upstream: bool = False
     log_format: str = "text"
     log_level: str = "INFO"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def _client(options: Options) -> Client:
@@ -260,7 +259,6 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
     opts = {
         "token_ttl_seconds": options.token_ttl_seconds,
         "beside_upstream": options.beside_upstream,
-        **options.extra,
     }
     for name in COMPONENTS:
         if name in options.components:

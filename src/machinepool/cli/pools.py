@@ -20,6 +20,7 @@ from rich.tree import Tree
 from machinepool.cli import history
 from machinepool.cli.kube import MACHINEPOOLS, MACHINES, Target, connect, get_pool
 from machinepool.cli.views import describe_tree, pool_table
+from machinepool.runtime import contract_resource
 from machinepool.runtime.client import NODES, SECRETS, Client
 from machinepool.runtime.errors import ApiError, NotFound
 
@@ -38,7 +39,7 @@ async def _ref_object(client: Client, ref: Obj | None, namespace: str) -> Obj | 
     if not ref or not ref.get("kind"):
         return None
     try:
-        res = await client.contract_resource(ref.get("apiGroup", ""), ref["kind"])
+        res = await contract_resource(client, ref.get("apiGroup", ""), ref["kind"])
         return await client.get(res, ref["name"], namespace)
     except ApiError:
         return None

@@ -12,21 +12,14 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from machinepool.api.meta import dig
+
 Obj = dict[str, Any]
-
-
-def _get(obj: Obj, *path: str, default: Any = None) -> Any:
-    cur: Any = obj
-    for key in path:
-        if not isinstance(cur, dict) or key not in cur:
-            return default
-        cur = cur[key]
-    return cur
 
 
 def versions_text(pool: Obj) -> str:
     """``v1.34.4=3 v1.33.4=1``: instances by Kubernetes version, newest first."""
-    versions = _get(pool, "status", "versions", default=[]) or []
+    versions = dig(pool, "status", "versions", default=[]) or []
     parts = sorted(
         ((str(v.get("version", "?")), int(v.get("replicas", 0))) for v in versions), reverse=True
     )
@@ -41,7 +34,7 @@ def problems(obj: Obj) -> list[tuple[str, str, str]]:
     """
     inverted = {"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating", "RollingOut"}
     found = []
-    for cond in _get(obj, "status", "conditions", default=[]) or []:
+    for cond in dig(obj, "status", "conditions", default=[]) or []:
         bad = cond.get("status") == ("True" if cond.get("type") in inverted else "False")
         if bad or cond.get("status") == "Unknown":
             found.append(
@@ -58,7 +51,7 @@ def _problem_text(obj: Obj) -> Text:
 
 
 def _count(pool: Obj, field: str) -> str:
-    value = _get(pool, "status", field)
+    value = dig(pool, "status", field)
     return "-" if value is None else str(value)
 
 
@@ -73,9 +66,9 @@ def pool_table(pools: list[Obj], *, namespaces: bool = False) -> Table:
     for pool in pools:
         row = [
             pool["metadata"]["name"],
-            str(_get(pool, "spec", "clusterName", default="")),
-            str(_get(pool, "status", "phase", default="") or "-"),
-            str(_get(pool, "spec", "replicas", default="-")),
+            str(dig(pool, "spec", "clusterName", default="")),
+            str(dig(pool, "status", "phase", default="") or "-"),
+            str(dig(pool, "spec", "replicas", default="-")),
             _count(pool, "replicas"),
             _count(pool, "readyReplicas"),
             _count(pool, "availableReplicas"),
@@ -96,10 +89,10 @@ def _conditions_branch(tree: Tree, obj: Obj) -> None:
 def _node_label(node: Obj | None, provider_id: str) -> Text:
     if node is None:
         return Text(f"Node for {provider_id}: not registered", style="yellow")
-    conditions: list[Obj] = _get(node, "status", "conditions", default=[]) or []
+    conditions: list[Obj] = dig(node, "status", "conditions", default=[]) or []
     ready: Obj = next((c for c in conditions if c.get("type") == "Ready"), {})
     ok = ready.get("status") == "True"
-    version = _get(node, "status", "nodeInfo", "kubeletVersion", default="?")
+    version = dig(node, "status", "nodeInfo", "kubeletVersion", default="?")
     style = "green" if ok else "red"
     return Text(
         f"Node/{node['metadata']['name']}  Ready={ready.get('status', 'Unknown')}  {version}",
@@ -120,29 +113,29 @@ def describe_tree(
     status = pool.get("status") or {}
     head = Text(
         f"MachinePool/{meta['name']}  {status.get('phase', '-')}  "
-        f"ready {status.get('readyReplicas', 0)}/{_get(pool, 'spec', 'replicas', default='-')}  "
+        f"ready {status.get('readyReplicas', 0)}/{dig(pool, 'spec', 'replicas', default='-')}  "
         f"up-to-date {status.get('upToDateReplicas', 0)}  {versions_text(pool)}",
         style="bold",
     )
     tree = Tree(head)
     _conditions_branch(tree, pool)
-    ref = _get(pool, "spec", "template", "spec", "bootstrap", "configRef", default={}) or {}
+    ref = dig(pool, "spec", "template", "spec", "bootstrap", "configRef", default={}) or {}
     if ref:
         label = f"{ref.get('kind')}/{ref.get('name')}"
-        created = _get(bootstrap or {}, "status", "initialization", "dataSecretCreated")
+        created = dig(bootstrap or {}, "status", "initialization", "dataSecretCreated")
         style = "green" if created else "yellow"
         node = tree.add(Text(f"{label}  dataSecretCreated={bool(created)}", style=style))
         if bootstrap is None:
             node.add(Text("not found", style="red"))
         else:
             _conditions_branch(node, bootstrap)
-    infra_ref = _get(pool, "spec", "template", "spec", "infrastructureRef", default={}) or {}
+    infra_ref = dig(pool, "spec", "template", "spec", "infrastructureRef", default={}) or {}
     infra_branch = tree.add(
         Text(
             f"{infra_ref.get('kind')}/{infra_ref.get('name')}  "
-            f"ready={_get(infra or {}, 'status', 'ready', default=False)}  "
-            f"replicas={_get(infra or {}, 'status', 'replicas', default=0)}",
-            style="green" if _get(infra or {}, "status", "ready") else "yellow",
+            f"ready={dig(infra or {}, 'status', 'ready', default=False)}  "
+            f"replicas={dig(infra or {}, 'status', 'replicas', default=0)}",
+            style="green" if dig(infra or {}, "status", "ready") else "yellow",
         )
     )
     if infra is None:
@@ -159,7 +152,7 @@ def machine_health(machine: Obj) -> Text:
     ``-`` when no health check selects it; ``Healthy``; ``Unhealthy (reason)`` and, once its
     owner acts on it, what remediation is doing (waiting, deferred, deleting).
     """
-    conditions = _get(machine, "status", "conditions", default=[]) or []
+    conditions = dig(machine, "status", "conditions", default=[]) or []
     by_type = {str(c.get("type")): c for c in conditions if isinstance(c, dict)}
     check = by_type.get("HealthCheckSucceeded")
     if check is None:
@@ -179,11 +172,11 @@ def _machines_branch(
     if machines:
         branch = tree.add(Text(f"Machines ({len(machines)})", style="bold"))
         for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
-            pid = _get(machine, "spec", "providerID", default="") or ""
+            pid = dig(machine, "spec", "providerID", default="") or ""
             label = Text(
                 f"Machine/{machine['metadata']['name']}  "
-                f"{_get(machine, 'status', 'phase', default='-')}  "
-                f"{_get(machine, 'spec', 'version', default='')}  "
+                f"{dig(machine, 'status', 'phase', default='-')}  "
+                f"{dig(machine, 'spec', 'version', default='')}  "
             )
             label.append_text(machine_health(machine))
             sub = branch.add(label)
@@ -191,7 +184,7 @@ def _machines_branch(
             if pid:
                 sub.add(_node_label(nodes_by_provider_id.get(pid), pid))
         return
-    ids = _get(pool, "spec", "providerIDList", default=[]) or []
+    ids = dig(pool, "spec", "providerIDList", default=[]) or []
     branch = tree.add(Text(f"Instances ({len(ids)})", style="bold"))
     for pid in ids:
         branch.add(_node_label(nodes_by_provider_id.get(pid), pid))

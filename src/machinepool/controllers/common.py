@@ -1,5 +1,6 @@
-"""Helpers both core controllers share: resources of the core kinds, safe field access on raw
-objects, Node readiness, and reference resolution.
+"""Helpers both core controllers share: resources of the core kinds, Node readiness, owner
+references and conditions. Field access on raw objects (``dig``, ``ensure``) is
+``machinepool.api.meta``'s; reference resolution is ``machinepool.runtime.contract``'s.
 
 Used by ``controllers.machinepool`` and ``controllers.machine``; kept here so those sibling
 packages never import each other.
@@ -9,32 +10,24 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
-from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.meta import parse_time
+from machinepool.api.meta import dig, ensure, parse_time
 from machinepool.runtime import (
     CLUSTERS,
-    CRDS,
     MACHINE_POOLS,
     MACHINES,
-    Client,
     Informer,
-    NotFound,
     Obj,
     ObjectKey,
-    Resource,
 )
 
 __all__ = [
     "CLUSTERS",
     "MACHINEPOOLS",
     "MACHINES",
-    "ContractResolver",
     "WorkloadNodes",
-    "dig",
-    "ensure",
     "ensure_cluster_owner",
     "group_of",
     "is_controlled_by",
@@ -53,29 +46,6 @@ MACHINEPOOLS = MACHINE_POOLS
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def dig(obj: Any, *path: str, default: Any = None) -> Any:
-    """``obj[path[0]][path[1]]...`` or ``default`` when any step is missing or not a dict.
-
-    Objects come from users and providers: every read tolerates a wrong shape.
-    """
-    for key in path:
-        if not isinstance(obj, dict):
-            return default
-        obj = obj.get(key)
-    return default if obj is None else obj
-
-
-def ensure(obj: Obj, *path: str) -> Obj:
-    """The dict at ``path`` inside ``obj``, created (or replaced if not a dict) on the way."""
-    for key in path:
-        child = obj.get(key)
-        if not isinstance(child, dict):
-            child = {}
-            obj[key] = child
-        obj = child
-    return obj
 
 
 def group_of(api_version: str) -> str:
@@ -240,47 +210,6 @@ class WorkloadNodes:
 def _node_provider_id(node: Obj) -> list[str]:
     pid = dig(node, "spec", "providerID")
     return [str(pid)] if pid else []
-
-
-class ContractResolver:
-    """Resolves ``{apiGroup, kind}`` references to a served ``Resource``, remembering answers.
-
-    The version comes from the CRD's ``cluster.x-k8s.io/<contract>`` label (last listed
-    version), else the group's preferred version. This works around
-    ``Client.contract_resource``, whose bare-group lookup builds ``/apis/<group>//<version>``
-    and so always fails; only successful lookups are remembered, so installing a CRD later
-    is picked up on the next reconcile.
-    """
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._known: dict[tuple[str, str], Resource] = {}
-
-    async def resolve(self, group: str, kind: str) -> Resource:
-        """The resource; ``NotFound`` when the group or kind is not served."""
-        known = self._known.get((group, kind))
-        if known is not None:
-            return known
-        if not group:
-            raise NotFound(404, "NotFound", f"kind {kind}: apiGroup is empty")
-        info = await self._client.request("GET", f"/apis/{group}", verb="discovery")
-        preferred = str(dig(info, "preferredVersion", "version", default=""))
-        base = await self._client.resource(f"{group}/{preferred}", kind)
-        version = preferred
-        try:
-            crd = await self._client.get(CRDS, f"{base.plural}.{group}")
-            label = dig(crd, "metadata", "labels", default={}).get(c.CONTRACT_LABEL, "")
-            versions = [v for v in str(label).split("_") if v]
-            version = versions[-1] if versions else preferred
-        except NotFound:
-            pass
-        found = (
-            base
-            if version == preferred
-            else await self._client.resource(f"{group}/{version}", kind)
-        )
-        self._known[(group, kind)] = found
-        return found
 
 
 def set_up_to_date(machine: Obj) -> None:

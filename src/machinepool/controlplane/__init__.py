@@ -12,7 +12,6 @@ from machinepool.controlplane.binaries import (
     optional_binary,
 )
 from machinepool.controlplane.cluster import ControlPlane, WorkloadCluster
-from machinepool.controlplane.pki import ca_public_key_hash
 from machinepool.controlplane.process import ProcessFailed
 
 __all__ = [
@@ -21,7 +20,6 @@ __all__ = [
     "ControlPlane",
     "ProcessFailed",
     "WorkloadCluster",
-    "ca_public_key_hash",
     "find_binaries",
     "optional_binary",
 ]

@@ -25,7 +25,6 @@ from typing import Any
 
 import yaml
 
-from machinepool.controlplane import pki
 from machinepool.controlplane.binaries import find_binaries
 from machinepool.controlplane.process import (
     Process,
@@ -35,6 +34,7 @@ from machinepool.controlplane.process import (
     stop_all,
     wait_until,
 )
+from machinepool.runtime import pki
 
 _START_TIMEOUT = 90.0
 _PORT_ATTEMPTS = 5

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from machinepool.controlplane import pki
 from machinepool.controlplane.process import free_port
+from machinepool.runtime import pki
 
 __all__ = [
     "UpstreamWebhook",

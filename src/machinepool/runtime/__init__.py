@@ -39,6 +39,7 @@ from machinepool.runtime.clustercache import (
     ClusterNotConnected,
     ClusterUnhealthy,
 )
+from machinepool.runtime.contract import ContractResolver, contract_resource
 from machinepool.runtime.controller import (
     Controller,
     EnqueueHandler,
@@ -139,6 +140,7 @@ __all__ = [
     "ClusterNotConnected",
     "ClusterUnhealthy",
     "Conflict",
+    "ContractResolver",
     "Controller",
     "EnqueueHandler",
     "EventHandler",
@@ -189,6 +191,7 @@ __all__ = [
     "WatchEvent",
     "WorkQueue",
     "configure_logging",
+    "contract_resource",
     "controller_owner",
     "field_indexer",
     "gather_bounded",

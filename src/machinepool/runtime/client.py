@@ -29,7 +29,6 @@ from machinepool.runtime.ownwrites import note_write
 
 Obj = dict[str, Any]
 DEFAULT_USER_AGENT = "machinepool"
-CONTRACT_LABEL = "cluster.x-k8s.io/v1beta2"
 _READ_RETRIES = 5
 _WRITES = frozenset({"POST", "PUT", "PATCH"})
 
@@ -338,28 +337,6 @@ class Client:
     async def _preferred_version(self, group: str) -> str:
         info = await self.request("GET", f"/apis/{group}", verb="discovery")
         return str(info["preferredVersion"]["version"])
-
-    async def contract_resource(
-        self, api_group: str, kind: str, contract: str = "v1beta2"
-    ) -> Resource:
-        """Resolve a Cluster API reference ``{apiGroup, kind}`` to a served version.
-
-        Providers label their CRD ``cluster.x-k8s.io/<contract>: <versions>`` (versions joined
-        by ``_``); the last listed one wins, as upstream's contract resolution does. Without the
-        label the group's preferred version is used.
-        """
-        base = await self.resource(f"{api_group}/", kind)
-        crd_name = f"{base.plural}.{api_group}"
-        try:
-            crd = await self.get(CRDS, crd_name)
-        except NotFound:
-            return base
-        labels = crd.get("metadata", {}).get("labels") or {}
-        versions = str(labels.get(f"cluster.x-k8s.io/{contract}", "")).split("_")
-        chosen = [v for v in versions if v]
-        if not chosen:
-            return base
-        return await self.resource(f"{api_group}/{chosen[-1]}", kind)
 
     # -- verbs ------------------------------------------------------------------------
 

@@ -258,9 +258,6 @@ class Controller:
     def enqueue(self, key: ObjectKey) -> None:
         self.queue.add(key)
 
-    def enqueue_after(self, key: ObjectKey, delay: float) -> None:
-        self.queue.add_after(key, delay)
-
     @property
     def running(self) -> bool:
         return self._running.is_set()

@@ -175,12 +175,6 @@ class Manager:
         """
         self._before_leading.append(hook)
 
-    def add_healthz_check(self, name: str, check: HealthCheck) -> None:
-        self._healthz[name] = check
-
-    def add_readyz_check(self, name: str, check: HealthCheck) -> None:
-        self._readyz[name] = check
-
     # -- observing ----------------------------------------------------------------------
 
     @property

@@ -140,10 +140,6 @@ class WorkQueue(Generic[K]):
         """Keys ready to be handed out (the ``workqueue_depth`` metric)."""
         return len(self._queue)
 
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutting_down
-
     def is_processing(self, key: K) -> bool:
         return key in self._processing
 

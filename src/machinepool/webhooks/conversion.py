@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from machinepool.api.constants import CLUSTER_GROUP, CONVERSION_DATA_ANNOTATION
-from machinepool.webhooks.goparse import format_duration, parse_duration
+from machinepool.api.meta import dig, ensure, format_duration, parse_duration
 
 __all__ = [
     "HUB_API_VERSION",
@@ -181,7 +181,7 @@ def _plain_to_hub(spoke: Obj) -> Obj:
     spec = hub.get("spec")
     if isinstance(spec, dict):
         if "minReadySeconds" in spec:
-            template_spec = _ensure(spec, "template", "spec")
+            template_spec = ensure(spec, "template", "spec")
             template_spec["minReadySeconds"] = spec.pop("minReadySeconds")
         template_spec = _get(spec, "template", "spec")
         if template_spec:
@@ -276,7 +276,7 @@ def _timeouts_to_hub(template_spec: Obj) -> None:
                 'write a Go duration such as "30s" or "5m"'
             ) from err
         seconds = min(int(nanos / _NS_PER_SECOND), _INT32_MAX)
-        _ensure(template_spec, "deletion")[new] = seconds
+        ensure(template_spec, "deletion")[new] = seconds
 
 
 def _timeouts_from_hub(template_spec: Obj) -> None:
@@ -297,12 +297,12 @@ def _status_to_hub(status: Obj) -> None:
     if isinstance(new, dict):
         status.update(new)
     if deprecated:
-        _ensure(status, "deprecated", "v1beta1").update(deprecated)
+        ensure(status, "deprecated", "v1beta1").update(deprecated)
     initialization = {
         new_k: status.pop(old_k) for old_k, new_k in _INITIALIZATION if old_k in status
     }
     if initialization:
-        _ensure(status, "initialization").update(initialization)
+        ensure(status, "initialization").update(initialization)
 
 
 def _status_from_hub(status: Obj) -> None:
@@ -372,16 +372,5 @@ def _spoke_api_versions(spoke: Obj) -> dict[tuple[str, str], str]:
 
 def _get(obj: Any, *path: str) -> Obj:
     """The dict at ``path``, or an empty (detached) dict when anything on the way is missing."""
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj if isinstance(obj, dict) else {}
-
-
-def _ensure(obj: Obj, *path: str) -> Obj:
-    """The dict at ``path``, created where missing."""
-    for key in path:
-        child = obj.get(key)
-        if not isinstance(child, dict):
-            child = obj[key] = {}
-        obj = child
-    return obj
+    found = dig(obj, *path)
+    return found if isinstance(found, dict) else {}

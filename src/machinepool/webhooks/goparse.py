@@ -3,17 +3,16 @@
 - ``parse_int32``: ``strconv.ParseInt(s, 10, 32)``, used for the autoscaler size annotations;
   its error text is part of upstream's rejection message.
 - ``is_semver``: ``blang/semver.Parse``, which upstream uses for ``spec.template.spec.version``.
-- ``parse_duration`` / ``format_duration``: ``time.ParseDuration`` and ``Duration.String``,
-  the wire form of v1beta1's ``metav1.Duration`` timeouts.
+
+The Go duration parser lives in ``machinepool.api.meta`` (``parse_duration``), beside the other
+wire forms of metav1 types, because the AWS provider reads durations too.
 
 Pure functions; the admission and conversion modules call them.
 """
 
 from __future__ import annotations
 
-import re
-
-__all__ = ["format_duration", "is_semver", "parse_duration", "parse_int32"]
+__all__ = ["is_semver", "parse_int32"]
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -69,74 +68,3 @@ def _prerelease_ok(part: str) -> bool:
     if set(part) <= _DIGITS:
         return _number(part)
     return set(part) <= _ALNUM
-
-
-_UNITS_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,  # U+00B5 micro sign
-    "μs": 1_000,  # U+03BC Greek mu
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_DURATION_PART = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]+)")
-_INT64_MAX = 2**63 - 1
-
-
-def parse_duration(text: str) -> int:
-    """``time.ParseDuration``: "1h2m3.5s" -> nanoseconds; ValueError when Go would refuse."""
-    original, sign = text, 1
-    if text[:1] in ("+", "-"):
-        sign = -1 if text[0] == "-" else 1
-        text = text[1:]
-    if text == "0":
-        return 0
-    if not text:
-        raise ValueError(f"time: invalid duration {original!r}")
-    total, pos = 0, 0
-    while pos < len(text):
-        match = _DURATION_PART.match(text, pos)
-        if match is None or (not match.group(1) and not match.group(2)):
-            raise ValueError(f"time: invalid duration {original!r}")
-        whole, frac, unit = match.groups()
-        if unit not in _UNITS_NS:
-            raise ValueError(f"time: unknown unit {unit!r} in duration {original!r}")
-        scale = _UNITS_NS[unit]
-        value = int(whole or "0") * scale
-        if frac:
-            value += int(frac) * scale // 10 ** len(frac)
-        total += value
-        pos = match.end()
-    if total > _INT64_MAX + (1 if sign < 0 else 0):
-        raise ValueError(f"time: invalid duration {original!r}")
-    return sign * total
-
-
-def format_duration(ns: int) -> str:
-    """``time.Duration.String``: 90s -> "1m30s", 0 -> "0s", 1.5s -> "1.5s"."""
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000_000_000:
-        for unit, scale in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if ns >= scale:
-                return sign + _fraction(ns, scale) + unit
-    hours, rest = divmod(ns, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = _fraction(rest, 1_000_000_000) + "s"
-    if hours or minutes:
-        text = f"{minutes}m" + text
-    if hours:
-        text = f"{hours}h" + text
-    return sign + text
-
-
-def _fraction(value: int, scale: int) -> str:
-    whole, frac = divmod(value, scale)
-    if not frac:
-        return str(whole)
-    digits = str(frac).rjust(len(str(scale)) - 1, "0").rstrip("0")
-    return f"{whole}.{digits}"

@@ -22,10 +22,10 @@ from machinepool.api.healthcheck import (
     IntOrPercentError,
     scaled_int_or_percent,
 )
+from machinepool.api.meta import ensure, format_duration, parse_duration
 from machinepool.webhooks.conversion import (
     ConversionError,
     _converts_back,
-    _ensure,
     _get,
     _split_payload,
     _store_payload,
@@ -39,7 +39,6 @@ from machinepool.webhooks.fielderrors import (
     label_value_errors,
     required,
 )
-from machinepool.webhooks.goparse import format_duration, parse_duration
 from machinepool.webhooks.machinepool import AdmissionDenied
 
 __all__ = [
@@ -75,11 +74,11 @@ def _dict(value: Any) -> Obj:
 def default_machine_health_check(obj: Obj) -> Obj:
     """The defaulted copy: the cluster-name label, and nodeStartupTimeoutSeconds 600."""
     out = copy.deepcopy(obj)
-    spec = _ensure(out, "spec")
+    spec = ensure(out, "spec")
     cluster_name = spec.get("clusterName")
-    labels = _ensure(out, "metadata", "labels")
+    labels = ensure(out, "metadata", "labels")
     labels[c.CLUSTER_NAME_LABEL] = cluster_name if isinstance(cluster_name, str) else ""
-    checks = _ensure(spec, "checks")
+    checks = ensure(spec, "checks")
     if checks.get("nodeStartupTimeoutSeconds") is None:
         checks["nodeStartupTimeoutSeconds"] = DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
     return out
@@ -257,7 +256,7 @@ def _plain_to_hub(spoke: Obj) -> Obj:
         if isinstance(new, dict) and "conditions" in new:
             status["conditions"] = new["conditions"]
         if old_conditions is not None:
-            _ensure(status, "deprecated", "v1beta1")["conditions"] = old_conditions
+            ensure(status, "deprecated", "v1beta1")["conditions"] = old_conditions
     return hub
 
 

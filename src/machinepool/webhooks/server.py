@@ -31,14 +31,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from machinepool.api.constants import CONTRACT_LABEL
 from machinepool.api.features import FeatureGates
 from machinepool.runtime import (
-    CRDS,
     ApiError,
     CertReloader,
     Client,
-    NotFound,
+    contract_resource,
     get_logger,
     self_signed,
 )
@@ -107,31 +105,12 @@ class _Resolver:
         if self.client is None or not all(pair):
             return None
         try:
-            api_version = await _contract_api_version(self.client, *pair)
+            api_version = (await contract_resource(self.client, *pair)).api_version
         except ApiError as err:
             _log.warning("cannot resolve API version", group=pair[0], kind=pair[1], error=str(err))
             return None
         self.cache[pair] = (time.monotonic(), api_version)
         return api_version
-
-
-async def _contract_api_version(client: Client, group: str, kind: str) -> str:
-    """The version of ``kind`` that speaks our contract, as upstream's conversion resolves it.
-
-    The CRD's ``cluster.x-k8s.io/v1beta2`` label lists versions joined by "_", the last one
-    wins; without it the group's preferred version is used. (Done here rather than with
-    ``Client.contract_resource``, whose group-only discovery path is currently broken.)
-    """
-    info = await client.request("GET", f"/apis/{group}", verb="discovery")
-    preferred = str(info["preferredVersion"]["version"])
-    resource = await client.resource(f"{group}/{preferred}", kind)
-    try:
-        crd = await client.get(CRDS, f"{resource.plural}.{group}")
-    except NotFound:
-        return f"{group}/{preferred}"
-    labels = (crd.get("metadata") or {}).get("labels") or {}
-    versions = [v for v in str(labels.get(CONTRACT_LABEL, "")).split("_") if v]
-    return f"{group}/{versions[-1] if versions else preferred}"
 
 
 ExtraRoute = tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]]

@@ -14,10 +14,10 @@ import yaml
 from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
     TOKEN_CONFIG_UID_LABEL,
-    ca_public_key_hash,
 )
 from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj
+from machinepool.runtime.pki import ca_public_key_hash
 
 from .conftest import Env, b64, condition, rejected_eventually, unb64, wait_for, whoami
 

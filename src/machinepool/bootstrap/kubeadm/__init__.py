@@ -2,8 +2,8 @@
 joins workers to the workload cluster with a bootstrap token, and keeps that token valid.
 
 Wire it into a manager with ``await setup(mgr, cluster_cache, token_ttl_seconds=900)``; the
-CLI does this for the whole system, tests do it in-process. ``render_node_cloud_config`` and
-``ca_public_key_hash`` are pure and usable on their own.
+CLI does this for the whole system, tests do it in-process. ``render_node_cloud_config`` is
+pure and usable on its own.
 
 Modules: ``controller`` (reconcile, wiring), ``scope`` (shared per-reconcile state),
 ``prerequisites`` (owner, Cluster, pause, readiness, CA), ``rotation`` (token create / refresh /
@@ -12,7 +12,6 @@ rotate), ``data`` (inputs, rendering, the data Secret), ``delete``, ``status`` (
 endpoint from cluster Secrets).
 """
 
-from machinepool.bootstrap.kubeadm.certs import ca_public_key_hash
 from machinepool.bootstrap.kubeadm.cloudinit import (
     InvalidBootstrapInput,
     NodeInput,
@@ -35,7 +34,6 @@ __all__ = [
     "InvalidBootstrapInput",
     "KubeadmConfigReconciler",
     "NodeInput",
-    "ca_public_key_hash",
     "render_node_cloud_config",
     "setup",
 ]

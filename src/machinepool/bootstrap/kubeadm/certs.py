@@ -1,32 +1,27 @@
 """The workload cluster's CA and API endpoint, read from the Secrets Cluster API writes.
 
-``data.py`` needs the CA public-key pin (``sha256:<hex SPKI>``) that ``kubeadm join`` checks
-during bootstrap-token discovery, and an endpoint to join. Both come from the management
-cluster: ``<cluster>-ca`` (key ``tls.crt``) when a control plane provider wrote one, else the
-``certificate-authority-data`` and ``server`` of ``<cluster>-kubeconfig`` (key ``value``).
-
-``ca_public_key_hash`` lives here (not in ``machinepool.controlplane``) because the bootstrap
-layer may not import the control plane package.
+``data.py`` needs the CA, whose public-key pin (``runtime.pki.ca_public_key_hash``)
+``kubeadm join`` checks during bootstrap-token discovery, and an endpoint to join. Both come
+from the management cluster: ``<cluster>-ca`` (key ``tls.crt``) when a control plane provider
+wrote one, else the ``certificate-authority-data`` and ``server`` of ``<cluster>-kubeconfig``
+(key ``value``).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 __all__ = [
     "CAInfo",
     "InvalidClusterSecret",
     "ca_from_ca_secret",
     "ca_from_kubeconfig",
-    "ca_public_key_hash",
     "endpoint_from_server",
 ]
 
@@ -41,15 +36,6 @@ class CAInfo:
 
     ca_pem: bytes
     server: str = ""
-
-
-def ca_public_key_hash(ca_cert_pem: bytes) -> str:
-    """kubeadm's discovery pin of a CA: ``sha256:`` + hex SHA-256 of its SubjectPublicKeyInfo."""
-    cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    spki = cert.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return "sha256:" + hashlib.sha256(spki).hexdigest()
 
 
 def _check_pem(pem: bytes, where: str) -> bytes:

@@ -25,7 +25,7 @@ from machinepool.api.bootstrap_v1beta2 import (
     User,
 )
 from machinepool.bootstrap.kubeadm import resources as r
-from machinepool.bootstrap.kubeadm.certs import ca_public_key_hash, endpoint_from_server
+from machinepool.bootstrap.kubeadm.certs import endpoint_from_server
 from machinepool.bootstrap.kubeadm.cloudinit import (
     InvalidBootstrapInput,
     NodeInput,
@@ -35,6 +35,7 @@ from machinepool.bootstrap.kubeadm.cloudinit import (
 from machinepool.bootstrap.kubeadm.prerequisites import POLL_SECONDS
 from machinepool.bootstrap.kubeadm.scope import Scope
 from machinepool.runtime import SECRETS, NotFound, Obj, Result, controller_owner
+from machinepool.runtime.pki import ca_public_key_hash
 
 
 class MissingSecret(InvalidBootstrapInput):

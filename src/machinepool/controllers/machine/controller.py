@@ -16,13 +16,10 @@ from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
-from machinepool.api.meta import deleted_for_move, format_time, parse_time
+from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.controllers.common import (
     MACHINES,
-    ContractResolver,
     WorkloadNodes,
-    dig,
-    ensure,
     is_deleting,
     node_inputs,
     now,
@@ -34,6 +31,7 @@ from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
     NODES,
     ClusterCache,
+    ContractResolver,
     Controller,
     IndexFunc,
     Informer,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from machinepool.controllers.common import dig
+from machinepool.api.meta import dig
 from machinepool.runtime import NODES, PODS, Client, NotFound, Obj, TooManyRequests
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

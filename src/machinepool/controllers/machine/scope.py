@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from machinepool.controllers.common import dig
+from machinepool.api.meta import dig
 from machinepool.runtime import Obj, ObjectKey
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.controllers.common import dig, ensure, node_available, node_ready, node_ready_since
+from machinepool.api.meta import dig, ensure
+from machinepool.controllers.common import node_available, node_ready, node_ready_since
 from machinepool.runtime import Obj
 
 

@@ -22,11 +22,10 @@ import copy
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition, set_v1beta1_condition
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
+from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import (
     CLUSTERS,
     MACHINES,
-    dig,
-    ensure,
     ensure_cluster_owner,
     is_deleting,
     now,

@@ -23,8 +23,8 @@ from enum import Enum
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition
 from machinepool.api.healthcheck import parse_unhealthy_range, scaled_int_or_percent
-from machinepool.api.meta import parse_time
-from machinepool.controllers.common import dig, is_deleting
+from machinepool.api.meta import dig, parse_time
+from machinepool.controllers.common import is_deleting
 from machinepool.runtime import Obj
 
 __all__ = [

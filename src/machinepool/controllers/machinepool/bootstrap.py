@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
-from machinepool.controllers.common import dig, ensure, is_deleting, ref_text
+from machinepool.api.meta import dig, ensure
+from machinepool.controllers.common import is_deleting, ref_text
 from machinepool.controllers.machinepool import external, status
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import ExpectedError, NotFound, Result

@@ -16,14 +16,12 @@ from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import (
     CLUSTERS,
     MACHINEPOOLS,
     MACHINES,
-    ContractResolver,
     WorkloadNodes,
-    dig,
-    ensure,
     ensure_cluster_owner,
     is_deleting,
     node_inputs,
@@ -44,6 +42,7 @@ from machinepool.runtime import (
     ClusterCache,
     ClusterNotConnected,
     Conflict,
+    ContractResolver,
     Controller,
     IndexFunc,
     Informer,

@@ -13,8 +13,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from machinepool.api import constants as c
-from machinepool.api.meta import deleted_for_move, parse_time
-from machinepool.controllers.common import dig, now, ref_text
+from machinepool.api.meta import deleted_for_move, dig, parse_time
+from machinepool.controllers.common import now, ref_text
 from machinepool.controllers.machinepool import external, noderefs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import Obj, Result

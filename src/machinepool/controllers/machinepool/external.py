@@ -10,7 +10,8 @@ and only when something is missing.
 from __future__ import annotations
 
 from machinepool.api import constants as c
-from machinepool.controllers.common import dig, ref_text
+from machinepool.api.meta import dig
+from machinepool.controllers.common import ref_text
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, deprecated_v1beta1
 from machinepool.runtime import Conflict, NotFound, Obj, Resource
 

@@ -15,9 +15,9 @@ from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.meta import dig
 from machinepool.controllers.common import (
     WorkloadNodes,
-    dig,
     node_available,
     node_ready,
     node_ready_since,

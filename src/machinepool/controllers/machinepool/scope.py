@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from machinepool.controllers.common import WorkloadNodes, dig, ensure
+from machinepool.api.meta import dig, ensure
+from machinepool.controllers.common import WorkloadNodes
 from machinepool.runtime import ExpectedError, Obj, ObjectKey, Result
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from machinepool.api.conditions import (
     set_condition,
     set_v1beta1_condition,
 )
-from machinepool.controllers.common import dig, ensure, is_deleting
+from machinepool.api.meta import dig, ensure
+from machinepool.controllers.common import is_deleting
 from machinepool.runtime import Obj
 
 INVALID_REFERENCE_REASON = "InvalidReference"

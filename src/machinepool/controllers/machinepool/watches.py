@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.controllers.common import dig, group_of
+from machinepool.api.meta import dig
+from machinepool.controllers.common import group_of
 from machinepool.runtime import (
     IndexFunc,
     Informer,

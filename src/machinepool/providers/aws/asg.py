@@ -97,9 +97,9 @@ def _settings(scope: Scope) -> dict[str, Any]:
     else:
         params["AvailabilityZones"] = sorted(spec.get("availabilityZones") or [])
     if spec.get("defaultCoolDown"):
-        params["DefaultCooldown"] = plan.parse_duration(spec["defaultCoolDown"])
+        params["DefaultCooldown"] = plan.duration_seconds(spec["defaultCoolDown"])
     if spec.get("defaultInstanceWarmup"):
-        params["DefaultInstanceWarmup"] = plan.parse_duration(spec["defaultInstanceWarmup"])
+        params["DefaultInstanceWarmup"] = plan.duration_seconds(spec["defaultInstanceWarmup"])
     params["CapacityRebalance"] = bool(spec.get("capacityRebalance"))
     params.update(_launch_template_params(scope))
     return params

@@ -7,11 +7,11 @@ list covers every InService instance. Each instance gets an AWSMachine (named
 owned by the AWSMachinePool without being controlled by it): core turns those into Machines.
 
 Scale-down: when the group's desired capacity exceeds what the MachinePool asks for, victims
-are chosen (``plan.order_victims``) among instances whose Machine exists, and their Machines
-are deleted. The Machine controller drains the Node and deletes the AWSMachine, whose
-finalizer (``awsmachine``) terminates the instance with a decrement. An AWSMachine without an
-owner Machine is never a victim. An instance that vanished out of band loses its Machine (or
-its AWSMachine, when no Machine was made yet).
+are chosen by the pool engine's ``order_victims`` (one ordering for every provider) among
+instances whose Machine exists, and their Machines are deleted. The Machine controller drains
+the Node and deletes the AWSMachine, whose finalizer (``awsmachine``) terminates the instance
+with a decrement. An AWSMachine without an owner Machine is never a victim. An instance that
+vanished out of band loses its Machine (or its AWSMachine, when no Machine was made yet).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, GROUP_VERSION
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.scope import AWSMACHINES, MACHINES, Scope
+from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
 from machinepool.runtime import AlreadyExists, Informer, NotFound, Result
 
 __all__ = ["aws_machine_name", "owner_machine", "pool_aws_machines", "reconcile_machines"]
@@ -219,7 +220,7 @@ def _machine_ready_false(machine: Mapping[str, Any]) -> bool:
     return ready is not None and ready.get("status") == cond.FALSE
 
 
-async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[plan.Candidate], int]:
+async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Member], int]:
     """Removable instances with their Machines, and how many are already on their way out."""
     by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
     # Machines are listed from the API server, not the informer: the informer may not yet show
@@ -229,7 +230,7 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[pl
     listed = await scope.client.list(MACHINES, scope.namespace, label_selector=selector)
     fresh = {str(m["metadata"]["name"]): m for m in listed.items}
     times = await _launch_times(scope, [str(i["InstanceId"]) for i in live])
-    candidates: list[plan.Candidate] = []
+    candidates: list[Member] = []
     leaving = 0
     for instance in live:
         iid = str(instance["InstanceId"])
@@ -250,14 +251,19 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[pl
         annotations = machine["metadata"].get("annotations") or {}
         version = str((instance.get("LaunchTemplate") or {}).get("Version") or "")
         candidates.append(
-            plan.Candidate(
-                name=str(machine["metadata"]["name"]),
-                delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
-                healthy=instance.get("LifecycleState") == "InService"
+            Member(
+                id=str(machine["metadata"]["name"]),
+                state=InstanceState.RUNNING,
+                # One domain for all: the group balances its zones itself (AZRebalance), so
+                # victims are ordered by the pool engine's rules without the zone spread.
+                failure_domain="",
+                created=times.get(iid, _EPOCH),
+                up_to_date=not scope.latest_version or version == scope.latest_version,
+                ready=instance.get("LifecycleState") == "InService"
                 and instance.get("HealthStatus", "Healthy") == "Healthy"
                 and not _machine_ready_false(machine),
-                outdated=bool(scope.latest_version) and version != scope.latest_version,
-                launched=times.get(iid, _EPOCH),
+                delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
+                has_machine=True,
             )
         )
     return candidates, leaving
@@ -278,24 +284,24 @@ async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
         return
     scope.busy = True
     candidates, leaving = await _candidates(scope, live)
-    victims = plan.order_victims(candidates)[: max(0, excess - leaving)]
+    victims = order_victims(candidates, DeletePolicy.OLDEST)[: max(0, excess - leaving)]
     scope.log.info(
         "scaling down through Machines",
         target=target,
         excess=excess,
         leaving=leaving,
-        victims=[v.name for v in victims],
+        victims=[v.id for v in victims],
     )
     for victim in victims:
         try:
-            await scope.client.delete(MACHINES, victim.name, scope.namespace)
+            await scope.client.delete(MACHINES, victim.id, scope.namespace)
         except NotFound:
             continue
         await scope.recorder.event(
             scope.pool,
             "Normal",
             "ScalingDown",
-            f"deleting Machine {victim.name} to scale {scope.asg_name} down to {target}",
+            f"deleting Machine {victim.id} to scale {scope.asg_name} down to {target}",
         )
 
 

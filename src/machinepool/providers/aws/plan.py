@@ -13,16 +13,15 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.meta import parse_duration
 
 __all__ = [
     "ALL_PROCESSES",
     "CLUSTER_TAG_PREFIX",
     "ROLE_TAG",
-    "Candidate",
     "HookChanges",
     "TemplateChange",
     "canonical_template",
@@ -30,10 +29,9 @@ __all__ = [
     "cloud_provider_tag",
     "cluster_tag",
     "desired_capacity",
+    "duration_seconds",
     "hook_changes",
-    "order_victims",
     "ownership_tags",
-    "parse_duration",
     "parse_provider_id",
     "process_changes",
     "provider_id",
@@ -115,32 +113,24 @@ def desired_capacity(replicas: int | None, min_size: int, max_size: int) -> int:
     return max(min_size, min(max_size, wanted))
 
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
+_NS_PER_SECOND = 1_000_000_000
 
 
-def parse_duration(text: str) -> int:
-    """Whole seconds of a Go duration string (``300s``, ``5m0s``, ``1h30m``).
+def duration_seconds(text: str) -> int:
+    """Whole seconds of a Go duration string (``300s``, ``5m0s``, ``1h30m``), for the Auto
+    Scaling API's integer fields; parsed by ``api.meta.parse_duration``, as CAPA's
+    ``metav1.Duration`` is, and refused when negative.
 
     Raises ``ValueError`` naming the text when it is not a duration.
     """
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not text or pos != len(text):
-        raise ValueError(f"{text!r} is not a duration; write it like 300s, 5m0s or 1h")
-    return int(total)
+    problem = f"{text!r} is not a duration; write it like 300s, 5m0s or 1h"
+    try:
+        nanos = parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(problem) from exc
+    if nanos < 0:
+        raise ValueError(problem)
+    return nanos // _NS_PER_SECOND
 
 
 # --- suspended processes ------------------------------------------------------------------
@@ -201,7 +191,7 @@ def _hook_params(hook: Mapping[str, Any]) -> dict[str, Any]:
     params: dict[str, Any] = {
         "LifecycleHookName": hook["name"],
         "LifecycleTransition": hook["lifecycleTransition"],
-        "HeartbeatTimeout": parse_duration(hook["heartbeatTimeout"])
+        "HeartbeatTimeout": duration_seconds(hook["heartbeatTimeout"])
         if hook.get("heartbeatTimeout")
         else 3600,
         "DefaultResult": hook.get("defaultResult") or "CONTINUE",
@@ -309,34 +299,3 @@ def classify_template_change(
     if user_data_hash(desired.get("UserData")) != user_data_hash(latest.get("UserData")):
         return TemplateChange.USER_DATA_ONLY
     return TemplateChange.NONE
-
-
-# --- scale-down victims -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A pool instance that could be removed on scale-down, through its owner Machine."""
-
-    name: str
-    """The AWSMachine (and Machine) name."""
-    delete_requested: bool
-    """The Machine carries ``cluster.x-k8s.io/delete-machine``."""
-    healthy: bool
-    """InService, Healthy in the group, and the Machine not reporting Ready=False."""
-    outdated: bool
-    """Launched from an older launch template version than the latest."""
-    launched: datetime
-    """Launch time of the instance (the older goes first)."""
-
-
-def order_victims(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Candidates in the order they should be removed.
-
-    Delete-annotated first, then unhealthy, then outdated, then oldest; the name breaks ties
-    so the order is stable across reconciles.
-    """
-    return sorted(
-        candidates,
-        key=lambda m: (not m.delete_requested, m.healthy, not m.outdated, m.launched, m.name),
-    )

@@ -20,7 +20,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from machinepool.api.infra_aws import AWSMachinePool
-from machinepool.providers.aws.plan import parse_duration
+from machinepool.providers.aws.plan import duration_seconds
 
 __all__ = ["VALIDATE_PATH", "handle", "review_response", "validate"]
 
@@ -87,7 +87,7 @@ def _durations(spec: Mapping[str, Any]) -> list[str]:
         if value is None:
             continue
         try:
-            parse_duration(str(value))
+            duration_seconds(str(value))
         except ValueError as exc:
             problems.append(f"spec.{field}: {exc}")
     return problems
@@ -181,7 +181,7 @@ def _hooks(hooks: list[Mapping[str, Any]]) -> list[str]:
         timeout = hook.get("heartbeatTimeout")
         if timeout is not None:
             try:
-                seconds = parse_duration(str(timeout))
+                seconds = duration_seconds(str(timeout))
             except ValueError as exc:
                 problems.append(f"{path}.heartbeatTimeout: {exc}")
                 continue

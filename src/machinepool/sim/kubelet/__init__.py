@@ -12,7 +12,7 @@ from typing import Any
 
 from machinepool.runtime import SECRETS, ClusterCache, Manager
 from machinepool.sim.kubelet.agent import KubeletSimulator
-from machinepool.sim.kubelet.join import JoinRejected, ca_pin, verify_join
+from machinepool.sim.kubelet.join import JoinRejected, verify_join
 from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
 from machinepool.sim.records import INSTANCE_LABEL
 
@@ -21,7 +21,6 @@ __all__ = [
     "JoinInfo",
     "JoinRejected",
     "KubeletSimulator",
-    "ca_pin",
     "parse_join",
     "setup",
     "verify_join",

@@ -11,29 +11,18 @@ created with the cluster's admin client (``agent.py``). Tokens never reach logs.
 from __future__ import annotations
 
 import base64
-import hashlib
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-from machinepool.runtime import ApiError, Client, Unauthorized
+from machinepool.runtime import ApiError, Client, Unauthorized, pki
 from machinepool.sim.kubelet.joinconfig import JoinInfo
 
-__all__ = ["JoinRejected", "ca_pin", "verify_join"]
+__all__ = ["JoinRejected", "verify_join"]
 
 _REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
 class JoinRejected(Exception):
     """The workload cluster refused this node's credentials (the message says why)."""
-
-
-def ca_pin(ca_pem: bytes) -> str:
-    """``sha256:<hex>`` of the CA's public key, the pin kubeadm compares."""
-    cert = x509.load_pem_x509_certificate(ca_pem)
-    der = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
 async def verify_join(join: JoinInfo, admin_kubeconfig: dict[str, Any]) -> str:
@@ -45,7 +34,7 @@ async def verify_join(join: JoinInfo, admin_kubeconfig: dict[str, Any]) -> str:
     ca_data = str(cluster.get("certificate-authority-data") or "")
     ca_pem = base64.b64decode(ca_data)
     if join.ca_cert_hashes and not join.unsafe_skip_ca_verification:
-        pin = ca_pin(ca_pem)
+        pin = pki.ca_public_key_hash(ca_pem)
         if pin not in join.ca_cert_hashes:
             raise JoinRejected("cluster CA does not match discovery.bootstrapToken.caCertHashes")
     server = (

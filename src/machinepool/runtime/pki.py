@@ -1,14 +1,23 @@
-"""Certificates and keys for local control planes.
+"""Throw-away certificates and the CA pin: the one place this project makes or reads them.
 
-A local cluster needs a CA, a serving certificate for each kube-apiserver, client
-certificates for the admin and the controller-manager, and a key pair that signs
-ServiceAccount tokens. Everything is generated here with ``cryptography`` and written as PEM;
-nothing leaves the cluster's work directory.
+- ``new_ca`` / ``issue``: a self-signed CA and leaf certificates signed by it (EC P-256,
+  SHA-256), for local control planes (``controlplane``), our HTTPS listeners when no
+  certificate is given (``runtime.tls.self_signed``) and the upstream webhook in tests.
+- ``new_service_account_keys``: the RSA pair a local kube-apiserver signs tokens with.
+- ``ca_public_key_hash``: kubeadm's discovery pin of a CA (``sha256:`` + hex SHA-256 of its
+  SubjectPublicKeyInfo), which the kubeadm bootstrap provider writes into join configuration
+  and the node simulator checks.
+
+Why in the runtime: the control plane, the bootstrap provider, the node simulator and the
+runtime's own TLS listeners all need it, and the runtime is the lowest layer they all import
+(``api`` holds only the API's types). Built on ``cryptography``'s X.509 builder; nothing here
+talks to a cluster, and keys are only written where a caller asks.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +27,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-_VALIDITY = dt.timedelta(days=365)
+__all__ = ["KeyPair", "ca_public_key_hash", "issue", "new_ca", "new_service_account_keys"]
+
+_LEAF_VALIDITY = dt.timedelta(days=365)
+_CA_VALIDITY = _LEAF_VALIDITY * 10
+_CLOCK_SKEW = dt.timedelta(minutes=5)
+"""Certificates start this long before now, so a peer whose clock lags still accepts them."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +46,9 @@ class KeyPair:
         """Write ``<stem>.crt`` and ``<stem>.key`` (mode 0600) and return their paths."""
         crt, key = directory / f"{stem}.crt", directory / f"{stem}.key"
         crt.write_bytes(self.cert_pem)
-        key.write_bytes(self.key_pem)
+        key.touch(mode=0o600)
         key.chmod(0o600)
+        key.write_bytes(self.key_pem)
         return crt, key
 
 
@@ -57,7 +72,7 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 def new_ca(common_name: str) -> KeyPair:
-    """A self-signed CA certificate."""
+    """A self-signed CA certificate, valid for ten years, that signs leaf certificates only."""
     key = _key()
     now = dt.datetime.now(dt.UTC)
     cert = (
@@ -66,9 +81,9 @@ def new_ca(common_name: str) -> KeyPair:
         .issuer_name(_name(common_name))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY * 10)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + _CA_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -97,7 +112,12 @@ def issue(
     ip_addresses: tuple[str, ...] = (),
     server: bool = False,
 ) -> KeyPair:
-    """Issue a leaf certificate signed by ``ca``: a server certificate when ``server``."""
+    """A leaf certificate signed by ``ca``, valid for a year: for serving when ``server``,
+    else for client authentication (``organization`` is then the Kubernetes group).
+
+    >>> ca = new_ca("test-ca")
+    >>> serving = issue(ca, "localhost", dns_names=("localhost",), server=True)
+    """
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -110,8 +130,8 @@ def issue(
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_before(now - _CLOCK_SKEW)
+        .not_valid_after(now + _LEAF_VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
@@ -127,8 +147,9 @@ def new_service_account_keys(directory: Path) -> tuple[Path, Path]:
     """Write the RSA key pair that signs ServiceAccount tokens: ``sa.key`` and ``sa.pub``."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     private, public = directory / "sa.key", directory / "sa.pub"
-    private.write_bytes(_key_pem(key))
+    private.touch(mode=0o600)
     private.chmod(0o600)
+    private.write_bytes(_key_pem(key))
     public.write_bytes(
         key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -138,11 +159,12 @@ def new_service_account_keys(directory: Path) -> tuple[Path, Path]:
 
 
 def ca_public_key_hash(ca_cert_pem: bytes) -> str:
-    """kubeadm's discovery hash of a CA: ``sha256:`` + hex SHA-256 of its SubjectPublicKeyInfo."""
+    """kubeadm's discovery pin of a CA: ``sha256:`` + hex SHA-256 of its SubjectPublicKeyInfo.
+
+    Raises ``ValueError`` when ``ca_cert_pem`` is not a PEM certificate.
+    """
     cert = x509.load_pem_x509_certificate(ca_cert_pem)
     spki = cert.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    digest = hashes.Hash(hashes.SHA256())
-    digest.update(spki)
-    return "sha256:" + digest.finalize().hex()
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
