@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.tree import Tree
 
+from machinepool.api.meta import dig
 from machinepool.cli import history
 from machinepool.cli.kube import MACHINEPOOLS, MACHINES, Target, connect, get_pool
 from machinepool.cli.views import describe_tree, pool_table
@@ -89,17 +90,26 @@ async def scale(target: Target, name: str, replicas: int) -> None:
 
 
 def rolled_out(pool: Obj) -> bool:
-    """Every desired replica is up to date, ready and available, and status is current."""
+    """Every desired replica is up to date, ready and available, runs the desired version, and
+    status is current.
+
+    The version check is what tells a rollout apart from its start: a pool Machine is UpToDate
+    for as long as it is not being deleted (upstream's rule: the provider replaces outdated
+    instances), so right after a version change every counter still says done.
+    """
     spec, status = pool.get("spec", {}), pool.get("status") or {}
     desired = spec.get("replicas", 1)
     generation = pool["metadata"].get("generation")
+    target = dig(spec, "template", "spec", "version")
+    versions = [v.get("version") for v in status.get("versions") or [] if isinstance(v, dict)]
     return (
         status.get("observedGeneration") == generation
         and status.get("replicas") == desired
         and status.get("upToDateReplicas") == desired
         and status.get("readyReplicas") == desired
         and status.get("availableReplicas", desired) == desired
-        and len(status.get("versions") or []) <= 1
+        and len(versions) <= 1
+        and (target is None or all(v == target for v in versions))
     )
 
 
