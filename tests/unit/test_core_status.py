@@ -447,3 +447,35 @@ def test_pool_is_not_woken_by_its_own_writes() -> None:
     paused = pool(phase="Provisioning")
     paused["metadata"]["annotations"] = {c.PAUSED_ANNOTATION: "true"}
     assert watches.pool_inputs(mp) != watches.pool_inputs(paused)
+
+
+def test_machine_node_ready_follows_the_nodes_own_ready_condition_as_upstream_words_it() -> None:
+    def node_ready(n: dict[str, Any]) -> dict[str, Any]:
+        m: dict[str, Any] = {"metadata": {"generation": 2}, "spec": {}}
+        machine_status.set_node_conditions(m, n, NOW)
+        return next(x for x in m["status"]["conditions"] if x["type"] == "NodeReady")
+
+    ready = node_ready(node("n", "x://n"))
+    assert (ready["status"], ready["reason"], ready["message"]) == ("True", "NodeReady", "")
+    assert ready["observedGeneration"] == 2
+    down = node("n", "x://n", ready=False)
+    down["status"]["conditions"][0]["message"] = "kubelet stopped posting node status"
+    got = node_ready(down)
+    assert (got["status"], got["reason"]) == ("False", "NodeNotReady")
+    assert got["message"] == "* Node.Ready: kubelet stopped posting node status"
+    silent = node("n", "x://n")
+    silent["status"]["conditions"] = []
+    got = node_ready(silent)
+    assert (got["status"], got["reason"]) == ("Unknown", "NodeReadyUnknown")
+
+
+def test_infrastructure_provisioned_is_recorded_once_and_never_taken_back() -> None:
+    m: dict[str, Any] = {"metadata": {}, "spec": {"providerID": "sim:///a/i-1"}}
+    machine_status.set_infrastructure_provisioned(m, {"status": {}})
+    assert "initialization" not in m.get("status", {})
+    machine_status.set_infrastructure_provisioned(
+        m, {"status": {"initialization": {"provisioned": True}}}
+    )
+    assert m["status"]["initialization"] == {"infrastructureProvisioned": True}
+    machine_status.set_infrastructure_provisioned(m, None)
+    assert m["status"]["initialization"] == {"infrastructureProvisioned": True}

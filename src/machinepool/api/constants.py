@@ -74,6 +74,14 @@ NODE_CLUSTER_NAMESPACE_ANNOTATION: Final = "cluster.x-k8s.io/cluster-namespace"
 NODE_OWNER_KIND_ANNOTATION: Final = "cluster.x-k8s.io/owner-kind"
 NODE_OWNER_NAME_ANNOTATION: Final = "cluster.x-k8s.io/owner-name"
 NODE_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/machine"
+LABELS_FROM_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/labels-from-machine"
+"""On a Node: the label keys the Machine controller synced from the Machine, comma-separated."""
+ANNOTATIONS_FROM_MACHINE_ANNOTATION: Final = "cluster.x-k8s.io/annotations-from-machine"
+"""On a Node: the annotation keys synced from the Machine (bookkeeping ones left out)."""
+NODE_ROLE_LABEL_PREFIX: Final = "node-role.kubernetes.io"
+NODE_RESTRICTION_LABEL_DOMAIN: Final = "node-restriction.kubernetes.io"
+MANAGED_NODE_DOMAIN: Final = "node.cluster.x-k8s.io"
+"""Machine labels and annotations under this domain (or a subdomain) are copied to the Node."""
 
 EXCLUDE_NODE_DRAINING_ANNOTATION: Final = "machine.cluster.x-k8s.io/exclude-node-draining"
 EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION: Final = (
@@ -176,6 +184,9 @@ WAITING_FOR_BOOTSTRAP_DELETION_REASON: Final = "WaitingForBootstrapDeletion"
 DELETING_NODE_REASON: Final = "DeletingNode"
 # Node conditions of a Machine.
 NODE_DOES_NOT_EXIST_REASON: Final = "NodeDoesNotExist"
+NODE_READY_REASON: Final = "NodeReady"
+NODE_NOT_READY_REASON: Final = "NodeNotReady"
+NODE_READY_UNKNOWN_REASON: Final = "NodeReadyUnknown"
 NODE_DELETED_REASON: Final = "NodeDeleted"
 
 # --- v1beta1 condition types and reasons (with severity) ----------------------------------

@@ -217,6 +217,7 @@ def set_up_to_date(machine: Obj) -> None:
     MachinePool Machines: the provider replaces outdated instances, so a live one is current).
     """
     conditions = ensure(machine, "status").setdefault("conditions", [])
+    generation = dig(machine, "metadata", "generation")
     if dig(machine, "metadata", "deletionTimestamp"):
         set_condition(
             conditions,
@@ -224,6 +225,7 @@ def set_up_to_date(machine: Obj) -> None:
             False,
             c.NOT_UP_TO_DATE_REASON,
             "Machine is being deleted",
+            generation,
         )
     else:
-        set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON)
+        set_condition(conditions, c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON, "", generation)

@@ -27,6 +27,7 @@ from machinepool.controllers.common import (
     set_up_to_date,
 )
 from machinepool.controllers.machine import drain, status
+from machinepool.controllers.machine.node import node_patch
 from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
     NODES,
@@ -181,7 +182,9 @@ class MachineReconciler:
             if is_deleting(machine):
                 result = await reconcile_delete(scope)
             else:
-                result = reconcile_normal(scope)
+                result = await reconcile_normal(scope)
+            # Only a reconcile that went through says it saw this generation.
+            ensure(machine, "status")["observedGeneration"] = dig(machine, "metadata", "generation")
         finally:
             set_up_to_date(machine)
             status.set_phase(machine)
@@ -217,10 +220,19 @@ class MachineReconciler:
         scope.node = node
 
 
-def reconcile_normal(scope: Scope) -> Result:
+async def reconcile_normal(scope: Scope) -> Result:
     machine, node = scope.machine, scope.node
     if node is not None:
-        ensure(machine, "status")["nodeRef"] = {"name": dig(node, "metadata", "name")}
+        name = str(dig(node, "metadata", "name"))
+        machine_status = ensure(machine, "status")
+        machine_status["nodeRef"] = {"name": name}
+        if dig(node, "status", "nodeInfo"):
+            machine_status["nodeInfo"] = node["status"]["nodeInfo"]
+        patch = node_patch(machine, node)
+        if patch is not None:
+            wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
+            await wclient.patch(NODES, name, patch)
+    status.set_infrastructure_provisioned(machine, scope.infra_machine)
     wait = status.set_node_conditions(machine, node, now())
     return Result(requeue_after=wait) if wait else Result()
 

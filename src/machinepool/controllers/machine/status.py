@@ -36,14 +36,7 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
     name = dig(node, "metadata", "name")
     ready = node_ready(node)
     node_reason = c.READY_REASON if ready else c.NOT_READY_REASON
-    set_condition(
-        conditions,
-        c.NODE_READY_CONDITION,
-        ready,
-        node_reason,
-        "" if ready else f"Node {name} is not Ready",
-        generation,
-    )
+    set_condition(conditions, c.NODE_READY_CONDITION, *_node_ready(node), generation)
     set_condition(
         conditions,
         c.READY_CONDITION,
@@ -76,6 +69,31 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
         generation,
     )
     return max(1.0, math.ceil(min_ready - (at - since).total_seconds()))
+
+
+def _node_ready(node: Obj) -> tuple[str, str, str]:
+    """NodeReady as upstream words it: the Node's own Ready status, and its message when not
+    True."""
+    for cond in dig(node, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            word = str(cond.get("status", "Unknown"))
+            reason = {"True": c.NODE_READY_REASON, "False": c.NODE_NOT_READY_REASON}.get(
+                word, c.NODE_READY_UNKNOWN_REASON
+            )
+            message = cond.get("message") if word != "True" else ""
+            return word, reason, f"* Node.Ready: {message}" if message else ""
+    return "Unknown", c.NODE_READY_UNKNOWN_REASON, "* Node.Ready: Condition not yet reported"
+
+
+def set_infrastructure_provisioned(machine: Obj, infra_machine: Obj | None) -> None:
+    """``status.initialization.infrastructureProvisioned``: True once the infra machine said
+    provisioned (v1beta2 contract) or ready (v1beta1) and the Machine has its providerID; it
+    never turns back, as upstream's does not."""
+    provisioned = dig(infra_machine, "status", "initialization", "provisioned") or dig(
+        infra_machine, "status", "ready"
+    )
+    if provisioned is True and dig(machine, "spec", "providerID"):
+        ensure(machine, "status", "initialization")["infrastructureProvisioned"] = True
 
 
 def set_phase(machine: Obj) -> None:
