@@ -93,7 +93,7 @@ class Scope:
     group: dict[str, Any] | None = None
     """The Auto Scaling group as DescribeAutoScalingGroups returned it (asg)."""
     busy: bool = False
-    """Something is converging: come back after ``busy_poll_interval`` (any phase)."""
+    """Something is converging: come back after ``aws_busy_poll_interval`` (any phase)."""
     errors: list[Exception] = field(default_factory=list)
 
     # -- names ----------------------------------------------------------------------------
