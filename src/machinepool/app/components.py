@@ -71,7 +71,7 @@ class Flag:
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ValueError(f"{self.name} takes a {self.type.__name__}, not {value!r}")
+            raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}")
         return value
 
 
