@@ -50,7 +50,7 @@ def test_a_misspelt_flag_is_refused_by_name() -> None:
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_flag() -> None:
-    with pytest.raises(ValueError, match="--token-ttl-seconds: expected int, got .soon."):
+    with pytest.raises(ValueError, match=r"--token-ttl-seconds: expected int, got .soon."):
         component_options({"token_ttl_seconds": "soon"})
 
 
