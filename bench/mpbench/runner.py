@@ -4,10 +4,10 @@
         --metrics-bind-address A [--heartbeat-seconds 300]
 
 Wires the named components onto one Manager as ``machinepool.app.process.build`` does (each
-package's ``setup(mgr, cluster_cache, **options)``), without webhooks or leader election, and
+package's ``setup(mgr, cluster_cache, options)``), without webhooks or leader election, and
 runs it until SIGTERM. ``procs`` runs the shared infrastructure (bootstrap, Sim provider, node
-simulator) with it because ``machinepool run`` has no option for the node simulator's heartbeat
-(set here to kubelet's default nodeStatusReportFrequency, 5 minutes); and runs our core with it
+simulator) with it, the heartbeat set to kubelet's default nodeStatusReportFrequency (5
+minutes) and ``--concurrency`` applied to every controller at once; and runs our core with it
 only when ``machinepool.app`` does not import, saying so.
 """
 
@@ -15,27 +15,49 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import TypeVar
 
 from machinepool.runtime import Client, ClusterCache, Manager, configure_logging
 
 USER_AGENT = "machinepool-controller"
+T = TypeVar("T")
 
 
-def _setups(components: list[str]) -> list[Callable[..., Awaitable[object]]]:
+Setup = Callable[[Manager, ClusterCache], Awaitable[object]]
+
+
+def _setups(args: argparse.Namespace) -> list[Setup]:
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinepool
     from machinepool.providers import sim
     from machinepool.sim import kubelet
 
-    table: dict[str, list[Callable[..., Awaitable[object]]]] = {
-        "core": [machinepool.setup, machine.setup],
-        "bootstrap": [kubeadm.setup],
-        "sim": [sim.setup],
-        "kubelet": [kubelet.setup],
+    def tuned(options: T, field: str) -> T:
+        """``options`` with ``--concurrency`` in ``field`` when given, else as they are."""
+        return (
+            dataclasses.replace(options, **{field: args.concurrency})
+            if args.concurrency
+            else options
+        )
+
+    workers = {"concurrency": args.concurrency} if args.concurrency else {}
+    heartbeat = kubelet.KubeletOptions(kubelet_heartbeat_seconds=args.heartbeat_seconds)
+    table: dict[str, list[Setup]] = {
+        "core": [partial(machinepool.setup, **workers), partial(machine.setup, **workers)],
+        "bootstrap": [
+            partial(
+                kubeadm.setup,
+                options=tuned(kubeadm.KubeadmOptions(), "kubeadmconfig_concurrency"),
+            )
+        ],
+        "sim": [partial(sim.setup, options=tuned(sim.SimOptions(), "simmachinepool_concurrency"))],
+        "kubelet": [partial(kubelet.setup, options=tuned(heartbeat, "kubelet_concurrency"))],
     }
+    components = args.components.split(",")
     unknown = sorted(set(components) - table.keys())
     if unknown:
         raise SystemExit(f"unknown component(s) {', '.join(unknown)}; choose from {sorted(table)}")
@@ -47,11 +69,8 @@ async def _main(args: argparse.Namespace) -> None:
     async with client:
         mgr = Manager(client, name=args.name, leader_election=None, bind_address=args.bind)
         cache = ClusterCache(client)
-        options: dict[str, Any] = {"heartbeat_seconds": args.heartbeat_seconds}
-        if args.concurrency:
-            options["concurrency"] = args.concurrency
-        for setup in _setups(args.components.split(",")):
-            await setup(mgr, cache, **options)
+        for setup in _setups(args):
+            await setup(mgr, cache)
         try:
             await mgr.run()
         finally:

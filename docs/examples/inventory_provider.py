@@ -7,7 +7,7 @@ spreading over racks, replacement of failed hosts, and drain-safe scale-down thr
 Wire it like any provider package, next to core and bootstrap:
 
     inventory = Inventory({"rack-1": ["h1", "h2"], "rack-2": ["h3", "h4"]})
-    await setup(mgr, cluster_cache, inventory=inventory)
+    await setup(mgr, cluster_cache, InventoryOptions(inventory))
 
 It needs two CRDs (InventoryMachinePool, InventoryMachine in
 infrastructure.cluster.x-k8s.io, labelled ``cluster.x-k8s.io/v1beta2: v1beta2``) and, on each
@@ -138,7 +138,19 @@ class InventoryProvider:
         return strategy
 
 
-async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
+@dataclass(frozen=True)
+class InventoryOptions:
+    """The provider's settings, one dataclass as each component of ``machinepool run`` has."""
+
+    inventory: Inventory
+    """The racks and hosts pools claim from."""
+    inventorymachinepool_concurrency: int = 2
+    """InventoryMachinePools reconciled at once."""
+
+
+async def setup(mgr: Manager, cluster_cache: ClusterCache, options: InventoryOptions) -> None:
     """Register the InventoryMachinePool and InventoryMachine controllers on ``mgr``."""
-    provider = InventoryProvider(options["inventory"])
-    await start_engine(mgr, cluster_cache, provider, concurrency=int(options.get("concurrency", 2)))
+    provider = InventoryProvider(options.inventory)
+    await start_engine(
+        mgr, cluster_cache, provider, concurrency=options.inventorymachinepool_concurrency
+    )

@@ -227,7 +227,11 @@ async def system(
         await setup(mgr, cache)
     # A stopped kubelet's Node turns Unknown 5 s after its last heartbeat (kube-controller-
     # manager's default is 50 s): health-check tests wait less, nothing else is affected.
-    await kubelet.setup(mgr, cache, heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0)
+    await kubelet.setup(
+        mgr,
+        cache,
+        kubelet.KubeletOptions(kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0),
+    )
     await mgr.start()
     workload_client = await Client.from_kubeconfig(workload.kubeconfig)
     nodes = Informer(workload_client, NODES)

@@ -232,7 +232,9 @@ def _run_flags() -> set[str]:
 
     command = typer.main.get_command(app)
     run = command.commands["run"]  # type: ignore[attr-defined]
-    return {opt for p in run.params for opt in (*p.opts, *p.secondary_opts)}
+    # get_params: the component options are added there, when run is parsed
+    params = run.get_params(typer.Context(run))
+    return {opt for p in params for opt in (*p.opts, *p.secondary_opts)}
 
 
 @pytest.mark.parametrize("component", MANAGERS)
@@ -283,7 +285,7 @@ def test_deployment_flags_are_flags_of_machinepool_run(component: str) -> None:
 
 @pytest.mark.parametrize("component", MANAGERS)
 def test_components_run_only_known_components(component: str) -> None:
-    from machinepool.app.process import COMPONENTS as RUNNABLE
+    from machinepool.app import COMPONENTS as RUNNABLE
 
     container = one(objects(component), "Deployment")["spec"]["template"]["spec"]["containers"][0]
     (arg,) = [a for a in container["args"] if a.startswith("--components=")]

@@ -76,6 +76,7 @@ def test_the_sim_provider_exports_only_its_controller_side() -> None:
         "SIM_MACHINES",
         "SIM_MACHINE_POOLS",
         "SimBackend",
+        "SimOptions",
         "SimPoolSettings",
         "SimProvider",
         "setup",

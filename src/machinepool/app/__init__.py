@@ -6,6 +6,7 @@ API client, a ``Manager`` (with Lease leader election unless disabled), the shar
 the admission and conversion webhook server, then runs until SIGTERM.
 """
 
-from machinepool.app.process import COMPONENTS, Options, run, run_manager
+from machinepool.app.components import COMPONENTS, FLAGS, Flag, component_options
+from machinepool.app.process import Options, run, run_manager
 
-__all__ = ["COMPONENTS", "Options", "run", "run_manager"]
+__all__ = ["COMPONENTS", "FLAGS", "Flag", "Options", "component_options", "run", "run_manager"]

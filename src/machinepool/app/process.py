@@ -9,19 +9,19 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from machinepool import bootstrap
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
-from machinepool.controllers import machine as machine_controller
+from machinepool.app.components import COMPONENTS
+from machinepool.bootstrap.kubeadm import KubeadmOptions
 from machinepool.controllers import machinehealthcheck, sharding
-from machinepool.controllers import machinepool as machinepool_controller
+from machinepool.controllers.core import CoreOptions
 from machinepool.providers import aws, sim
+from machinepool.providers.aws import AWSOptions
 from machinepool.providers.aws import webhook as aws_webhook
+from machinepool.providers.sim import SimOptions
 from machinepool.runtime import (
     CLUSTERS,
     KUBEADM_CONFIGS,
@@ -39,33 +39,10 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
-from machinepool.sim import kubelet
+from machinepool.sim.kubelet import KubeletOptions
 from machinepool.webhooks import WebhookServer, beside, register, register_validation, serve
 
-Setup = Callable[..., Awaitable[None]]
-
 USER_AGENT = "machinepool-controller"
-
-
-async def _setup_core(
-    mgr: Manager, cache: ClusterCache, *, beside_upstream: bool = False, **opts: Any
-) -> None:
-    await machinepool_controller.setup(mgr, cache, machines_up_to_date=beside_upstream, **opts)
-    if not beside_upstream:
-        # Beside upstream, its Machine controller owns every Machine and its own
-        # MachineHealthCheck controller marks them (our MachinePools still remediate).
-        await machine_controller.setup(mgr, cache, **opts)
-        await machinehealthcheck.setup(mgr, cache, **opts)
-
-
-COMPONENTS: dict[str, Setup] = {
-    "core": _setup_core,
-    "bootstrap": bootstrap.kubeadm.setup,
-    "sim": sim.setup,
-    "kubelet": kubelet.setup,
-    "aws": aws.setup,
-}
-"""Component name -> setup function, in the order they are wired."""
 
 
 @dataclass
@@ -89,7 +66,6 @@ class Options:
     ``register_webhooks``: point the webhook configurations and CRD conversion at that server
     (local runs; a cluster install uses the manifests in deploy/ instead).
     ``feature_gates`` ["MachinePool=true"]; ``EXP_MACHINE_POOL`` overrides when set.
-    ``token_ttl_seconds`` [900]: bootstrap-token lifetime (rotation at half of it).
     ``watch_filter`` [none]: reconcile (and cache) only Cluster API objects labelled
     ``cluster.x-k8s.io/watch-filter=<value>``; without it, every object, as upstream.
     ``namespaces`` [all]: watch (and need RBAC in) only these namespaces.
@@ -97,11 +73,11 @@ class Options:
     (docs/operator-guide.md): it holds the shard Lease ``<name>-<shard_name>`` and reconciles
     only objects labelled with its shard; the replica holding the ``<name>`` Lease assigns
     Clusters to shards. ``shard_name`` [hostname and a random suffix]: this replica's shard.
-    ``beside_upstream`` [False]: share the management cluster with upstream Cluster API's core
-    manager (docs/operator-guide.md "Beside upstream Cluster API"): at start, take MachinePool
-    admission and conversion over from upstream (``webhooks.beside``; refused while upstream's
-    MachinePool gate is on), and run only the MachinePool controller, leaving every Machine,
-    pool Machines included, to upstream's Machine controller.
+    ``core``, ``bootstrap``, ``sim``, ``kubelet``, ``aws``: each component's own options
+    (``components.FLAGS``), used when it runs. ``core.beside_upstream`` also concerns the
+    process: at start it takes MachinePool admission and conversion over from upstream
+    (``webhooks.beside``; refused while upstream's MachinePool gate is on); see
+    docs/operator-guide.md "Beside upstream Cluster API".
     """
 
     components: tuple[str, ...] = ("core", "bootstrap", "sim")
@@ -120,14 +96,17 @@ class Options:
     webhook_key_file: Path | None = None
     register_webhooks: bool = False
     feature_gates: str = ""
-    token_ttl_seconds: int = 900
     watch_filter: str | None = None
     namespaces: tuple[str, ...] = ()
     sharding: bool = False
     shard_name: str | None = None
-    beside_upstream: bool = False
     log_format: str = "text"
     log_level: str = "INFO"
+    core: CoreOptions = field(default_factory=CoreOptions)
+    bootstrap: KubeadmOptions = field(default_factory=KubeadmOptions)
+    sim: SimOptions = field(default_factory=SimOptions)
+    kubelet: KubeletOptions = field(default_factory=KubeletOptions)
+    aws: AWSOptions = field(default_factory=AWSOptions)
 
 
 async def _client(options: Options) -> Client:
@@ -165,7 +144,7 @@ them, or nobody does."""
 
 def _sharded_kinds(options: Options) -> frozenset[Resource]:
     kinds = frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
-    if options.beside_upstream:  # upstream's MachineHealthChecks: neither cached nor labelled
+    if options.core.beside_upstream:  # upstream's MachineHealthChecks: neither cached nor labelled
         kinds -= {machinehealthcheck.MACHINE_HEALTH_CHECKS}
     return kinds
 
@@ -256,13 +235,9 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
         options = dataclasses.replace(options, shard_name=_default_shard_name())
     mgr = _manager(client, options)
     cache = ClusterCache(client)
-    opts = {
-        "token_ttl_seconds": options.token_ttl_seconds,
-        "beside_upstream": options.beside_upstream,
-    }
-    for name in COMPONENTS:
+    for name, component in COMPONENTS.items():
         if name in options.components:
-            await COMPONENTS[name](mgr, cache, **opts)
+            await component.setup(mgr, cache, getattr(options, name))
     if options.sharding:
         _add_assigner(mgr, options)
     return mgr, cache
@@ -271,7 +246,7 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
 async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
     """Serve (and for local runs, register) the admission and conversion webhooks."""
     if options.webhook_port is None:
-        if options.beside_upstream:
+        if options.core.beside_upstream:
             raise ValueError(
                 "--beside-upstream needs --webhook-port: we serve MachinePool admission"
             )
@@ -287,7 +262,7 @@ async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
         key_file=options.webhook_key_file,
         extra_routes=[(aws_webhook.VALIDATE_PATH, aws_webhook.handle)] if aws else [],
     )
-    if options.register_webhooks and not options.beside_upstream:  # beside: _take_over does
+    if options.register_webhooks and not options.core.beside_upstream:  # beside: _take_over does
         await register(client, server.url, server.ca_bundle)
     if options.register_webhooks and aws:
         await register_validation(
@@ -334,7 +309,7 @@ async def run_manager(options: Options, client: Client) -> None:
     """Run the components of ``options`` until SIGTERM (or cancellation)."""
     server = await _webhooks(client, options)
     mgr, cache = await build(client, options)
-    if server is not None and options.beside_upstream:
+    if server is not None and options.core.beside_upstream:
         # Once leading, and serving our webhooks (a probe of upstream's gate goes through them).
         mgr.before_leading(lambda: _take_over(client, options, server))
     try:

@@ -8,16 +8,22 @@ Local environment: ``up``, ``down``, ``status``, ``wipe``, ``demo``; the control
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
 from machinepool.cli import local, pools
 from machinepool.cli.kube import CliError, Target, resolve_kubeconfig
 from machinepool.controlplane import BinariesNotFound, ProcessFailed
+
+if TYPE_CHECKING:  # the click that typer builds commands with (typer 0.29 vendors its own)
+    from typer._click import Context, Parameter
 
 HELP = """Cluster API's MachinePool system.
 
@@ -79,8 +85,66 @@ def _guard(fn: Callable[[], T]) -> T:
 # -- the controller process ----------------------------------------------------------------
 
 
-@app.command()
+_COMPONENT_FLAGS = "machinepool.component_flags"
+"""``ctx.meta`` key: the component-option flags given to ``run``, by field name."""
+
+
+@functools.cache
+def _component_params() -> tuple[Parameter, ...]:
+    """One option per component option (``machinepool.app.FLAGS``), in a panel of their own,
+    unset by default so the dataclass default applies. Typer makes them, as it makes the
+    others, from a signature: here one built from ``FLAGS`` rather than written out."""
+    from machinepool.app import FLAGS
+
+    params: list[inspect.Parameter] = []
+    for flag in FLAGS:
+        if flag.type is bool:
+            shown = "on" if flag.default else "off"
+        elif isinstance(flag.default, tuple):
+            shown = ",".join(flag.default)
+        else:
+            shown = str(flag.default)
+        option = typer.Option(
+            None,
+            flag.name,
+            help=f"{flag.help} ({flag.component}; default: {shown})",
+            rich_help_panel="Component options",
+        )
+        kind = flag.type if flag.type in (bool, int, float) else str
+        params.append(
+            inspect.Parameter(
+                flag.field, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind | None
+            )
+        )
+
+    def component_options(**_: object) -> None:
+        """Only its signature is read."""
+
+    component_options.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    holder = typer.Typer(add_completion=False)
+    holder.command()(component_options)
+    return tuple(typer.main.get_command(holder).params)
+
+
+class _RunCommand(TyperCommand):
+    """``run`` with the component-option flags added when ``run`` itself is parsed or helped,
+    not when the CLI starts: they come from every component's package, whose import costs
+    about a second that the other commands should not pay."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return [*super().get_params(ctx), *_component_params()]
+
+    def invoke(self, ctx: Context) -> Any:
+        from machinepool.app import FLAGS
+
+        given = {f.field: ctx.params.pop(f.field, None) for f in FLAGS}
+        ctx.meta[_COMPONENT_FLAGS] = {k: v for k, v in given.items() if v is not None}
+        return super().invoke(ctx)
+
+
+@app.command(cls=_RunCommand)
 def run(
+    ctx: typer.Context,
     components: Annotated[str, typer.Option(help="Comma-separated components to run.")] = (
         "core,bootstrap,sim"
     ),
@@ -122,7 +186,6 @@ def run(
         bool, typer.Option(help="Point webhook configurations at this process (local runs).")
     ] = False,
     feature_gates: Annotated[str, typer.Option(help="For example MachinePool=true.")] = "",
-    token_ttl_seconds: Annotated[int, typer.Option(help="Bootstrap token lifetime.")] = 900,
     watch_filter: Annotated[
         str | None,
         typer.Option(
@@ -144,23 +207,20 @@ def run(
     shard_name: Annotated[
         str | None, typer.Option(help="This replica's shard (default: hostname + suffix).")
     ] = None,
-    beside_upstream: Annotated[
-        bool,
-        typer.Option(
-            help="Share the management cluster with upstream Cluster API's core manager "
-            "(its MachinePool feature gate off): take MachinePool webhooks over, leave "
-            "Machines to upstream."
-        ),
-    ] = False,
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """Run controllers (what the container image runs)."""
-    from machinepool.app import Options
+    """Run controllers (what the container image runs).
+
+    Besides the flags of the process, each component's options are flags (the ones after
+    --log-level): a component reads its own when it runs and ignores the others.
+    """
+    from machinepool.app import Options, component_options
     from machinepool.app import run as run_process
 
     run_process(
         Options(
+            **component_options(ctx.meta[_COMPONENT_FLAGS]),
             components=tuple(c.strip() for c in components.split(",") if c.strip()),
             kubeconfig=kubeconfig,
             context=context,
@@ -177,12 +237,10 @@ def run(
             webhook_key_file=webhook_cert_dir / "tls.key" if webhook_cert_dir else None,
             register_webhooks=register_webhooks,
             feature_gates=feature_gates,
-            token_ttl_seconds=token_ttl_seconds,
             watch_filter=watch_filter or None,
             namespaces=tuple(namespace or ()),
             sharding=sharding,
             shard_name=shard_name or None,
-            beside_upstream=beside_upstream,
             log_format=log_format,
             log_level=log_level,
         )

@@ -1,2 +1,3 @@
-"""Core Cluster API controllers: ``machinepool`` (the MachinePool reconcile) and ``machine``
-(deletion of pool-owned Machines). The CLI wires each through its package's ``setup``."""
+"""Core Cluster API controllers: ``machinepool`` (the MachinePool reconcile), ``machine``
+(deletion of pool-owned Machines) and ``machinehealthcheck``; ``core`` wires the three as the
+``core`` component of ``machinepool run``."""

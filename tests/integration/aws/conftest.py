@@ -719,7 +719,9 @@ async def provider(aws_env: AWSEnv) -> AsyncIterator[Manager]:
     """The AWS provider on its own manager, polling AWS fast, plus node agent and Machine driver."""
     mgr = Manager(aws_env.client, bind_address="127.0.0.1:0")
     await aws_provider.setup(
-        mgr, ClusterCache(aws_env.client), poll_interval=1.0, busy_poll_interval=0.3
+        mgr,
+        ClusterCache(aws_env.client),
+        aws_provider.AWSOptions(aws_poll_interval=1.0, aws_busy_poll_interval=0.3),
     )
     await mgr.start()
     tasks = [

@@ -109,7 +109,9 @@ async def system(aws_env: Any) -> AsyncIterator[Manager]:
     cache = ClusterCache(aws_env.client, probe_interval=5.0)
     for setup in (machinepool.setup, machine.setup, kubeadm.setup):
         await setup(mgr, cache)
-    await aws_provider.setup(mgr, cache, poll_interval=1.0, busy_poll_interval=0.3)
+    await aws_provider.setup(
+        mgr, cache, aws_provider.AWSOptions(aws_poll_interval=1.0, aws_busy_poll_interval=0.3)
+    )
     await mgr.start()
     agent = asyncio.create_task(JoiningAgent(aws_env).run())
     try:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from machinepool.bootstrap.kubeadm import setup
+from machinepool.bootstrap.kubeadm import KubeadmOptions, setup
 from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import (
@@ -221,7 +221,7 @@ async def run_controller(
         cache = ClusterCache(client, probe_interval=5.0)
         mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0")
         started.append((mgr, cache))
-        await setup(mgr, cache, token_ttl_seconds=ttl)
+        await setup(mgr, cache, KubeadmOptions(token_ttl_seconds=ttl))
         await mgr.start()
         return mgr
 

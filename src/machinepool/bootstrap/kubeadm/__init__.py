@@ -1,7 +1,7 @@
 """The kubeadm bootstrap provider: turns a KubeadmConfig into a cloud-config data Secret that
 joins workers to the workload cluster with a bootstrap token, and keeps that token valid.
 
-Wire it into a manager with ``await setup(mgr, cluster_cache, token_ttl_seconds=900)``; the
+Wire it into a manager with ``await setup(mgr, cluster_cache, KubeadmOptions(...))``; the
 CLI does this for the whole system, tests do it in-process. ``render_node_cloud_config`` is
 pure and usable on its own.
 
@@ -19,6 +19,7 @@ from machinepool.bootstrap.kubeadm.cloudinit import (
 )
 from machinepool.bootstrap.kubeadm.controller import KubeadmConfigReconciler, setup
 from machinepool.bootstrap.kubeadm.resources import DATA_TOKEN_ID_ANNOTATION, FINALIZER
+from machinepool.bootstrap.kubeadm.scope import KubeadmOptions
 from machinepool.bootstrap.kubeadm.tokens import (
     DEFAULT_TOKEN_TTL_SECONDS,
     TOKEN_CONFIG_UID_LABEL,
@@ -33,6 +34,7 @@ __all__ = [
     "BootstrapToken",
     "InvalidBootstrapInput",
     "KubeadmConfigReconciler",
+    "KubeadmOptions",
     "NodeInput",
     "render_node_cloud_config",
     "setup",

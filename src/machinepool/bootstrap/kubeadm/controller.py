@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,9 +33,8 @@ from machinepool.bootstrap.kubeadm.prerequisites import (
     resolve_owner,
 )
 from machinepool.bootstrap.kubeadm.rotation import reconcile_token
-from machinepool.bootstrap.kubeadm.scope import Options, Scope
+from machinepool.bootstrap.kubeadm.scope import KubeadmOptions, Scope
 from machinepool.bootstrap.kubeadm.status import summarize
-from machinepool.bootstrap.kubeadm.tokens import DEFAULT_TOKEN_TTL_SECONDS
 from machinepool.runtime import (
     CLUSTERS,
     ClusterCache,
@@ -90,7 +87,7 @@ class KubeadmConfigReconciler:
         mgr: Manager,
         cluster_cache: ClusterCache,
         configs: Informer,
-        options: Options,
+        options: KubeadmOptions,
         recorder: EventRecorder,
         *,
         machine_pools: Informer,
@@ -232,32 +229,22 @@ def _cluster_to_configs(configs: Informer, pools: Informer) -> Callable[[Obj], l
 
 
 async def setup(
-    mgr: Manager,
-    cluster_cache: ClusterCache,
-    *,
-    token_ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS,
-    concurrency: int = 2,
-    **_other_components_options: Any,
+    mgr: Manager, cluster_cache: ClusterCache, options: KubeadmOptions | None = None
 ) -> None:
-    """Register the KubeadmConfig controller on ``mgr``.
-
-    ``token_ttl_seconds`` [900]: lifetime of each bootstrap token; pools' tokens rotate at half
-    of it. ``concurrency`` [2]: configs reconciled at once. The app passes every component
-    the same options, so options meant for others are accepted and ignored.
-    """
-    if token_ttl_seconds <= 0:
-        raise ValueError(f"token_ttl_seconds must be positive, not {token_ttl_seconds}")
+    """Register the KubeadmConfig controller on ``mgr`` (``options``: defaults if omitted)."""
+    options = options or KubeadmOptions()
     configs = await mgr.cache.get_informer(r.KUBEADM_CONFIGS)
     if CLUSTER_INDEX not in _index_names(configs):
         configs.add_indexer(CLUSTER_INDEX, _cluster_index)
     pools = await mgr.cache.get_informer(r.MACHINE_POOLS)
     clusters = await mgr.cache.get_informer(CLUSTERS)
-    options = Options(token_ttl=timedelta(seconds=token_ttl_seconds))
     recorder = mgr.event_recorder(r.COMPONENT)
     reconciler = KubeadmConfigReconciler(
         mgr, cluster_cache, configs, options, recorder, machine_pools=pools, clusters=clusters
     )
-    ctrl = mgr.new_controller(CONTROLLER_NAME, reconciler, concurrency=concurrency)
+    ctrl = mgr.new_controller(
+        CONTROLLER_NAME, reconciler, concurrency=options.kubeadmconfig_concurrency
+    )
     ctrl.watch(configs)
     # Not ctrl.watch: that would queue on every pool update. Every config is queued when the
     # controller starts (it watches them all), so pools need no replay of their own.

@@ -16,7 +16,7 @@ from machinepool.api import conditions
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import CAInfo
-from machinepool.bootstrap.kubeadm.tokens import BootstrapToken
+from machinepool.bootstrap.kubeadm.tokens import DEFAULT_TOKEN_TTL_SECONDS, BootstrapToken
 from machinepool.runtime import (
     Client,
     ClusterCache,
@@ -29,10 +29,21 @@ from machinepool.runtime import (
 
 
 @dataclass(frozen=True)
-class Options:
-    """Controller settings. ``token_ttl`` [900 s]: lifetime of each bootstrap token."""
+class KubeadmOptions:
+    """The bootstrap component's settings; each field is a ``machinepool run`` flag of its name."""
 
-    token_ttl: timedelta = timedelta(seconds=900)
+    token_ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS
+    """Lifetime of each bootstrap token; a pool's token is rotated at half of it."""
+    kubeadmconfig_concurrency: int = 2
+    """KubeadmConfigs reconciled at once."""
+
+    def __post_init__(self) -> None:
+        if self.token_ttl_seconds <= 0:
+            raise ValueError(f"token_ttl_seconds must be positive, not {self.token_ttl_seconds}")
+
+    @property
+    def token_ttl(self) -> timedelta:
+        return timedelta(seconds=self.token_ttl_seconds)
 
 
 @dataclass
@@ -43,7 +54,7 @@ class Scope:
     cluster_cache: ClusterCache
     recorder: EventRecorder
     log: KVLogger
-    options: Options
+    options: KubeadmOptions
     machine_pools: Informer
     """MachinePools, where the owner phase finds a pool owner."""
     clusters: Informer

@@ -8,8 +8,6 @@ gets nodeRef and the NodeReady / Ready / Available conditions from its Node.
 
 from __future__ import annotations
 
-from typing import Any
-
 from machinepool.controllers.machine.controller import (
     COMPONENT,
     CONTROLLER_NAME,
@@ -21,12 +19,11 @@ __all__ = ["COMPONENT", "CONTROLLER_NAME", "MachineReconciler", "setup"]
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10, **_options: Any
+    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10
 ) -> MachineReconciler:
     """Register the pool-Machine controller on ``mgr``.
 
     ``concurrency`` [10, upstream's ``--machine-concurrency``]: Machines reconciled at once.
-    Other options are ignored.
     """
     reconciler = MachineReconciler(mgr, cluster_cache, concurrency=concurrency)
     await reconciler.start_watches()

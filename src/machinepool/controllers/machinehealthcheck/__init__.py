@@ -11,8 +11,6 @@ Beside upstream Cluster API it is not registered: upstream's own controller runs
 
 from __future__ import annotations
 
-from typing import Any
-
 from machinepool.controllers.machinehealthcheck.controller import (
     COMPONENT,
     CONTROLLER_NAME,
@@ -31,11 +29,11 @@ __all__ = [
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4, **_options: Any
+    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4
 ) -> MachineHealthCheckReconciler:
     """Register the MachineHealthCheck controller on ``mgr``.
 
-    ``concurrency`` [4]: MachineHealthChecks reconciled at once. Other options are ignored.
+    ``concurrency`` [4]: MachineHealthChecks reconciled at once.
     """
     reconciler = MachineHealthCheckReconciler(mgr, cluster_cache, concurrency=concurrency)
     await reconciler.start_watches()

@@ -12,8 +12,6 @@ phases), ``bootstrap``, ``infrastructure``, ``machines`` (MachinePool Machines),
 
 from __future__ import annotations
 
-from typing import Any
-
 from machinepool.controllers.machinepool.controller import (
     COMPONENT,
     CONTROLLER_NAME,
@@ -30,15 +28,12 @@ async def setup(
     *,
     concurrency: int = 10,
     machines_up_to_date: bool = False,
-    **_options: Any,
 ) -> MachinePoolReconciler:
     """Register the MachinePool controller on ``mgr``.
 
     ``concurrency`` [10, upstream's ``--machinepool-concurrency``]: MachinePools reconciled
     at once. ``machines_up_to_date`` [False]: write the UpToDate condition of pool Machines
     (beside upstream, where our Machine controller, which writes it otherwise, does not run).
-    Other options are accepted and ignored so the app can pass one option set to every
-    controller package.
     """
     reconciler = MachinePoolReconciler(
         mgr, cluster_cache, concurrency=concurrency, machines_up_to_date=machines_up_to_date

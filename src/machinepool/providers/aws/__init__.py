@@ -5,15 +5,13 @@ bootstrap data Secret; instance refresh on template changes other than user data
 hooks and suspended processes reconciled; providerIDs ``aws:///<zone>/<instance-id>``; one
 AWSMachine per instance (MachinePool Machines) so scale-down drains Nodes through Machines.
 
-The app wires it with ``await setup(mgr, cluster_cache, **options)``; options are the fields of
-``Options`` (others are ignored, so one options dict can serve every provider). AWS credentials
+The app wires it with ``await setup(mgr, cluster_cache, AWSOptions(...))``. AWS credentials
 and region come from boto3's standard chain, the endpoint from ``AWS_ENDPOINT_URL``.
 The admission webhook lives in ``machinepool.providers.aws.webhook``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from machinepool.api import constants as c
@@ -25,7 +23,7 @@ from machinepool.providers.aws.scope import (
     AWSMACHINES,
     MACHINEPOOLS,
     MACHINES,
-    Options,
+    AWSOptions,
 )
 from machinepool.runtime import ClusterCache, Informer, Manager, Obj, ObjectKey, get_logger
 
@@ -36,7 +34,7 @@ __all__ = [
     "AWSError",
     "AWSMachinePoolReconciler",
     "AWSMachineReconciler",
-    "Options",
+    "AWSOptions",
     "setup",
 ]
 
@@ -75,11 +73,12 @@ def _from_machine(aws_machines: Informer) -> Any:
     return mapper
 
 
-async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
+async def setup(
+    mgr: Manager, cluster_cache: ClusterCache, options: AWSOptions | None = None
+) -> None:
     """Register the AWSMachinePool and AWSMachine controllers and their informers on ``mgr``."""
     del cluster_cache  # the AWS provider never talks to workload clusters
-    known = {f.name for f in dataclasses.fields(Options)}
-    opts = Options(**{k: v for k, v in options.items() if k in known})
+    opts = options or AWSOptions()
     aws = AWS()
     log = get_logger(__name__)
     pools = await mgr.cache.get_informer(AWSMACHINEPOOLS)
@@ -96,7 +95,9 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
         aws_machines,
         machines,
     )
-    pool_ctrl = mgr.new_controller(POOL_CONTROLLER, pool_reconciler, concurrency=opts.concurrency)
+    pool_ctrl = mgr.new_controller(
+        POOL_CONTROLLER, pool_reconciler, concurrency=opts.awsmachinepool_concurrency
+    )
     pool_ctrl.watch(pools)
     pool_ctrl.watch(machine_pools, _from_machine_pool)
     pool_ctrl.watch(aws_machines, _from_aws_machine)
@@ -107,6 +108,6 @@ async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> No
         mgr.event_recorder("awsmachine-controller"),
         log.bind(controller=MACHINE_CONTROLLER),
     )
-    mgr.new_controller(MACHINE_CONTROLLER, machine_reconciler, concurrency=opts.concurrency).watch(
-        aws_machines
-    )
+    mgr.new_controller(
+        MACHINE_CONTROLLER, machine_reconciler, concurrency=opts.awsmachinepool_concurrency
+    ).watch(aws_machines)

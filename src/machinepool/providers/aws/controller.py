@@ -27,7 +27,7 @@ from machinepool.providers.aws.scope import (
     AWSMACHINEPOOLS,
     LAUNCH_TEMPLATE_READY,
     MACHINEPOOLS,
-    Options,
+    AWSOptions,
     Scope,
 )
 from machinepool.providers.aws.webhook import validate
@@ -96,7 +96,7 @@ class AWSMachinePoolReconciler:
         aws: AWS,
         recorder: EventRecorder,
         log: KVLogger,
-        options: Options,
+        options: AWSOptions,
         aws_machines: Informer,
         machine_informer: Informer,
     ) -> None:
@@ -263,5 +263,7 @@ class AWSMachinePoolReconciler:
             raise scope.errors[0]
         if scope.errors:
             raise ExceptionGroup(f"AWSMachinePool {scope.namespace}/{scope.name}", scope.errors)
-        interval = self.options.busy_poll_interval if scope.busy else self.options.poll_interval
+        interval = (
+            self.options.aws_busy_poll_interval if scope.busy else self.options.aws_poll_interval
+        )
         return Result(requeue_after=interval)

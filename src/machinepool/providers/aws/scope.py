@@ -30,7 +30,7 @@ __all__ = [
     "AWSMACHINES",
     "MACHINEPOOLS",
     "MACHINES",
-    "Options",
+    "AWSOptions",
     "Scope",
 ]
 
@@ -46,18 +46,19 @@ LIFECYCLE_HOOK_READY = "LifecycleHookReady"
 
 
 @dataclass(frozen=True)
-class Options:
-    """Provider settings (``setup(..., **options)``), with defaults.
+class AWSOptions:
+    """The AWS component's settings; each field is a ``machinepool run`` flag of its name.
 
-    ``poll_interval`` [30 s]: how often a settled pool is re-read from AWS (instances launch
-    and die without Kubernetes events). ``busy_poll_interval`` [5 s]: the same while the pool
-    is converging (scaling, refreshing, waiting for a cancellation). ``concurrency`` [4]:
-    pools reconciled at once.
+    Instances launch and die without Kubernetes events, so a pool is re-read from AWS on a
+    timer; these fields set how often and how many pools at once.
     """
 
-    poll_interval: float = 30.0
-    busy_poll_interval: float = 5.0
-    concurrency: int = 4
+    aws_poll_interval: float = 30.0
+    """Seconds between re-reads of a settled pool from AWS."""
+    aws_busy_poll_interval: float = 5.0
+    """Seconds between re-reads while a pool converges (scaling, refreshing, cancelling)."""
+    awsmachinepool_concurrency: int = 4
+    """AWSMachinePools (and, separately, AWSMachines) reconciled at once."""
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Scope:
     aws: AWS
     recorder: EventRecorder
     log: KVLogger
-    options: Options
+    options: AWSOptions
     pool: dict[str, Any]
     """The AWSMachinePool, mutated by phases and patched once at the end."""
     patcher: Patcher
@@ -92,7 +93,7 @@ class Scope:
     group: dict[str, Any] | None = None
     """The Auto Scaling group as DescribeAutoScalingGroups returned it (asg)."""
     busy: bool = False
-    """Something is converging: come back after ``busy_poll_interval`` (any phase)."""
+    """Something is converging: come back after ``aws_busy_poll_interval`` (any phase)."""
     errors: list[Exception] = field(default_factory=list)
 
     # -- names ----------------------------------------------------------------------------

@@ -4,13 +4,13 @@ The pool engine (``machinepool.providers.pool``) over the simulated cloud (``mac
 whose instances live as Secrets in the management cluster, so they survive controller restarts
 and the node simulator (``machinepool.sim.kubelet``) can join them to the workload cluster.
 This package is only the controller side: the engine's backend and provider for the Sim kinds.
-Wire it with ``await setup(mgr, cluster_cache)``; inject faults with ``machinepool.sim.SimCloud``
-(the provider watches them: ``machinepool.sim.FaultsWatch``).
+Wire it with ``await setup(mgr, cluster_cache, SimOptions(...))``; inject faults with
+``machinepool.sim.SimCloud`` (the provider watches them: ``machinepool.sim.FaultsWatch``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from machinepool.providers.pool.engine import start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
@@ -22,26 +22,34 @@ __all__ = [
     "SIM_MACHINES",
     "SIM_MACHINE_POOLS",
     "SimBackend",
+    "SimOptions",
     "SimPoolSettings",
     "SimProvider",
     "setup",
 ]
 
 
-async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
-    """Register the SimMachinePool and SimMachine controllers on ``mgr``.
+@dataclass(frozen=True)
+class SimOptions:
+    """The Sim provider's settings; each field is a ``machinepool run`` flag of its name."""
 
-    Options: ``zones`` (failure domains the simulated cloud offers, default zone-a/b/c),
-    ``concurrency`` (workers per controller, default 4). Other options are ignored, so one
-    option set can be passed to every package's ``setup``.
-    """
-    zones = tuple(options.get("zones") or DEFAULT_ZONES)
+    sim_zones: tuple[str, ...] = DEFAULT_ZONES
+    """Failure domains the simulated cloud offers (comma-separated on the command line)."""
+    simmachinepool_concurrency: int = 4
+    """SimMachinePools reconciled at once by the pool engine."""
+
+
+async def setup(
+    mgr: Manager, cluster_cache: ClusterCache, options: SimOptions | None = None
+) -> None:
+    """Register the SimMachinePool and SimMachine controllers on ``mgr``."""
+    options = options or SimOptions()
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     faults = FaultsWatch(mgr.client, mgr.cache.scope.namespaces)
     mgr.add_controller(faults)
-    provider = SimProvider(mgr.client, records, zones, faults=faults.faults)
+    provider = SimProvider(mgr.client, records, options.sim_zones, faults=faults.faults)
     engine = await start_engine(
-        mgr, cluster_cache, provider, concurrency=int(options.get("concurrency", 4))
+        mgr, cluster_cache, provider, concurrency=options.simmachinepool_concurrency
     )
     assert engine.controller is not None
     engine.controller.watch(records, _record_to_pool)

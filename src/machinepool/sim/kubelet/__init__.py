@@ -3,12 +3,12 @@
 Watches the simulated cloud's instance records (``machinepool.sim.records``), joins each
 running instance to its workload cluster with the bootstrap token it booted with, heartbeats
 its Node, runs the pods bound to it and removes the Node when the instance is terminated.
-Wire it with ``await setup(mgr, cluster_cache)``.
+Wire it with ``await setup(mgr, cluster_cache, KubeletOptions(...))``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from machinepool.runtime import SECRETS, ClusterCache, Manager
 from machinepool.sim.kubelet.agent import KubeletSimulator
@@ -20,6 +20,7 @@ __all__ = [
     "InvalidBootstrapData",
     "JoinInfo",
     "JoinRejected",
+    "KubeletOptions",
     "KubeletSimulator",
     "parse_join",
     "setup",
@@ -27,23 +28,33 @@ __all__ = [
 ]
 
 
-async def setup(mgr: Manager, cluster_cache: ClusterCache, **options: Any) -> None:
-    """Register the node simulator on ``mgr``.
+@dataclass(frozen=True)
+class KubeletOptions:
+    """The node simulator's settings; each field is a ``machinepool run`` flag of its name."""
 
-    Options: ``heartbeat_seconds`` (Ready heartbeat period, default 30),
-    ``node_monitor_grace_seconds`` (how long a stopped kubelet's Node keeps its last status
-    before it turns Unknown, default 50 as kube-controller-manager's
-    ``--node-monitor-grace-period``), ``concurrency`` (default 4). Other options are ignored.
-    """
+    kubelet_heartbeat_seconds: float = 30.0
+    """Period of each simulated kubelet's Ready heartbeat."""
+    node_monitor_grace_seconds: float = 50.0
+    """How long a stopped kubelet's Node keeps its last status before it turns Unknown
+    (kube-controller-manager's ``--node-monitor-grace-period``)."""
+    kubelet_concurrency: int = 4
+    """Instance records reconciled at once."""
+
+
+async def setup(
+    mgr: Manager, cluster_cache: ClusterCache, options: KubeletOptions | None = None
+) -> None:
+    """Register the node simulator on ``mgr``."""
+    options = options or KubeletOptions()
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     sim = KubeletSimulator(
         mgr.client,
         records,
         cluster_cache,
-        heartbeat_seconds=float(options.get("heartbeat_seconds", 30.0)),
-        node_monitor_grace_seconds=float(options.get("node_monitor_grace_seconds", 50.0)),
+        heartbeat_seconds=options.kubelet_heartbeat_seconds,
+        node_monitor_grace_seconds=options.node_monitor_grace_seconds,
     )
     sim.follow_records()
-    ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=int(options.get("concurrency", 4)))
+    ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=options.kubelet_concurrency)
     sim.controller = ctrl
     ctrl.watch(records)
