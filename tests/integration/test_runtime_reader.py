@@ -7,10 +7,8 @@ watch event still in flight looks like to the next reconcile.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
+from tests.support import eventually
 
 from machinepool.runtime import (
     CONFIGMAPS,
@@ -23,14 +21,6 @@ from machinepool.runtime import (
     Patcher,
     Resource,
 )
-
-GENEROUS = 60.0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
-            await asyncio.sleep(0.05)
 
 
 def _value(informer: Informer, namespace: str) -> str | None:

@@ -45,6 +45,7 @@ from moto.core.types import Base64EncodedString
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.launch_templates import LaunchTemplate, LaunchTemplateVersion
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from tests.support import eventually
 from werkzeug.serving import make_server
 
 from machinepool.api import constants as c
@@ -70,7 +71,6 @@ EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 ACTIVE = ("Pending", "InProgress", "Cancelling")
 MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
 MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
-GENEROUS = 60.0
 _SEQ = itertools.count()
 
 
@@ -413,20 +413,6 @@ def fake_aws(fake_aws_server: FakeAWS) -> FakeAWS:
 async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run a blocking boto3 call of the test without stalling the controllers' loop."""
     return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-async def eventually(
-    check: Callable[[], Any], within: float = GENEROUS, interval: float = 0.1
-) -> Any:
-    """Await ``check()`` (sync or async) until it returns something truthy; return it."""
-    async with asyncio.timeout(within):
-        while True:
-            value = check()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(interval)
 
 
 # --- the test environment ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.support import wait_for
 
 from machinepool.bootstrap.kubeadm import setup
 from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
@@ -31,7 +32,6 @@ from machinepool.runtime import (
     ClusterCache,
     Manager,
     Obj,
-    Resource,
 )
 from machinepool.runtime.logging import JSONFormatter
 
@@ -44,35 +44,6 @@ def b64(text: str | bytes) -> str:
 
 def unb64(text: str) -> str:
     return base64.b64decode(text).decode()
-
-
-async def wait_for(
-    client: Client,
-    res: Resource,
-    namespace: str | None,
-    name: str,
-    predicate: Callable[[Obj | None], bool],
-    within: float = WITHIN,
-) -> Obj | None:
-    """Watch one object until ``predicate(obj)`` holds (``obj`` is ``None`` once deleted)."""
-    async with asyncio.timeout(within):
-        while True:
-            listed = await client.list(res, namespace, field_selector=f"metadata.name={name}")
-            obj = listed.items[0] if listed.items else None
-            if predicate(obj):
-                return obj
-            async for event in client.watch(
-                res,
-                namespace,
-                resource_version=listed.resource_version,
-                field_selector=f"metadata.name={name}",
-                timeout_seconds=10,
-            ):
-                if event.type == "BOOKMARK":
-                    continue
-                obj = None if event.type == "DELETED" else event.object
-                if predicate(obj):
-                    return obj
 
 
 def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
@@ -197,7 +168,9 @@ class Env:
     async def wait_config(
         self, name: str, predicate: Callable[[Obj | None], bool], within: float = WITHIN
     ) -> Obj | None:
-        return await wait_for(self.client, KUBEADM_CONFIGS, self.namespace, name, predicate, within)
+        return await wait_for(
+            self.client, KUBEADM_CONFIGS, self.namespace, name, predicate, within=within
+        )
 
 
 @pytest.fixture

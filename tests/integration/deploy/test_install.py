@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from tests.support import wait_for
 
 from machinepool.api import constants as c
 from machinepool.controlplane import ControlPlane
@@ -334,34 +335,6 @@ def local_args(deployment: Obj, namespace: str) -> list[str]:
     return args
 
 
-async def wait_for(
-    client: Client,
-    res: Resource,
-    name: str,
-    namespace: str,
-    predicate: Callable[[Obj], bool],
-) -> Obj:
-    """Return the object once ``predicate`` holds, woken by a watch rather than a timer."""
-    while True:
-        try:
-            obj = await client.get(res, name, namespace)
-        except NotFound:
-            obj, version = None, ""
-        else:
-            if predicate(obj):
-                return obj
-            version = obj["metadata"]["resourceVersion"]
-        async for event in client.watch(
-            res,
-            namespace,
-            resource_version=version,
-            field_selector=f"metadata.name={name}",
-            timeout_seconds=10,
-        ):
-            if event.type in ("ADDED", "MODIFIED") and predicate(event.object):
-                return event.object
-
-
 @contextlib.asynccontextmanager
 async def controller_process(
     args: list[str], log: Path
@@ -469,18 +442,18 @@ def pool_objects(namespace: str) -> list[tuple[Resource, Obj]]:
     ]
 
 
-def owned(obj: Obj) -> bool:
+def owned(obj: Obj | None) -> bool:
     """Controller-owned by a MachinePool, as core makes the configs and infra pools it adopts."""
-    refs = obj["metadata"].get("ownerReferences") or []
+    refs = (obj["metadata"].get("ownerReferences") or []) if obj else []
     return any(r["kind"] == "MachinePool" and r.get("controller") for r in refs)
 
 
-def has_finalizer(name: str) -> Callable[[Obj], bool]:
-    return lambda o: name in (o["metadata"].get("finalizers") or [])
+def has_finalizer(name: str) -> Callable[[Obj | None], bool]:
+    return lambda o: o is not None and name in (o["metadata"].get("finalizers") or [])
 
 
-def holds_lease(obj: Obj) -> bool:
-    return bool((obj.get("spec") or {}).get("holderIdentity"))
+def holds_lease(obj: Obj | None) -> bool:
+    return bool(obj and (obj.get("spec") or {}).get("holderIdentity"))
 
 
 def forbidden_lines(log: Path) -> list[str]:
@@ -514,7 +487,9 @@ async def start_component(
     proc = await stack.enter_async_context(
         controller_process([*args, f"--kubeconfig={kubeconfig}"], log)
     )
-    await until_or_exit(proc, log, wait_for(client, LEASES, lease, sa_namespace, holds_lease))
+    await until_or_exit(
+        proc, log, wait_for(client, LEASES, sa_namespace, lease, holds_lease, within=WAIT)
+    )
     return proc, log, lease
 
 
@@ -542,9 +517,13 @@ async def test_controllers_run_under_their_service_accounts(
                 stack, installed, control_plane, client, component, tmp_path
             )
             logs[component] = log
-            await until_or_exit(proc, log, wait_for(client, res, "deploy-mp", namespace, predicate))
+            await until_or_exit(
+                proc, log, wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
+            )
         # Core's status, and adoption of the provider objects (the aggregated rules).
-        await settle(client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"])
+        await settle(
+            client, MACHINEPOOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
+        )
         for res in (KUBEADM_CONFIGS, SIM_POOLS):
             await settle(client, res, namespace, owned, logs["core"])
     for component, log in logs.items():
@@ -553,12 +532,15 @@ async def test_controllers_run_under_their_service_accounts(
 
 
 async def settle(
-    client: Client, res: Resource, namespace: str, predicate: Callable[[Obj], bool], log: Path
-) -> Obj:
+    client: Client,
+    res: Resource,
+    namespace: str,
+    predicate: Callable[[Obj | None], bool],
+    log: Path,
+) -> Obj | None:
     """Wait for ``predicate`` on the pool's ``res`` object; on timeout fail with ``log``."""
     try:
-        async with asyncio.timeout(WAIT):
-            return await wait_for(client, res, "deploy-mp", namespace, predicate)
+        return await wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
     except TimeoutError:
         pytest.fail(f"{res.kind} never got there; controller log:\n{log.read_text()[-4000:]}")
 
@@ -652,10 +634,10 @@ async def test_controllers_run_namespaced_under_the_overlay(
                 )
                 logs[component] = log
                 await until_or_exit(
-                    proc, log, wait_for(client, res, "deploy-mp", namespace, predicate)
+                    proc, log, wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
                 )
             await settle(
-                client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"]
+                client, MACHINEPOOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
             )
             for res in (KUBEADM_CONFIGS, SIM_POOLS):
                 await settle(client, res, namespace, owned, logs["core"])
