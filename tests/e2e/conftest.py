@@ -10,13 +10,12 @@ tests reuse it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_asyncio
+from tests.support import Changes
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
@@ -26,7 +25,6 @@ from machinepool.runtime import (
     SECRETS,
     Client,
     ClusterCache,
-    FuncHandler,
     Informer,
     Manager,
     Obj,
@@ -44,7 +42,7 @@ WAIT = 120.0
 
 
 @dataclass
-class System:
+class System(Changes):
     """A running system and the handles tests need."""
 
     client: Client
@@ -58,27 +56,11 @@ class System:
     nodes: Informer
     """Workload Nodes, watched."""
     watched: dict[str, Informer] = field(default_factory=dict)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def _poke(self, *_: Obj) -> None:
-        self._changed.set()
+    patience = WAIT
 
     async def watch(self, name: str, informer: Informer) -> Informer:
-        informer.add_handler(FuncHandler(self._poke, lambda _o, _n: self._poke(), self._poke))
-        self.watched[name] = informer
+        self.watched[name] = self.follow(informer)
         return informer
-
-    async def until(self, check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-        """Wait until ``check()`` holds, re-checking on every watched change."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not check():
-                    self._changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(1.0):  # also re-check as clocks move
-                            await self._changed.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for: {what}") from None
 
     # -- reading ----------------------------------------------------------------------
 

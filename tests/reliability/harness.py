@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.support import Changes
 
 from machinepool.controlplane.process import free_port
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, InstanceRecord
@@ -321,7 +322,7 @@ class NodeDeletion:
 
 
 @dataclass
-class World:
+class World(Changes):
     """Informers over one namespace of the management cluster and its workload's Nodes.
 
     Records every Node deletion and, on every Node change, the number of Ready Nodes, so
@@ -336,7 +337,7 @@ class World:
     ready_samples: list[tuple[float, int]] = field(default_factory=list)
     seen_records: dict[str, InstanceRecord] = field(default_factory=dict)
     """Every instance record ever seen, by id (records are pruned once terminated)."""
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    patience = WAIT
 
     @classmethod
     async def start(cls, client: Client, workload_client: Client, namespace: str) -> World:
@@ -350,10 +351,7 @@ class World:
             "secrets": Informer(client, SECRETS, namespace),
         }
         for name, informer in sources.items():
-            informer.add_handler(
-                FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke)
-            )
-            world.informers[name] = informer
+            world.informers[name] = world.follow(informer)
         sources["secrets"].add_handler(
             FuncHandler(world._remember, lambda _o, n: world._remember(n), None)
         )
@@ -369,9 +367,6 @@ class World:
     async def stop(self) -> None:
         for informer in self.informers.values():
             await informer.stop()
-
-    def _poke(self, *_: Obj) -> None:
-        self._changed.set()
 
     def _remember(self, secret: Obj) -> None:
         if secret.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance":
@@ -391,19 +386,6 @@ class World:
             )
         )
         self._sample()
-
-    async def until(self, check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-        """Wait until ``check()`` holds, re-checking on every watched change (and each second,
-        since boot clocks and requeues move without events)."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not check():
-                    self._changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(1.0):
-                            await self._changed.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for: {what}") from None
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -51,8 +51,7 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
     world.informers["machines"].add_handler(
         FuncHandler(on_machine, lambda _o, n: on_machine(n), on_machine)
     )
-    checks = Informer(env.client, MACHINE_HEALTH_CHECKS, env.namespace)
-    checks.add_handler(FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke))
+    checks = world.follow(Informer(env.client, MACHINE_HEALTH_CHECKS, env.namespace))
     await checks.start()
     await checks.wait_synced()
     try:

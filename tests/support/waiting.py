@@ -19,9 +19,9 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from machinepool.runtime import Client, Gone, Obj, Resource
+from machinepool.runtime import Client, FuncHandler, Gone, Informer, Obj, Resource
 
 T = TypeVar("T")
 
@@ -70,18 +70,26 @@ async def eventually(
 
 @dataclass(kw_only=True)
 class Changes:
-    """Mixin for a harness that watches the world through informers: their handlers call
-    ``changed()``, and ``until`` re-checks on each change (and each second, since clocks and
-    requeues move without events)."""
+    """Mixin for a harness that watches the world through informers: those it ``follow``s
+    wake ``until``, which re-checks on each change (and each second, since clocks and requeues
+    move without events). ``patience`` is the harness's default bound."""
 
+    patience: ClassVar[float] = GENEROUS
     _changed: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def changed(self, *_: object) -> None:
-        """Handler for any informer event: wake the waiters."""
+        """Wake the waiters (a handler for any informer event)."""
         self._changed.set()
 
-    async def until(self, check: Callable[[], bool], what: str, timeout: float = GENEROUS) -> None:
-        """Return once ``check()`` holds; ``AssertionError`` naming ``what`` after ``timeout``."""
+    def follow(self, informer: Informer) -> Informer:
+        """Wake the waiters on every event of ``informer``; return it."""
+        informer.add_handler(FuncHandler(self.changed, self.changed, self.changed))
+        return informer
+
+    async def until(self, check: Callable[[], bool], what: str, timeout: float = 0.0) -> None:
+        """Return once ``check()`` holds; ``AssertionError`` naming ``what`` after ``timeout``
+        seconds (``patience`` unless given)."""
+        timeout = timeout or self.patience
         try:
             async with asyncio.timeout(timeout):
                 while not check():

@@ -28,7 +28,7 @@ from machinepool.runtime import (
     Resource,
 )
 
-from .harness import node_group_annotations, wait_for
+from .harness import node_group_annotations, wait_for_objects
 
 MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
 MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
@@ -151,7 +151,7 @@ def pod(name: str, cpu: str = POD_CPU) -> Obj:
 
 async def create_pods(workload: Client, names: list[str], cpu: str = POD_CPU) -> None:
     # Admission refuses Pods until the namespace's default ServiceAccount exists.
-    await wait_for(
+    await wait_for_objects(
         workload,
         SERVICE_ACCOUNTS,
         WORKLOAD_NAMESPACE,
