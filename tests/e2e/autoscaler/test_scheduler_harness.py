@@ -69,7 +69,9 @@ def _unschedulable(pod: Obj) -> bool:
 async def _create_pod(client: Client, pod: Obj) -> None:
     # The default ServiceAccount appears shortly after the workload cluster starts; until then
     # admission refuses Pods in the namespace.
-    await wait_for_objects(client, SERVICE_ACCOUNTS, "default", lambda o: "default" in o, "default SA")
+    await wait_for_objects(
+        client, SERVICE_ACCOUNTS, "default", lambda o: "default" in o, "default SA"
+    )
     await client.create(PODS, pod, "default")
 
 
