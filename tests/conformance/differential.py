@@ -20,14 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
-    machine_pool,
-    sim_pool,
-)
+from tests.reliability.harness import machine_pool, sim_pool
 from tests.support import eventually
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.providers.sim import SIM_MACHINE_POOLS
 from machinepool.runtime import NODES, Client, NotFound, Obj

@@ -25,14 +25,9 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.conformance.differential import allowed_differences, differences
-from tests.reliability.harness import (
-    CLUSTER,
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    ControllerProcess,
-    machine_pool,
-)
+from tests.reliability.harness import CLUSTER, ControllerProcess, machine_pool
 from tests.support import eventually
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import cluster_namespace
 
 from machinepool.api.crdgen import crd_manifests

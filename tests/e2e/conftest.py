@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest_asyncio
 from tests.support import Changes
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
@@ -28,14 +29,8 @@ from machinepool.runtime import (
     Informer,
     Manager,
     Obj,
-    Resource,
 )
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 VERSION = "v1.34.0"
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""

@@ -31,6 +31,7 @@ from typing import Any
 
 import aiohttp
 from tests.support import Changes
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.controlplane.process import free_port
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, InstanceRecord
@@ -44,14 +45,8 @@ from machinepool.runtime import (
     Informer,
     NotFound,
     Obj,
-    Resource,
 )
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 VERSION = "v1.34.0"
 CLUSTER = "work"
 WAIT = 300.0

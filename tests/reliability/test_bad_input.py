@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from tests.reliability.harness import (
     CLUSTER,
-    MACHINE_POOLS,
     VERSION,
     ControllerProcess,
     Env,
     create_pool,
     machine_pool,
 )
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates

@@ -31,16 +31,10 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
-from tests.reliability.harness import (
-    CLUSTER,
-    MACHINE_POOLS,
-    ControllerProcess,
-    World,
-    create_pool,
-    roll,
-)
+from tests.reliability.harness import CLUSTER, ControllerProcess, World, create_pool, roll
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
+from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 from tests.support.upstream import (
     TEST_MACHINE_TEMPLATES,
     UpstreamProcess,
@@ -76,7 +70,6 @@ MACHINE_DEPLOYMENTS = Resource(
     "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
 )
 MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
-MACHINE_POOLS_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
 
 
 @dataclass
@@ -539,11 +532,6 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     assert set().union(*pool_writers.values()) <= ours, pool_writers
     cluster_writers = shared.writers("clusters", ns)
     assert all(w <= {"upstream"} for w in cluster_writers.values()), cluster_writers
-
-
-MACHINE_HEALTH_CHECKS = Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck"
-)
 
 
 async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Beside) -> None:

@@ -8,15 +8,8 @@ from __future__ import annotations
 
 import random
 
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    Env,
-    chaos_kills,
-    check_converged,
-    create_pool,
-    roll,
-)
+from tests.reliability.harness import VERSION, Env, chaos_kills, check_converged, create_pool, roll
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.providers.sim import Faults, SimCloud
 

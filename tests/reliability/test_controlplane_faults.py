@@ -22,7 +22,6 @@ import pytest_asyncio
 from tests.conftest import install_crds
 from tests.reliability.harness import (
     CLUSTER,
-    MACHINE_POOLS,
     VERSION,
     Env,
     World,
@@ -33,6 +32,7 @@ from tests.reliability.harness import (
     roll,
     storms,
 )
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster

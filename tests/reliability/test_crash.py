@@ -16,7 +16,6 @@ import random
 from dataclasses import dataclass
 
 from tests.reliability.harness import (
-    MACHINE_POOLS,
     VERSION,
     Env,
     chaos_kills,
@@ -25,6 +24,7 @@ from tests.reliability.harness import (
     judge_victims,
     roll,
 )
+from tests.support.resources import MACHINE_POOLS
 
 KILLS_PER_CI_RUN = 52
 """At least 50 SIGKILLs at scale 1, spread over the phases below."""

@@ -16,15 +16,9 @@ import random
 from datetime import datetime
 from pathlib import Path
 
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    ControllerProcess,
-    Env,
-    check_converged,
-    create_pool,
-)
+from tests.reliability.harness import VERSION, ControllerProcess, Env, check_converged, create_pool
 from tests.reliability.proxy import AuditProxy, Request, overlapping_writers
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import LEASES

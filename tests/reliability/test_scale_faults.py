@@ -55,10 +55,11 @@ from tests.reliability.harness import (
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler, Resource
+from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler
 
 NEW_VERSION = "v1.34.1"
 KILL_EVERY = (3.0, 6.0)
@@ -76,9 +77,6 @@ MANAGEMENT_ARGS = (
 )
 REQUEST_BASE = 400
 REQUESTS_PER_NODE_PER_10S = 40
-CLUSTER_ROLE_BINDINGS = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
-)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -22,9 +22,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
     WAIT,
     ControllerProcess,
     Env,
@@ -33,6 +30,7 @@ from tests.reliability.harness import (
     sim_pool,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api.constants import POOL_NAME_LABEL, WATCH_FILTER_LABEL
 from machinepool.controlplane import ControlPlane, WorkloadCluster

@@ -21,7 +21,6 @@ import aiohttp
 import pytest
 import yaml
 from tests.reliability.harness import (
-    MACHINE_POOLS,
     VERSION,
     Env,
     check_converged,
@@ -29,6 +28,7 @@ from tests.reliability.harness import (
     scan_logs,
     secret_needles,
 )
+from tests.support.resources import CLUSTER_ROLE_BINDINGS, MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.process import free_port
@@ -349,10 +349,6 @@ async def _assert_webhooks_tls_only(port: int) -> None:
 
 
 # -- secure diagnostics: who may read /metrics ---------------------------------------------
-
-CLUSTER_ROLE_BINDINGS = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
-)
 
 
 async def _service_account_token(client: Client, namespace: str, name: str) -> str:

@@ -20,9 +20,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
     WAIT,
     ControllerProcess,
     Env,
@@ -31,6 +28,7 @@ from tests.reliability.harness import (
     sim_pool,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api.constants import POOL_NAME_LABEL, shard_drain_label, shard_label
 from machinepool.controlplane import ControlPlane, WorkloadCluster

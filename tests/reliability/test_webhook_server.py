@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from tests.reliability.harness import MACHINE_POOLS, machine_pool
+from tests.reliability.harness import machine_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.features import FeatureGates
 from machinepool.runtime import ApiError, Client

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
+
 from machinepool.api import constants as c
 from machinepool.runtime import (
     PODS,
@@ -25,19 +27,10 @@ from machinepool.runtime import (
     Conflict,
     Informer,
     Obj,
-    Resource,
 )
 
 from .harness import node_group_annotations, wait_for_objects
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
-SIM_MACHINE_POOLS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
-)
 WEBHOOK_LABEL = "machinepool.test/autoscaler-e2e"
 """MachinePools with this label (value ``true``) go through the tests' own webhook server."""
 NODE_CPU = 4

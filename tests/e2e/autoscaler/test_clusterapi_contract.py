@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.resources import MACHINE_POOLS
+
 from machinepool.api import constants as c
 from machinepool.controlplane.process import Process
 from machinepool.runtime import PODS, Obj
@@ -24,7 +26,6 @@ from machinepool.webhooks import WebhookServer
 from .conftest import NodeHistory
 from .harness import wait_for_objects
 from .pools import (
-    MACHINE_POOLS,
     WORKLOAD_NAMESPACE,
     create_node_group,
     create_pods,

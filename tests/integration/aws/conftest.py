@@ -46,6 +46,7 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.launch_templates import LaunchTemplate, LaunchTemplateVersion
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from tests.support import eventually
+from tests.support.resources import MACHINE_POOLS, MACHINES
 from werkzeug.serving import make_server
 
 from machinepool.api import constants as c
@@ -61,7 +62,6 @@ from machinepool.runtime import (
     ClusterCache,
     Manager,
     ManagerState,
-    Resource,
 )
 
 ACCOUNT = "123456789012"
@@ -69,8 +69,6 @@ REGION = "us-east-1"
 ASG_NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 ACTIVE = ("Pending", "InProgress", "Cancelling")
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
-MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
 _SEQ = itertools.count()
 
 
@@ -478,7 +476,7 @@ class AWSEnv:
                 },
             },
         }
-        created = await self.client.create(MACHINEPOOLS, mp, self.namespace)
+        created = await self.client.create(MACHINE_POOLS, mp, self.namespace)
         pool_spec: dict[str, Any] = {
             "minSize": 0,
             "maxSize": 5,
@@ -517,7 +515,7 @@ class AWSEnv:
 
     async def scale(self, name: str, replicas: int) -> None:
         await self.client.patch(
-            MACHINEPOOLS, name, {"spec": {"replicas": replicas}}, self.namespace
+            MACHINE_POOLS, name, {"spec": {"replicas": replicas}}, self.namespace
         )
 
     async def group(self, name: str) -> dict[str, Any] | None:
@@ -607,7 +605,7 @@ class MachineDriver:
         if meta.get("deletionTimestamp"):
             return
         pool_name = meta["labels"][c.POOL_NAME_LABEL]
-        mp = await self.env.client.get(MACHINEPOOLS, pool_name, self.env.namespace)
+        mp = await self.env.client.get(MACHINE_POOLS, pool_name, self.env.namespace)
         machine = {
             "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "Machine",
@@ -688,7 +686,7 @@ async def _clear_namespace(client: Client, namespace: str) -> None:
     """
     with contextlib.suppress(Exception):
         await client.delete(CLUSTERS, "c1", namespace)
-    for resource in (MACHINEPOOLS, AWSMACHINEPOOLS, MACHINES, AWSMACHINES):
+    for resource in (MACHINE_POOLS, AWSMACHINEPOOLS, MACHINES, AWSMACHINES):
         with contextlib.suppress(Exception):
             for obj in (await client.list(resource, namespace)).items:
                 name = obj["metadata"]["name"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest_asyncio
 import yaml
+from tests.support.resources import KUBEADM_CONFIGS
 
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
@@ -40,9 +41,6 @@ INFRA_GROUP = "infrastructure.test.machinepool.dev"
 INFRA_VERSION = "v1alpha1"
 TEST_POOLS = Resource(INFRA_GROUP, INFRA_VERSION, "testmachinepools", "TestMachinePool")
 TEST_MACHINES = Resource(INFRA_GROUP, INFRA_VERSION, "testmachines", "TestMachine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 WAIT = 60.0
 
 

@@ -40,6 +40,13 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.support import wait_for
+from tests.support.resources import (
+    CLUSTER_ROLES,
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    SIM_MACHINE_POOLS,
+)
 
 from machinepool.api import constants as c
 from machinepool.controlplane import ControlPlane
@@ -49,11 +56,6 @@ from machinepool.runtime import LEASES, Client, NotFound, Obj, Resource
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 90.0
 FIELD_MANAGER = "machinepool-deploy-test"
-CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole")
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, "v1beta2", "machinepools", "MachinePool")
-CLUSTERS = Resource(c.CLUSTER_GROUP, "v1beta2", "clusters", "Cluster")
-KUBEADM_CONFIGS = Resource(c.BOOTSTRAP_GROUP, "v1beta2", "kubeadmconfigs", "KubeadmConfig")
-SIM_POOLS = Resource(c.INFRASTRUCTURE_GROUP, "v1beta2", "simmachinepools", "SimMachinePool")
 AWS_CREDENTIALS = "[default]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = x\n"
 
 
@@ -401,7 +403,7 @@ def pool_objects(namespace: str) -> list[tuple[Resource, Obj]]:
             },
         ),
         (
-            SIM_POOLS,
+            SIM_MACHINE_POOLS,
             {
                 "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
                 "kind": "SimMachinePool",
@@ -410,7 +412,7 @@ def pool_objects(namespace: str) -> list[tuple[Resource, Obj]]:
             },
         ),
         (
-            MACHINEPOOLS,
+            MACHINE_POOLS,
             {
                 "apiVersion": "cluster.x-k8s.io/v1beta2",
                 "kind": "MachinePool",
@@ -506,9 +508,9 @@ async def test_controllers_run_under_their_service_accounts(
     for res, body in pool_objects(namespace):
         await client.create(res, body, namespace)
     expectations = {
-        "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+        "core": (MACHINE_POOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
         "bootstrap": (KUBEADM_CONFIGS, has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io")),
-        "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+        "sim": (SIM_MACHINE_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
     }
     logs: dict[str, Path] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -522,9 +524,9 @@ async def test_controllers_run_under_their_service_accounts(
             )
         # Core's status, and adoption of the provider objects (the aggregated rules).
         await settle(
-            client, MACHINEPOOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
+            client, MACHINE_POOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
         )
-        for res in (KUBEADM_CONFIGS, SIM_POOLS):
+        for res in (KUBEADM_CONFIGS, SIM_MACHINE_POOLS):
             await settle(client, res, namespace, owned, logs["core"])
     for component, log in logs.items():
         forbidden = forbidden_lines(log)
@@ -614,12 +616,15 @@ async def test_controllers_run_namespaced_under_the_overlay(
         applied = kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(overlay_rbac))
         assert applied.returncode == 0, applied.stderr
         expectations = {
-            "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+            "core": (MACHINE_POOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
             "bootstrap": (
                 KUBEADM_CONFIGS,
                 has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io"),
             ),
-            "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+            "sim": (
+                SIM_MACHINE_POOLS,
+                has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io"),
+            ),
         }
         async with contextlib.AsyncExitStack() as stack:
             for component, (res, predicate) in expectations.items():
@@ -637,9 +642,13 @@ async def test_controllers_run_namespaced_under_the_overlay(
                     proc, log, wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
                 )
             await settle(
-                client, MACHINEPOOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
+                client,
+                MACHINE_POOLS,
+                namespace,
+                lambda o: bool(o and o.get("status")),
+                logs["core"],
             )
-            for res in (KUBEADM_CONFIGS, SIM_POOLS):
+            for res in (KUBEADM_CONFIGS, SIM_MACHINE_POOLS):
                 await settle(client, res, namespace, owned, logs["core"])
     finally:
         kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(manager_bindings))

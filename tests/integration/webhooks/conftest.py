@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
+from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 
 from machinepool.api.features import FeatureGates
-from machinepool.runtime import CRDS, ApiError, Client, Resource
+from machinepool.runtime import CRDS, ApiError, Client
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
-MP = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MP_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
 INFRA_GROUP = "infrastructure.webhooks.test"
 INFRA_KIND = "TestMachinePool"
 INFRA_VERSION = "v1alpha9"
@@ -93,7 +92,7 @@ async def wait_until_effective(client: Client, config_name_hint: str, probe: dic
     """Dry-run create ``probe`` until a webhook answers; returns the refusal message."""
     for _ in range(300):
         try:
-            await client.create(MP, probe, dry_run=True)
+            await client.create(MACHINE_POOLS, probe, dry_run=True)
         except ApiError as err:
             if "admission webhook" in err.message:
                 return err.message
@@ -115,7 +114,7 @@ async def _wait_for_conversion(client: Client) -> None:
     body["spec"]["minReadySeconds"] = 7
     for _ in range(300):
         try:
-            created = await client.create(MP_V1BETA1, body, dry_run=True)
+            created = await client.create(MACHINE_POOLS_V1BETA1, body, dry_run=True)
             if created["spec"].get("minReadySeconds") == 7:
                 return
         except ApiError:
