@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.harness import machine_pool, sim_pool
 from tests.support import eventually
+from tests.support.builders import machine_pool, sim_machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.providers.sim import SIM_MACHINE_POOLS
@@ -94,9 +94,9 @@ def pool_objects(
         "metadata": {"name": name, "namespace": side.namespace, "labels": label},
         "spec": {"joinConfiguration": {"nodeRegistration": {}}},
     }
-    infra = sim_pool(name, side.namespace)
+    infra = sim_machine_pool(side.namespace, name)
     infra["metadata"]["labels"] = dict(label)
-    mp = machine_pool(name, side.namespace, replicas, labels=label)
+    mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
     mp["metadata"]["annotations"] = dict(annotations or {})
     mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
     return config, infra, mp

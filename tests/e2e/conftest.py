@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest_asyncio
 from tests.support import Changes
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES, SimCloud
+from machinepool.providers.sim import SIM_MACHINES, SimCloud
 from machinepool.runtime import (
     NODES,
     SECRETS,
@@ -31,7 +32,6 @@ from machinepool.runtime import (
     Obj,
 )
 
-VERSION = "v1.34.0"
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""
 
@@ -107,64 +107,20 @@ class System(Changes):
         instance_type: str = "small",
     ) -> None:
         """KubeadmConfig + SimMachinePool + MachinePool named ``name``."""
-        await self.client.create(
-            KUBEADM_CONFIGS,
-            {
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
-                "kind": "KubeadmConfig",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-            },
-            self.namespace,
-        )
         pool_spec: dict[str, Any] = {"template": {"instanceType": instance_type, "image": "sim"}}
         if strategy is not None:
             pool_spec["strategy"] = strategy
         if sim is not None:
             pool_spec["sim"] = sim
-        await self.client.create(
-            SIM_MACHINE_POOLS,
-            {
-                "apiVersion": SIM_MACHINE_POOLS.api_version,
-                "kind": "SimMachinePool",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": pool_spec,
-            },
+        await create_pool(
+            self.client,
             self.namespace,
-        )
-        spec: dict[str, Any] = {
-            "clusterName": self.cluster,
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "clusterName": self.cluster,
-                    "version": version,
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": name,
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        }
-        if failure_domains is not None:
-            spec["failureDomains"] = failure_domains
-        await self.client.create(
-            MACHINE_POOLS,
-            {
-                "apiVersion": MACHINE_POOLS.api_version,
-                "kind": "MachinePool",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": spec,
-            },
-            self.namespace,
+            name,
+            sim_spec=pool_spec,
+            replicas=replicas,
+            cluster=self.cluster,
+            version=version,
+            failure_domains=failure_domains,
         )
 
     async def scale(self, name: str, replicas: int) -> None:

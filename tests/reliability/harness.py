@@ -47,8 +47,6 @@ from machinepool.runtime import (
     Obj,
 )
 
-VERSION = "v1.34.0"
-CLUSTER = "work"
 WAIT = 300.0
 """Safety net for any single wait, so a broken system fails instead of hanging."""
 AWS_CANARY_SECRET = "rElIaBiLiTyCaNaRyAwSsEcReTkEy0123456789ab"
@@ -214,79 +212,6 @@ async def chaos_kills(
 
 
 # -- objects -------------------------------------------------------------------------------
-
-
-def kubeadm_config(name: str, namespace: str) -> Obj:
-    return {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
-        "kind": "KubeadmConfig",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-    }
-
-
-def sim_pool(name: str, namespace: str, spec: dict[str, Any] | None = None) -> Obj:
-    return {
-        "apiVersion": SIM_MACHINE_POOLS.api_version,
-        "kind": "SimMachinePool",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec if spec is not None else {"template": {"instanceType": "small"}},
-    }
-
-
-def machine_pool(
-    name: str,
-    namespace: str,
-    replicas: int,
-    *,
-    cluster: str = CLUSTER,
-    version: str = VERSION,
-    labels: dict[str, str] | None = None,
-) -> Obj:
-    return {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": "MachinePool",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {
-            "clusterName": cluster,
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "clusterName": cluster,
-                    "version": version,
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": name,
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        },
-    }
-
-
-async def create_pool(
-    client: Client,
-    name: str,
-    namespace: str,
-    replicas: int,
-    *,
-    sim_spec: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-) -> None:
-    """KubeadmConfig + SimMachinePool + MachinePool, all named ``name``."""
-    await client.create(KUBEADM_CONFIGS, kubeadm_config(name, namespace), namespace)
-    await client.create(SIM_MACHINE_POOLS, sim_pool(name, namespace, sim_spec), namespace)
-    await client.create(
-        MACHINE_POOLS, machine_pool(name, namespace, replicas, labels=labels), namespace
-    )
 
 
 async def roll(client: Client, name: str, namespace: str, version: str) -> None:

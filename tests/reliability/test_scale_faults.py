@@ -41,13 +41,10 @@ import pytest_asyncio
 import yaml
 from tests.conftest import install_crds
 from tests.reliability.harness import (
-    CLUSTER,
-    VERSION,
     ControllerProcess,
     Env,
     World,
     check_pools_converged,
-    create_pool,
     failure_streaks,
     judge_victims,
     node_ready,
@@ -55,6 +52,7 @@ from tests.reliability.harness import (
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.builders import CLUSTER, VERSION, create_pool
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
@@ -223,7 +221,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         await kubelet.wait_ready()
         sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 1}}
         for pool in pools:
-            await create_pool(env.client, pool, env.namespace, replicas, sim_spec=sim)
+            await create_pool(env.client, env.namespace, pool, replicas=replicas, sim_spec=sim)
         await world.until(
             lambda: all(world.pool_running(p, replicas, VERSION) for p in pools),
             f"{nodes} Ready before the rollout",

@@ -18,7 +18,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.reliability.harness import CLUSTER, ControllerProcess
+from tests.reliability.harness import ControllerProcess
+from tests.support.builders import CLUSTER
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream

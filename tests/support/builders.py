@@ -1,0 +1,135 @@
+"""JSON bodies of the objects tests create, in the style of upstream's ``builder`` package:
+``machine_pool(namespace, name)`` is a valid MachinePool as it stands, and a test overrides
+only what it is about with keywords.
+
+- ``kubeadm_config``, ``sim_machine_pool``, ``machine_pool``: one object each.
+- ``pool_objects``: the three a Sim pool is made of, all named ``name``, in creation order;
+  ``create_pool`` creates them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
+
+from machinepool.api import constants as c
+from machinepool.runtime import Client, Obj, Resource
+
+__all__ = [
+    "CLUSTER",
+    "VERSION",
+    "create_pool",
+    "kubeadm_config",
+    "machine_pool",
+    "pool_objects",
+    "sim_machine_pool",
+]
+
+CLUSTER = "work"
+"""The Cluster a pool belongs to unless a test says otherwise."""
+VERSION = "v1.34.0"
+"""The Kubernetes version of a pool's template unless a test says otherwise."""
+
+_JOIN: Obj = {"joinConfiguration": {"nodeRegistration": {}}}
+_TEMPLATE: Obj = {"instanceType": "small"}
+
+
+def _metadata(namespace: str, name: str, labels: Mapping[str, str] | None) -> Obj:
+    meta: Obj = {"name": name, "namespace": namespace}
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    return meta
+
+
+def kubeadm_config(
+    namespace: str,
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    spec: Obj | None = None,
+) -> Obj:
+    """A KubeadmConfig that joins a worker (``spec`` replaces the whole spec)."""
+    return {
+        "apiVersion": KUBEADM_CONFIGS.api_version,
+        "kind": KUBEADM_CONFIGS.kind,
+        "metadata": _metadata(namespace, name, labels),
+        "spec": copy.deepcopy(_JOIN) if spec is None else spec,
+    }
+
+
+def sim_machine_pool(
+    namespace: str,
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    spec: Obj | None = None,
+) -> Obj:
+    """A SimMachinePool of ``small`` instances (``spec`` replaces the whole spec)."""
+    return {
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
+        "kind": SIM_MACHINE_POOLS.kind,
+        "metadata": _metadata(namespace, name, labels),
+        "spec": {"template": copy.deepcopy(_TEMPLATE)} if spec is None else spec,
+    }
+
+
+def machine_pool(
+    namespace: str,
+    name: str,
+    *,
+    replicas: int = 1,
+    cluster: str = CLUSTER,
+    version: str = VERSION,
+    labels: Mapping[str, str] | None = None,
+    failure_domains: list[str] | None = None,
+    bootstrap: str | None = None,
+    infrastructure: str | None = None,
+) -> Obj:
+    """A MachinePool of ``replicas`` in ``cluster`` whose template refers to the KubeadmConfig
+    ``bootstrap`` and the SimMachinePool ``infrastructure`` (both default to ``name``)."""
+    template: Obj = {
+        "clusterName": cluster,
+        "version": version,
+        "bootstrap": {
+            "configRef": {
+                "apiGroup": c.BOOTSTRAP_GROUP,
+                "kind": KUBEADM_CONFIGS.kind,
+                "name": bootstrap or name,
+            }
+        },
+        "infrastructureRef": {
+            "apiGroup": c.INFRASTRUCTURE_GROUP,
+            "kind": SIM_MACHINE_POOLS.kind,
+            "name": infrastructure or name,
+        },
+    }
+    spec: Obj = {"clusterName": cluster, "replicas": replicas, "template": {"spec": template}}
+    if failure_domains is not None:
+        spec["failureDomains"] = failure_domains
+    return {
+        "apiVersion": MACHINE_POOLS.api_version,
+        "kind": MACHINE_POOLS.kind,
+        "metadata": _metadata(namespace, name, labels if labels is not None else {}),
+        "spec": spec,
+    }
+
+
+def pool_objects(
+    namespace: str, name: str, *, sim_spec: Obj | None = None, **pool: Any
+) -> list[tuple[Resource, Obj]]:
+    """KubeadmConfig, SimMachinePool (``sim_spec``) and MachinePool (``pool``: the keywords of
+    ``machine_pool``) named ``name``, with their Resources, in the order to create them."""
+    return [
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name)),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, spec=sim_spec)),
+        (MACHINE_POOLS, machine_pool(namespace, name, **pool)),
+    ]
+
+
+async def create_pool(client: Client, namespace: str, name: str, **overrides: Any) -> None:
+    """Create ``pool_objects(namespace, name, **overrides)``."""
+    for res, body in pool_objects(namespace, name, **overrides):
+        await client.create(res, body, namespace)
