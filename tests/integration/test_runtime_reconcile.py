@@ -173,7 +173,7 @@ async def test_repeated_events_are_aggregated(client: Client, namespace: str) ->
     for _ in range(50):
         await recorder.event(owner, "Warning", "ScaleFailed", "cloud quota exceeded")
     await recorder.event(owner, "Normal", "Scaled", "scaled to 3")
-    await recorder.flush()
+    await recorder.close()  # flushes, and stops its writer
     events = (await client.list(EVENTS, namespace)).items
     by_reason = {e["reason"]: e for e in events}
     assert len(events) == 2

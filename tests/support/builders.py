@@ -80,16 +80,18 @@ def machine_pool(
     namespace: str,
     name: str,
     *,
-    replicas: int = 1,
+    replicas: int | None = 1,
     cluster: str = CLUSTER,
     version: str = VERSION,
     labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     failure_domains: list[str] | None = None,
     bootstrap: str | None = None,
     infrastructure: str | None = None,
 ) -> Obj:
-    """A MachinePool of ``replicas`` in ``cluster`` whose template refers to the KubeadmConfig
-    ``bootstrap`` and the SimMachinePool ``infrastructure`` (both default to ``name``)."""
+    """A MachinePool of ``replicas`` (``None``: unset, for admission to default) in ``cluster``
+    whose template refers to the KubeadmConfig ``bootstrap`` and the SimMachinePool
+    ``infrastructure`` (both default to ``name``)."""
     template: Obj = {
         "clusterName": cluster,
         "version": version,
@@ -106,13 +108,18 @@ def machine_pool(
             "name": infrastructure or name,
         },
     }
-    spec: Obj = {"clusterName": cluster, "replicas": replicas, "template": {"spec": template}}
+    spec: Obj = {"clusterName": cluster, "template": {"spec": template}}
+    if replicas is not None:
+        spec["replicas"] = replicas
     if failure_domains is not None:
         spec["failureDomains"] = failure_domains
+    metadata = _metadata(namespace, name, labels if labels is not None else {})
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": MACHINE_POOLS.api_version,
         "kind": MACHINE_POOLS.kind,
-        "metadata": _metadata(namespace, name, labels if labels is not None else {}),
+        "metadata": metadata,
         "spec": spec,
     }
 

@@ -15,9 +15,10 @@ Machine ``cluster.x-k8s.io/delete-machine`` (a full update) and then lowering re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
+from tests.support.builders import pool_objects
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.runtime import (
@@ -36,7 +37,6 @@ WEBHOOK_LABEL = "machinepool.test/autoscaler-e2e"
 NODE_CPU = 4
 """CPUs a simulated Node offers; a Pod requesting 3 needs a Node of its own."""
 POD_CPU = "3"
-VERSION = "v1.34.0"
 CONFLICT_RETRIES = 10
 WORKLOAD_NAMESPACE = "default"
 
@@ -65,61 +65,18 @@ async def create_node_group(
     MachinePool as the API server stored it.
     """
     ns = system.namespace
-    await system.client.create(
-        KUBEADM_CONFIGS,
-        {
-            "apiVersion": KUBEADM_CONFIGS.api_version,
-            "kind": "KubeadmConfig",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-        },
+    (config_res, config), (infra_res, infra), (pool_res, pool) = pool_objects(
         ns,
+        name,
+        sim_spec={"template": {"instanceType": "small", "image": "sim"}},
+        replicas=replicas,
+        cluster=system.cluster,
+        labels={WEBHOOK_LABEL: "true"},
+        annotations=node_group_annotations(min_size, max_size, capacity),
     )
-    await system.client.create(
-        SIM_MACHINE_POOLS,
-        {
-            "apiVersion": SIM_MACHINE_POOLS.api_version,
-            "kind": "SimMachinePool",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"template": {"instanceType": "small", "image": "sim"}},
-        },
-        ns,
-    )
-    spec: dict[str, Any] = {
-        "clusterName": system.cluster,
-        "template": {
-            "spec": {
-                "clusterName": system.cluster,
-                "version": VERSION,
-                "bootstrap": {
-                    "configRef": {
-                        "apiGroup": KUBEADM_CONFIGS.group,
-                        "kind": "KubeadmConfig",
-                        "name": name,
-                    }
-                },
-                "infrastructureRef": {
-                    "apiGroup": SIM_MACHINE_POOLS.group,
-                    "kind": "SimMachinePool",
-                    "name": name,
-                },
-            }
-        },
-    }
-    if replicas is not None:
-        spec["replicas"] = replicas
-    body = {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": "MachinePool",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {WEBHOOK_LABEL: "true"},
-            "annotations": node_group_annotations(min_size, max_size, capacity),
-        },
-        "spec": spec,
-    }
-    return await system.client.create(MACHINE_POOLS, body, ns)
+    await system.client.create(config_res, config, ns)
+    await system.client.create(infra_res, infra, ns)
+    return await system.client.create(pool_res, pool, ns)
 
 
 def pod(name: str, cpu: str = POD_CPU) -> Obj:

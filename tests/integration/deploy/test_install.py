@@ -40,6 +40,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.support import wait_for
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
 from tests.support.resources import (
     CLUSTER_ROLES,
     CLUSTERS,
@@ -382,64 +383,27 @@ async def until_or_exit(proc: asyncio.subprocess.Process, log: Path, awaitable: 
 
 def pool_objects(namespace: str) -> list[tuple[Resource, Obj]]:
     name, cluster = "deploy-mp", "deploy-cluster"
-    meta = {"name": name, "namespace": namespace}
     return [
         (
             CLUSTERS,
             {
-                "apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "Cluster",
+                "apiVersion": CLUSTERS.api_version,
+                "kind": CLUSTERS.kind,
                 "metadata": {"name": cluster, "namespace": namespace},
                 "spec": {},
             },
         ),
-        (
-            KUBEADM_CONFIGS,
-            {
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
-                "kind": "KubeadmConfig",
-                "metadata": meta,
-                "spec": {},
-            },
-        ),
-        (
-            SIM_MACHINE_POOLS,
-            {
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-                "kind": "SimMachinePool",
-                "metadata": meta,
-                "spec": {},
-            },
-        ),
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name, spec={})),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, spec={})),
         (
             MACHINE_POOLS,
-            {
-                "apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "MachinePool",
-                "metadata": {**meta, "labels": {c.CLUSTER_NAME_LABEL: cluster}},
-                "spec": {
-                    "clusterName": cluster,
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "clusterName": cluster,
-                            "version": "v1.34.4",
-                            "bootstrap": {
-                                "configRef": {
-                                    "apiGroup": c.BOOTSTRAP_GROUP,
-                                    "kind": "KubeadmConfig",
-                                    "name": name,
-                                }
-                            },
-                            "infrastructureRef": {
-                                "apiGroup": c.INFRASTRUCTURE_GROUP,
-                                "kind": "SimMachinePool",
-                                "name": name,
-                            },
-                        }
-                    },
-                },
-            },
+            machine_pool(
+                namespace,
+                name,
+                cluster=cluster,
+                version="v1.34.4",
+                labels={c.CLUSTER_NAME_LABEL: cluster},
+            ),
         ),
     ]
 
