@@ -82,19 +82,21 @@ def machine_pool(
     *,
     replicas: int | None = 1,
     cluster: str = CLUSTER,
-    version: str = VERSION,
+    version: str | None = VERSION,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     failure_domains: list[str] | None = None,
     bootstrap: str | None = None,
     infrastructure: str | None = None,
 ) -> Obj:
-    """A MachinePool of ``replicas`` (``None``: unset, for admission to default) in ``cluster``
-    whose template refers to the KubeadmConfig ``bootstrap`` and the SimMachinePool
-    ``infrastructure`` (both default to ``name``)."""
+    """A MachinePool of ``replicas`` in ``cluster`` whose template refers to the KubeadmConfig
+    ``bootstrap`` and the SimMachinePool ``infrastructure`` (both default to ``name``).
+
+    ``replicas=None`` or ``version=None`` leaves that field unset: admission defaults
+    replicas, and a bootstrap test has no use for a version.
+    """
     template: Obj = {
         "clusterName": cluster,
-        "version": version,
         "bootstrap": {
             "configRef": {
                 "apiGroup": c.BOOTSTRAP_GROUP,
@@ -108,6 +110,8 @@ def machine_pool(
             "name": infrastructure or name,
         },
     }
+    if version is not None:
+        template["version"] = version
     spec: Obj = {"clusterName": cluster, "template": {"spec": template}}
     if replicas is not None:
         spec["replicas"] = replicas

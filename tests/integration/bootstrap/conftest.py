@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 from tests.support import wait_for
+from tests.support.builders import kubeadm_config, machine_pool
 
 from machinepool.bootstrap.kubeadm import setup
 from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
@@ -114,55 +115,26 @@ class Env:
         await self.client.create(SECRETS, secret, self.namespace)
 
     async def create_pool(self, name: str, config: str) -> Obj:
-        pool = {
-            "apiVersion": MACHINE_POOLS.api_version,
-            "kind": "MachinePool",
-            "metadata": {"name": name},
-            "spec": {
-                "clusterName": self.cluster,
-                "replicas": 1,
-                "template": {
-                    "spec": {
-                        "clusterName": self.cluster,
-                        "bootstrap": {
-                            "configRef": {
-                                "apiGroup": "bootstrap.cluster.x-k8s.io",
-                                "kind": "KubeadmConfig",
-                                "name": config,
-                            }
-                        },
-                        "infrastructureRef": {
-                            "apiGroup": "infrastructure.cluster.x-k8s.io",
-                            "kind": "SimMachinePool",
-                            "name": name,
-                        },
-                    }
-                },
-            },
-        }
+        pool = machine_pool(
+            self.namespace, name, cluster=self.cluster, version=None, bootstrap=config
+        )
         return await self.client.create(MACHINE_POOLS, pool, self.namespace)
 
     async def create_config(
         self, name: str, spec: Obj, *, pool: Obj | None = None, cluster: str | None = None
     ) -> Obj:
-        meta: Obj = {"name": name}
+        labels = {"cluster.x-k8s.io/cluster-name": cluster or self.cluster}
+        body = kubeadm_config(self.namespace, name, labels=labels, spec=spec)
         if pool is not None:
-            meta["ownerReferences"] = [
+            body["metadata"]["ownerReferences"] = [
                 {
-                    "apiVersion": "cluster.x-k8s.io/v1beta2",
-                    "kind": "MachinePool",
+                    "apiVersion": MACHINE_POOLS.api_version,
+                    "kind": MACHINE_POOLS.kind,
                     "name": pool["metadata"]["name"],
                     "uid": pool["metadata"]["uid"],
                     "controller": True,
                 }
             ]
-        meta["labels"] = {"cluster.x-k8s.io/cluster-name": cluster or self.cluster}
-        body = {
-            "apiVersion": KUBEADM_CONFIGS.api_version,
-            "kind": "KubeadmConfig",
-            "metadata": meta,
-            "spec": spec,
-        }
         return await self.client.create(KUBEADM_CONFIGS, body, self.namespace)
 
     async def wait_config(
