@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import eventually
-from tests.support.builders import machine_pool, sim_machine_pool
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.providers.sim import SIM_MACHINE_POOLS
@@ -88,14 +88,8 @@ def pool_objects(
     """KubeadmConfig, SimMachinePool and MachinePool ``name``, labelled for ``side``'s manager
     (the MachinePool's template too, so its Machines carry the label as well)."""
     label = {WATCH_FILTER: side.name}
-    config = {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
-        "kind": "KubeadmConfig",
-        "metadata": {"name": name, "namespace": side.namespace, "labels": label},
-        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-    }
-    infra = sim_machine_pool(side.namespace, name)
-    infra["metadata"]["labels"] = dict(label)
+    config = kubeadm_config(side.namespace, name, labels=label)
+    infra = sim_machine_pool(side.namespace, name, labels=label)
     mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
     mp["metadata"]["annotations"] = dict(annotations or {})
     mp["spec"]["template"]["metadata"] = {"labels": dict(label)}

@@ -34,46 +34,33 @@ VERSION = "v1.34.0"
 """The Kubernetes version of a pool's template unless a test says otherwise."""
 
 _JOIN: Obj = {"joinConfiguration": {"nodeRegistration": {}}}
-_TEMPLATE: Obj = {"instanceType": "small"}
+_SMALL: Obj = {"template": {"instanceType": "small"}}
 
 
-def _metadata(namespace: str, name: str, labels: Mapping[str, str] | None) -> Obj:
-    meta: Obj = {"name": name, "namespace": namespace}
+def _object(
+    res: Resource, namespace: str, name: str, labels: Mapping[str, str] | None, spec: Obj
+) -> Obj:
+    """An object of ``res``; ``labels`` only when given, as a test that sets none wrote it."""
+    metadata: Obj = {"name": name, "namespace": namespace}
     if labels is not None:
-        meta["labels"] = dict(labels)
-    return meta
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata, "spec": spec}
 
 
 def kubeadm_config(
-    namespace: str,
-    name: str,
-    *,
-    labels: Mapping[str, str] | None = None,
-    spec: Obj | None = None,
+    namespace: str, name: str, *, labels: Mapping[str, str] | None = None, spec: Obj | None = None
 ) -> Obj:
     """A KubeadmConfig that joins a worker (``spec`` replaces the whole spec)."""
-    return {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
-        "kind": KUBEADM_CONFIGS.kind,
-        "metadata": _metadata(namespace, name, labels),
-        "spec": copy.deepcopy(_JOIN) if spec is None else spec,
-    }
+    spec = copy.deepcopy(_JOIN) if spec is None else spec
+    return _object(KUBEADM_CONFIGS, namespace, name, labels, spec)
 
 
 def sim_machine_pool(
-    namespace: str,
-    name: str,
-    *,
-    labels: Mapping[str, str] | None = None,
-    spec: Obj | None = None,
+    namespace: str, name: str, *, labels: Mapping[str, str] | None = None, spec: Obj | None = None
 ) -> Obj:
     """A SimMachinePool of ``small`` instances (``spec`` replaces the whole spec)."""
-    return {
-        "apiVersion": SIM_MACHINE_POOLS.api_version,
-        "kind": SIM_MACHINE_POOLS.kind,
-        "metadata": _metadata(namespace, name, labels),
-        "spec": {"template": copy.deepcopy(_TEMPLATE)} if spec is None else spec,
-    }
+    spec = copy.deepcopy(_SMALL) if spec is None else spec
+    return _object(SIM_MACHINE_POOLS, namespace, name, labels, spec)
 
 
 def machine_pool(
@@ -117,15 +104,10 @@ def machine_pool(
         spec["replicas"] = replicas
     if failure_domains is not None:
         spec["failureDomains"] = failure_domains
-    metadata = _metadata(namespace, name, labels if labels is not None else {})
+    body = _object(MACHINE_POOLS, namespace, name, labels or {}, spec)
     if annotations is not None:
-        metadata["annotations"] = dict(annotations)
-    return {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": MACHINE_POOLS.kind,
-        "metadata": metadata,
-        "spec": spec,
-    }
+        body["metadata"]["annotations"] = dict(annotations)
+    return body
 
 
 def pool_objects(
