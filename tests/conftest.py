@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.support import wait_established
 from tests.support.tasks import TaskTracker, cancel, describe
 
 from machinepool.api.crdgen import crd_manifests
@@ -159,16 +160,6 @@ def cert_manager_stand_in(kind: str, plural: str) -> dict[str, Any]:
             ],
         },
     }
-
-
-async def wait_established(client: Client, name: str) -> None:
-    for _ in range(600):
-        crd = await client.get(CRDS, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"CRD {name} never became Established")
 
 
 async def install_cert_manager_api(client: Client) -> None:

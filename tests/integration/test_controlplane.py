@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.support import eventually
+from tests.support import eventually, wait_established
 
 from machinepool.controlplane import ControlPlane, find_binaries
 from machinepool.controlplane.process import port_open
@@ -46,12 +46,7 @@ WIDGET_CRD = {
 async def test_crd_object_round_trips_through_the_apiserver(client: Client, namespace: str) -> None:
     await client.create(CRDS, WIDGET_CRD)
 
-    async def established() -> bool:
-        crd = await client.get(CRDS, WIDGET_CRD["metadata"]["name"])
-        conds = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-    await eventually(established, "CRD widgets Established", within=30)
+    await wait_established(client, WIDGET_CRD["metadata"]["name"])
     widgets = await client.resource("example.machinepool.dev/v1", "Widget")
     body = {
         "apiVersion": "example.machinepool.dev/v1",
