@@ -75,14 +75,19 @@ def machine_pool(
     failure_domains: list[str] | None = None,
     bootstrap: str | None = None,
     infrastructure: str | None = None,
+    infrastructure_group: str = c.INFRASTRUCTURE_GROUP,
+    infrastructure_kind: str = SIM_MACHINE_POOLS.kind,
+    template: Obj | None = None,
+    spec: Obj | None = None,
 ) -> Obj:
     """A MachinePool of ``replicas`` in ``cluster`` whose template refers to the KubeadmConfig
     ``bootstrap`` and the SimMachinePool ``infrastructure`` (both default to ``name``).
 
     ``replicas=None`` or ``version=None`` leaves that field unset: admission defaults
-    replicas, and a bootstrap test has no use for a version.
+    replicas, and a bootstrap test has no use for a version. ``template`` and ``spec`` are
+    merged last over the template's spec and the spec: what a test is about.
     """
-    template: Obj = {
+    template_spec: Obj = {
         "clusterName": cluster,
         "bootstrap": {
             "configRef": {
@@ -92,19 +97,21 @@ def machine_pool(
             }
         },
         "infrastructureRef": {
-            "apiGroup": c.INFRASTRUCTURE_GROUP,
-            "kind": SIM_MACHINE_POOLS.kind,
+            "apiGroup": infrastructure_group,
+            "kind": infrastructure_kind,
             "name": infrastructure or name,
         },
     }
     if version is not None:
-        template["version"] = version
-    spec: Obj = {"clusterName": cluster, "template": {"spec": template}}
+        template_spec["version"] = version
+    template_spec.update(copy.deepcopy(template or {}))
+    pool: Obj = {"clusterName": cluster, "template": {"spec": template_spec}}
     if replicas is not None:
-        spec["replicas"] = replicas
+        pool["replicas"] = replicas
     if failure_domains is not None:
-        spec["failureDomains"] = failure_domains
-    body = _object(MACHINE_POOLS, namespace, name, labels or {}, spec)
+        pool["failureDomains"] = failure_domains
+    pool.update(copy.deepcopy(spec or {}))
+    body = _object(MACHINE_POOLS, namespace, name, labels, pool)
     if annotations is not None:
         body["metadata"]["annotations"] = dict(annotations)
     return body

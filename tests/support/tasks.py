@@ -37,8 +37,10 @@ def describe(task: asyncio.Task[Any]) -> str:
 
 class TaskTracker:
     """Gives every task created on ``loop`` an origin: its parent's (the task running when it
-    was created), or a new one, numbered in order, for a task created outside any task (a
-    test's, a fixture's, a callback's). A test's tasks are those of origins numbered after
+    was created); a new one, numbered in order, for a task pytest-asyncio starts (a test's, a
+    fixture's: created while the loop is stopped); none (0) for a task a callback creates
+    while the loop runs (an aiohttp server's connection handler is the fixture's server's,
+    whichever test's request opened it). A test's tasks are those of origins numbered after
     it started; the background tasks of older fixtures and all they spawn keep older ones."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -61,15 +63,22 @@ class TaskTracker:
     ) -> asyncio.Task[Any]:
         parent = asyncio.current_task(loop)
         task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
-        # A parent from before the tracker was installed is background (origin 0).
-        self._origins[task] = (
-            next(self._counter) if parent is None else self._origins.get(parent, 0)
-        )
+        if parent is not None:  # one from before the tracker was installed is background: 0
+            self._origins[task] = self._origins.get(parent, 0)
+        elif loop.is_running():  # from a callback: a server's connection, a thread's call
+            self._origins[task] = 0
+        else:  # pytest-asyncio starting a test or a fixture
+            self._origins[task] = next(self._counter)
         return task
 
     def mark(self) -> int:
         """Call as the test starts; pass the result to ``leaked``."""
         return next(self._counter)
+
+    def adopt(self, task: asyncio.Task[Any]) -> None:
+        """Give ``task`` (and what it will start) an origin of its own, as if pytest-asyncio
+        had started it; for the tracker's own tests, which run inside a task already."""
+        self._origins[task] = next(self._counter)
 
     async def leaked(self, mark: int) -> list[asyncio.Task[Any]]:
         """Tasks still running whose origin is the test's (after ``mark``) and that ``ALLOWED``

@@ -17,17 +17,13 @@ async def _idle() -> None:
     await asyncio.Event().wait()
 
 
-async def _as_a_test(body: Callable[[], Awaitable[T]]) -> T:
-    """Run ``body`` in a task created outside any task, as pytest-asyncio runs a test after
-    the fixture took its mark."""
-    loop = asyncio.get_running_loop()
-    started: asyncio.Future[asyncio.Task[T]] = loop.create_future()
-
-    async def run() -> T:
-        return await body()
-
-    loop.call_soon(lambda: started.set_result(loop.create_task(run())))
-    return await (await started)
+async def _as_a_test(tracker: TaskTracker, body: Callable[[], Awaitable[T]]) -> T:
+    """Run ``body`` in a task with an origin of its own, as pytest-asyncio runs a test after
+    the fixture took its mark (it creates the test's task while the loop is stopped, which a
+    running test cannot do)."""
+    task = asyncio.create_task(body())
+    tracker.adopt(task)
+    return await task
 
 
 async def _leave_one() -> asyncio.Task[None]:
@@ -36,7 +32,7 @@ async def _leave_one() -> asyncio.Task[None]:
 
 async def test_a_task_the_test_left_running_is_named(task_tracker: TaskTracker) -> None:
     mark = task_tracker.mark()
-    left = await _as_a_test(_leave_one)
+    left = await _as_a_test(task_tracker, _leave_one)
     try:
         assert await task_tracker.leaked(mark) == [left]
         assert describe(left).startswith("left-behind: _idle (")
@@ -66,7 +62,7 @@ async def test_tasks_spawned_by_older_background_tasks_are_not_the_tests(
         spawn.set()
         await spawned.wait()
 
-    await _as_a_test(body)
+    await _as_a_test(task_tracker, body)
     try:
         assert await task_tracker.leaked(mark) == []
     finally:
@@ -79,8 +75,23 @@ async def test_a_task_cancelled_but_not_yet_finished_is_given_time(
     task_tracker: TaskTracker,
 ) -> None:
     mark = task_tracker.mark()
-    task = await _as_a_test(_leave_one)
+    task = await _as_a_test(task_tracker, _leave_one)
     await asyncio.sleep(0)
     task.cancel()
     assert await task_tracker.leaked(mark) == []
     assert task.cancelled()
+
+
+async def test_a_task_a_callback_creates_is_background(task_tracker: TaskTracker) -> None:
+    """A server's connection handler (created by a protocol callback) is not the test's."""
+    loop = asyncio.get_running_loop()
+    mark = task_tracker.mark()
+    created: asyncio.Future[asyncio.Task[None]] = loop.create_future()
+    loop.call_soon(lambda: created.set_result(loop.create_task(_idle())))
+    handler = await created
+    try:
+        assert await task_tracker.leaked(mark) == []
+    finally:
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await handler

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
+from tests.support import builders
 from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 
 from machinepool.api.features import FeatureGates
@@ -28,35 +28,19 @@ DEFAULT_DENIED = 'admission webhook "default.machinepool.cluster.x-k8s.io" denie
 
 
 def machine_pool(namespace: str, name: str = "mp", **spec_changes: Any) -> dict[str, Any]:
-    """A valid v1beta2 MachinePool; keyword arguments replace top-level spec fields."""
-    body: dict[str, Any] = {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "MachinePool",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "clusterName": "c1",
-            "template": {
-                "spec": {
-                    "clusterName": "c1",
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": f"{name}-bootstrap",
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": INFRA_GROUP,
-                        "kind": INFRA_KIND,
-                        "name": f"{name}-infra",
-                    },
-                    "version": "v1.34.0",
-                }
-            },
-        },
-    }
-    body["spec"].update(copy.deepcopy(spec_changes))
-    return body
+    """A valid v1beta2 MachinePool of this suite's infrastructure kind, replicas left to
+    admission; keyword arguments replace top-level spec fields."""
+    return builders.machine_pool(
+        namespace,
+        name,
+        replicas=None,
+        cluster="c1",
+        bootstrap=f"{name}-bootstrap",
+        infrastructure=f"{name}-infra",
+        infrastructure_group=INFRA_GROUP,
+        infrastructure_kind=INFRA_KIND,
+        spec=spec_changes,
+    )
 
 
 def _infra_crd() -> dict[str, Any]:
