@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.support import wait_established
+from tests.support.tasks import TaskTracker, cancel, describe
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -160,16 +162,6 @@ def cert_manager_stand_in(kind: str, plural: str) -> dict[str, Any]:
     }
 
 
-async def wait_established(client: Client, name: str) -> None:
-    for _ in range(600):
-        crd = await client.get(CRDS, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"CRD {name} never became Established")
-
-
 async def install_cert_manager_api(client: Client) -> None:
     """cert-manager's Issuer and Certificate kinds (stand-ins), Established."""
     for kind, plural in (("Issuer", "issuers"), ("Certificate", "certificates")):
@@ -198,3 +190,26 @@ async def install_crds(client: Client) -> list[str]:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def crds(client: Client) -> list[str]:
     return await install_crds(client)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
+async def task_tracker() -> TaskTracker:
+    """Installed first thing on the session's loop, so it sees every fixture's tasks born."""
+    return TaskTracker.of(asyncio.get_running_loop())
+
+
+@pytest_asyncio.fixture(autouse=True, loop_scope="session")
+async def no_leaked_tasks(task_tracker: TaskTracker) -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks it started running after its teardown.
+
+    Autouse and function-scoped, so it is set up after the session's and modules' fixtures
+    and torn down after the test's own: what it finds is what the test and its fixtures left.
+    Leaked tasks are cancelled so the next test starts clean.
+    """
+    mark = task_tracker.mark()
+    yield
+    leaked = await task_tracker.leaked(mark)
+    if leaked:
+        cancel(leaked)
+        names = "\n  ".join(describe(t) for t in leaked)
+        pytest.fail(f"{len(leaked)} asyncio task(s) the test started still run:\n  {names}")

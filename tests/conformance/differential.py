@@ -20,14 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
-    machine_pool,
-    sim_pool,
-)
 from tests.support import eventually
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.providers.sim import SIM_MACHINE_POOLS
 from machinepool.runtime import NODES, Client, NotFound, Obj
@@ -93,15 +88,9 @@ def pool_objects(
     """KubeadmConfig, SimMachinePool and MachinePool ``name``, labelled for ``side``'s manager
     (the MachinePool's template too, so its Machines carry the label as well)."""
     label = {WATCH_FILTER: side.name}
-    config = {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
-        "kind": "KubeadmConfig",
-        "metadata": {"name": name, "namespace": side.namespace, "labels": label},
-        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-    }
-    infra = sim_pool(name, side.namespace)
-    infra["metadata"]["labels"] = dict(label)
-    mp = machine_pool(name, side.namespace, replicas, labels=label)
+    config = kubeadm_config(side.namespace, name, labels=label)
+    infra = sim_machine_pool(side.namespace, name, labels=label)
+    mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
     mp["metadata"]["annotations"] = dict(annotations or {})
     mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
     return config, infra, mp

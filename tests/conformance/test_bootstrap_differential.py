@@ -25,14 +25,10 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.conformance.differential import allowed_differences, differences
-from tests.reliability.harness import (
-    CLUSTER,
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    ControllerProcess,
-    machine_pool,
-)
+from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
+from tests.support.builders import CLUSTER, machine_pool
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import cluster_namespace
 
 from machinepool.api.crdgen import crd_manifests
@@ -107,7 +103,11 @@ def _pool(name: str, version: str) -> Obj:
     """The harness's pool (KubeadmConfig and SimMachinePool ``name``), labelled with its
     Cluster as core would have labelled it (no core runs here)."""
     return machine_pool(
-        name, NAMESPACE, 1, version=version, labels={"cluster.x-k8s.io/cluster-name": CLUSTER}
+        NAMESPACE,
+        name,
+        replicas=1,
+        version=version,
+        labels={"cluster.x-k8s.io/cluster-name": CLUSTER},
     )
 
 

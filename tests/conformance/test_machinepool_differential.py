@@ -28,8 +28,10 @@ from tests.conformance.differential import (
     status,
     until,
 )
-from tests.reliability.harness import CLUSTER, KUBEADM_CONFIGS, MACHINE_POOLS, ControllerProcess
+from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
+from tests.support.builders import CLUSTER
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api.constants import PAUSED_ANNOTATION, REPLICAS_MANAGED_BY_ANNOTATION

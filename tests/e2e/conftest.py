@@ -10,42 +10,35 @@ tests reuse it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_asyncio
+from tests.support import Changes
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
+from machinepool.providers.sim import SIM_MACHINES
 from machinepool.runtime import (
     NODES,
     SECRETS,
     Client,
     ClusterCache,
-    FuncHandler,
     Informer,
     Manager,
     Obj,
-    Resource,
 )
 from machinepool.sim import SimCloud
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
-VERSION = "v1.34.0"
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""
 
 
 @dataclass
-class System:
+class System(Changes):
     """A running system and the handles tests need."""
 
     client: Client
@@ -59,27 +52,11 @@ class System:
     nodes: Informer
     """Workload Nodes, watched."""
     watched: dict[str, Informer] = field(default_factory=dict)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def _poke(self, *_: Obj) -> None:
-        self._changed.set()
+    patience = WAIT
 
     async def watch(self, name: str, informer: Informer) -> Informer:
-        informer.add_handler(FuncHandler(self._poke, lambda _o, _n: self._poke(), self._poke))
-        self.watched[name] = informer
+        self.watched[name] = self.follow(informer)
         return informer
-
-    async def until(self, check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-        """Wait until ``check()`` holds, re-checking on every watched change."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not check():
-                    self._changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(1.0):  # also re-check as clocks move
-                            await self._changed.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for: {what}") from None
 
     # -- reading ----------------------------------------------------------------------
 
@@ -131,64 +108,20 @@ class System:
         instance_type: str = "small",
     ) -> None:
         """KubeadmConfig + SimMachinePool + MachinePool named ``name``."""
-        await self.client.create(
-            KUBEADM_CONFIGS,
-            {
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
-                "kind": "KubeadmConfig",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-            },
-            self.namespace,
-        )
         pool_spec: dict[str, Any] = {"template": {"instanceType": instance_type, "image": "sim"}}
         if strategy is not None:
             pool_spec["strategy"] = strategy
         if sim is not None:
             pool_spec["sim"] = sim
-        await self.client.create(
-            SIM_MACHINE_POOLS,
-            {
-                "apiVersion": SIM_MACHINE_POOLS.api_version,
-                "kind": "SimMachinePool",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": pool_spec,
-            },
+        await create_pool(
+            self.client,
             self.namespace,
-        )
-        spec: dict[str, Any] = {
-            "clusterName": self.cluster,
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "clusterName": self.cluster,
-                    "version": version,
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": name,
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        }
-        if failure_domains is not None:
-            spec["failureDomains"] = failure_domains
-        await self.client.create(
-            MACHINE_POOLS,
-            {
-                "apiVersion": MACHINE_POOLS.api_version,
-                "kind": "MachinePool",
-                "metadata": {"name": name, "namespace": self.namespace},
-                "spec": spec,
-            },
-            self.namespace,
+            name,
+            sim_spec=pool_spec,
+            replicas=replicas,
+            cluster=self.cluster,
+            version=version,
+            failure_domains=failure_domains,
         )
 
     async def scale(self, name: str, replicas: int) -> None:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
-from tests.e2e.conftest import MACHINE_POOLS, System
+from tests.e2e.conftest import System
 from tests.support import eventually
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
 from machinepool.cli import timeline

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import MACHINE_POOLS, MACHINES, System
+from tests.e2e.conftest import System
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.providers.sim import SIM_MACHINE_POOLS

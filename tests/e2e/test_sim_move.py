@@ -13,7 +13,8 @@ needs no second management cluster.
 
 from __future__ import annotations
 
-from tests.e2e.conftest import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, System
+from tests.e2e.conftest import System
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES

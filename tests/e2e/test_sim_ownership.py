@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.e2e.conftest import MACHINE_POOLS, System
+from tests.e2e.conftest import System
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api import constants as c
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tests.e2e.conftest import MACHINE_POOLS, System
+from tests.e2e.conftest import System
+from tests.support.resources import MACHINE_POOLS
 
 
 async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> None:

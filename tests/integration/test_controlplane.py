@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import pytest
+from tests.support import eventually, wait_established
 
 from machinepool.controlplane import ControlPlane, find_binaries
 from machinepool.controlplane.process import port_open
@@ -43,25 +43,10 @@ WIDGET_CRD = {
 }
 
 
-async def _eventually(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        if await check():
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.2)
-
-
 async def test_crd_object_round_trips_through_the_apiserver(client: Client, namespace: str) -> None:
     await client.create(CRDS, WIDGET_CRD)
 
-    async def established() -> bool:
-        crd = await client.get(CRDS, WIDGET_CRD["metadata"]["name"])
-        conds = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-    await _eventually(established)
+    await wait_established(client, WIDGET_CRD["metadata"]["name"])
     widgets = await client.resource("example.machinepool.dev/v1", "Widget")
     body = {
         "apiVersion": "example.machinepool.dev/v1",
@@ -97,7 +82,7 @@ async def test_garbage_collector_deletes_dependents(client: Client, namespace: s
             return True
         return False
 
-    await _eventually(dependent_gone, timeout=60)
+    await eventually(dependent_gone, "the dependent garbage-collected", within=60)
 
 
 async def test_workload_clusters_have_separate_node_lists(control_plane: ControlPlane) -> None:

@@ -7,10 +7,9 @@ watch event still in flight looks like to the next reconcile.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
+from tests.support import eventually
+from tests.support.resources import SIM_MACHINE_POOLS
 
 from machinepool.runtime import (
     CONFIGMAPS,
@@ -21,16 +20,7 @@ from machinepool.runtime import (
     ObjectKey,
     OwnReader,
     Patcher,
-    Resource,
 )
-
-GENEROUS = 60.0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
-            await asyncio.sleep(0.05)
 
 
 def _value(informer: Informer, namespace: str) -> str | None:
@@ -125,11 +115,6 @@ async def test_a_patch_replacing_a_list_does_not_undo_a_newer_change(
     await client.patch(CONFIGMAPS, "c", {"metadata": {"finalizers": None}}, namespace)
 
 
-SIM_POOLS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
-)
-
-
 async def test_own_spec_write_is_observed_in_the_same_patch(
     client: Client, namespace: str, crds: list[str]
 ) -> None:
@@ -137,13 +122,13 @@ async def test_own_spec_write_is_observed_in_the_same_patch(
     the generation it read ends with observedGeneration equal to the generation its own
     write made: no second reconcile and status patch just to catch up."""
     body = {
-        "apiVersion": SIM_POOLS.api_version,
-        "kind": SIM_POOLS.kind,
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
+        "kind": SIM_MACHINE_POOLS.kind,
         "metadata": {"name": "p"},
         "spec": {"template": {"instanceType": "sim.small"}},
     }
-    obj = await client.create(SIM_POOLS, body, namespace)
-    patcher = Patcher(client, SIM_POOLS, obj)
+    obj = await client.create(SIM_MACHINE_POOLS, body, namespace)
+    patcher = Patcher(client, SIM_MACHINE_POOLS, obj)
     read = obj["metadata"]["generation"]
     obj["spec"]["providerIDList"] = ["sim:///z/a"]
     ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": ""}
@@ -151,7 +136,7 @@ async def test_own_spec_write_is_observed_in_the_same_patch(
     ready["lastTransitionTime"] = "2026-01-01T00:00:00Z"
     obj["status"] = {"observedGeneration": read, "replicas": 1, "conditions": [ready]}
     latest = await patcher.patch(obj)
-    stored = await client.get(SIM_POOLS, "p", namespace)
+    stored = await client.get(SIM_MACHINE_POOLS, "p", namespace)
     assert stored["metadata"]["generation"] == read + 1
     assert stored["status"]["observedGeneration"] == read + 1
     assert stored["status"]["conditions"][0]["observedGeneration"] == read + 1
@@ -159,13 +144,15 @@ async def test_own_spec_write_is_observed_in_the_same_patch(
 
     # Someone else's spec change in between: the generation moves by two, and the status
     # does not claim to have seen a spec this reconcile never read.
-    patcher = Patcher(client, SIM_POOLS, latest)
+    patcher = Patcher(client, SIM_MACHINE_POOLS, latest)
     read = latest["metadata"]["generation"]
-    await client.patch(SIM_POOLS, "p", {"spec": {"template": {"image": "other"}}}, namespace)
+    await client.patch(
+        SIM_MACHINE_POOLS, "p", {"spec": {"template": {"image": "other"}}}, namespace
+    )
     latest["spec"]["template"]["instanceType"] = "sim.large"  # a map: merged, not locked
     latest["status"]["observedGeneration"] = read
     await patcher.patch(latest)
-    stored = await client.get(SIM_POOLS, "p", namespace)
+    stored = await client.get(SIM_MACHINE_POOLS, "p", namespace)
     assert stored["metadata"]["generation"] == read + 2
     assert stored["status"]["observedGeneration"] == read
 
@@ -176,20 +163,20 @@ async def test_releasing_the_last_finalizer_sends_no_status_patch(
     """The object is gone once its last finalizer goes: the patch returns cleanly instead of
     sending a status patch that could only fail with NotFound."""
     body = {
-        "apiVersion": SIM_POOLS.api_version,
-        "kind": SIM_POOLS.kind,
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
+        "kind": SIM_MACHINE_POOLS.kind,
         "metadata": {"name": "q", "finalizers": ["example.com/hold"]},
         "spec": {"template": {"instanceType": "sim.small"}},
     }
-    await client.create(SIM_POOLS, body, namespace)
-    await client.delete(SIM_POOLS, "q", namespace)
-    obj = await client.get(SIM_POOLS, "q", namespace)
-    patcher = Patcher(client, SIM_POOLS, obj)
+    await client.create(SIM_MACHINE_POOLS, body, namespace)
+    await client.delete(SIM_MACHINE_POOLS, "q", namespace)
+    obj = await client.get(SIM_MACHINE_POOLS, "q", namespace)
+    patcher = Patcher(client, SIM_MACHINE_POOLS, obj)
     obj["metadata"]["finalizers"] = []
     obj["status"] = {"ready": False}
     await patcher.patch(obj)  # raised NotFound from the status patch before
     with pytest.raises(NotFound):
-        await client.get(SIM_POOLS, "q", namespace)
+        await client.get(SIM_MACHINE_POOLS, "q", namespace)
 
 
 async def test_a_sole_status_writer_is_not_stopped_by_a_spec_write(
@@ -198,8 +185,8 @@ async def test_a_sole_status_writer_is_not_stopped_by_a_spec_write(
     """Another client's spec write between our read and our status patch: a status patch
     carrying a list is refused (409) unless we are the only writer of the status."""
     body = {
-        "apiVersion": SIM_POOLS.api_version,
-        "kind": SIM_POOLS.kind,
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
+        "kind": SIM_MACHINE_POOLS.kind,
         "metadata": {"name": "s"},
         "spec": {"template": {"instanceType": "sim.small"}},
     }
@@ -207,19 +194,19 @@ async def test_a_sole_status_writer_is_not_stopped_by_a_spec_write(
     ready["lastTransitionTime"] = "2026-01-01T00:00:00Z"
     for sole in (False, True):
         obj = (
-            await client.get(SIM_POOLS, "s", namespace)
+            await client.get(SIM_MACHINE_POOLS, "s", namespace)
             if sole
-            else await client.create(SIM_POOLS, body, namespace)
+            else await client.create(SIM_MACHINE_POOLS, body, namespace)
         )
-        patcher = Patcher(client, SIM_POOLS, obj, sole_status_writer=sole)
+        patcher = Patcher(client, SIM_MACHINE_POOLS, obj, sole_status_writer=sole)
         image = {"spec": {"template": {"image": f"other-{sole}"}}}
-        await client.patch(SIM_POOLS, "s", image, namespace)
+        await client.patch(SIM_MACHINE_POOLS, "s", image, namespace)
         obj["status"] = {"conditions": [{**ready, "message": f"sole={sole}"}]}
         if not sole:
             with pytest.raises(Conflict):
                 await patcher.patch(obj)
         else:
             await patcher.patch(obj)
-            stored = await client.get(SIM_POOLS, "s", namespace)
+            stored = await client.get(SIM_MACHINE_POOLS, "s", namespace)
             assert stored["status"]["conditions"][0]["message"] == "sole=True"
             assert stored["spec"]["template"]["image"] == "other-True", "their write kept"

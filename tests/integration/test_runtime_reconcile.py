@@ -7,10 +7,11 @@ import asyncio
 import itertools
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from tests.support import eventually
 
 from machinepool.runtime import (
     CONFIGMAPS,
@@ -26,13 +27,6 @@ from machinepool.runtime import (
 )
 
 GENEROUS = 30.0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
-    """Poll ``predicate`` until true; fail after ``within`` seconds (a generous bound)."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
-            await asyncio.sleep(0.02)
 
 
 def configmap(name: str, **data: str) -> dict[str, object]:
@@ -179,7 +173,7 @@ async def test_repeated_events_are_aggregated(client: Client, namespace: str) ->
     for _ in range(50):
         await recorder.event(owner, "Warning", "ScaleFailed", "cloud quota exceeded")
     await recorder.event(owner, "Normal", "Scaled", "scaled to 3")
-    await recorder.flush()
+    await recorder.close()  # flushes, and stops its writer
     events = (await client.list(EVENTS, namespace)).items
     by_reason = {e["reason"]: e for e in events}
     assert len(events) == 2

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support import eventually
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime import (
@@ -33,13 +34,6 @@ from machinepool.runtime import (
 )
 
 GENEROUS = 60.0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
-    """Poll ``predicate`` until true; fail after ``within`` seconds (a generous bound)."""
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
-            await asyncio.sleep(0.05)
 
 
 async def retrying(op: Callable[[], Any], within: float = GENEROUS) -> Any:

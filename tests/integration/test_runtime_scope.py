@@ -7,21 +7,13 @@ after objects were created on both sides of the line, then changed and deleted.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest_asyncio
+from tests.support import eventually
 
 from machinepool.runtime import CONFIGMAPS, NAMESPACES, CacheScope, Client, InformerCache
-
-GENEROUS = 60.0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = GENEROUS) -> None:
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling observable state is the point
-            await asyncio.sleep(0.05)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

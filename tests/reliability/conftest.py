@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from tests.reliability.harness import CLUSTER, Env, World
+from tests.reliability.harness import Env, World
+from tests.support.builders import CLUSTER
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.support import Changes
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.controlplane.process import free_port
 from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
@@ -43,17 +45,9 @@ from machinepool.runtime import (
     Informer,
     NotFound,
     Obj,
-    Resource,
 )
 from machinepool.sim import InstanceRecord
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
-VERSION = "v1.34.0"
-CLUSTER = "work"
 WAIT = 300.0
 """Safety net for any single wait, so a broken system fails instead of hanging."""
 AWS_CANARY_SECRET = "rElIaBiLiTyCaNaRyAwSsEcReTkEy0123456789ab"
@@ -221,79 +215,6 @@ async def chaos_kills(
 # -- objects -------------------------------------------------------------------------------
 
 
-def kubeadm_config(name: str, namespace: str) -> Obj:
-    return {
-        "apiVersion": KUBEADM_CONFIGS.api_version,
-        "kind": "KubeadmConfig",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-    }
-
-
-def sim_pool(name: str, namespace: str, spec: dict[str, Any] | None = None) -> Obj:
-    return {
-        "apiVersion": SIM_MACHINE_POOLS.api_version,
-        "kind": "SimMachinePool",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec if spec is not None else {"template": {"instanceType": "small"}},
-    }
-
-
-def machine_pool(
-    name: str,
-    namespace: str,
-    replicas: int,
-    *,
-    cluster: str = CLUSTER,
-    version: str = VERSION,
-    labels: dict[str, str] | None = None,
-) -> Obj:
-    return {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": "MachinePool",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {
-            "clusterName": cluster,
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "clusterName": cluster,
-                    "version": version,
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": name,
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        },
-    }
-
-
-async def create_pool(
-    client: Client,
-    name: str,
-    namespace: str,
-    replicas: int,
-    *,
-    sim_spec: dict[str, Any] | None = None,
-    labels: dict[str, str] | None = None,
-) -> None:
-    """KubeadmConfig + SimMachinePool + MachinePool, all named ``name``."""
-    await client.create(KUBEADM_CONFIGS, kubeadm_config(name, namespace), namespace)
-    await client.create(SIM_MACHINE_POOLS, sim_pool(name, namespace, sim_spec), namespace)
-    await client.create(
-        MACHINE_POOLS, machine_pool(name, namespace, replicas, labels=labels), namespace
-    )
-
-
 async def roll(client: Client, name: str, namespace: str, version: str) -> None:
     patch = {"spec": {"template": {"spec": {"version": version}}}}
     await client.patch(MACHINE_POOLS, name, patch, namespace)
@@ -322,7 +243,7 @@ class NodeDeletion:
 
 
 @dataclass
-class World:
+class World(Changes):
     """Informers over one namespace of the management cluster and its workload's Nodes.
 
     Records every Node deletion and, on every Node change, the number of Ready Nodes, so
@@ -337,7 +258,7 @@ class World:
     ready_samples: list[tuple[float, int]] = field(default_factory=list)
     seen_records: dict[str, InstanceRecord] = field(default_factory=dict)
     """Every instance record ever seen, by id (records are pruned once terminated)."""
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    patience = WAIT
 
     @classmethod
     async def start(cls, client: Client, workload_client: Client, namespace: str) -> World:
@@ -351,10 +272,7 @@ class World:
             "secrets": Informer(client, SECRETS, namespace),
         }
         for name, informer in sources.items():
-            informer.add_handler(
-                FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke)
-            )
-            world.informers[name] = informer
+            world.informers[name] = world.follow(informer)
         sources["secrets"].add_handler(
             FuncHandler(world._remember, lambda _o, n: world._remember(n), None)
         )
@@ -370,9 +288,6 @@ class World:
     async def stop(self) -> None:
         for informer in self.informers.values():
             await informer.stop()
-
-    def _poke(self, *_: Obj) -> None:
-        self._changed.set()
 
     def _remember(self, secret: Obj) -> None:
         if secret.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance":
@@ -392,19 +307,6 @@ class World:
             )
         )
         self._sample()
-
-    async def until(self, check: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-        """Wait until ``check()`` holds, re-checking on every watched change (and each second,
-        since boot clocks and requeues move without events)."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not check():
-                    self._changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(1.0):
-                            await self._changed.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for: {what}") from None
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -22,15 +22,9 @@ from typing import Any
 import pytest_asyncio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from tests.reliability.harness import (
-    CLUSTER,
-    MACHINE_POOLS,
-    VERSION,
-    ControllerProcess,
-    Env,
-    create_pool,
-    machine_pool,
-)
+from tests.reliability.harness import ControllerProcess, Env
+from tests.support.builders import CLUSTER, VERSION, create_pool, machine_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
@@ -258,7 +252,9 @@ async def webhooks(client: Client) -> AsyncIterator[WebhookServer]:
 
 
 async def _wait_effective(client: Client, namespace: str) -> None:
-    probe = machine_pool("probe", namespace, 1, version="bad", labels={BARRAGE_LABEL: "true"})
+    probe = machine_pool(
+        namespace, "probe", replicas=1, version="bad", labels={BARRAGE_LABEL: "true"}
+    )
     async with asyncio.timeout(60):
         while True:
             try:
@@ -354,7 +350,7 @@ async def test_barrage_of_generated_pools(env: Env, webhooks: WebhookServer, sca
     _ = webhooks
     await _wait_effective(env.client, env.namespace)
     controller, _kubelet = await env.spawn_system()
-    await create_pool(env.client, "canary", env.namespace, 1)
+    await create_pool(env.client, env.namespace, "canary", replicas=1)
     await env.world.until(lambda: env.world.running("canary", 1, VERSION), "canary Ready")
     cases = generate(machine_pools(), MACHINE_POOLS_PER_SCALE * scale)
     cases += generate(infra_pools(), INFRA_POOLS_PER_SCALE * scale)

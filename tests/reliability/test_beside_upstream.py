@@ -31,16 +31,11 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
-from tests.reliability.harness import (
-    CLUSTER,
-    MACHINE_POOLS,
-    ControllerProcess,
-    World,
-    create_pool,
-    roll,
-)
+from tests.reliability.harness import ControllerProcess, World, roll
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
+from tests.support.builders import CLUSTER, create_pool
+from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 from tests.support.upstream import (
     TEST_MACHINE_TEMPLATES,
     UpstreamProcess,
@@ -76,7 +71,6 @@ MACHINE_DEPLOYMENTS = Resource(
     "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
 )
 MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
-MACHINE_POOLS_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
 
 
 @dataclass
@@ -285,7 +279,7 @@ async def test_pools_move_from_upstream_to_us_and_back_without_churn(shared: Bes
     async with await Client.from_kubeconfig(shared.workload.kubeconfig) as workload_client:
         world = await World.start(client, workload_client, ns)
         try:
-            await create_pool(client, pool, ns, 3)
+            await create_pool(client, ns, pool, replicas=3)
             await _sampled(
                 world, Churn(), pool, lambda: world.running(pool, 3), "upstream runs pool-a at 3"
             )
@@ -490,7 +484,7 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
             )
             md_machines = _md_machines(world)
 
-            await create_pool(client, pool, ns, 2)
+            await create_pool(client, ns, pool, replicas=2)
             await world.until(lambda: _pool_settled(world, pool, 2, None), f"ours runs {pool} at 2")
             # Scale up while our core is killed -9 once mid-way.
             await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": 4}}, ns)
@@ -541,11 +535,6 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     assert all(w <= {"upstream"} for w in cluster_writers.values()), cluster_writers
 
 
-MACHINE_HEALTH_CHECKS = Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck"
-)
-
-
 async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Beside) -> None:
     """Upstream's MachineHealthCheck controller marks a dead pool Machine (as it marks any
     Machine, then waits for an owner that upstream's MachinePool never is); ours, which owns
@@ -565,7 +554,7 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
     async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
         world = await World.start(client, workload_client, ns)
         try:
-            await create_pool(client, pool, ns, 2)
+            await create_pool(client, ns, pool, replicas=2)
             await world.until(lambda: _pool_settled(world, pool, 2, None), f"ours runs {pool}")
             check = {
                 "apiVersion": MACHINE_HEALTH_CHECKS.api_version,

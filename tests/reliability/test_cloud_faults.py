@@ -8,15 +8,9 @@ from __future__ import annotations
 
 import random
 
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    Env,
-    chaos_kills,
-    check_converged,
-    create_pool,
-    roll,
-)
+from tests.reliability.harness import Env, chaos_kills, check_converged, roll
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.sim import Faults, SimCloud
 
@@ -36,7 +30,7 @@ async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) ->
         "template": {"instanceType": "small"},
         "sim": {"bootDelaySeconds": 1, "bootFailureRate": BOOT_FAILURE_RATE},
     }
-    await create_pool(env.client, name, env.namespace, 3, sim_spec=sim)
+    await create_pool(env.client, env.namespace, name, replicas=3, sim_spec=sim)
     steps: list[tuple[int, str]] = [(3, VERSION), (6, VERSION), (2, "v1.34.1"), (4, "v1.34.2")]
     steps += [(rng.randint(1, 4), f"v1.34.{3 + i}") for i in range(scale - 1)]
     for replicas, version in steps:

@@ -21,18 +21,16 @@ from pathlib import Path
 import pytest_asyncio
 from tests.conftest import install_crds
 from tests.reliability.harness import (
-    CLUSTER,
-    MACHINE_POOLS,
-    VERSION,
     Env,
     World,
     check_converged,
-    create_pool,
     failure_streaks,
     judge_victims,
     roll,
     storms,
 )
+from tests.support.builders import CLUSTER, VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
@@ -84,7 +82,7 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
     await controller.wait_ready()
     await kubelet.wait_ready()
     sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 2}}
-    await create_pool(env.client, name, env.namespace, 3, sim_spec=sim)
+    await create_pool(env.client, env.namespace, name, replicas=3, sim_spec=sim)
     await world.until(lambda: world.running(name, 3, VERSION), "3 Ready before the faults")
     deleted_before = len(world.deleted_nodes)
 

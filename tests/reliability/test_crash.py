@@ -15,16 +15,9 @@ import math
 import random
 from dataclasses import dataclass
 
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    Env,
-    chaos_kills,
-    check_converged,
-    create_pool,
-    judge_victims,
-    roll,
-)
+from tests.reliability.harness import Env, chaos_kills, check_converged, judge_victims, roll
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS
 
 KILLS_PER_CI_RUN = 52
 """At least 50 SIGKILLs at scale 1, spread over the phases below."""
@@ -59,7 +52,9 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(env: Env, scale: in
         old_replicas, old_version = replicas, version
         if phase.what == "create":
             sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 2}}
-            await create_pool(env.client, name, env.namespace, phase.replicas, sim_spec=sim)
+            await create_pool(
+                env.client, env.namespace, name, replicas=phase.replicas, sim_spec=sim
+            )
         else:
             if phase.version != version:
                 await roll(env.client, name, env.namespace, phase.version)

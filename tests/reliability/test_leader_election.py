@@ -16,15 +16,10 @@ import random
 from datetime import datetime
 from pathlib import Path
 
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    ControllerProcess,
-    Env,
-    check_converged,
-    create_pool,
-)
+from tests.reliability.harness import ControllerProcess, Env, check_converged
 from tests.reliability.proxy import AuditProxy, Request, overlapping_writers
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import LEASES
@@ -77,7 +72,7 @@ async def test_leader_killed_and_partitioned_never_two_writers(
         kubelet = env.spawn("kubelet", "kubelet")
         for proc in [*replicas, kubelet]:
             await proc.wait_ready()
-        await create_pool(env.client, "le", env.namespace, 2)
+        await create_pool(env.client, env.namespace, "le", replicas=2)
         world = env.world
         failovers: list[float] = []
         rounds = 3 * scale

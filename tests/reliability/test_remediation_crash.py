@@ -14,13 +14,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from tests.reliability.harness import (
-    VERSION,
-    Env,
-    chaos_kills,
-    check_converged,
-    create_pool,
-)
+from tests.reliability.harness import Env, chaos_kills, check_converged
+from tests.support.builders import VERSION, create_pool
 
 from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.controllers.machinehealthcheck import MACHINE_HEALTH_CHECKS
@@ -51,13 +46,12 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
     world.informers["machines"].add_handler(
         FuncHandler(on_machine, lambda _o, n: on_machine(n), on_machine)
     )
-    checks = Informer(env.client, MACHINE_HEALTH_CHECKS, env.namespace)
-    checks.add_handler(FuncHandler(world._poke, lambda _o, n: world._poke(n), world._poke))
+    checks = world.follow(Informer(env.client, MACHINE_HEALTH_CHECKS, env.namespace))
     await checks.start()
     await checks.wait_synced()
     try:
         controller, _kubelet = await env.spawn_system()
-        await create_pool(env.client, name, env.namespace, 3)
+        await create_pool(env.client, env.namespace, name, replicas=3)
         await world.until(world.settled(name, 3, VERSION), "3 Ready nodes")
         await env.client.create(
             MACHINE_HEALTH_CHECKS,

@@ -41,13 +41,10 @@ import pytest_asyncio
 import yaml
 from tests.conftest import install_crds
 from tests.reliability.harness import (
-    CLUSTER,
-    VERSION,
     ControllerProcess,
     Env,
     World,
     check_pools_converged,
-    create_pool,
     failure_streaks,
     judge_victims,
     node_ready,
@@ -55,10 +52,12 @@ from tests.reliability.harness import (
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.builders import CLUSTER, VERSION, create_pool
+from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler, Resource
+from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler
 
 NEW_VERSION = "v1.34.1"
 KILL_EVERY = (3.0, 6.0)
@@ -76,9 +75,6 @@ MANAGEMENT_ARGS = (
 )
 REQUEST_BASE = 400
 REQUESTS_PER_NODE_PER_10S = 40
-CLUSTER_ROLE_BINDINGS = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
-)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -225,7 +221,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         await kubelet.wait_ready()
         sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 1}}
         for pool in pools:
-            await create_pool(env.client, pool, env.namespace, replicas, sim_spec=sim)
+            await create_pool(env.client, env.namespace, pool, replicas=replicas, sim_spec=sim)
         await world.until(
             lambda: all(world.pool_running(p, replicas, VERSION) for p in pools),
             f"{nodes} Ready before the rollout",

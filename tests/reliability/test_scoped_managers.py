@@ -21,18 +21,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
-    WAIT,
-    ControllerProcess,
-    Env,
-    kubeadm_config,
-    machine_pool,
-    sim_pool,
-)
+from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api.constants import POOL_NAME_LABEL, WATCH_FILTER_LABEL
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -48,9 +40,9 @@ async def _create_pool(
     client: Client, name: str, namespace: str, cluster: str, labels: dict[str, str]
 ) -> None:
     for res, body in (
-        (KUBEADM_CONFIGS, kubeadm_config(name, namespace)),
-        (SIM_MACHINE_POOLS, sim_pool(name, namespace)),
-        (MACHINE_POOLS, machine_pool(name, namespace, 2, cluster=cluster)),
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name)),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name)),
+        (MACHINE_POOLS, machine_pool(namespace, name, replicas=2, cluster=cluster)),
     ):
         body["metadata"]["labels"] = dict(labels)
         await client.create(res, body, namespace)

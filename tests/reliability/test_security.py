@@ -20,15 +20,9 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from tests.reliability.harness import (
-    MACHINE_POOLS,
-    VERSION,
-    Env,
-    check_converged,
-    create_pool,
-    scan_logs,
-    secret_needles,
-)
+from tests.reliability.harness import Env, check_converged, scan_logs, secret_needles
+from tests.support.builders import VERSION, create_pool
+from tests.support.resources import CLUSTER_ROLE_BINDINGS, MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.process import free_port
@@ -293,7 +287,7 @@ async def test_controllers_run_under_exactly_the_shipped_rights(
         await proc.wait_ready()
 
     world = env.world
-    await create_pool(env.client, "least", env.namespace, 2)
+    await create_pool(env.client, env.namespace, "least", replicas=2)
     await world.until(lambda: world.running("least", 2, VERSION), "2 Ready under shipped RBAC")
     await env.client.set_scale(MACHINE_POOLS, "least", env.namespace, 1)
     await world.until(
@@ -349,10 +343,6 @@ async def _assert_webhooks_tls_only(port: int) -> None:
 
 
 # -- secure diagnostics: who may read /metrics ---------------------------------------------
-
-CLUSTER_ROLE_BINDINGS = Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
-)
 
 
 async def _service_account_token(client: Client, namespace: str, name: str) -> str:

@@ -19,18 +19,10 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from tests.reliability.harness import (
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
-    WAIT,
-    ControllerProcess,
-    Env,
-    kubeadm_config,
-    machine_pool,
-    sim_pool,
-)
+from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api.constants import POOL_NAME_LABEL, shard_drain_label, shard_label
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -220,9 +212,11 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
         await _shard_leases_held(env.client, ring, {"r1", "r2", "r3"})
         await _placed_on_all(env.client, ns, clusters, {"r1", "r2", "r3"})
         for cluster, pool in zip(clusters, pools, strict=True):
-            await env.client.create(KUBEADM_CONFIGS, kubeadm_config(pool, ns), ns)
-            await env.client.create(SIM_MACHINE_POOLS, sim_pool(pool, ns), ns)
-            await env.client.create(MACHINE_POOLS, machine_pool(pool, ns, 1, cluster=cluster), ns)
+            await env.client.create(KUBEADM_CONFIGS, kubeadm_config(ns, pool), ns)
+            await env.client.create(SIM_MACHINE_POOLS, sim_machine_pool(ns, pool), ns)
+            await env.client.create(
+                MACHINE_POOLS, machine_pool(ns, pool, replicas=1, cluster=cluster), ns
+            )
         await _running(env.client, ns, pools, 1)
         shards = await _settled(env.client, ns, clusters, {"r1", "r2", "r3"})
         assert set(shards.values()) == {"r1", "r2", "r3"}, "every replica got Clusters"

@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from tests.reliability.harness import MACHINE_POOLS, machine_pool
+from tests.support.builders import machine_pool
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.features import FeatureGates
 from machinepool.runtime import ApiError, Client
@@ -115,14 +116,18 @@ def _review(path: str) -> dict[str, object]:
                 "uid": "c1",
                 "desiredAPIVersion": "cluster.x-k8s.io/v1beta1",
                 "objects": [
-                    machine_pool("p", "ns", 1) | {"apiVersion": "cluster.x-k8s.io/v1beta2"}
+                    machine_pool("ns", "p", replicas=1) | {"apiVersion": "cluster.x-k8s.io/v1beta2"}
                 ],
             },
         }
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
-        "request": {"uid": "a1", "operation": "CREATE", "object": machine_pool("p", "ns", 1)},
+        "request": {
+            "uid": "a1",
+            "operation": "CREATE",
+            "object": machine_pool("ns", "p", replicas=1),
+        },
     }
 
 
@@ -399,7 +404,7 @@ async def test_serving_certificate_rotates_under_admission_load(
         n = 0
         while not stop.is_set():
             n += 1
-            body = machine_pool(f"rot-{n}", namespace, 1, labels={LABEL: value})
+            body = machine_pool(namespace, f"rot-{n}", replicas=1, labels={LABEL: value})
             try:
                 created = await client.create(MACHINE_POOLS, body, namespace, dry_run=True)
             except ApiError as err:

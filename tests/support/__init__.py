@@ -1,5 +1,22 @@
-"""Helpers shared by every test tier (import as ``tests.support``)."""
+"""Helpers shared by every test tier (import as ``tests.support``): waiting without fixed
+sleeps (``waiting``, re-exported here), the Resources tests touch (``resources``), object
+builders (``builders``), the leaked-task check behind ``tests/conftest.py`` (``tasks``) and
+upstream's core manager (``upstream``), each imported by its module path."""
 
-from tests.support.waiting import eventually
+from tests.support.waiting import (
+    GENEROUS,
+    Changes,
+    eventually,
+    wait_established,
+    wait_for,
+    watch_until,
+)
 
-__all__ = ["eventually"]
+__all__ = [
+    "GENEROUS",
+    "Changes",
+    "eventually",
+    "wait_established",
+    "wait_for",
+    "watch_until",
+]

@@ -18,7 +18,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.reliability.harness import CLUSTER, ControllerProcess
+from tests.reliability.harness import ControllerProcess
+from tests.support import wait_established
+from tests.support.builders import CLUSTER
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
@@ -116,18 +118,6 @@ class UpstreamProcess(ControllerProcess):
         return [*argv, *self.extra_args]
 
 
-async def _established(client: Client, names: list[str]) -> None:
-    for name in names:
-        for _ in range(300):
-            crd = await client.get(CRDS, name)
-            conditions = (crd.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise TimeoutError(f"CRD {name} never became Established")
-
-
 @asynccontextmanager
 async def upstream_management(
     workdir: Path,
@@ -144,7 +134,8 @@ async def upstream_management(
             crds = [*upstream.crds(webhook), *ours, *TEST_CRDS]
             for crd in crds:
                 await client.apply(CRDS, crd, field_manager="upstream-install", force=True)
-            await _established(client, [c["metadata"]["name"] for c in crds])
+            for crd in crds:
+                await wait_established(client, crd["metadata"]["name"])
             for config in upstream.webhook_configurations(webhook):
                 kind = config["kind"]
                 res = MUTATING_WEBHOOKS if kind.startswith("Mutating") else VALIDATING_WEBHOOKS

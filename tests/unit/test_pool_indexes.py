@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tests.support.resources import SIM_MACHINES
+
 from machinepool.providers.pool.observe import (
     INFRA_REF_INDEX,
     ensure_member_indexes,
     pool_members,
 )
 from machinepool.runtime import MACHINES, Informer, Obj, ObjectKey, ObjectList, Resource
-
-SIM_MACHINES = Resource("infrastructure.cluster.x-k8s.io", "v1beta2", "simmachines", "SimMachine")
 
 
 class ListOnly:

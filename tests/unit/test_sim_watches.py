@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.support import eventually
+
 from machinepool.providers.sim.records import PoolRecords
 from machinepool.runtime import (
     SECRETS,
@@ -66,14 +68,6 @@ def record(name: str, pool: str, rv: str, *, annotated: bool = True) -> Obj:
     }
 
 
-async def until(check: Any) -> None:
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError("condition not met within 5 s")
-
-
 async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
     api = FakeApi(
         [record("a-1", "a", "1"), record("a-2", "a", "2"), record("b-1", "b", "3", annotated=False)]
@@ -92,9 +86,9 @@ async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
         changed = record("a-1", "a", "9")
         changed["metadata"]["annotations"][STATE_ANNOTATION] = "failed"
         await api.events.put(WatchEvent("MODIFIED", changed))
-        await until(lambda: any(r.forced_state for r in records.of_pool("ns", "a")))
+        await eventually(lambda: any(r.forced_state for r in records.of_pool("ns", "a")))
         await api.events.put(WatchEvent("DELETED", record("a-2", "a", "10")))
-        await until(lambda: [r.id for r in records.of_pool("ns", "a")] == ["a-1"])
+        await eventually(lambda: [r.id for r in records.of_pool("ns", "a")] == ["a-1"])
         assert len(records) == 2, "a deleted record is forgotten"
     finally:
         await informer.stop()
@@ -110,7 +104,7 @@ async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
 
     task = asyncio.create_task(watch.run())
     try:
-        await until(lambda: watch._informer is not None and watch._informer.has_synced)
+        await eventually(lambda: watch._informer is not None and watch._informer.has_synced)
         assert api.list_calls == [f"metadata.name={FAULTS_CONFIGMAP}"]
         assert await watch.faults("ns") == Faults(error_rate=0.5)
         assert await watch.faults("other") == Faults()
@@ -119,7 +113,9 @@ async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
         updated = {**cm, "metadata": {**cm["metadata"], "resourceVersion": "2"}}
         updated["data"] = Faults(stall_rate=1.0, stall_seconds=2.0).to_configmap()
         await api.events.put(WatchEvent("MODIFIED", updated))
-        await until(lambda: watch._informer.get(FAULTS_CONFIGMAP, "ns")["data"] == updated["data"])  # type: ignore[union-attr]
+        informer = watch._informer
+        assert informer is not None
+        await eventually(lambda: informer.get(FAULTS_CONFIGMAP, "ns")["data"] == updated["data"])  # type: ignore[index]
         assert await watch.faults("ns") == Faults(stall_rate=1.0, stall_seconds=2.0)
     finally:
         task.cancel()

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.features import FeatureGates
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -44,7 +45,7 @@ from .harness import (
     scheduler_argv,
     start,
 )
-from .pools import MACHINE_POOLS, WEBHOOK_LABEL
+from .pools import WEBHOOK_LABEL
 
 
 @pytest_asyncio.fixture(loop_scope="session")

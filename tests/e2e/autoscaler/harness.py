@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support import watch_until
 
 from machinepool.api import constants as c
 from machinepool.controlplane import find_binaries
 from machinepool.controlplane.process import Process, free_port
-from machinepool.runtime import Client, Gone, Obj, Resource
+from machinepool.runtime import Client, Obj, Resource
 
 REPO = Path(__file__).resolve().parents[3]
 AUTOSCALER_BUILD = REPO / "hack" / "autoscaler" / "build.sh"
@@ -195,7 +196,7 @@ anything. machinepool serves no MachineSets, so the tests install this schemales
 with no MachineSet objects it changes nothing but lets the provider start."""
 
 
-async def wait_for(
+async def wait_for_objects(
     client: Client,
     res: Resource,
     namespace: str | None,
@@ -206,46 +207,29 @@ async def wait_for(
     timeout: float = 180.0,
     procs: Sequence[Process] = (),
 ) -> dict[str, Obj]:
-    """Watch ``res`` until ``done(objects by name)`` holds; return those objects.
-
-    Lists once, then follows the watch (re-listing if it expires), so the wait ends as soon as
-    the state is reached rather than on a poll tick. ``timeout`` only bounds a stuck scenario;
-    on expiry, or if one of ``procs`` died, the error names ``what`` and the processes' logs.
-    """
+    """``watch_until`` that also fails as soon as one of ``procs`` exits; either failure
+    names ``what`` and carries the processes' logs, which say why a scenario got stuck."""
 
     def failure(reason: str) -> AssertionError:
         tails = "\n".join(f"--- {p.log_path}\n{p.log_tail(40)}" for p in procs)
         return AssertionError(f"{reason} waiting for {what}\n{tails}")
 
-    async def follow() -> dict[str, Obj]:
-        while True:
-            listed = await client.list(res, namespace, label_selector=label_selector)
-            objects = {o["metadata"]["name"]: o for o in listed.items}
-            if done(objects):
-                return objects
-            try:
-                async for event in client.watch(
-                    res,
-                    namespace,
-                    resource_version=listed.resource_version,
-                    label_selector=label_selector,
-                    timeout_seconds=30,
-                ):
-                    for proc in procs:
-                        if not proc.running():
-                            raise failure(f"{proc.name} exited")
-                    name = event.object.get("metadata", {}).get("name", "")
-                    if event.type == "DELETED":
-                        objects.pop(name, None)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        objects[name] = event.object
-                    if done(objects):
-                        return objects
-            except Gone:
-                continue
+    def alive() -> None:
+        for proc in procs:
+            if not proc.running():
+                raise failure(f"{proc.name} exited")
 
     try:
-        return await asyncio.wait_for(follow(), timeout)
+        return await watch_until(
+            client,
+            res,
+            namespace,
+            done,
+            what,
+            label_selector=label_selector,
+            within=timeout,
+            on_event=alive,
+        )
     except TimeoutError:
         raise failure(f"timed out after {timeout:.0f}s") from None
 

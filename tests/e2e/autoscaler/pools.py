@@ -15,7 +15,10 @@ Machine ``cluster.x-k8s.io/delete-machine`` (a full update) and then lowering re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
+
+from tests.support.builders import pool_objects
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.runtime import (
@@ -25,25 +28,15 @@ from machinepool.runtime import (
     Conflict,
     Informer,
     Obj,
-    Resource,
 )
 
-from .harness import node_group_annotations, wait_for
+from .harness import node_group_annotations, wait_for_objects
 
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
-SIM_MACHINE_POOLS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
-)
 WEBHOOK_LABEL = "machinepool.test/autoscaler-e2e"
 """MachinePools with this label (value ``true``) go through the tests' own webhook server."""
 NODE_CPU = 4
 """CPUs a simulated Node offers; a Pod requesting 3 needs a Node of its own."""
 POD_CPU = "3"
-VERSION = "v1.34.0"
 CONFLICT_RETRIES = 10
 WORKLOAD_NAMESPACE = "default"
 
@@ -72,61 +65,18 @@ async def create_node_group(
     MachinePool as the API server stored it.
     """
     ns = system.namespace
-    await system.client.create(
-        KUBEADM_CONFIGS,
-        {
-            "apiVersion": KUBEADM_CONFIGS.api_version,
-            "kind": "KubeadmConfig",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"joinConfiguration": {"nodeRegistration": {}}},
-        },
+    (config_res, config), (infra_res, infra), (pool_res, pool) = pool_objects(
         ns,
+        name,
+        sim_spec={"template": {"instanceType": "small", "image": "sim"}},
+        replicas=replicas,
+        cluster=system.cluster,
+        labels={WEBHOOK_LABEL: "true"},
+        annotations=node_group_annotations(min_size, max_size, capacity),
     )
-    await system.client.create(
-        SIM_MACHINE_POOLS,
-        {
-            "apiVersion": SIM_MACHINE_POOLS.api_version,
-            "kind": "SimMachinePool",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"template": {"instanceType": "small", "image": "sim"}},
-        },
-        ns,
-    )
-    spec: dict[str, Any] = {
-        "clusterName": system.cluster,
-        "template": {
-            "spec": {
-                "clusterName": system.cluster,
-                "version": VERSION,
-                "bootstrap": {
-                    "configRef": {
-                        "apiGroup": KUBEADM_CONFIGS.group,
-                        "kind": "KubeadmConfig",
-                        "name": name,
-                    }
-                },
-                "infrastructureRef": {
-                    "apiGroup": SIM_MACHINE_POOLS.group,
-                    "kind": "SimMachinePool",
-                    "name": name,
-                },
-            }
-        },
-    }
-    if replicas is not None:
-        spec["replicas"] = replicas
-    body = {
-        "apiVersion": MACHINE_POOLS.api_version,
-        "kind": "MachinePool",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {WEBHOOK_LABEL: "true"},
-            "annotations": node_group_annotations(min_size, max_size, capacity),
-        },
-        "spec": spec,
-    }
-    return await system.client.create(MACHINE_POOLS, body, ns)
+    await system.client.create(config_res, config, ns)
+    await system.client.create(infra_res, infra, ns)
+    return await system.client.create(pool_res, pool, ns)
 
 
 def pod(name: str, cpu: str = POD_CPU) -> Obj:
@@ -151,7 +101,7 @@ def pod(name: str, cpu: str = POD_CPU) -> Obj:
 
 async def create_pods(workload: Client, names: list[str], cpu: str = POD_CPU) -> None:
     # Admission refuses Pods until the namespace's default ServiceAccount exists.
-    await wait_for(
+    await wait_for_objects(
         workload,
         SERVICE_ACCOUNTS,
         WORKLOAD_NAMESPACE,

@@ -21,7 +21,7 @@ from machinepool.controlplane.process import Process
 from machinepool.runtime import CORE_EVENTS, NODES, PDBS, PODS, FuncHandler, Obj
 
 from .conftest import NodeHistory
-from .harness import loops_pass, wait_for
+from .harness import loops_pass, wait_for_objects
 from .pools import (
     WORKLOAD_NAMESPACE,
     create_node_group,
@@ -68,7 +68,7 @@ async def test_a_pool_at_max_size_stays_there_and_the_autoscaler_says_why(
     names = ["job-0", "job-1", "job-2"]
     await create_pods(system.workload_client, names)
     await system.until(lambda: system.pool_running(pool, 2), "the pool at its max, 2", WAIT)
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -87,7 +87,7 @@ async def test_a_pool_at_max_size_stays_there_and_the_autoscaler_says_why(
             for e in events.values()
         )
 
-    await wait_for(
+    await wait_for_objects(
         system.workload_client,
         CORE_EVENTS,
         WORKLOAD_NAMESPACE,
@@ -136,7 +136,7 @@ async def test_scale_down_honours_a_pdb_and_scale_down_disabled(
         },
         WORKLOAD_NAMESPACE,
     )
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -195,7 +195,7 @@ async def test_of_two_empty_pools_the_one_whose_nodes_fit_is_scaled(
         capacity={"cpu": "4", "memory": "16Gi", "maxPods": "110"},
     )
     await create_pods(system.workload_client, ["batch-0"])
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,

@@ -19,7 +19,7 @@ from machinepool.controlplane.process import Process
 from machinepool.runtime import PODS, FuncHandler, Obj
 
 from .conftest import NodeHistory
-from .harness import wait_for
+from .harness import wait_for_objects
 from .pools import (
     WORKLOAD_NAMESPACE,
     create_node_group,
@@ -66,7 +66,7 @@ async def test_scales_up_for_pending_pods_and_removes_the_nodes_it_marks(
     # Four Pods that each need a Node of their own: three wait for the autoscaler.
     names = [f"web-{i}" for i in range(4)]
     await create_pods(system.workload_client, names)
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -106,7 +106,7 @@ async def test_scales_a_pool_up_from_zero_with_capacity_annotations(
     await create_node_group(system, pool, replicas=0, min_size=0, max_size=2, capacity=capacity)
 
     await create_pods(system.workload_client, ["batch-0"])
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,

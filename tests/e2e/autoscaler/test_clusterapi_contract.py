@@ -16,15 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.resources import MACHINE_POOLS
+
 from machinepool.api import constants as c
 from machinepool.controlplane.process import Process
 from machinepool.runtime import PODS, Obj
 from machinepool.webhooks import WebhookServer
 
 from .conftest import NodeHistory
-from .harness import wait_for
+from .harness import wait_for_objects
 from .pools import (
-    MACHINE_POOLS,
     WORKLOAD_NAMESPACE,
     create_node_group,
     create_pods,
@@ -68,7 +69,7 @@ async def test_scale_up_by_size_then_delete_the_chosen_nodes(
     # which is what makes the autoscaler grow the group.
     names = ["web-0", "web-1", "web-2"]
     await create_pods(system.workload_client, names)
-    await wait_for(
+    await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -82,7 +83,7 @@ async def test_scale_up_by_size_then_delete_the_chosen_nodes(
 
     await provider_set_size(system, pool, 3)
     await system.until(lambda: system.pool_running(pool, 3), "the pool running 3 Nodes")
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -128,7 +129,7 @@ async def test_scale_up_by_size_then_delete_the_chosen_nodes(
     assert node_history.deleted == {empty_node, busy_node}
     assert node_history.cordoned_before_delete == {empty_node, busy_node}
     assert len(system.machines(pool)) == 1
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -154,7 +155,7 @@ async def test_scale_from_zero_nodes_match_the_capacity_annotations(
         assert annotations[c.AUTOSCALER_CAPACITY_ANNOTATION_PREFIX + key] == value
 
     await create_pods(system.workload_client, ["batch-0"])
-    await wait_for(
+    await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,
@@ -165,7 +166,7 @@ async def test_scale_from_zero_nodes_match_the_capacity_annotations(
 
     await provider_set_size(system, pool, 1)
     await system.until(lambda: system.pool_running(pool, 1), "the pool running 1 Node")
-    pods = await wait_for(
+    pods = await wait_for_objects(
         system.workload_client,
         PODS,
         WORKLOAD_NAMESPACE,

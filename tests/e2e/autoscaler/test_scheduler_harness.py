@@ -18,7 +18,7 @@ from machinepool.api.meta import format_time
 from machinepool.controlplane.process import Process
 from machinepool.runtime import NODES, PODS, SERVICE_ACCOUNTS, Client, Obj
 
-from .harness import autoscaler_argv, node_group_annotations, wait_for
+from .harness import autoscaler_argv, node_group_annotations, wait_for_objects
 
 
 async def _register_node(client: Client, name: str, cpu: str, memory: str) -> None:
@@ -69,7 +69,9 @@ def _unschedulable(pod: Obj) -> bool:
 async def _create_pod(client: Client, pod: Obj) -> None:
     # The default ServiceAccount appears shortly after the workload cluster starts; until then
     # admission refuses Pods in the namespace.
-    await wait_for(client, SERVICE_ACCOUNTS, "default", lambda o: "default" in o, "default SA")
+    await wait_for_objects(
+        client, SERVICE_ACCOUNTS, "default", lambda o: "default" in o, "default SA"
+    )
     await client.create(PODS, pod, "default")
 
 
@@ -81,7 +83,7 @@ async def test_scheduler_binds_fitting_pod_and_marks_the_rest_unschedulable(
     await _create_pod(workload_client, _pod("fits", "1500m"))
     await _create_pod(workload_client, _pod("too-big", "1"))
 
-    pods = await wait_for(
+    pods = await wait_for_objects(
         workload_client,
         PODS,
         "default",

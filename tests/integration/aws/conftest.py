@@ -45,6 +45,8 @@ from moto.core.types import Base64EncodedString
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.launch_templates import LaunchTemplate, LaunchTemplateVersion
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from tests.support import eventually
+from tests.support.resources import MACHINE_POOLS, MACHINES
 from werkzeug.serving import make_server
 
 from machinepool.api import constants as c
@@ -60,7 +62,6 @@ from machinepool.runtime import (
     ClusterCache,
     Manager,
     ManagerState,
-    Resource,
 )
 
 ACCOUNT = "123456789012"
@@ -68,9 +69,6 @@ REGION = "us-east-1"
 ASG_NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 ACTIVE = ("Pending", "InProgress", "Cancelling")
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machinepools", "MachinePool")
-MACHINES = Resource(c.CLUSTER_GROUP, c.V1BETA2, "machines", "Machine")
-GENEROUS = 60.0
 _SEQ = itertools.count()
 
 
@@ -415,20 +413,6 @@ async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-async def eventually(
-    check: Callable[[], Any], within: float = GENEROUS, interval: float = 0.1
-) -> Any:
-    """Await ``check()`` (sync or async) until it returns something truthy; return it."""
-    async with asyncio.timeout(within):
-        while True:
-            value = check()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(interval)
-
-
 # --- the test environment ----------------------------------------------------------------------
 
 
@@ -492,7 +476,7 @@ class AWSEnv:
                 },
             },
         }
-        created = await self.client.create(MACHINEPOOLS, mp, self.namespace)
+        created = await self.client.create(MACHINE_POOLS, mp, self.namespace)
         pool_spec: dict[str, Any] = {
             "minSize": 0,
             "maxSize": 5,
@@ -531,7 +515,7 @@ class AWSEnv:
 
     async def scale(self, name: str, replicas: int) -> None:
         await self.client.patch(
-            MACHINEPOOLS, name, {"spec": {"replicas": replicas}}, self.namespace
+            MACHINE_POOLS, name, {"spec": {"replicas": replicas}}, self.namespace
         )
 
     async def group(self, name: str) -> dict[str, Any] | None:
@@ -621,7 +605,7 @@ class MachineDriver:
         if meta.get("deletionTimestamp"):
             return
         pool_name = meta["labels"][c.POOL_NAME_LABEL]
-        mp = await self.env.client.get(MACHINEPOOLS, pool_name, self.env.namespace)
+        mp = await self.env.client.get(MACHINE_POOLS, pool_name, self.env.namespace)
         machine = {
             "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "Machine",
@@ -702,7 +686,7 @@ async def _clear_namespace(client: Client, namespace: str) -> None:
     """
     with contextlib.suppress(Exception):
         await client.delete(CLUSTERS, "c1", namespace)
-    for resource in (MACHINEPOOLS, AWSMACHINEPOOLS, MACHINES, AWSMACHINES):
+    for resource in (MACHINE_POOLS, AWSMACHINEPOOLS, MACHINES, AWSMACHINES):
         with contextlib.suppress(Exception):
             for obj in (await client.list(resource, namespace)).items:
                 name = obj["metadata"]["name"]

@@ -14,17 +14,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
+from tests.support.resources import KUBEADM_CONFIGS
 
 from machinepool.api import constants as c
 from machinepool.providers import aws as aws_provider
 from machinepool.providers.aws.scope import AWSMACHINEPOOLS, MACHINEPOOLS, MACHINES
-from machinepool.runtime import NODES, ClusterCache, FuncHandler, Informer, Manager, Resource
+from machinepool.runtime import NODES, ClusterCache, FuncHandler, Informer, Manager
 from machinepool.sim.kubelet.join import verify_join
 from machinepool.sim.kubelet.joinconfig import parse_join
 
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 VERSION = "v1.31.0"
 
 

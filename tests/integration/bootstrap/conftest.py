@@ -20,6 +20,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.support import wait_for
+from tests.support.builders import kubeadm_config, machine_pool
 
 from machinepool.bootstrap.kubeadm import KubeadmOptions, setup
 from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
@@ -31,7 +33,6 @@ from machinepool.runtime import (
     ClusterCache,
     Manager,
     Obj,
-    Resource,
 )
 from machinepool.runtime.logging import JSONFormatter
 
@@ -44,35 +45,6 @@ def b64(text: str | bytes) -> str:
 
 def unb64(text: str) -> str:
     return base64.b64decode(text).decode()
-
-
-async def wait_for(
-    client: Client,
-    res: Resource,
-    namespace: str | None,
-    name: str,
-    predicate: Callable[[Obj | None], bool],
-    within: float = WITHIN,
-) -> Obj | None:
-    """Watch one object until ``predicate(obj)`` holds (``obj`` is ``None`` once deleted)."""
-    async with asyncio.timeout(within):
-        while True:
-            listed = await client.list(res, namespace, field_selector=f"metadata.name={name}")
-            obj = listed.items[0] if listed.items else None
-            if predicate(obj):
-                return obj
-            async for event in client.watch(
-                res,
-                namespace,
-                resource_version=listed.resource_version,
-                field_selector=f"metadata.name={name}",
-                timeout_seconds=10,
-            ):
-                if event.type == "BOOKMARK":
-                    continue
-                obj = None if event.type == "DELETED" else event.object
-                if predicate(obj):
-                    return obj
 
 
 def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
@@ -143,61 +115,34 @@ class Env:
         await self.client.create(SECRETS, secret, self.namespace)
 
     async def create_pool(self, name: str, config: str) -> Obj:
-        pool = {
-            "apiVersion": MACHINE_POOLS.api_version,
-            "kind": "MachinePool",
-            "metadata": {"name": name},
-            "spec": {
-                "clusterName": self.cluster,
-                "replicas": 1,
-                "template": {
-                    "spec": {
-                        "clusterName": self.cluster,
-                        "bootstrap": {
-                            "configRef": {
-                                "apiGroup": "bootstrap.cluster.x-k8s.io",
-                                "kind": "KubeadmConfig",
-                                "name": config,
-                            }
-                        },
-                        "infrastructureRef": {
-                            "apiGroup": "infrastructure.cluster.x-k8s.io",
-                            "kind": "SimMachinePool",
-                            "name": name,
-                        },
-                    }
-                },
-            },
-        }
+        pool = machine_pool(
+            self.namespace, name, cluster=self.cluster, version=None, bootstrap=config
+        )
         return await self.client.create(MACHINE_POOLS, pool, self.namespace)
 
     async def create_config(
         self, name: str, spec: Obj, *, pool: Obj | None = None, cluster: str | None = None
     ) -> Obj:
-        meta: Obj = {"name": name}
+        labels = {"cluster.x-k8s.io/cluster-name": cluster or self.cluster}
+        body = kubeadm_config(self.namespace, name, labels=labels, spec=spec)
         if pool is not None:
-            meta["ownerReferences"] = [
+            body["metadata"]["ownerReferences"] = [
                 {
-                    "apiVersion": "cluster.x-k8s.io/v1beta2",
-                    "kind": "MachinePool",
+                    "apiVersion": MACHINE_POOLS.api_version,
+                    "kind": MACHINE_POOLS.kind,
                     "name": pool["metadata"]["name"],
                     "uid": pool["metadata"]["uid"],
                     "controller": True,
                 }
             ]
-        meta["labels"] = {"cluster.x-k8s.io/cluster-name": cluster or self.cluster}
-        body = {
-            "apiVersion": KUBEADM_CONFIGS.api_version,
-            "kind": "KubeadmConfig",
-            "metadata": meta,
-            "spec": spec,
-        }
         return await self.client.create(KUBEADM_CONFIGS, body, self.namespace)
 
     async def wait_config(
         self, name: str, predicate: Callable[[Obj | None], bool], within: float = WITHIN
     ) -> Obj | None:
-        return await wait_for(self.client, KUBEADM_CONFIGS, self.namespace, name, predicate, within)
+        return await wait_for(
+            self.client, KUBEADM_CONFIGS, self.namespace, name, predicate, within=within
+        )
 
 
 @pytest.fixture

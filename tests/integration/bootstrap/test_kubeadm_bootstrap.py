@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support import wait_for
 
 from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
@@ -19,7 +20,7 @@ from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POO
 from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj
 from machinepool.runtime.pki import ca_public_key_hash
 
-from .conftest import Env, b64, condition, rejected_eventually, unb64, wait_for, whoami
+from .conftest import Env, b64, condition, rejected_eventually, unb64, whoami
 
 JINJA_NAME = '{{ ds.meta_data["local_hostname"] }}'
 JSON_BODY = json.dumps({"registry": {"mirrors": ["a", "b"]}, "note": "# not: yaml"}, indent=2)
@@ -211,7 +212,7 @@ async def test_pool_token_is_refreshed_then_rotated_and_the_old_one_expires(
 
     # The old token lives out its lifetime, then is gone and no longer authenticates.
     await wait_for(
-        env.workload_client, SECRETS, "kube-system", token_name, lambda o: o is None, 3 * ttl
+        env.workload_client, SECRETS, "kube-system", token_name, lambda o: o is None, within=3 * ttl
     )
     assert await rejected_eventually(env.workload, first) == 401
     assert (await whoami(env.workload, second))[0] == 201

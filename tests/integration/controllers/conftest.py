@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest_asyncio
 import yaml
+from tests.support.builders import machine_pool
+from tests.support.resources import KUBEADM_CONFIGS
 
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
@@ -40,9 +42,6 @@ INFRA_GROUP = "infrastructure.test.machinepool.dev"
 INFRA_VERSION = "v1alpha1"
 TEST_POOLS = Resource(INFRA_GROUP, INFRA_VERSION, "testmachinepools", "TestMachinePool")
 TEST_MACHINES = Resource(INFRA_GROUP, INFRA_VERSION, "testmachines", "TestMachine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 WAIT = 60.0
 
 
@@ -210,27 +209,18 @@ class Env:
             }
         if data_secret is not None:
             boot["dataSecretName"] = data_secret
-        spec: Obj = {
-            "clusterName": cluster or self.cluster_name,
-            "bootstrap": boot,
-            "infrastructureRef": {
-                "apiGroup": INFRA_GROUP,
-                "kind": "TestMachinePool",
-                "name": infra or name,
-            },
-            "version": "v1.31.0",
-            **(template or {}),
-        }
-        body = {
-            "apiVersion": MACHINEPOOLS.api_version,
-            "kind": "MachinePool",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {
-                "clusterName": cluster or self.cluster_name,
-                "replicas": replicas,
-                "template": {"spec": spec},
-            },
-        }
+        body = machine_pool(
+            self.namespace,
+            name,
+            replicas=replicas,
+            cluster=cluster or self.cluster_name,
+            version="v1.31.0",
+            annotations=annotations or {},
+            infrastructure=infra,
+            infrastructure_group=INFRA_GROUP,
+            infrastructure_kind=TEST_POOLS.kind,
+            template={"bootstrap": boot, **(template or {})},
+        )
         return await self.client.create(MACHINEPOOLS, body, self.namespace)
 
     async def node(

@@ -3,11 +3,13 @@ readiness of bootstrap and infrastructure, node matching and patching, deletion.
 
 from __future__ import annotations
 
+from tests.support.resources import KUBEADM_CONFIGS
+
 from machinepool.api import constants as c
 from machinepool.controllers.common import MACHINEPOOLS
 from machinepool.runtime import NotFound
 
-from .conftest import KUBEADM_CONFIGS, TEST_POOLS, Env, cond
+from .conftest import TEST_POOLS, Env, cond
 
 
 async def test_happy_path_through_every_phase(env: Env) -> None:

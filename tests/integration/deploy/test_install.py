@@ -39,6 +39,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from tests.support import wait_for
+from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.resources import (
+    CLUSTER_ROLES,
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    SIM_MACHINE_POOLS,
+)
 
 from machinepool.api import constants as c
 from machinepool.controlplane import ControlPlane
@@ -48,11 +57,6 @@ from machinepool.runtime import LEASES, Client, NotFound, Obj, Resource
 REPO = Path(__file__).resolve().parents[3]
 WAIT = 90.0
 FIELD_MANAGER = "machinepool-deploy-test"
-CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole")
-MACHINEPOOLS = Resource(c.CLUSTER_GROUP, "v1beta2", "machinepools", "MachinePool")
-CLUSTERS = Resource(c.CLUSTER_GROUP, "v1beta2", "clusters", "Cluster")
-KUBEADM_CONFIGS = Resource(c.BOOTSTRAP_GROUP, "v1beta2", "kubeadmconfigs", "KubeadmConfig")
-SIM_POOLS = Resource(c.INFRASTRUCTURE_GROUP, "v1beta2", "simmachinepools", "SimMachinePool")
 AWS_CREDENTIALS = "[default]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = x\n"
 
 
@@ -334,34 +338,6 @@ def local_args(deployment: Obj, namespace: str) -> list[str]:
     return args
 
 
-async def wait_for(
-    client: Client,
-    res: Resource,
-    name: str,
-    namespace: str,
-    predicate: Callable[[Obj], bool],
-) -> Obj:
-    """Return the object once ``predicate`` holds, woken by a watch rather than a timer."""
-    while True:
-        try:
-            obj = await client.get(res, name, namespace)
-        except NotFound:
-            obj, version = None, ""
-        else:
-            if predicate(obj):
-                return obj
-            version = obj["metadata"]["resourceVersion"]
-        async for event in client.watch(
-            res,
-            namespace,
-            resource_version=version,
-            field_selector=f"metadata.name={name}",
-            timeout_seconds=10,
-        ):
-            if event.type in ("ADDED", "MODIFIED") and predicate(event.object):
-                return event.object
-
-
 @contextlib.asynccontextmanager
 async def controller_process(
     args: list[str], log: Path
@@ -407,80 +383,43 @@ async def until_or_exit(proc: asyncio.subprocess.Process, log: Path, awaitable: 
 
 def pool_objects(namespace: str) -> list[tuple[Resource, Obj]]:
     name, cluster = "deploy-mp", "deploy-cluster"
-    meta = {"name": name, "namespace": namespace}
     return [
         (
             CLUSTERS,
             {
-                "apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "Cluster",
+                "apiVersion": CLUSTERS.api_version,
+                "kind": CLUSTERS.kind,
                 "metadata": {"name": cluster, "namespace": namespace},
                 "spec": {},
             },
         ),
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name, spec={})),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, spec={})),
         (
-            KUBEADM_CONFIGS,
-            {
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
-                "kind": "KubeadmConfig",
-                "metadata": meta,
-                "spec": {},
-            },
-        ),
-        (
-            SIM_POOLS,
-            {
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-                "kind": "SimMachinePool",
-                "metadata": meta,
-                "spec": {},
-            },
-        ),
-        (
-            MACHINEPOOLS,
-            {
-                "apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "MachinePool",
-                "metadata": {**meta, "labels": {c.CLUSTER_NAME_LABEL: cluster}},
-                "spec": {
-                    "clusterName": cluster,
-                    "replicas": 1,
-                    "template": {
-                        "spec": {
-                            "clusterName": cluster,
-                            "version": "v1.34.4",
-                            "bootstrap": {
-                                "configRef": {
-                                    "apiGroup": c.BOOTSTRAP_GROUP,
-                                    "kind": "KubeadmConfig",
-                                    "name": name,
-                                }
-                            },
-                            "infrastructureRef": {
-                                "apiGroup": c.INFRASTRUCTURE_GROUP,
-                                "kind": "SimMachinePool",
-                                "name": name,
-                            },
-                        }
-                    },
-                },
-            },
+            MACHINE_POOLS,
+            machine_pool(
+                namespace,
+                name,
+                cluster=cluster,
+                version="v1.34.4",
+                labels={c.CLUSTER_NAME_LABEL: cluster},
+            ),
         ),
     ]
 
 
-def owned(obj: Obj) -> bool:
+def owned(obj: Obj | None) -> bool:
     """Controller-owned by a MachinePool, as core makes the configs and infra pools it adopts."""
-    refs = obj["metadata"].get("ownerReferences") or []
+    refs = (obj["metadata"].get("ownerReferences") or []) if obj else []
     return any(r["kind"] == "MachinePool" and r.get("controller") for r in refs)
 
 
-def has_finalizer(name: str) -> Callable[[Obj], bool]:
-    return lambda o: name in (o["metadata"].get("finalizers") or [])
+def has_finalizer(name: str) -> Callable[[Obj | None], bool]:
+    return lambda o: o is not None and name in (o["metadata"].get("finalizers") or [])
 
 
-def holds_lease(obj: Obj) -> bool:
-    return bool((obj.get("spec") or {}).get("holderIdentity"))
+def holds_lease(obj: Obj | None) -> bool:
+    return bool(obj and (obj.get("spec") or {}).get("holderIdentity"))
 
 
 def forbidden_lines(log: Path) -> list[str]:
@@ -514,7 +453,9 @@ async def start_component(
     proc = await stack.enter_async_context(
         controller_process([*args, f"--kubeconfig={kubeconfig}"], log)
     )
-    await until_or_exit(proc, log, wait_for(client, LEASES, lease, sa_namespace, holds_lease))
+    await until_or_exit(
+        proc, log, wait_for(client, LEASES, sa_namespace, lease, holds_lease, within=WAIT)
+    )
     return proc, log, lease
 
 
@@ -531,9 +472,9 @@ async def test_controllers_run_under_their_service_accounts(
     for res, body in pool_objects(namespace):
         await client.create(res, body, namespace)
     expectations = {
-        "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+        "core": (MACHINE_POOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
         "bootstrap": (KUBEADM_CONFIGS, has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io")),
-        "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+        "sim": (SIM_MACHINE_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
     }
     logs: dict[str, Path] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -542,10 +483,14 @@ async def test_controllers_run_under_their_service_accounts(
                 stack, installed, control_plane, client, component, tmp_path
             )
             logs[component] = log
-            await until_or_exit(proc, log, wait_for(client, res, "deploy-mp", namespace, predicate))
+            await until_or_exit(
+                proc, log, wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
+            )
         # Core's status, and adoption of the provider objects (the aggregated rules).
-        await settle(client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"])
-        for res in (KUBEADM_CONFIGS, SIM_POOLS):
+        await settle(
+            client, MACHINE_POOLS, namespace, lambda o: bool(o and o.get("status")), logs["core"]
+        )
+        for res in (KUBEADM_CONFIGS, SIM_MACHINE_POOLS):
             await settle(client, res, namespace, owned, logs["core"])
     for component, log in logs.items():
         forbidden = forbidden_lines(log)
@@ -553,12 +498,15 @@ async def test_controllers_run_under_their_service_accounts(
 
 
 async def settle(
-    client: Client, res: Resource, namespace: str, predicate: Callable[[Obj], bool], log: Path
-) -> Obj:
+    client: Client,
+    res: Resource,
+    namespace: str,
+    predicate: Callable[[Obj | None], bool],
+    log: Path,
+) -> Obj | None:
     """Wait for ``predicate`` on the pool's ``res`` object; on timeout fail with ``log``."""
     try:
-        async with asyncio.timeout(WAIT):
-            return await wait_for(client, res, "deploy-mp", namespace, predicate)
+        return await wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
     except TimeoutError:
         pytest.fail(f"{res.kind} never got there; controller log:\n{log.read_text()[-4000:]}")
 
@@ -632,12 +580,15 @@ async def test_controllers_run_namespaced_under_the_overlay(
         applied = kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(overlay_rbac))
         assert applied.returncode == 0, applied.stderr
         expectations = {
-            "core": (MACHINEPOOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
+            "core": (MACHINE_POOLS, has_finalizer(c.MACHINE_POOL_FINALIZER)),
             "bootstrap": (
                 KUBEADM_CONFIGS,
                 has_finalizer("kubeadmconfig.bootstrap.cluster.x-k8s.io"),
             ),
-            "sim": (SIM_POOLS, has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io")),
+            "sim": (
+                SIM_MACHINE_POOLS,
+                has_finalizer("simmachinepool.infrastructure.cluster.x-k8s.io"),
+            ),
         }
         async with contextlib.AsyncExitStack() as stack:
             for component, (res, predicate) in expectations.items():
@@ -652,12 +603,16 @@ async def test_controllers_run_namespaced_under_the_overlay(
                 )
                 logs[component] = log
                 await until_or_exit(
-                    proc, log, wait_for(client, res, "deploy-mp", namespace, predicate)
+                    proc, log, wait_for(client, res, namespace, "deploy-mp", predicate, within=WAIT)
                 )
             await settle(
-                client, MACHINEPOOLS, namespace, lambda o: bool(o.get("status")), logs["core"]
+                client,
+                MACHINE_POOLS,
+                namespace,
+                lambda o: bool(o and o.get("status")),
+                logs["core"],
             )
-            for res in (KUBEADM_CONFIGS, SIM_POOLS):
+            for res in (KUBEADM_CONFIGS, SIM_MACHINE_POOLS):
                 await settle(client, res, namespace, owned, logs["core"])
     finally:
         kubectl(control_plane, "apply", "-f", "-", stdin=as_yaml(manager_bindings))

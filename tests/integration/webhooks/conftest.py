@@ -9,18 +9,17 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
+from tests.support import builders
+from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 
 from machinepool.api.features import FeatureGates
-from machinepool.runtime import CRDS, ApiError, Client, Resource
+from machinepool.runtime import CRDS, ApiError, Client
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
-MP = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MP_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinepools", "MachinePool")
 INFRA_GROUP = "infrastructure.webhooks.test"
 INFRA_KIND = "TestMachinePool"
 INFRA_VERSION = "v1alpha9"
@@ -29,35 +28,19 @@ DEFAULT_DENIED = 'admission webhook "default.machinepool.cluster.x-k8s.io" denie
 
 
 def machine_pool(namespace: str, name: str = "mp", **spec_changes: Any) -> dict[str, Any]:
-    """A valid v1beta2 MachinePool; keyword arguments replace top-level spec fields."""
-    body: dict[str, Any] = {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "MachinePool",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "clusterName": "c1",
-            "template": {
-                "spec": {
-                    "clusterName": "c1",
-                    "bootstrap": {
-                        "configRef": {
-                            "apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfig",
-                            "name": f"{name}-bootstrap",
-                        }
-                    },
-                    "infrastructureRef": {
-                        "apiGroup": INFRA_GROUP,
-                        "kind": INFRA_KIND,
-                        "name": f"{name}-infra",
-                    },
-                    "version": "v1.34.0",
-                }
-            },
-        },
-    }
-    body["spec"].update(copy.deepcopy(spec_changes))
-    return body
+    """A valid v1beta2 MachinePool of this suite's infrastructure kind, replicas left to
+    admission; keyword arguments replace top-level spec fields."""
+    return builders.machine_pool(
+        namespace,
+        name,
+        replicas=None,
+        cluster="c1",
+        bootstrap=f"{name}-bootstrap",
+        infrastructure=f"{name}-infra",
+        infrastructure_group=INFRA_GROUP,
+        infrastructure_kind=INFRA_KIND,
+        spec=spec_changes,
+    )
 
 
 def _infra_crd() -> dict[str, Any]:
@@ -93,7 +76,7 @@ async def wait_until_effective(client: Client, config_name_hint: str, probe: dic
     """Dry-run create ``probe`` until a webhook answers; returns the refusal message."""
     for _ in range(300):
         try:
-            await client.create(MP, probe, dry_run=True)
+            await client.create(MACHINE_POOLS, probe, dry_run=True)
         except ApiError as err:
             if "admission webhook" in err.message:
                 return err.message
@@ -115,7 +98,7 @@ async def _wait_for_conversion(client: Client) -> None:
     body["spec"]["minReadySeconds"] = 7
     for _ in range(300):
         try:
-            created = await client.create(MP_V1BETA1, body, dry_run=True)
+            created = await client.create(MACHINE_POOLS_V1BETA1, body, dry_run=True)
             if created["spec"].get("minReadySeconds") == 7:
                 return
         except ApiError:

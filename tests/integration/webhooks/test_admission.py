@@ -10,11 +10,12 @@ import copy
 from typing import Any
 
 import pytest
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.runtime import ApiError, Client, Invalid, PatchType
 from machinepool.webhooks import WebhookServer
 
-from .conftest import DEFAULT_DENIED, DENIED, MP, machine_pool
+from .conftest import DEFAULT_DENIED, DENIED, machine_pool
 
 MIN = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
@@ -22,7 +23,7 @@ MAX = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 
 async def _refusal(client: Client, body: dict[str, Any]) -> str:
     with pytest.raises(ApiError) as caught:
-        await client.create(MP, body)
+        await client.create(MACHINE_POOLS, body)
     return caught.value.message
 
 
@@ -31,7 +32,7 @@ async def test_create_defaults_label_replicas_deletion_timeout_and_version(
 ) -> None:
     body = machine_pool(namespace)
     body["spec"]["template"]["spec"]["version"] = "1.20.0"
-    created = await client.create(MP, body)
+    created = await client.create(MACHINE_POOLS, body)
     assert created["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "c1"
     assert created["spec"]["replicas"] == 1
     assert created["spec"]["template"]["spec"]["version"] == "v1.20.0"
@@ -61,7 +62,7 @@ async def test_replicas_on_create(
     body["metadata"]["annotations"] = annotations
     if replicas is not None:
         body["spec"]["replicas"] = replicas
-    created = await client.create(MP, body)
+    created = await client.create(MACHINE_POOLS, body)
     assert created["spec"]["replicas"] == expected
 
 
@@ -96,13 +97,13 @@ async def test_replicas_on_update_follow_autoscaler_range(
 ) -> None:
     # (An old object without replicas cannot exist behind the defaulting webhook; that
     # upstream case is covered by the unit tests of calculate_replicas.)
-    created = await client.create(MP, machine_pool(namespace, replicas=old_replicas))
+    created = await client.create(MACHINE_POOLS, machine_pool(namespace, replicas=old_replicas))
     patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/metadata/annotations", "value": {MIN: "3", MAX: "7"}},
         {"op": "remove", "path": "/spec/replicas"},
     ]
     updated = await client.patch(
-        MP, created["metadata"]["name"], patch, namespace, patch_type=PatchType.JSON
+        MACHINE_POOLS, created["metadata"]["name"], patch, namespace, patch_type=PatchType.JSON
     )
     assert updated["spec"]["replicas"] == expected
 
@@ -118,25 +119,25 @@ async def test_bootstrap_config_ref_or_data_secret_name_required(
         "spec.template.spec.bootstrap.configRef to be populated"
     )
     body["spec"]["template"]["spec"]["bootstrap"] = {"dataSecretName": "test"}
-    await client.create(MP, body)
+    await client.create(MACHINE_POOLS, body)
 
 
 async def test_cluster_name_immutable(
     client: Client, namespace: str, webhooks: WebhookServer
 ) -> None:
-    created = await client.create(MP, machine_pool(namespace))
+    created = await client.create(MACHINE_POOLS, machine_pool(namespace))
     changed = copy.deepcopy(created)
     changed["spec"]["clusterName"] = "bar"
     changed["spec"]["template"]["spec"]["clusterName"] = "bar"
     with pytest.raises(Invalid) as caught:
-        await client.replace(MP, changed)
+        await client.replace(MACHINE_POOLS, changed)
     assert caught.value.message == (
         DENIED + 'MachinePool.cluster.x-k8s.io "mp" is invalid: spec.clusterName: '
         "Forbidden: field is immutable"
     )
     same = copy.deepcopy(created)
     same["metadata"].setdefault("labels", {})["extra"] = "yes"
-    await client.replace(MP, same)
+    await client.replace(MACHINE_POOLS, same)
 
 
 async def test_cluster_names_must_match(
@@ -156,7 +157,7 @@ async def test_valid_versions_are_accepted(
 ) -> None:
     body = machine_pool(namespace)
     body["spec"]["template"]["spec"]["version"] = version
-    created = await client.create(MP, body)
+    created = await client.create(MACHINE_POOLS, body)
     assert created["spec"]["template"]["spec"]["version"] == "v" + version.removeprefix("v")
 
 
@@ -177,9 +178,9 @@ async def test_version_without_v_is_refused_on_update_by_validation_alone(
 ) -> None:
     # Defaulting adds the "v" on every request, so "must start with v" is only reachable
     # when defaulting is bypassed; prove the prefix is added on update as well.
-    created = await client.create(MP, machine_pool(namespace))
+    created = await client.create(MACHINE_POOLS, machine_pool(namespace))
     patch = {"spec": {"template": {"spec": {"version": "1.21.1"}}}}
-    updated = await client.patch(MP, "mp", patch, namespace)
+    updated = await client.patch(MACHINE_POOLS, "mp", patch, namespace)
     assert updated["spec"]["template"]["spec"]["version"] == "v1.21.1"
     assert created["metadata"]["uid"] == updated["metadata"]["uid"]
 

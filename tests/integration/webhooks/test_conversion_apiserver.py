@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
+
 from machinepool.runtime import Client
 from machinepool.webhooks import WebhookServer
 
-from .conftest import INFRA_GROUP, INFRA_KIND, INFRA_VERSION, MP, MP_V1BETA1, machine_pool
+from .conftest import INFRA_GROUP, INFRA_KIND, INFRA_VERSION, machine_pool
 
 ANNOTATION = "cluster.x-k8s.io/conversion-data"
 
@@ -48,8 +50,8 @@ def _v1beta1(namespace: str) -> dict[str, object]:
 async def test_v1beta1_object_reads_back_as_v1beta2(
     client: Client, namespace: str, webhooks: WebhookServer
 ) -> None:
-    await client.create(MP_V1BETA1, _v1beta1(namespace))
-    hub = await client.get(MP, "old", namespace)
+    await client.create(MACHINE_POOLS_V1BETA1, _v1beta1(namespace))
+    hub = await client.get(MACHINE_POOLS, "old", namespace)
     spec = hub["spec"]["template"]["spec"]
     assert "minReadySeconds" not in hub["spec"]
     assert spec["minReadySeconds"] == 30
@@ -67,7 +69,7 @@ async def test_v1beta1_object_reads_back_as_v1beta2(
     assert hub["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "c1"
 
     # Read as v1beta1 again: what was written comes back, durations spelled as written.
-    spoke = await client.get(MP_V1BETA1, "old", namespace)
+    spoke = await client.get(MACHINE_POOLS_V1BETA1, "old", namespace)
     spoke_spec = spoke["spec"]["template"]["spec"]
     assert spoke["spec"]["minReadySeconds"] == 30
     assert spoke_spec["nodeDrainTimeout"] == "5m"
@@ -84,7 +86,7 @@ async def test_v1beta2_object_reads_back_as_v1beta1(
     body = machine_pool(namespace, replicas=3)
     body["spec"]["template"]["spec"]["minReadySeconds"] = 12
     body["spec"]["template"]["spec"]["deletion"] = {"nodeDrainTimeoutSeconds": 90}
-    await client.create(MP, body)
+    await client.create(MACHINE_POOLS, body)
     status = {
         "status": {
             "replicas": 3,
@@ -95,9 +97,9 @@ async def test_v1beta2_object_reads_back_as_v1beta1(
             "phase": "ScalingUp",
         }
     }
-    await client.patch(MP, "mp", status, namespace, subresource="status")
+    await client.patch(MACHINE_POOLS, "mp", status, namespace, subresource="status")
 
-    spoke = await client.get(MP_V1BETA1, "mp", namespace)
+    spoke = await client.get(MACHINE_POOLS_V1BETA1, "mp", namespace)
     template_spec = spoke["spec"]["template"]["spec"]
     assert spoke["spec"]["minReadySeconds"] == 12
     assert template_spec["nodeDrainTimeout"] == "1m30s"
@@ -114,9 +116,9 @@ async def test_v1beta2_object_reads_back_as_v1beta1(
     assert spoke["status"]["phase"] == "ScalingUp"
 
     # A v1beta1 client writes the object back unchanged: the v1beta2 object is unchanged too.
-    before = await client.get(MP, "mp", namespace)
-    await client.replace(MP_V1BETA1, spoke)
-    after = await client.get(MP, "mp", namespace)
+    before = await client.get(MACHINE_POOLS, "mp", namespace)
+    await client.replace(MACHINE_POOLS_V1BETA1, spoke)
+    after = await client.get(MACHINE_POOLS, "mp", namespace)
     assert after["spec"] == before["spec"]
     assert ANNOTATION not in after["metadata"].get("annotations", {})
 
@@ -125,7 +127,7 @@ async def test_v1beta1_list_converts_every_item(
     client: Client, namespace: str, webhooks: WebhookServer
 ) -> None:
     for name in ("a", "b"):
-        await client.create(MP, machine_pool(namespace, name))
-    listed = await client.list(MP_V1BETA1, namespace)
+        await client.create(MACHINE_POOLS, machine_pool(namespace, name))
+    listed = await client.list(MACHINE_POOLS_V1BETA1, namespace)
     assert sorted(item["metadata"]["name"] for item in listed.items) == ["a", "b"]
     assert {item["apiVersion"] for item in listed.items} == {"cluster.x-k8s.io/v1beta1"}

@@ -10,17 +10,15 @@ from typing import Any
 
 import pytest
 from tests.support import eventually
+from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_HEALTH_CHECKS_V1BETA1
 
-from machinepool.runtime import ApiError, Client, Resource
+from machinepool.runtime import ApiError, Client
 from machinepool.webhooks import WebhookServer
-
-MHC = Resource("cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck")
-MHC_V1BETA1 = Resource("cluster.x-k8s.io", "v1beta1", "machinehealthchecks", "MachineHealthCheck")
 
 
 def _mhc(namespace: str, name: str = "mhc", **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": MHC.api_version,
+        "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
         "kind": "MachineHealthCheck",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
@@ -36,7 +34,12 @@ async def _effective(client: Client, namespace: str) -> None:
 
     async def refused() -> bool:
         try:
-            await client.create(MHC, _mhc(namespace, "probe", selector={}), namespace, dry_run=True)
+            await client.create(
+                MACHINE_HEALTH_CHECKS,
+                _mhc(namespace, "probe", selector={}),
+                namespace,
+                dry_run=True,
+            )
         except ApiError as err:
             return "selector must not be empty" in err.message
         return False
@@ -46,13 +49,13 @@ async def _effective(client: Client, namespace: str) -> None:
 
 async def _refusal(client: Client, namespace: str, body: dict[str, Any]) -> str:
     with pytest.raises(ApiError) as caught:
-        await client.create(MHC, body, namespace)
+        await client.create(MACHINE_HEALTH_CHECKS, body, namespace)
     return caught.value.message
 
 
 async def test_create_is_defaulted(client: Client, namespace: str, webhooks: WebhookServer) -> None:
     await _effective(client, namespace)
-    created = await client.create(MHC, _mhc(namespace), namespace)
+    created = await client.create(MACHINE_HEALTH_CHECKS, _mhc(namespace), namespace)
     assert created["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "c1"
     assert created["spec"]["checks"]["nodeStartupTimeoutSeconds"] == 600
 
@@ -86,9 +89,11 @@ async def test_cluster_name_is_immutable(
     client: Client, namespace: str, webhooks: WebhookServer
 ) -> None:
     await _effective(client, namespace)
-    await client.create(MHC, _mhc(namespace, "fixed"), namespace)
+    await client.create(MACHINE_HEALTH_CHECKS, _mhc(namespace, "fixed"), namespace)
     with pytest.raises(ApiError) as caught:
-        await client.patch(MHC, "fixed", {"spec": {"clusterName": "c2"}}, namespace)
+        await client.patch(
+            MACHINE_HEALTH_CHECKS, "fixed", {"spec": {"clusterName": "c2"}}, namespace
+        )
     assert "spec.clusterName: Forbidden: field is immutable" in caught.value.message
 
 
@@ -97,7 +102,7 @@ async def test_v1beta1_round_trips_through_the_conversion_webhook(
 ) -> None:
     await _effective(client, namespace)
     old = {
-        "apiVersion": MHC_V1BETA1.api_version,
+        "apiVersion": MACHINE_HEALTH_CHECKS_V1BETA1.api_version,
         "kind": "MachineHealthCheck",
         "metadata": {"name": "old", "namespace": namespace},
         "spec": {
@@ -108,14 +113,14 @@ async def test_v1beta1_round_trips_through_the_conversion_webhook(
             "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "timeout": "5m"}],
         },
     }
-    await client.create(MHC_V1BETA1, old, namespace)
-    hub = await client.get(MHC, "old", namespace)
+    await client.create(MACHINE_HEALTH_CHECKS_V1BETA1, old, namespace)
+    hub = await client.get(MACHINE_HEALTH_CHECKS, "old", namespace)
     assert hub["spec"]["checks"]["nodeStartupTimeoutSeconds"] == 600
     assert hub["spec"]["checks"]["unhealthyNodeConditions"] == [
         {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300}
     ]
     assert hub["spec"]["remediation"]["triggerIf"] == {"unhealthyLessThanOrEqualTo": "40%"}
-    spoke = await client.get(MHC_V1BETA1, "old", namespace)
+    spoke = await client.get(MACHINE_HEALTH_CHECKS_V1BETA1, "old", namespace)
     assert spoke["spec"]["nodeStartupTimeout"] == "10m"
     assert spoke["spec"]["unhealthyConditions"][0]["timeout"] == "5m"
     assert "cluster.x-k8s.io/conversion-data" not in (spoke["metadata"].get("annotations") or {})

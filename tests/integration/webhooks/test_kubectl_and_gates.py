@@ -6,13 +6,14 @@ import asyncio
 import uuid
 
 import pytest
+from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.features import MACHINE_POOL, FeatureGates
 from machinepool.controlplane import ControlPlane, optional_binary
 from machinepool.runtime import ApiError, Client
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
-from .conftest import DENIED, MP, machine_pool, wait_until_effective
+from .conftest import DENIED, machine_pool, wait_until_effective
 
 UPSTREAM_COLUMNS = ["NAME", "CLUSTER", "DESIRED", "CURRENT", "READY", "AVAILABLE", "UP-TO-DATE"]
 UPSTREAM_COLUMNS += ["PHASE", "AGE", "VERSION"]
@@ -36,7 +37,7 @@ async def _kubectl(control_plane: ControlPlane, *args: str) -> str:
 async def test_kubectl_get_shows_upstream_columns(
     client: Client, namespace: str, webhooks: WebhookServer, control_plane: ControlPlane
 ) -> None:
-    await client.create(MP, machine_pool(namespace, replicas=2))
+    await client.create(MACHINE_POOLS, machine_pool(namespace, replicas=2))
     out = await _kubectl(control_plane, "get", "mp", "-n", namespace)
     header, row = out.splitlines()[:2]
     assert header.split() == UPSTREAM_COLUMNS
@@ -49,10 +50,10 @@ async def test_kubectl_get_shows_upstream_columns(
 async def test_kubectl_scale_goes_through_the_scale_subresource(
     client: Client, namespace: str, webhooks: WebhookServer, control_plane: ControlPlane
 ) -> None:
-    await client.create(MP, machine_pool(namespace))
+    await client.create(MACHINE_POOLS, machine_pool(namespace))
     await _kubectl(control_plane, "scale", "mp/mp", "--replicas=3", "-n", namespace)
-    assert (await client.get(MP, "mp", namespace))["spec"]["replicas"] == 3
-    assert (await client.get_scale(MP, "mp", namespace))["spec"]["replicas"] == 3
+    assert (await client.get(MACHINE_POOLS, "mp", namespace))["spec"]["replicas"] == 3
+    assert (await client.get_scale(MACHINE_POOLS, "mp", namespace))["spec"]["replicas"] == 3
 
 
 async def test_feature_gate_off_refuses_create_update_and_delete(
@@ -63,7 +64,7 @@ async def test_feature_gate_off_refuses_create_update_and_delete(
     config = f"machinepool-gate-off-{label['webhooks.test/gate-off']}"
     existing = machine_pool(namespace, "existing")
     existing["metadata"]["labels"] = dict(label)
-    await client.create(MP, existing)  # before the gate-off server is registered
+    await client.create(MACHINE_POOLS, existing)  # before the gate-off server is registered
     gated = await serve("127.0.0.1", 0, FeatureGates().with_gate(MACHINE_POOL, False))
     try:
         await register(
@@ -81,13 +82,13 @@ async def test_feature_gate_off_refuses_create_update_and_delete(
         )
         assert await wait_until_effective(client, config, probe) == expected
         with pytest.raises(ApiError) as create:
-            await client.create(MP, probe)
+            await client.create(MACHINE_POOLS, probe)
         assert create.value.message == expected
         with pytest.raises(ApiError) as update:
-            await client.patch(MP, "existing", {"spec": {"replicas": 2}}, namespace)
+            await client.patch(MACHINE_POOLS, "existing", {"spec": {"replicas": 2}}, namespace)
         assert update.value.message == expected
         with pytest.raises(ApiError) as delete:
-            await client.delete(MP, "existing", namespace)
+            await client.delete(MACHINE_POOLS, "existing", namespace)
         assert delete.value.message == expected
     finally:
         await unregister(client, config_name=config)
@@ -117,7 +118,7 @@ async def test_webhook_down_fails_requests_visibly(
         body = machine_pool(namespace, "orphan")
         body["metadata"]["labels"] = dict(label)
         with pytest.raises(ApiError) as caught:
-            await client.create(MP, body)
+            await client.create(MACHINE_POOLS, body)
         assert caught.value.status == 500
         assert (
             'failed calling webhook "default.machinepool.cluster.x-k8s.io"' in caught.value.message

@@ -1,0 +1,135 @@
+"""JSON bodies of the objects tests create, in the style of upstream's ``builder`` package:
+``machine_pool(namespace, name)`` is a valid MachinePool as it stands, and a test overrides
+only what it is about with keywords.
+
+- ``kubeadm_config``, ``sim_machine_pool``, ``machine_pool``: one object each.
+- ``pool_objects``: the three a Sim pool is made of, all named ``name``, in creation order;
+  ``create_pool`` creates them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
+
+from machinepool.api import constants as c
+from machinepool.runtime import Client, Obj, Resource
+
+__all__ = [
+    "CLUSTER",
+    "VERSION",
+    "create_pool",
+    "kubeadm_config",
+    "machine_pool",
+    "pool_objects",
+    "sim_machine_pool",
+]
+
+CLUSTER = "work"
+"""The Cluster a pool belongs to unless a test says otherwise."""
+VERSION = "v1.34.0"
+"""The Kubernetes version of a pool's template unless a test says otherwise."""
+
+_JOIN: Obj = {"joinConfiguration": {"nodeRegistration": {}}}
+_SMALL: Obj = {"template": {"instanceType": "small"}}
+
+
+def _object(
+    res: Resource, namespace: str, name: str, labels: Mapping[str, str] | None, spec: Obj
+) -> Obj:
+    """An object of ``res``; ``labels`` only when given, as a test that sets none wrote it."""
+    metadata: Obj = {"name": name, "namespace": namespace}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": res.api_version, "kind": res.kind, "metadata": metadata, "spec": spec}
+
+
+def kubeadm_config(
+    namespace: str, name: str, *, labels: Mapping[str, str] | None = None, spec: Obj | None = None
+) -> Obj:
+    """A KubeadmConfig that joins a worker (``spec`` replaces the whole spec)."""
+    spec = copy.deepcopy(_JOIN) if spec is None else spec
+    return _object(KUBEADM_CONFIGS, namespace, name, labels, spec)
+
+
+def sim_machine_pool(
+    namespace: str, name: str, *, labels: Mapping[str, str] | None = None, spec: Obj | None = None
+) -> Obj:
+    """A SimMachinePool of ``small`` instances (``spec`` replaces the whole spec)."""
+    spec = copy.deepcopy(_SMALL) if spec is None else spec
+    return _object(SIM_MACHINE_POOLS, namespace, name, labels, spec)
+
+
+def machine_pool(
+    namespace: str,
+    name: str,
+    *,
+    replicas: int | None = 1,
+    cluster: str = CLUSTER,
+    version: str | None = VERSION,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    failure_domains: list[str] | None = None,
+    bootstrap: str | None = None,
+    infrastructure: str | None = None,
+    infrastructure_group: str = c.INFRASTRUCTURE_GROUP,
+    infrastructure_kind: str = SIM_MACHINE_POOLS.kind,
+    template: Obj | None = None,
+    spec: Obj | None = None,
+) -> Obj:
+    """A MachinePool of ``replicas`` in ``cluster`` whose template refers to the KubeadmConfig
+    ``bootstrap`` and the SimMachinePool ``infrastructure`` (both default to ``name``).
+
+    ``replicas=None`` or ``version=None`` leaves that field unset: admission defaults
+    replicas, and a bootstrap test has no use for a version. ``template`` and ``spec`` are
+    merged last over the template's spec and the spec: what a test is about.
+    """
+    template_spec: Obj = {
+        "clusterName": cluster,
+        "bootstrap": {
+            "configRef": {
+                "apiGroup": c.BOOTSTRAP_GROUP,
+                "kind": KUBEADM_CONFIGS.kind,
+                "name": bootstrap or name,
+            }
+        },
+        "infrastructureRef": {
+            "apiGroup": infrastructure_group,
+            "kind": infrastructure_kind,
+            "name": infrastructure or name,
+        },
+    }
+    if version is not None:
+        template_spec["version"] = version
+    template_spec.update(copy.deepcopy(template or {}))
+    pool: Obj = {"clusterName": cluster, "template": {"spec": template_spec}}
+    if replicas is not None:
+        pool["replicas"] = replicas
+    if failure_domains is not None:
+        pool["failureDomains"] = failure_domains
+    pool.update(copy.deepcopy(spec or {}))
+    body = _object(MACHINE_POOLS, namespace, name, labels, pool)
+    if annotations is not None:
+        body["metadata"]["annotations"] = dict(annotations)
+    return body
+
+
+def pool_objects(
+    namespace: str, name: str, *, sim_spec: Obj | None = None, **pool: Any
+) -> list[tuple[Resource, Obj]]:
+    """KubeadmConfig, SimMachinePool (``sim_spec``) and MachinePool (``pool``: the keywords of
+    ``machine_pool``) named ``name``, with their Resources, in the order to create them."""
+    return [
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name)),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, spec=sim_spec)),
+        (MACHINE_POOLS, machine_pool(namespace, name, **pool)),
+    ]
+
+
+async def create_pool(client: Client, namespace: str, name: str, **overrides: Any) -> None:
+    """Create ``pool_objects(namespace, name, **overrides)``."""
+    for res, body in pool_objects(namespace, name, **overrides):
+        await client.create(res, body, namespace)
