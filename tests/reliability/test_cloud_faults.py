@@ -17,6 +17,7 @@ from tests.reliability.harness import (
     create_pool,
     roll,
 )
+from tests.reliability.report import Recorder
 
 from machinepool.providers.sim import Faults, SimCloud
 
@@ -26,7 +27,9 @@ response), or stall."""
 BOOT_FAILURE_RATE = 0.2
 
 
-async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) -> None:
+async def test_flaky_cloud_converges_without_duplicates(
+    env: Env, scale: int, report: Recorder
+) -> None:
     rng = random.Random(77 * scale)
     cloud = SimCloud(env.client)
     await cloud.set_faults(env.namespace, FAULTS)
@@ -58,3 +61,8 @@ async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) ->
         f"{failed_calls} injected cloud-call errors logged, {controller.kills} kills, "
         "0 duplicates"
     )
+    report.record("instances created", len(records))
+    report.record("instances failed at boot", boot_failures)
+    report.record("injected cloud-call errors logged", failed_calls)
+    report.record("SIGKILLs survived", controller.kills)
+    report.record("duplicates", 0)

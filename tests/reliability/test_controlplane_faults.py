@@ -33,6 +33,7 @@ from tests.reliability.harness import (
     roll,
     storms,
 )
+from tests.reliability.report import Recorder
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
@@ -75,7 +76,7 @@ async def own_env(tmp_path: Path, logs: Path) -> AsyncIterator[tuple[ControlPlan
 
 
 async def test_apiserver_etcd_and_workload_outages_during_rollout(
-    own_env: tuple[ControlPlane, Env],
+    own_env: tuple[ControlPlane, Env], report: Recorder
 ) -> None:
     cp, env = own_env
     world, name, new = env.world, "faults", "v1.34.1"
@@ -114,5 +115,8 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
         "\nreliability: apiserver restart, etcd restart, workload outage survived, 0 lost;"
         f" {failed} failed reconciles in {len(streaks)} streaks (longest {longest})"
     )
+    report.record("faults", "1 kube-apiserver restart, 1 etcd restart, 1 workload outage of 8 s")
+    report.record("failed reconciles", failed)
+    report.record("failure streaks (longest)", f"{len(streaks)} ({longest})")
     assert failed > 0, "the faults should make some reconciles fail"
     assert storms(streaks, RETRY_SLACK) == []
