@@ -85,10 +85,13 @@ async def test_create_scale_up_and_scale_down_through_machines(
     assert not fake_aws.calls("SetDesiredCapacity")
     # The AWSMachine's finalizer holds it (and so the Machine and Node, which the stand-in
     # releases only once it is gone) until the instance was terminated.
-    released = [
-        n for n, what, name in aws_env.records if what == "node-deleted" and name == marked_instance
-    ]
-    assert released, "the AWSMachine was never released"
+    released = await aws_env.eventually(
+        lambda: [
+            n
+            for n, what, name in aws_env.records
+            if what == "node-deleted" and name == marked_instance
+        ]
+    )
     assert terminations[0][0] < released[0], "the AWSMachine went before its instance"
     assert (await aws_env.group("workers") or {})["DesiredCapacity"] == 3
 
