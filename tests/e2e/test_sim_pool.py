@@ -78,11 +78,12 @@ async def test_a_new_bootstrap_token_reaches_new_instances_and_replaces_none(
 
     await system.scale("tokens", 3)
     await system.until(lambda: system.pool_running("tokens", 3), "3 Ready nodes")
-    await system.unchanged(
-        lambda: old <= {m["metadata"]["name"] for m in system.machines("tokens")},
-        "instances created before the rotation kept",
-        window=5.0,
-    )
+
+    def names() -> set[str]:
+        return {m["metadata"]["name"] for m in system.machines("tokens")}
+
+    assert old <= names(), "instances created before the rotation were replaced"
+    await system.unchanged(names, "the pool's Machines after the scale-up", window=5.0)
     records = {r.id: r for r in await system.cloud.instances(system.namespace, "tokens")}
     assert old <= records.keys()
     (new,) = records.keys() - old
