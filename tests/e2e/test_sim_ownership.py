@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.e2e.conftest import System
 from tests.support.resources import MACHINE_POOLS
 
@@ -37,9 +35,20 @@ async def test_paused_pool_stands_still_until_unpaused(system: System) -> None:
         "Paused=True on the MachinePool",
     )
     await system.scale("frozen", 4)
-    # Nothing to wait for when nothing may happen: give the controllers a few reconcile
-    # opportunities, then check that the instance count did not move.
-    await asyncio.sleep(3)
+    await system.until(
+        lambda: (system.machine_pool("frozen") or {}).get("spec", {}).get("replicas") == 4,
+        "the new size in the controllers' cache",
+    )
+
+    def members() -> tuple[int, int, int]:
+        simmachines = [
+            m
+            for m in system.watched["simmachines"].list(system.namespace)
+            if (m["metadata"].get("labels") or {}).get(c.POOL_NAME_LABEL) == "frozen"
+        ]
+        return len(system.machines("frozen")), len(simmachines), len(system.ready_nodes())
+
+    await system.unchanged(members, "a paused pool's (Machines, SimMachines, Nodes)", window=5.0)
     assert len(await system.cloud.instances(system.namespace, "frozen")) == 2
     assert len(system.ready_nodes()) == 2
 

@@ -7,6 +7,9 @@
 - ``logs``: one folder for every process log the suite writes (scanned for secrets).
 - ``env``: a namespace with the test's workload cluster registered as Cluster ``work``, a
   ``World`` watching both clusters, and controller processes stopped at the end.
+- ``report``: ``report.record(figure, value)`` keeps a figure the test measured; with
+  ``--reliability-report=PATH`` (or ``$MACHINEPOOL_RELIABILITY_REPORT``) the session writes
+  them all to PATH with the git revision and the command (see report.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from tests.reliability.harness import Env, World
+from tests.reliability.report import REPORT_ENV, Recorder, Report, command_line
 from tests.support.builders import CLUSTER
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -41,6 +45,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="Replicas per pool in test_scale_faults.py (10; full size 20 x 50).",
     )
+    parser.addoption(
+        "--reliability-report",
+        default=None,
+        help=f"Write the figures the scenarios record to this markdown file (${REPORT_ENV}).",
+    )
+
+
+_FIGURES = Report()
+"""This session's figures (one pytest session per process)."""
+
+
+def _report_path(config: pytest.Config) -> Path | None:
+    value = config.getoption("--reliability-report", default=None) or os.environ.get(REPORT_ENV)
+    return Path(value) if value else None
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Recorder:
+    """Where the test records the figures it measured (kept in the report file on request)."""
+    return Recorder(_FIGURES.scenario(request.node.nodeid))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """How each scenario ended and how long its body ran: figures of a failed run say so."""
+    if report.when == "call" or report.failed or report.skipped:
+        scenario = _FIGURES.scenario(report.nodeid)
+        if report.when == "call":
+            scenario.seconds = report.duration
+        if scenario.outcome in ("not run", "passed"):
+            scenario.outcome = report.outcome
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = _report_path(session.config)
+    if path is None or not _FIGURES.scenarios:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_FIGURES.render(command_line()))
 
 
 def _int_option(config: pytest.Config, option: str, env: str, default: int) -> int:

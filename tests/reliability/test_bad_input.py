@@ -23,6 +23,7 @@ import pytest_asyncio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from tests.reliability.harness import ControllerProcess, Env
+from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool, machine_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -346,7 +347,9 @@ async def _canary(env: Env, stop: asyncio.Event, cycles: list[int]) -> None:
         cycles[0] += 1
 
 
-async def test_barrage_of_generated_pools(env: Env, webhooks: WebhookServer, scale: int) -> None:
+async def test_barrage_of_generated_pools(
+    env: Env, webhooks: WebhookServer, scale: int, report: Recorder
+) -> None:
     _ = webhooks
     await _wait_effective(env.client, env.namespace)
     controller, _kubelet = await env.spawn_system()
@@ -371,6 +374,10 @@ async def test_barrage_of_generated_pools(env: Env, webhooks: WebhookServer, sca
         f"\nreliability: {tally.tried} generated inputs ({tally.rejected} rejected, "
         f"{tally.accepted} accepted and reconciled); canary converged {cycles[0]} times"
     )
+    report.record("generated inputs", tally.tried)
+    report.record("rejected naming the field", tally.rejected)
+    report.record("accepted and reconciled", tally.accepted)
+    report.record("canary convergences meanwhile", cycles[0])
 
 
 async def _batch(env: Env, cases: list[Case], tally: Tally, controller: ControllerProcess) -> None:

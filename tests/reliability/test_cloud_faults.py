@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from tests.reliability.harness import Env, chaos_kills, check_converged, roll
+from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -20,7 +21,9 @@ response), or stall."""
 BOOT_FAILURE_RATE = 0.2
 
 
-async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) -> None:
+async def test_flaky_cloud_converges_without_duplicates(
+    env: Env, scale: int, report: Recorder
+) -> None:
     rng = random.Random(77 * scale)
     cloud = SimCloud(env.client)
     await cloud.set_faults(env.namespace, FAULTS)
@@ -52,3 +55,8 @@ async def test_flaky_cloud_converges_without_duplicates(env: Env, scale: int) ->
         f"{failed_calls} injected cloud-call errors logged, {controller.kills} kills, "
         "0 duplicates"
     )
+    report.record("instances created", len(records))
+    report.record("instances failed at boot", boot_failures)
+    report.record("injected cloud-call errors logged", failed_calls)
+    report.record("SIGKILLs survived", controller.kills)
+    report.record("duplicates", 0)

@@ -29,6 +29,7 @@ from tests.reliability.harness import (
     roll,
     storms,
 )
+from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -73,7 +74,7 @@ async def own_env(tmp_path: Path, logs: Path) -> AsyncIterator[tuple[ControlPlan
 
 
 async def test_apiserver_etcd_and_workload_outages_during_rollout(
-    own_env: tuple[ControlPlane, Env],
+    own_env: tuple[ControlPlane, Env], report: Recorder
 ) -> None:
     cp, env = own_env
     world, name, new = env.world, "faults", "v1.34.1"
@@ -112,5 +113,8 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
         "\nreliability: apiserver restart, etcd restart, workload outage survived, 0 lost;"
         f" {failed} failed reconciles in {len(streaks)} streaks (longest {longest})"
     )
+    report.record("faults", "1 kube-apiserver restart, 1 etcd restart, 1 workload outage of 8 s")
+    report.record("failed reconciles", failed)
+    report.record("failure streaks (longest)", f"{len(streaks)} ({longest})")
     assert failed > 0, "the faults should make some reconciles fail"
     assert storms(streaks, RETRY_SLACK) == []

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 
 from tests.reliability.harness import Env, chaos_kills, check_converged, judge_victims, roll
+from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -39,7 +40,9 @@ PHASES = (
 )
 
 
-async def test_kill_9_during_scale_and_rollout_loses_nothing(env: Env, scale: int) -> None:
+async def test_kill_9_during_scale_and_rollout_loses_nothing(
+    env: Env, scale: int, report: Recorder
+) -> None:
     rng = random.Random(1109 * scale)
     controller, _kubelet = await env.spawn_system()
     kills_per_phase = math.ceil(KILLS_PER_CI_RUN * scale / len(PHASES))
@@ -91,3 +94,7 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(env: Env, scale: in
         f"\nreliability: {controller.kills} SIGKILLs survived over {len(PHASES)} phases, "
         f"{len(world.deleted_nodes)} Node deletions all chosen victims, 0 objects lost"
     )
+    report.record("SIGKILLs survived", controller.kills)
+    report.record("phases", len(PHASES))
+    report.record("Node deletions (all chosen victims)", len(world.deleted_nodes))
+    report.record("objects lost", 0)

@@ -4,8 +4,10 @@ once cut off from the apiserver) again and again.
 Each replica reaches the apiserver only through its own ``AuditProxy``, which records every
 request it forwarded, so "never two writers at once" is checked from the outside: the spans
 between an incarnation's first and last accepted write (Lease writes aside) never overlap.
-Failover is measured on the Lease itself: the new holder's acquireTime minus the old holder's
-last renewTime stays within leaseDuration plus two (jittered) retry periods.
+Handovers are counted on the Lease itself: each kill or partition moves it exactly once
+(``spec.leaseTransitions`` grows by one, so no replica took it back or flapped), and the
+restarted replicas never take it from the new leader. The failover time (the new holder's
+acquireTime minus the old holder's last renewTime) is recorded as a figure, not asserted.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import functools
 import random
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tests.reliability.harness import ControllerProcess, Env, check_converged
 from tests.reliability.proxy import AuditProxy, Request, overlapping_writers
+from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -26,10 +30,10 @@ from machinepool.runtime import LEASES
 
 LEASE_NAMESPACE = "kube-system"
 LEASE_DURATION = 15.0
-RETRY_PERIOD = 2.0
-FAILOVER_BOUND = LEASE_DURATION + 2 * RETRY_PERIOD * 1.2 + 1.0
-"""A follower sees the last renewal up to one jittered retry period late, waits a lease
-duration from then, and notices expiry at its next jittered retry; 1 s for requests."""
+
+
+def _transitions(lease: dict[str, Any]) -> int:
+    return int(lease["spec"].get("leaseTransitions") or 0)
 
 
 def _time(value: str) -> float:
@@ -47,7 +51,7 @@ async def _leader(replicas: list[ControllerProcess]) -> ControllerProcess:
 
 
 async def test_leader_killed_and_partitioned_never_two_writers(
-    env: Env, control_plane: ControlPlane, scale: int, tmp_path: Path
+    env: Env, control_plane: ControlPlane, scale: int, tmp_path: Path, report: Recorder
 ) -> None:
     rng = random.Random(2024 + scale)
     audit: list[Request] = []
@@ -96,6 +100,8 @@ async def test_leader_killed_and_partitioned_never_two_writers(
             follower = next(p for p in replicas if p is not leader)
             await _wait_for_new_holder(env, lease, old_holder, follower)
             after = await env.client.get(LEASES, lease, LEASE_NAMESPACE)
+            handovers = _transitions(after) - _transitions(before)
+            assert handovers == 1, f"round {round_}: the Lease changed hands {handovers} times"
             failovers.append(
                 _time(after["spec"]["acquireTime"]) - _time(before["spec"]["renewTime"])
             )
@@ -107,10 +113,17 @@ async def test_leader_killed_and_partitioned_never_two_writers(
             await leader.wait_ready()
         assert overlapping_writers(audit) == []
         assert check_converged(world, "le", target, VERSION) == []
+        # Restarted replicas rejoin as followers: nothing moved the Lease but the failovers.
+        final = await env.client.get(LEASES, lease, LEASE_NAMESPACE)
+        assert _transitions(final) == rounds, _transitions(final)
         writers = {(r.replica, r.incarnation) for r in audit if r.is_write and not r.is_lease}
         assert len(writers) >= 2  # leadership really moved between replicas
-        assert max(failovers) <= FAILOVER_BOUND, failovers
         assert await env.secret_findings() == []
+        report.record("leader failovers (1 by partition)", rounds)
+        report.record("Lease transitions", _transitions(final))
+        report.record("longest failover, s (lease 15 s)", max(failovers))
+        report.record("requests audited", len(audit))
+        report.record("overlapping writers", 0)
         print(
             f"\nreliability: {rounds} leader failovers (1 by partition), "
             f"longest {max(failovers):.1f}s, {len(audit)} requests audited, 0 overlapping writers"

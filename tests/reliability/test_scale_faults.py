@@ -52,6 +52,7 @@ from tests.reliability.harness import (
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
+from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
@@ -184,6 +185,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
     fault_pools: int,
     fault_pool_size: int,
     tmp_path: Path,
+    report: Recorder,
 ) -> None:
     cp, env = pushy_env
     world, rng = env.world, random.Random(26)
@@ -283,6 +285,15 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         f" 1 workload apiserver restart; 410s re-listed {gone}, 429s {throttled},"
         f" requests {len(audit)} (peak {peak} per 10 s, bound {bound})"
     )
+    report.record("pools x replicas rolled", f"{fault_pools} x {replicas}")
+    report.record("rollout wall time, s", elapsed)
+    report.record("SIGKILLs", controller.kills)
+    report.record("etcd compactions", compactions[0])
+    report.record("watch drops", drops[0])
+    report.record("workload apiserver restarts", 1)
+    report.record("410s re-listed", gone)
+    report.record("429s seen", throttled)
+    report.record("requests audited (peak per 10 s / bound)", f"{len(audit)} ({peak} / {bound})")
     assert problems == []
     # A failing pool is re-queued at once by each change of its members (Machines, SimMachines,
     # Nodes: other controllers' and the kubelet's writes), as in client-go; its own writes

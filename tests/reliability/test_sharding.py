@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
+from tests.reliability.report import Recorder
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
@@ -174,7 +175,12 @@ async def _running(client: Client, namespace: str, pools: list[str], replicas: i
 
 
 async def test_replicas_share_clusters_fail_over_and_rebalance(
-    env: Env, control_plane: ControlPlane, workload: WorkloadCluster, tmp_path: Path, scale: int
+    env: Env,
+    control_plane: ControlPlane,
+    workload: WorkloadCluster,
+    tmp_path: Path,
+    scale: int,
+    report: Recorder,
 ) -> None:
     ns, ring = env.namespace, RING
     count = 30 * scale
@@ -269,6 +275,10 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
             f"moved in {took:.1f}s; r4 added, {len(shifted)} moved to it; "
             f"{len(audit)} requests audited, 0 overlapping writers"
         )
+        report.record("Clusters on 3 replicas", count)
+        report.record("Clusters moved after a kill (s)", f"{len(moved)} ({took:.1f})")
+        report.record("Clusters moved to an added replica", len(shifted))
+        report.record("requests audited", len(audit))
     finally:
         env.close()
         for proxy in proxies.values():

@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from tests.reliability.report import Recorder
 from tests.support.builders import machine_pool
 from tests.support.resources import MACHINE_POOLS
 
@@ -213,7 +214,9 @@ async def fire(port: int, shot: Shot) -> tuple[int | None, bytes]:
     return (int(status_line[1]) if len(status_line) > 1 else None), body
 
 
-async def test_raw_http_barrage_gets_clear_answers_and_no_crash(scale: int) -> None:
+async def test_raw_http_barrage_gets_clear_answers_and_no_crash(
+    scale: int, report: Recorder
+) -> None:
     server = await serve(port=0, gates=FeatureGates.parse("MachinePool=true"))
     port = int(server.url.rsplit(":", 1)[1])
     statuses: Counter[int | None] = Counter()
@@ -246,6 +249,10 @@ async def test_raw_http_barrage_gets_clear_answers_and_no_crash(scale: int) -> N
     finally:
         await server.stop()
     print(f"\nwebhook barrage: {sum(statuses.values())} raw requests, answers {dict(statuses)}")
+    report.record("raw requests", sum(statuses.values()))
+    report.record(
+        "answers by status", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items(), key=str))
+    )
     assert problems == []
     for status in (400, 405, 413, 415):
         assert statuses[status] > 0, f"the barrage never drew a {status}: {dict(statuses)}"
@@ -388,7 +395,10 @@ async def rotating(
 
 
 async def test_serving_certificate_rotates_under_admission_load(
-    client: Client, namespace: str, rotating: tuple[WebhookServer, CA, MountedSecret, str]
+    client: Client,
+    namespace: str,
+    rotating: tuple[WebhookServer, CA, MountedSecret, str],
+    report: Recorder,
 ) -> None:
     server, ca, mount, value = rotating
     assert server.certs is not None
@@ -450,5 +460,9 @@ async def test_serving_certificate_rotates_under_admission_load(
         f" {len(failed)} failed, {certs.reloads} reloads, {certs.rejected} half-written pairs"
         " refused"
     )
+    report.record("rotations", ROTATIONS)
+    report.record("admissions (failed)", f"{len(admitted)} ({len(failed)})")
+    report.record("reloads", certs.reloads)
+    report.record("half-written pairs refused", certs.rejected)
     assert failed == []
     assert certs.reloads == ROTATIONS

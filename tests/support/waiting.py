@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -99,6 +99,46 @@ class Changes:
                             await self._changed.wait()
         except TimeoutError:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for: {what}") from None
+
+    async def _changes(self, window: float) -> AsyncIterator[None]:
+        """Yield on each watched change until ``window`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + window
+        while True:
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(max(0.0, end - loop.time())):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
+            yield
+
+    async def unchanged(self, observe: Callable[[], object], what: str, window: float) -> None:
+        """Fail as soon as ``observe()`` differs from its value now, re-read on every watched
+        change over ``window`` seconds: "nothing happens" checked on the events themselves,
+        e.g. ``await system.unchanged(lambda: len(system.machines("p")), "no new Machine", 5)``.
+        """
+        before = observe()
+        async for _ in self._changes(window):
+            if (now := observe()) != before:
+                raise AssertionError(f"{what}: {before!r} became {now!r}")
+
+    async def settled(
+        self, observe: Callable[[], object], what: str, quiet: float, timeout: float = 0.0
+    ) -> None:
+        """Wait until ``observe()`` has kept one value for ``quiet`` seconds of watched events;
+        fail if it never does within ``timeout`` (a system that keeps rewriting never settles)."""
+        timeout = timeout or self.patience
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        await self.unchanged(observe, what, quiet)
+                        return
+                    except AssertionError:
+                        continue
+        except TimeoutError:
+            raise AssertionError(f"never settled for {quiet}s: {what}") from None
 
 
 async def watch_until(

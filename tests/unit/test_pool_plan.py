@@ -180,11 +180,13 @@ def _simulate(
         if step.empty:
             return members
         before_ready = sum(1 for m in members if m.ready and m.active)
+        # Read before the step's deletions, so the step that retires the last outdated
+        # instance is held to the floor too.
+        rolling = any(not m.up_to_date for m in members)
         members = [m for m in members if m.id not in set(step.delete)]
         after_ready = sum(1 for m in members if m.ready and m.active)
-        outdated_before = any(not m.up_to_date for m in members)
-        if outdated_before and len(members) >= replicas:
-            assert after_ready >= min(before_ready, floor)
+        if rolling:
+            assert after_ready >= min(before_ready, floor), (step, before_ready, after_ready)
         for fd in step.create:
             serial += 1
             members.append(member(serial, fd))

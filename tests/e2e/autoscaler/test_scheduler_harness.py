@@ -1,24 +1,28 @@
-"""The autoscaler harness's kube-scheduler against a real workload cluster, and its command lines.
+"""The autoscaler harness's kube-scheduler against a real workload cluster.
 
 cluster-autoscaler scales up for Pods the scheduler marked unschedulable and scales down Nodes
 whose Pods fit elsewhere, so the scenarios rely on a real scheduler binding Pods by their
 requests against Node allocatable. These tests pin that behaviour on a bare workload cluster
 (no controllers): a Pod that fits is bound, one that fits nowhere stays Pending with
 ``PodScheduled=False/Unschedulable``, the signal the autoscaler acts on.
+
+The harness's autoscaler command line and node-group annotations have no test of their own:
+restating them here could not fail. The scenarios (test_cluster_autoscaler.py,
+test_clusterapi_contract.py, test_autoscaler_scenarios.py) run the real cluster-autoscaler
+with them and fail when a flag or an annotation is wrong; how the product reads the size
+annotations is tested with the MachinePool webhook (tests/unit/test_webhooks_admission.py).
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
-from machinepool.api import constants as c
 from machinepool.api.meta import format_time
 from machinepool.controlplane.process import Process
 from machinepool.runtime import NODES, PODS, SERVICE_ACCOUNTS, Client, Obj
 
-from .harness import autoscaler_argv, node_group_annotations, wait_for_objects
+from .harness import wait_for_objects
 
 
 async def _register_node(client: Client, name: str, cpu: str, memory: str) -> None:
@@ -97,37 +101,3 @@ async def test_scheduler_binds_fitting_pod_and_marks_the_rest_unschedulable(
     )
     assert pods["fits"]["spec"]["nodeName"] == node
     assert not _scheduled(pods["too-big"])
-
-
-def test_autoscaler_command_line_points_at_both_clusters() -> None:
-    argv = autoscaler_argv(
-        Path("/bin/ca"),
-        management_kubeconfig=Path("/m.kubeconfig"),
-        workload_kubeconfig=Path("/w.kubeconfig"),
-        namespace="ns1",
-    )
-    assert argv[0] == "/bin/ca"
-    for flag in (
-        "--cloud-provider=clusterapi",
-        "--cloud-config=/m.kubeconfig",
-        "--kubeconfig=/w.kubeconfig",
-        "--node-group-auto-discovery=clusterapi:namespace=ns1",
-        "--scan-interval=2s",
-        "--scale-down-delay-after-add=5s",
-        "--scale-down-unneeded-time=5s",
-        "--scale-down-delay-after-delete=0s",
-        "--max-node-provision-time=2m",
-        "--expander=random",
-        "--v=3",
-    ):
-        assert flag in argv
-
-
-def test_node_group_annotations_carry_sizes_and_capacity() -> None:
-    annotations = node_group_annotations(0, 5, {"cpu": "2", "memory": "4Gi"})
-    assert annotations == {
-        c.AUTOSCALER_MIN_SIZE_ANNOTATION: "0",
-        c.AUTOSCALER_MAX_SIZE_ANNOTATION: "5",
-        "capacity.cluster-autoscaler.kubernetes.io/cpu": "2",
-        "capacity.cluster-autoscaler.kubernetes.io/memory": "4Gi",
-    }
