@@ -479,3 +479,42 @@ def test_infrastructure_provisioned_is_recorded_once_and_never_taken_back() -> N
     assert m["status"]["initialization"] == {"infrastructureProvisioned": True}
     machine_status.set_infrastructure_provisioned(m, None)
     assert m["status"]["initialization"] == {"infrastructureProvisioned": True}
+
+
+def test_a_live_pool_machine_reports_upstreams_other_conditions() -> None:
+    m: dict[str, Any] = {
+        "metadata": {"generation": 1},
+        "spec": {"bootstrap": {"dataSecretName": ""}, "infrastructureRef": {"kind": "SimMachine"}},
+    }
+    infra = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": ""}]}}
+    healthy = node("n", "x://n")
+    for type_ in ("MemoryPressure", "DiskPressure", "PIDPressure"):
+        healthy["status"]["conditions"].append({"type": type_, "status": "False"})
+    machine_status.set_machine_conditions(m, infra, healthy)
+    got = {x["type"]: (x["status"], x["reason"]) for x in m["status"]["conditions"]}
+    assert got == {
+        "BootstrapConfigReady": ("True", "DataSecretProvided"),
+        "InfrastructureReady": ("True", "Ready"),
+        "NodeHealthy": ("True", "NodeHealthy"),
+        "Deleting": ("False", "NotDeleting"),
+        "Updating": ("False", "NotUpdating"),
+    }
+
+
+def test_node_healthy_names_what_is_wrong_with_the_node() -> None:
+    m: dict[str, Any] = {"metadata": {}, "spec": {}}
+    sick = node("n", "x://n", ready=False)
+    sick["status"]["conditions"] += [
+        {"type": "MemoryPressure", "status": "True", "message": "low memory"},
+        {"type": "DiskPressure", "status": "False"},
+    ]
+    machine_status.set_machine_conditions(m, None, sick)
+    cond = next(x for x in m["status"]["conditions"] if x["type"] == "NodeHealthy")
+    assert (cond["status"], cond["reason"]) == ("False", "NodeNotHealthy")
+    assert cond["message"].splitlines() == [
+        "* Node.Ready: Condition is False",
+        "* Node.MemoryPressure: low memory",
+        "* Node.PIDPressure: Condition not yet reported",
+    ]
+    gone = next(x for x in m["status"]["conditions"] if x["type"] == "InfrastructureReady")
+    assert (gone["status"], gone["reason"]) == ("False", "ObjectDoesNotExist")

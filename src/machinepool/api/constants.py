@@ -187,6 +187,13 @@ NODE_DOES_NOT_EXIST_REASON: Final = "NodeDoesNotExist"
 NODE_READY_REASON: Final = "NodeReady"
 NODE_NOT_READY_REASON: Final = "NodeNotReady"
 NODE_READY_UNKNOWN_REASON: Final = "NodeReadyUnknown"
+NODE_HEALTHY_REASON: Final = "NodeHealthy"
+NODE_NOT_HEALTHY_REASON: Final = "NodeNotHealthy"
+NODE_HEALTH_UNKNOWN_REASON: Final = "NodeHealthyUnknown"
+NO_REASON_REPORTED: Final = "NoReasonReported"
+"""What upstream's condition getter says of a condition with an empty reason."""
+UPDATING_CONDITION: Final = "Updating"
+NOT_UPDATING_REASON: Final = "NotUpdating"
 NODE_DELETED_REASON: Final = "NodeDeleted"
 
 # --- v1beta1 condition types and reasons (with severity) ----------------------------------

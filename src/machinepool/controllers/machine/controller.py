@@ -233,6 +233,7 @@ async def reconcile_normal(scope: Scope) -> Result:
             wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
             await wclient.patch(NODES, name, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
+    status.set_machine_conditions(machine, scope.infra_machine, node)
     wait = status.set_node_conditions(machine, node, now())
     return Result(requeue_after=wait) if wait else Result()
 

@@ -85,6 +85,104 @@ def _node_ready(node: Obj) -> tuple[str, str, str]:
     return "Unknown", c.NODE_READY_UNKNOWN_REASON, "* Node.Ready: Condition not yet reported"
 
 
+_NODE_HEALTH = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+"""The Node conditions NodeHealthy sums up; Ready is good when True, the pressures when False."""
+
+
+def _node_healthy(node: Obj) -> tuple[str, str, str]:
+    """NodeHealthy as upstream sums up a Node: False on any bad condition, Unknown on any
+    unknown or unreported one, each named in the message."""
+    found = {
+        cond.get("type"): cond
+        for cond in dig(node, "status", "conditions", default=[])
+        if isinstance(cond, dict)
+    }
+    bad = unknown = 0
+    lines: list[str] = []
+    texts: set[str] = set()
+    for type_ in _NODE_HEALTH:
+        cond = found.get(type_)
+        if cond is None:
+            lines.append(f"* Node.{type_}: Condition not yet reported")
+            unknown += 1
+            continue
+        word = str(cond.get("status"))
+        if word == ("True" if type_ == "Ready" else "False"):
+            continue
+        text = str(cond.get("message") or f"Condition is {word}")
+        texts.add(text)
+        lines.append(f"* Node.{type_}: {text}")
+        if word == "Unknown":
+            unknown += 1
+        else:
+            bad += 1
+    reported = sum(1 for line in lines if not line.endswith("Condition not yet reported"))
+    if reported > 1 and len(texts) == 1:
+        lines = [f"* Node.AllConditions: {next(iter(texts))}"]
+    if bad:
+        return "False", c.NODE_NOT_HEALTHY_REASON, "\n".join(lines)
+    if unknown:
+        return "Unknown", c.NODE_HEALTH_UNKNOWN_REASON, "\n".join(lines)
+    return "True", c.NODE_HEALTHY_REASON, ""
+
+
+def _infrastructure_ready(machine: Obj, infra_machine: Obj | None) -> tuple[str, str, str]:
+    """InfrastructureReady: the infra machine's Ready condition mirrored, else its
+    provisioned flag; when it is gone, whether it had been provisioned."""
+    kind = str(dig(machine, "spec", "infrastructureRef", "kind", default="InfraMachine"))
+    provisioned = bool(dig(machine, "status", "initialization", "infrastructureProvisioned"))
+    if infra_machine is None:
+        if provisioned:
+            return (
+                "False",
+                c.OBJECT_DELETED_REASON,
+                f"{kind} has been deleted"
+                + (
+                    ""
+                    if dig(machine, "metadata", "deletionTimestamp")
+                    else " while the Machine still exists"
+                ),
+            )
+        return "False", c.OBJECT_DOES_NOT_EXIST_REASON, f"{kind} does not exist"
+    for cond in dig(infra_machine, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            word = str(cond.get("status", "Unknown"))
+            reason = str(cond.get("reason") or c.NO_REASON_REPORTED)
+            if word == "True" and reason == c.NO_REASON_REPORTED:
+                reason = c.READY_REASON
+            return word, reason, str(cond.get("message") or "")
+    if provisioned:
+        return "True", c.READY_REASON, ""
+    return "False", c.NOT_READY_REASON, f"{kind} status.initialization.provisioned is false"
+
+
+def set_machine_conditions(machine: Obj, infra_machine: Obj | None, node: Obj | None) -> None:
+    """The rest of upstream's conditions of a live pool Machine: BootstrapConfigReady (a pool
+    Machine has no bootstrap config of its own: the pool's data secret is given),
+    InfrastructureReady, NodeHealthy, Deleting and Updating (no in-place updates here)."""
+    conditions = ensure(machine, "status").setdefault("conditions", [])
+    generation = dig(machine, "metadata", "generation")
+    if not dig(machine, "spec", "bootstrap", "configRef"):
+        set_condition(
+            conditions,
+            c.BOOTSTRAP_CONFIG_READY_CONDITION,
+            True,
+            c.BOOTSTRAP_DATA_SECRET_PROVIDED_REASON,
+            "",
+            generation,
+        )
+    set_condition(
+        conditions,
+        c.INFRASTRUCTURE_READY_CONDITION,
+        *_infrastructure_ready(machine, infra_machine),
+        generation,
+    )
+    if node is not None:
+        set_condition(conditions, c.NODE_HEALTHY_CONDITION, *_node_healthy(node), generation)
+    set_condition(conditions, c.DELETING_CONDITION, False, c.NOT_DELETING_REASON, "", generation)
+    set_condition(conditions, c.UPDATING_CONDITION, False, c.NOT_UPDATING_REASON, "", generation)
+
+
 def set_infrastructure_provisioned(machine: Obj, infra_machine: Obj | None) -> None:
     """``status.initialization.infrastructureProvisioned``: True once the infra machine said
     provisioned (v1beta2 contract) or ready (v1beta1) and the Machine has its providerID; it
