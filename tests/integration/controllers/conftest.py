@@ -19,7 +19,7 @@ from typing import Any
 import pytest_asyncio
 import yaml
 from tests.support.builders import machine_pool
-from tests.support.resources import KUBEADM_CONFIGS
+from tests.support.resources import CLUSTER_ROLES, KUBEADM_CONFIGS
 
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
@@ -71,10 +71,32 @@ def _crd(res: Resource) -> Obj:
     }
 
 
+def _core_access() -> Obj:
+    """What a provider ships beside its CRDs: the role the core manager's aggregated role folds
+    in, so a core running as its ServiceAccount may read these kinds. Without it a core started
+    later in the session (the deploy test) meets this test's leftover pools and is refused."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": "machinepool-test-provider-core-access",
+            "labels": {"cluster.x-k8s.io/aggregate-to-manager": "true"},
+        },
+        "rules": [
+            {
+                "apiGroups": [INFRA_GROUP],
+                "resources": [TEST_POOLS.plural, TEST_MACHINES.plural],
+                "verbs": ["get", "list", "watch", "patch", "update", "delete"],
+            }
+        ],
+    }
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def infra_crds(client: Client, crds: list[str]) -> None:
     for res in (TEST_POOLS, TEST_MACHINES):
         await client.apply(CRDS, _crd(res), field_manager="machinepool-tests")
+    await client.apply(CLUSTER_ROLES, _core_access(), field_manager="machinepool-tests")
     for res in (TEST_POOLS, TEST_MACHINES):
         for _ in range(300):
             try:
