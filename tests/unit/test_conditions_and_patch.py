@@ -14,7 +14,7 @@ from machinepool.api.conditions import (
     set_condition,
     set_v1beta1_condition,
 )
-from machinepool.runtime.patch import merge_patch
+from machinepool.runtime.patch import apply_merge_patch, merge_patch, rebase_conditions
 
 
 def test_transition_time_changes_only_when_status_flips() -> None:
@@ -51,18 +51,6 @@ def test_v1beta1_ready_first_and_severity_only_when_not_true() -> None:
     assert conds[2]["severity"] == "Info"
 
 
-def _apply(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _apply(result.get(key), value)
-    return result
-
-
 # Merge patch cannot carry nulls inside values (null means "remove"), so none are generated.
 json_values = st.recursive(
     st.booleans() | st.integers() | st.text(max_size=5),
@@ -76,7 +64,7 @@ no_null_dicts = st.dictionaries(st.text(max_size=3), json_values, max_size=4)
 
 @given(no_null_dicts, no_null_dicts)
 def test_merge_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
-    assert _apply(before, merge_patch(before, after)) == _apply({}, after)
+    assert apply_merge_patch(before, merge_patch(before, after)) == apply_merge_patch({}, after)
 
 
 def test_merge_patch_is_empty_without_changes() -> None:
@@ -85,3 +73,31 @@ def test_merge_patch_is_empty_without_changes() -> None:
     assert merge_patch(obj, {**obj, "spec": {"replicas": 4, "list": [1, 2]}}) == {
         "spec": {"replicas": 4}
     }
+
+
+def _cond(type_: str, status: str = "True", message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": status, "message": message}
+
+
+def test_rebase_keeps_their_conditions_and_applies_ours() -> None:
+    """A lost lock is rebased type by type: what we changed, added or removed is ours; a
+    condition another writer set meanwhile (a health check's mark) survives our patch."""
+    before = [_cond("Ready", "False"), _cond("NodeHealthy"), _cond("Stale")]
+    after = [_cond("Ready"), _cond("NodeHealthy"), _cond("Deleting", "False")]
+    theirs = [
+        _cond("Ready", "False"),
+        _cond("NodeHealthy", "False", "theirs"),
+        _cond("Stale"),
+        _cond("HealthCheckSucceeded", "False"),
+    ]
+    assert rebase_conditions(before, after, theirs) == [
+        _cond("Ready"),
+        _cond("NodeHealthy", "False", "theirs"),
+        _cond("HealthCheckSucceeded", "False"),
+        _cond("Deleting", "False"),
+    ]
+
+
+def test_rebase_without_changes_of_ours_is_theirs() -> None:
+    theirs = [_cond("Ready", "False"), _cond("OwnerRemediated", "False")]
+    assert rebase_conditions([_cond("Ready")], [_cond("Ready")], theirs) == theirs

@@ -7,8 +7,14 @@ holding only the fields that differ from the snapshot, and skips requests that w
 Maps merge key by key, so concurrent writers of other fields are not overwritten and no
 resourceVersion is needed. Lists do not merge: a patch carrying one replaces the whole list
 (conditions, finalizers, ownerReferences), so such a patch also carries the snapshot's
-resourceVersion and fails with ``Conflict`` rather than undo a change made since the snapshot
-was read (the same optimistic lock Cluster API's patch helper takes for conditions).
+resourceVersion rather than undo a change made since the snapshot was read (the same
+optimistic lock Cluster API's patch helper takes for conditions). A spec or metadata patch
+that loses that lock fails with ``Conflict``. A status patch that loses it is rebased instead,
+as Cluster API's patch helper does for conditions: the patcher reads the object again, applies
+its own status changes to that copy (each condition type it changed, added or removed is
+ours; every other condition is kept as the other writer left it) and sends that, so a
+MachineHealthCheck's mark on a Machine and the Machine controller's own conditions never
+undo each other, and a lost lock costs one read instead of a whole reconcile.
 
 Two requests are saved where the outcome is known: when the spec patch moves the generation
 by exactly one (the reconcile's own write), the status's and its conditions' observedGeneration
@@ -27,8 +33,11 @@ from collections.abc import Callable
 from typing import Any
 
 from machinepool.runtime.client import Client, Obj, Resource
+from machinepool.runtime.errors import Conflict
 
 _SERVER_FIELDS = ("resourceVersion", "managedFields", "generation", "creationTimestamp", "uid")
+_REBASES = 5
+"""Status patches rebased onto a newer copy before a lost lock is given up as ``Conflict``."""
 
 
 def merge_patch(before: Any, after: Any) -> Any:
@@ -50,6 +59,65 @@ def merge_patch(before: Any, after: Any) -> Any:
             else:
                 patch[key] = copy.deepcopy(value)
     return patch
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` with the RFC 7386 merge ``patch`` applied (``target`` is not changed)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def _by_type(conditions: Any) -> dict[str, Any]:
+    return {
+        c["type"]: c
+        for c in conditions or []
+        if isinstance(c, dict) and isinstance(c.get("type"), str)
+    }
+
+
+def rebase_conditions(before: Any, after: Any, theirs: Any) -> list[Any]:
+    """``theirs`` with our changes from ``before`` to ``after`` applied, type by type.
+
+    A condition type we added, changed or removed is ours and takes our value; every other
+    type is left as ``theirs`` has it, in their order, with our new types after them.
+    """
+    ours_before, ours_after = _by_type(before), _by_type(after)
+    owned = {
+        t for t in ours_before.keys() | ours_after.keys() if ours_before.get(t) != ours_after.get(t)
+    }
+    merged = [
+        copy.deepcopy(ours_after[t]) if t in owned else c
+        for t, c in _by_type(theirs).items()
+        if t not in owned or t in ours_after
+    ]
+    present = {c["type"] for c in merged}
+    merged += [copy.deepcopy(c) for t, c in ours_after.items() if t in owned and t not in present]
+    return merged
+
+
+def _rebase_status(before: Obj, after: Obj, theirs: Obj) -> Obj:
+    """Our status changes (``before`` to ``after``) applied to ``theirs``."""
+    changes = merge_patch(before, after)
+    conditions_changed = isinstance(changes, dict) and "conditions" in changes
+    if conditions_changed:
+        changes = {k: v for k, v in changes.items() if k != "conditions"}
+    rebased: Obj = apply_merge_patch(theirs, changes)
+    if conditions_changed:
+        conditions = rebase_conditions(
+            before.get("conditions"), after.get("conditions"), theirs.get("conditions")
+        )
+        if conditions:
+            rebased["conditions"] = conditions
+        else:
+            rebased.pop("conditions", None)
+    return rebased
 
 
 def _has_list(value: Any) -> bool:
@@ -98,10 +166,6 @@ class Patcher:
 
     ``on_patched`` is told the server's answer after each patch that sent something (an
     ``OwnReader``'s ``wrote``, so the next reconcile does not read an older copy).
-    ``sole_status_writer``: the caller is the only writer of the object's status and reads it
-    through an ``OwnReader``, so its status snapshot is never older than the server's and a
-    status patch needs no lock; then another client's spec or metadata write between the read
-    and the patch no longer costs a 409 and a second reconcile.
     """
 
     def __init__(
@@ -111,10 +175,8 @@ class Patcher:
         obj: Obj,
         *,
         on_patched: Callable[[Obj], None] | None = None,
-        sole_status_writer: bool = False,
     ) -> None:
         self._client = client
-        self._lock_status = not sole_status_writer
         self._resource = resource
         self._before = copy.deepcopy(obj)
         self._on_patched = on_patched
@@ -153,12 +215,39 @@ class Patcher:
             # status patch would only be a 404.
             status_patch = None
         if status_patch:
-            if self._lock_status:
-                _lock_lists(status_patch, version)
-            latest = await self._client.patch(
-                self._resource, name, status_patch, namespace, subresource="status"
+            latest = await self._patch_status(
+                name, namespace, status_patch, version, status_before, status_after
             )
         if latest is not obj and self._on_patched is not None:
             self._on_patched(latest)
         self._before = copy.deepcopy(latest)
         return latest
+
+    async def _patch_status(
+        self,
+        name: str,
+        namespace: str | None,
+        status_patch: Obj,
+        version: str | None,
+        before: Obj,
+        after: Obj,
+    ) -> Obj:
+        """Send the status patch; on a lost lock, rebase our changes onto a fresh read."""
+        attempts = 0
+        while True:
+            attempts += 1
+            _lock_lists(status_patch, version)
+            try:
+                return await self._client.patch(
+                    self._resource, name, status_patch, namespace, subresource="status"
+                )
+            except Conflict:
+                if attempts == _REBASES:
+                    raise
+            theirs = await self._client.get(self._resource, name, namespace)
+            version = (theirs.get("metadata") or {}).get("resourceVersion")
+            current = theirs.get("status") or {}
+            rebased = _rebase_status(before["status"], after["status"], current)
+            status_patch = merge_patch({"status": current}, {"status": rebased})
+            if not status_patch:
+                return theirs

@@ -161,16 +161,10 @@ class MachineReconciler:
         machine = await self.reader.get(key)
         if machine is None or not _pool_owned(machine):
             return Result()
-        # The only writer of a pool Machine's status (UpToDate included), reading through
-        # OwnReader: the MachinePool controller's apply of the Machine's version must not
-        # turn this status patch into a 409.
-        patcher = Patcher(
-            self.client,
-            MACHINES,
-            machine,
-            on_patched=self.reader.wrote,
-            sole_status_writer=True,
-        )
+        # A MachineHealthCheck and the pool's remediation write conditions here too: a status
+        # patch that loses its lock to them (or to the pool's apply of the Machine's version)
+        # is rebased onto their write, keeping their conditions (runtime.patch).
+        patcher = Patcher(self.client, MACHINES, machine, on_patched=self.reader.wrote)
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
