@@ -166,6 +166,9 @@ class Patcher:
 
     ``on_patched`` is told the server's answer after each patch that sent something (an
     ``OwnReader``'s ``wrote``, so the next reconcile does not read an older copy).
+    ``rebase=False`` makes a status patch that lost its lock raise ``Conflict`` instead, for a
+    caller whose decision rests on the conditions it read (remediation deletes a Machine only
+    while it is still marked unhealthy).
     """
 
     def __init__(
@@ -175,8 +178,10 @@ class Patcher:
         obj: Obj,
         *,
         on_patched: Callable[[Obj], None] | None = None,
+        rebase: bool = True,
     ) -> None:
         self._client = client
+        self._rebases = _REBASES if rebase else 1
         self._resource = resource
         self._before = copy.deepcopy(obj)
         self._on_patched = on_patched
@@ -242,7 +247,7 @@ class Patcher:
                     self._resource, name, status_patch, namespace, subresource="status"
                 )
             except Conflict:
-                if attempts == _REBASES:
+                if attempts == self._rebases:
                     raise
             theirs = await self._client.get(self._resource, name, namespace)
             version = (theirs.get("metadata") or {}).get("resourceVersion")

@@ -119,7 +119,9 @@ async def _set_owner_remediated(scope: Scope, machine: Obj, reason: str, message
         dig(machine, "metadata", "generation"),
     ):
         return machine
-    return await Patcher(scope.reconciler.client, MACHINES, machine).patch(updated)
+    # Not rebased: a newer copy may no longer be marked, and the deletion rests on this read.
+    patcher = Patcher(scope.reconciler.client, MACHINES, machine, rebase=False)
+    return await patcher.patch(updated)
 
 
 async def _defer(scope: Scope, machine: Obj, message: str) -> None:
