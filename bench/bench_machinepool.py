@@ -238,7 +238,7 @@ async def timed_step(run: Run, label: str, action: Any, target_args: Any, timeou
 async def dump_state(run: Run) -> None:
     """Write the objects a failed convergence leaves behind next to the logs, for diagnosis."""
     out: dict[str, Any] = {}
-    for resource in (scenario.MACHINEPOOLS, scenario.MACHINES, scenario.SIM_POOLS):
+    for resource in (scenario.MACHINE_POOLS, scenario.MACHINES, scenario.SIM_MACHINE_POOLS):
         listed = await run.driver.list(resource, "bench")
         out[resource.plural] = listed.items[:20]
     out["nodes"] = run.observer.nodes.list()[:20]

@@ -32,8 +32,9 @@ from mpbench.env import NAMESPACE, BenchEnv
 from mpbench.procs import MACHINEPOOL_CONTROLLER, Controller
 
 from machinepool.api.constants import shard_label
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import CLUSTERS, MACHINE_POOLS, Client
+from machinepool.runtime import Client
 
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
 RING = "machinepool-core"

@@ -17,19 +17,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from machinepool.api.infra_sim import SIM_MACHINE_POOLS
+from machinepool.api.kinds import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 from machinepool.runtime import NODES, ApiError, Client, FuncHandler, Informer, PatchType, Resource
 from mpbench.env import CLUSTER, DRIVER_AGENT, NAMESPACE
 
 Obj = dict[str, Any]
 
-MACHINEPOOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-SIM_POOLS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
-)
 FROM_VERSION = "v1.33.4"
 TO_VERSION = "v1.34.4"
 
@@ -55,7 +49,7 @@ def pool_objects(
         },
     }
     sim: Obj = {
-        "apiVersion": SIM_POOLS.api_version,
+        "apiVersion": SIM_MACHINE_POOLS.api_version,
         "kind": "SimMachinePool",
         "metadata": meta,
         "spec": {
@@ -72,7 +66,7 @@ def pool_objects(
         },
     }
     pool: Obj = {
-        "apiVersion": MACHINEPOOLS.api_version,
+        "apiVersion": MACHINE_POOLS.api_version,
         "kind": "MachinePool",
         "metadata": {**meta, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
         "spec": {
@@ -98,7 +92,7 @@ def pool_objects(
             },
         },
     }
-    return [(KUBEADM_CONFIGS, kubeadm), (SIM_POOLS, sim), (MACHINEPOOLS, pool)]
+    return [(KUBEADM_CONFIGS, kubeadm), (SIM_MACHINE_POOLS, sim), (MACHINE_POOLS, pool)]
 
 
 async def bounded(
@@ -129,12 +123,12 @@ async def create_pools(
 
 
 async def scale_pools(client: Client, names: list[str], replicas: int) -> dict[str, float]:
-    return await bounded(names, lambda n: client.set_scale(MACHINEPOOLS, n, NAMESPACE, replicas))
+    return await bounded(names, lambda n: client.set_scale(MACHINE_POOLS, n, NAMESPACE, replicas))
 
 
 async def roll_pools(client: Client, names: list[str], version: str) -> dict[str, float]:
     patch = {"spec": {"template": {"spec": {"version": version}}}}
-    return await bounded(names, lambda n: client.patch(MACHINEPOOLS, n, patch, NAMESPACE))
+    return await bounded(names, lambda n: client.patch(MACHINE_POOLS, n, patch, NAMESPACE))
 
 
 # -- observing ---------------------------------------------------------------------------------
@@ -226,8 +220,8 @@ class Observer:
         self.fill_conditions = fill_conditions
         """Add the pressure conditions the node simulator does not report (see report)."""
         self._filling: dict[str, asyncio.Task[None]] = {}
-        self.pools = Informer(client, MACHINEPOOLS, NAMESPACE)
-        self.sim_pools = Informer(client, SIM_POOLS, NAMESPACE)
+        self.pools = Informer(client, MACHINE_POOLS, NAMESPACE)
+        self.sim_pools = Informer(client, SIM_MACHINE_POOLS, NAMESPACE)
         self.nodes = Informer(workload, NODES)
         self.node_pool: dict[str, str] = {}
         """Node name -> pool whose nodeRefs name it (so a Node event re-checks one pool)."""
@@ -433,7 +427,9 @@ class Observer:
 __all__ = [
     "DRIVER_AGENT",
     "FROM_VERSION",
-    "MACHINEPOOLS",
+    "MACHINES",
+    "MACHINE_POOLS",
+    "SIM_MACHINE_POOLS",
     "TO_VERSION",
     "Observer",
     "create_pools",

@@ -22,9 +22,8 @@ from typing import Any
 
 from tests.support import eventually
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
-from machinepool.providers.sim import SIM_MACHINE_POOLS
 from machinepool.runtime import NODES, Client, NotFound, Obj
 
 WATCH_FILTER = "cluster.x-k8s.io/watch-filter"

@@ -31,13 +31,12 @@ from tests.conformance.differential import (
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
 from tests.support.builders import CLUSTER
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
+from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api.constants import PAUSED_ANNOTATION, REPLICAS_MANAGED_BY_ANNOTATION
 from machinepool.controlplane import WorkloadCluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS
-from machinepool.runtime import CLUSTERS, Client
+from machinepool.runtime import Client
 
 pytestmark = pytest.mark.timeout(1200)
 

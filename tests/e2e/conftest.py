@@ -17,11 +17,10 @@ from typing import Any
 import pytest_asyncio
 from tests.support import Changes
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS, MACHINES
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINES
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINES
 from machinepool.runtime import (
     NODES,
     SECRETS,

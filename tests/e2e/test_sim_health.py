@@ -21,11 +21,10 @@ from typing import Any
 import pytest_asyncio
 from tests.e2e.conftest import System
 from tests.support import eventually
-from tests.support.resources import MACHINE_POOLS
+from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS
 
 from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
 from machinepool.cli import timeline
-from machinepool.controllers.machinehealthcheck import MACHINE_HEALTH_CHECKS
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
 

@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 from tests.e2e.conftest import System
-from tests.support.resources import MACHINE_POOLS, MACHINES
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
-from machinepool.providers.sim import SIM_MACHINE_POOLS
 from machinepool.runtime import FuncHandler, Invalid, Obj
 
 

@@ -14,11 +14,17 @@ needs no second management cluster.
 from __future__ import annotations
 
 from tests.e2e.conftest import System
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import (
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    SIM_MACHINE_POOLS,
+    SIM_MACHINES,
+)
 
 from machinepool.api import constants as c
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
-from machinepool.runtime import CLUSTERS, NODES, SECRETS, FuncHandler, Obj, Resource
+from machinepool.runtime import NODES, SECRETS, FuncHandler, Obj, Resource
 
 INSTANCES = "sim.infrastructure.cluster.x-k8s.io/instance=true"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 
 import yaml
+from tests.support.resources import CLUSTERS
 
 from machinepool.controlplane import WorkloadCluster
-from machinepool.controlplane.register import CLUSTERS, register_workload_cluster
+from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime.client import NODES, SECRETS, Client
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 from tests.support import eventually
+from tests.support.resources import CLUSTERS
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime import (
-    CLUSTERS,
     CONFIGMAPS,
     LEASES,
     NODES,

@@ -31,10 +31,15 @@ from typing import Any
 
 import aiohttp
 from tests.support import Changes
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import (
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    SIM_MACHINE_POOLS,
+    SIM_MACHINES,
+)
 
 from machinepool.controlplane.process import free_port
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.runtime import (
     CORE_EVENTS,
     EVENTS,

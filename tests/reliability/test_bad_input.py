@@ -25,11 +25,10 @@ from hypothesis import strategies as st
 from tests.reliability.harness import ControllerProcess, Env
 from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool, machine_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.resources import MACHINE_POOLS, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
-from machinepool.providers.sim import SIM_MACHINE_POOLS
 from machinepool.runtime import ApiError, Client, Resource, ServerError, TooManyRequests
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 

@@ -16,9 +16,9 @@ import random
 
 from tests.reliability.harness import Env, chaos_kills, check_converged
 from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_HEALTH_CHECKS
 
 from machinepool.api.constants import POOL_NAME_LABEL
-from machinepool.controllers.machinehealthcheck import MACHINE_HEALTH_CHECKS
 from machinepool.runtime import FuncHandler, Informer, Obj
 from machinepool.sim import SimCloud
 

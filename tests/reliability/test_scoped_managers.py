@@ -24,13 +24,19 @@ from urllib.parse import parse_qs
 from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import (
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    SIM_MACHINE_POOLS,
+    SIM_MACHINES,
+)
 
 from machinepool.api.constants import POOL_NAME_LABEL, WATCH_FILTER_LABEL
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
-from machinepool.runtime import CLUSTERS, NAMESPACES, Client, NotFound
+from machinepool.runtime import NAMESPACES, Client, NotFound
 
 FILTERED_KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools", "simmachines")
 """The kinds a scoped manager caches under its scope (Clusters are read unfiltered)."""

@@ -23,13 +23,19 @@ from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
 from tests.reliability.report import Recorder
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import (
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    SIM_MACHINE_POOLS,
+    SIM_MACHINES,
+)
 
 from machinepool.api.constants import POOL_NAME_LABEL, shard_drain_label, shard_label
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.providers.sim import SIM_MACHINE_POOLS, SIM_MACHINES
-from machinepool.runtime import CLUSTERS, LEASES, Client, HashRing, NotFound
+from machinepool.runtime import LEASES, Client, HashRing, NotFound
 
 LEASE_NAMESPACE = "kube-system"
 RING = "shard-ring"

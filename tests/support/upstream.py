@@ -21,13 +21,13 @@ from pathlib import Path
 from tests.reliability.harness import ControllerProcess
 from tests.support import wait_established
 from tests.support.builders import CLUSTER
+from tests.support.resources import CLUSTERS
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.process import free_port
 from machinepool.controlplane.register import cluster_object, cluster_status, kubeconfig_secret
 from machinepool.runtime import (
-    CLUSTERS,
     CRDS,
     MUTATING_WEBHOOKS,
     NAMESPACES,

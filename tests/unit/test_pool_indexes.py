@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.support.resources import SIM_MACHINES
+from tests.support.resources import MACHINES, SIM_MACHINES
 
 from machinepool.providers.pool.observe import (
     INFRA_REF_INDEX,
     ensure_member_indexes,
     pool_members,
 )
-from machinepool.runtime import MACHINES, Informer, Obj, ObjectKey, ObjectList, Resource
+from machinepool.runtime import Informer, Obj, ObjectKey, ObjectList, Resource
 
 
 class ListOnly:

@@ -4,10 +4,11 @@ reconciles for pools in another manager's cache."""
 
 from __future__ import annotations
 
+from tests.support.resources import MACHINE_POOLS
 from tests.unit.test_pool_indexes import ListOnly
 
 from machinepool.controllers.machinepool.watches import POOL_INDEXERS, referenced_to_pool
-from machinepool.runtime import MACHINE_POOLS, Informer, Obj, ObjectKey
+from machinepool.runtime import Informer, Obj, ObjectKey
 
 INFRA_REF = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimMachinePool"}
 

@@ -8,8 +8,7 @@ EXPECTED = {
     # client and resources
     "Client", "Resource", "PatchType", "ObjectList", "WatchEvent", "Obj",
     "CONFIGMAPS", "CORE_EVENTS", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
-    "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS", "CLUSTERS",
-    "MACHINE_POOLS", "MACHINES", "KUBEADM_CONFIGS",
+    "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS",
     # contract resolution of referenced kinds
     "ContractResolver", "contract_resource",
     # errors

@@ -73,8 +73,6 @@ def test_cloud_states_are_the_engine_instance_states() -> None:
 def test_the_sim_provider_exports_only_its_controller_side() -> None:
     """The cloud is ``machinepool.sim``'s; the provider package re-exports none of it."""
     assert set(sim_provider.__all__) == {
-        "SIM_MACHINES",
-        "SIM_MACHINE_POOLS",
         "SimBackend",
         "SimOptions",
         "SimPoolSettings",

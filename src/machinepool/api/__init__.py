@@ -39,7 +39,16 @@ from machinepool.api.core_v1beta2 import (
     MachineStatus,
     MachineTemplateSpec,
 )
-from machinepool.api.kinds import CLUSTER, KUBEADM_CONFIG, MACHINE, MACHINE_POOL
+from machinepool.api.kinds import (
+    CLUSTER,
+    CLUSTERS,
+    KUBEADM_CONFIG,
+    KUBEADM_CONFIGS,
+    MACHINE,
+    MACHINE_POOL,
+    MACHINE_POOLS,
+    MACHINES,
+)
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -55,6 +64,7 @@ from machinepool.api.meta import (
 from machinepool.api.registry import (
     KindInfo,
     PrinterColumn,
+    Resource,
     ScaleSubresource,
     VersionInfo,
     kind_for,
@@ -65,9 +75,13 @@ from machinepool.api.registry import (
 
 __all__ = [
     "CLUSTER",
+    "CLUSTERS",
     "KUBEADM_CONFIG",
+    "KUBEADM_CONFIGS",
     "MACHINE",
+    "MACHINES",
     "MACHINE_POOL",
+    "MACHINE_POOLS",
     "APIEndpoint",
     "Arg",
     "Bootstrap",
@@ -99,6 +113,7 @@ __all__ = [
     "ObjectReference",
     "OwnerReference",
     "PrinterColumn",
+    "Resource",
     "ScaleSubresource",
     "SecretFileSource",
     "TemplateMeta",

@@ -27,6 +27,8 @@ from machinepool.api.meta import (
 from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
 
 __all__ = [
+    "AWSMACHINEPOOLS",
+    "AWSMACHINES",
     "AWS_MACHINE",
     "AWS_MACHINE_FINALIZER",
     "AWS_MACHINE_POOL",
@@ -452,3 +454,6 @@ AWS_MACHINE = register_kind(
         ),
     )
 )
+
+AWSMACHINEPOOLS = AWS_MACHINE_POOL.resource()
+AWSMACHINES = AWS_MACHINE.resource()

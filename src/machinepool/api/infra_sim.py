@@ -28,7 +28,9 @@ from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, regis
 
 __all__ = [
     "SIM_MACHINE",
+    "SIM_MACHINES",
     "SIM_MACHINE_POOL",
+    "SIM_MACHINE_POOLS",
     "SIM_PROVIDER_NAME",
     "SimInstanceStatus",
     "SimMachine",
@@ -255,3 +257,6 @@ SIM_MACHINE = register_kind(
         ),
     )
 )
+
+SIM_MACHINE_POOLS = SIM_MACHINE_POOL.resource()
+SIM_MACHINES = SIM_MACHINE.resource()

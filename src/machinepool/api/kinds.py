@@ -23,7 +23,18 @@ from machinepool.api.registry import (
     register_kind,
 )
 
-__all__ = ["CLUSTER", "KUBEADM_CONFIG", "MACHINE", "MACHINE_HEALTH_CHECK", "MACHINE_POOL"]
+__all__ = [
+    "CLUSTER",
+    "CLUSTERS",
+    "KUBEADM_CONFIG",
+    "KUBEADM_CONFIGS",
+    "MACHINE",
+    "MACHINES",
+    "MACHINE_HEALTH_CHECK",
+    "MACHINE_HEALTH_CHECKS",
+    "MACHINE_POOL",
+    "MACHINE_POOLS",
+]
 
 _AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp", "Time since creation")
 _PAUSED = PrinterColumn(
@@ -275,3 +286,11 @@ KUBEADM_CONFIG = register_kind(
         ),
     )
 )
+
+# The Resources every component reads and writes these kinds through, at their storage version
+# (the v1beta2 contract); a test that needs another served version asks ``KindInfo.resource``.
+MACHINE_POOLS = MACHINE_POOL.resource()
+MACHINES = MACHINE.resource()
+MACHINE_HEALTH_CHECKS = MACHINE_HEALTH_CHECK.resource()
+CLUSTERS = CLUSTER.resource()
+KUBEADM_CONFIGS = KUBEADM_CONFIG.resource()

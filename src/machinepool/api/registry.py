@@ -1,9 +1,14 @@
 """The registry of kinds this system serves: one entry per CRD, from which CRDs are generated.
 
 A module that defines a new kind (for example an infrastructure ``SimMachinePool``) adds it
-with a single ``register_kind(KindInfo(...))`` call; ``crdgen`` then writes its CRD and
+with a single ``register_kind(KindInfo(...))`` call; ``crdgen`` then writes its CRD,
 ``model_for()`` lets generic code (webhooks, the client) find the model for an
-apiVersion/kind pair.
+apiVersion/kind pair, and ``KindInfo.resource()`` gives the ``Resource`` the client reads and
+writes it through, so a plural or a group is written once, here.
+
+``Resource`` lives in this bottom layer, not in the runtime that uses it, so that each module
+registering a kind can also export its Resource (``api.kinds.MACHINE_POOLS``,
+``api.infra_sim.SIM_MACHINES``); ``machinepool.runtime`` re-exports the class.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pydantic import BaseModel
 __all__ = [
     "KindInfo",
     "PrinterColumn",
+    "Resource",
     "ScaleSubresource",
     "VersionInfo",
     "kind_for",
@@ -24,6 +30,35 @@ __all__ = [
     "register_kind",
     "registered_kinds",
 ]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: enough to build its URLs.
+
+    >>> NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+    >>> NODES.path(name="n1")
+    '/api/v1/nodes/n1'
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        return base
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,19 @@ class KindInfo:
     def crd_name(self) -> str:
         """``<plural>.<group>``, the CRD's metadata.name."""
         return f"{self.plural}.{self.group}"
+
+    def resource(self, version: str | None = None) -> Resource:
+        """The Resource of this kind served at ``version``, by default its storage version.
+
+        >>> from machinepool.api.kinds import MACHINE_POOL
+        >>> MACHINE_POOL.resource("v1beta1").api_version
+        'cluster.x-k8s.io/v1beta1'
+        """
+        if version is None:
+            version = next(v.name for v in self.versions if v.storage)
+        elif version not in {v.name for v in self.versions}:
+            raise LookupError(f"{self.kind} is not served at {version}")
+        return Resource(self.group, version, self.plural, self.kind, self.scope == "Namespaced")
 
 
 _KINDS: dict[tuple[str, str], KindInfo] = {}

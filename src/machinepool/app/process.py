@@ -14,19 +14,23 @@ from pathlib import Path
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
+from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
+from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
+from machinepool.api.kinds import (
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_HEALTH_CHECKS,
+    MACHINE_POOLS,
+    MACHINES,
+)
 from machinepool.app.components import COMPONENTS
 from machinepool.bootstrap.kubeadm import KubeadmOptions
-from machinepool.controllers import machinehealthcheck, sharding
+from machinepool.controllers import sharding
 from machinepool.controllers.core import CoreOptions
-from machinepool.providers import aws, sim
 from machinepool.providers.aws import AWSOptions
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.providers.sim import SimOptions
 from machinepool.runtime import (
-    CLUSTERS,
-    KUBEADM_CONFIGS,
-    MACHINE_POOLS,
-    MACHINES,
     CacheScope,
     Client,
     ClusterCache,
@@ -130,10 +134,10 @@ SHARDED_KINDS: dict[str, tuple[Resource, ...]] = {
     # MachineHealthChecks by shard too: a replica judges only the Machines of its shard, so it
     # must hold only the health checks of those Clusters (the defaulting webhook labels them
     # with their cluster name, which the assigner reads).
-    "core": (MACHINE_POOLS, MACHINES, machinehealthcheck.MACHINE_HEALTH_CHECKS),
+    "core": (MACHINE_POOLS, MACHINES, MACHINE_HEALTH_CHECKS),
     "bootstrap": (KUBEADM_CONFIGS,),
-    "sim": (sim.SIM_MACHINE_POOLS, sim.SIM_MACHINES),
-    "aws": (aws.AWSMACHINEPOOLS, aws.AWSMACHINES),
+    "sim": (SIM_MACHINE_POOLS, SIM_MACHINES),
+    "aws": (AWSMACHINEPOOLS, AWSMACHINES),
     "kubelet": (),
 }
 """Component -> the kinds its controllers reconcile: what a sharded manager running it caches
@@ -145,7 +149,7 @@ them, or nobody does."""
 def _sharded_kinds(options: Options) -> frozenset[Resource]:
     kinds = frozenset(k for name in options.components for k in SHARDED_KINDS.get(name, ()))
     if options.core.beside_upstream:  # upstream's MachineHealthChecks: neither cached nor labelled
-        kinds -= {machinehealthcheck.MACHINE_HEALTH_CHECKS}
+        kinds -= {MACHINE_HEALTH_CHECKS}
     return kinds
 
 

@@ -15,10 +15,12 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from machinepool.cli.kube import MACHINEPOOLS, CliError, Target, connect
+from machinepool.api.infra_sim import SIM_MACHINE_POOLS
+from machinepool.api.kinds import KUBEADM_CONFIGS, MACHINE_POOLS
+from machinepool.cli.kube import CliError, Target, connect
 from machinepool.cli.pools import describe, follow
 from machinepool.cli.views import pool_table, problems, versions_text
-from machinepool.runtime.client import KUBEADM_CONFIGS, Client, Resource
+from machinepool.runtime.client import Client, Resource
 
 Obj = dict[str, Any]
 
@@ -26,9 +28,6 @@ POOL = "demo-pool"
 CLUSTER = "demo"
 FROM_VERSION = "v1.33.4"
 TO_VERSION = "v1.34.4"
-SIM_POOLS = Resource(
-    "infrastructure.cluster.x-k8s.io", "v1beta2", "simmachinepools", "SimMachinePool"
-)
 _MANAGER = "machinepool-demo"
 
 
@@ -92,7 +91,7 @@ def example_objects(namespace: str, replicas: int, version: str) -> list[tuple[R
             },
         },
     }
-    return [(KUBEADM_CONFIGS, kubeadm), (SIM_POOLS, sim), (MACHINEPOOLS, pool)]
+    return [(KUBEADM_CONFIGS, kubeadm), (SIM_MACHINE_POOLS, sim), (MACHINE_POOLS, pool)]
 
 
 def _view(pool: Obj, step: str, started: float) -> Group:
@@ -129,10 +128,10 @@ async def run_demo(
         for res, obj in example_objects(ns, replicas, FROM_VERSION):
             await client.apply(res, obj, field_manager=_MANAGER)
         await _step(client, console, ns, f"1. create {POOL}: {replicas} x {FROM_VERSION}", timeout)
-        await client.set_scale(MACHINEPOOLS, POOL, ns, scale_to)
+        await client.set_scale(MACHINE_POOLS, POOL, ns, scale_to)
         await _step(client, console, ns, f"2. scale {replicas} -> {scale_to}", timeout)
         patch = {"spec": {"template": {"spec": {"version": TO_VERSION}}}}
-        await client.patch(MACHINEPOOLS, POOL, patch, ns)
+        await client.patch(MACHINE_POOLS, POOL, patch, ns)
         await _step(client, console, ns, f"3. roll {FROM_VERSION} -> {TO_VERSION}", timeout)
     console.rule("result")
     console.print(await describe(target, POOL))

@@ -15,13 +15,10 @@ from typing import Any
 
 import aiohttp
 
+from machinepool.api.kinds import MACHINE_POOLS
 from machinepool.cli.local import default_home, running_state
-from machinepool.runtime.client import CLUSTERS as CLUSTERS
-from machinepool.runtime.client import MACHINE_POOLS, Client
-from machinepool.runtime.client import MACHINES as MACHINES
+from machinepool.runtime.client import Client
 from machinepool.runtime.errors import ApiError, NotFound
-
-MACHINEPOOLS = MACHINE_POOLS
 
 
 class CliError(Exception):
@@ -73,6 +70,6 @@ async def connect(target: Target) -> AsyncIterator[Client]:
 
 async def get_pool(client: Client, name: str, namespace: str) -> dict[str, Any]:
     try:
-        return await client.get(MACHINEPOOLS, name, namespace)
+        return await client.get(MACHINE_POOLS, name, namespace)
     except NotFound as exc:
         raise CliError(f'MachinePool "{name}" not found in namespace "{namespace}"') from exc

@@ -17,9 +17,10 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 from rich.tree import Tree
 
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.api.meta import dig
 from machinepool.cli import history
-from machinepool.cli.kube import MACHINEPOOLS, MACHINES, Target, connect, get_pool
+from machinepool.cli.kube import Target, connect, get_pool
 from machinepool.cli.views import describe_tree, pool_table
 from machinepool.runtime import contract_resource
 from machinepool.runtime.client import NODES, SECRETS, Client
@@ -31,7 +32,7 @@ _POLL = 0.5
 
 async def table(target: Target, *, all_namespaces: bool) -> Table:
     async with connect(target) as client:
-        listed = await client.list(MACHINEPOOLS, None if all_namespaces else target.namespace)
+        listed = await client.list(MACHINE_POOLS, None if all_namespaces else target.namespace)
     pools = sorted(listed.items, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
     return pool_table(pools, namespaces=all_namespaces)
 
@@ -86,7 +87,7 @@ async def describe(target: Target, name: str) -> Tree:
 async def scale(target: Target, name: str, replicas: int) -> None:
     async with connect(target) as client:
         await get_pool(client, name, target.namespace)
-        await client.set_scale(MACHINEPOOLS, name, target.namespace, replicas)
+        await client.set_scale(MACHINE_POOLS, name, target.namespace, replicas)
 
 
 def rolled_out(pool: Obj) -> bool:
@@ -128,7 +129,7 @@ async def follow(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            pool = await client.get(MACHINEPOOLS, name, namespace)
+            pool = await client.get(MACHINE_POOLS, name, namespace)
         except NotFound:
             return None
         history.record(namespace, name, pool)

@@ -17,9 +17,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from machinepool.api.kinds import MACHINES
 from machinepool.cli import history
 from machinepool.cli.kube import CliError, Target, connect, get_pool
-from machinepool.runtime.client import CORE_EVENTS, MACHINES, Client
+from machinepool.runtime.client import CORE_EVENTS, Client
 
 Obj = dict[str, Any]
 

@@ -14,19 +14,9 @@ from datetime import UTC, datetime
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.meta import dig, ensure, parse_time
-from machinepool.runtime import (
-    CLUSTERS,
-    MACHINE_POOLS,
-    MACHINES,
-    Informer,
-    Obj,
-    ObjectKey,
-)
+from machinepool.runtime import Informer, Obj, ObjectKey
 
 __all__ = [
-    "CLUSTERS",
-    "MACHINEPOOLS",
-    "MACHINES",
     "WorkloadNodes",
     "ensure_cluster_owner",
     "group_of",
@@ -40,8 +30,6 @@ __all__ = [
     "ref_text",
     "set_paused_condition",
 ]
-
-MACHINEPOOLS = MACHINE_POOLS
 
 
 def now() -> datetime:

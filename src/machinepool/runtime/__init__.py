@@ -10,15 +10,11 @@ Import public names from here; the modules behind them are private.
 """
 
 from machinepool.runtime.client import (
-    CLUSTERS,
     CONFIGMAPS,
     CORE_EVENTS,
     CRDS,
     EVENTS,
-    KUBEADM_CONFIGS,
     LEASES,
-    MACHINE_POOLS,
-    MACHINES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -110,17 +106,13 @@ from machinepool.runtime.workqueue import (
 )
 
 __all__ = [
-    "CLUSTERS",
     "CONFIGMAPS",
     "CORE_EVENTS",
     "CRDS",
     "DRAIN_ACKNOWLEDGED",
     "DRAIN_REQUESTED",
     "EVENTS",
-    "KUBEADM_CONFIGS",
     "LEASES",
-    "MACHINES",
-    "MACHINE_POOLS",
     "METRICS_READER_ROLE",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",

@@ -24,6 +24,7 @@ import yarl
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from machinepool.api.registry import Resource as Resource
 from machinepool.runtime.errors import ApiError, NotFound, error_for
 from machinepool.runtime.ownwrites import note_write
 
@@ -31,33 +32,6 @@ Obj = dict[str, Any]
 DEFAULT_USER_AGENT = "machinepool"
 _READ_RETRIES = 5
 _WRITES = frozenset({"POST", "PUT", "PATCH"})
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind lives in the API: enough to build its URLs.
-
-    >>> NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-    """
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        return base
 
 
 class PatchType(enum.StrEnum):
@@ -563,14 +537,6 @@ CORE_EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
-
-# The Cluster API kinds every component reads, defined once (served at the v1beta2 contract).
-CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
-MACHINE_POOLS = Resource("cluster.x-k8s.io", "v1beta2", "machinepools", "MachinePool")
-MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")
-KUBEADM_CONFIGS = Resource(
-    "bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig"
-)
 VALIDATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io",
     "v1",

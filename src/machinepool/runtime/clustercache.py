@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from machinepool.runtime.client import CLUSTERS, SECRETS, Client, Resource
+from machinepool.api.kinds import CLUSTERS
+from machinepool.runtime.client import SECRETS, Client, Resource
 from machinepool.runtime.errors import ExpectedError, NotFound
 from machinepool.runtime.informer import (
     EventHandler,

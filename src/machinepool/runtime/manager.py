@@ -3,7 +3,7 @@
 The CLI builds one ``Manager`` per process; controller packages register on it::
 
     mgr = Manager(client, leader_election=LeaderElectionConfig("machinepool", "capi-system"))
-    pools = await mgr.cache.get_informer(MACHINEPOOLS)          # before or after start
+    pools = await mgr.cache.get_informer(MACHINE_POOLS)          # before or after start
     ctrl = mgr.new_controller("machinepool", reconciler, concurrency=10)
     ctrl.watch(pools)
     await mgr.run()                                              # until SIGTERM / SIGINT

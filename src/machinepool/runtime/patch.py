@@ -21,7 +21,7 @@ by exactly one (the reconcile's own write), the status's and its conditions' obs
 follow it in the same status patch; and when the spec patch released the last finalizer of a
 deleted object, no status patch is sent to an object that is gone.
 
->>> patcher = Patcher(client, MACHINEPOOLS, mp)
+>>> patcher = Patcher(client, MACHINE_POOLS, mp)
 >>> mp["status"]["phase"] = "Running"
 >>> mp = await patcher.patch(mp)   # PATCH .../status {"status": {"phase": "Running"}}
 """

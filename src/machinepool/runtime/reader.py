@@ -13,7 +13,7 @@ gone from it, so memory stays proportional to writes in flight. etcd's resourceV
 integers that grow with every write; where one is not (another storage backend), the reader
 cannot order the two copies and falls back to a live GET, which is always correct.
 
->>> reader = OwnReader(client, MACHINEPOOLS, informer)
+>>> reader = OwnReader(client, MACHINE_POOLS, informer)
 >>> mp = await reader.get(key)          # None when gone
 >>> ...
 >>> reader.wrote(await patcher.patch(mp))

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from machinepool.api.constants import CLUSTER_GROUP
+from machinepool.api.kinds import MACHINE_POOLS
 from machinepool.runtime import (
     CONFIGMAPS,
     CRDS,
-    MACHINE_POOLS,
     MUTATING_WEBHOOKS,
     VALIDATING_WEBHOOKS,
     ApiError,

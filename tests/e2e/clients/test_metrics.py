@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
+from tests.support.resources import KUBEADM_CONFIGS
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.process import Process, free_port
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime.client import KUBEADM_CONFIGS, Client
+from machinepool.runtime.client import Client
 
 from .harness import wait_ready
 

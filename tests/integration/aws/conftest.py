@@ -46,23 +46,14 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.launch_templates import LaunchTemplate, LaunchTemplateVersion
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from tests.support import eventually
-from tests.support.resources import MACHINE_POOLS, MACHINES
+from tests.support.resources import AWSMACHINEPOOLS, AWSMACHINES, CLUSTERS, MACHINE_POOLS, MACHINES
 from werkzeug.serving import make_server
 
 from machinepool.api import constants as c
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.providers import aws as aws_provider
-from machinepool.providers.aws import AWSMACHINEPOOLS, AWSMACHINES
-from machinepool.runtime import (
-    CLUSTERS,
-    NODES,
-    SECRETS,
-    Client,
-    ClusterCache,
-    Manager,
-    ManagerState,
-)
+from machinepool.runtime import NODES, SECRETS, Client, ClusterCache, Manager, ManagerState
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

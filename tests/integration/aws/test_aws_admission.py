@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.support.resources import AWSMACHINEPOOLS
 
-from machinepool.providers.aws import AWSMACHINEPOOLS
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import VALIDATING_WEBHOOKS, Client, Forbidden, Invalid
 from machinepool.webhooks import register_validation, serve

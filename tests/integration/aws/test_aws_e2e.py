@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from tests.support.resources import KUBEADM_CONFIGS
+from tests.support.resources import AWSMACHINEPOOLS, KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.providers import aws as aws_provider
-from machinepool.providers.aws.scope import AWSMACHINEPOOLS, MACHINEPOOLS, MACHINES
 from machinepool.runtime import NODES, ClusterCache, FuncHandler, Informer, Manager
 from machinepool.sim.kubelet.join import verify_join
 from machinepool.sim.kubelet.joinconfig import parse_join
@@ -149,9 +148,9 @@ async def create(env: Any, name: str, replicas: int) -> None:
         ns,
     )
     await env.client.create(
-        MACHINEPOOLS,
+        MACHINE_POOLS,
         {
-            "apiVersion": MACHINEPOOLS.api_version,
+            "apiVersion": MACHINE_POOLS.api_version,
             "kind": "MachinePool",
             "metadata": {"name": name, "namespace": ns},
             "spec": {
@@ -182,7 +181,7 @@ async def create(env: Any, name: str, replicas: int) -> None:
 
 
 async def running(env: Any, name: str, replicas: int) -> dict[str, Any] | None:
-    mp = await env.client.get(MACHINEPOOLS, name, env.namespace)
+    mp = await env.client.get(MACHINE_POOLS, name, env.namespace)
     status = mp.get("status") or {}
     nodes = sorted(
         n["spec"]["providerID"]
@@ -220,7 +219,7 @@ async def test_machine_pool_runs_on_aws_and_scales_down_through_drained_machines
     nodes.add_handler(FuncHandler(update=on_update))
     await nodes.start()
     try:
-        await aws_env.client.set_scale(MACHINEPOOLS, "e2e", aws_env.namespace, 1)
+        await aws_env.client.set_scale(MACHINE_POOLS, "e2e", aws_env.namespace, 1)
         await aws_env.eventually(lambda: running(aws_env, "e2e", 1), within=120)
     finally:
         await nodes.stop()

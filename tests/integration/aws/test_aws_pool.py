@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.resources import AWSMACHINEPOOLS, MACHINE_POOLS, MACHINES
+
 from machinepool.api import conditions as cond
-from machinepool.providers.aws.scope import AWSMACHINEPOOLS, MACHINEPOOLS, MACHINES
 from machinepool.runtime import NODES, Manager
 
 AWSEnv = Any  # the conftest's AWSEnv (test modules cannot import conftest under importlib)
@@ -181,7 +182,7 @@ async def test_replicas_managed_by_copies_desired_capacity_back(
     )
 
     async def copied() -> bool:
-        mp = await aws_env.client.get(MACHINEPOOLS, "auto", aws_env.namespace)
+        mp = await aws_env.client.get(MACHINE_POOLS, "auto", aws_env.namespace)
         return bool(mp["spec"]["replicas"] == 3)
 
     await aws_env.eventually(copied)

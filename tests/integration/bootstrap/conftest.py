@@ -22,18 +22,11 @@ import aiohttp
 import pytest
 from tests.support import wait_for
 from tests.support.builders import kubeadm_config, machine_pool
+from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.bootstrap.kubeadm import KubeadmOptions, setup
-from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.controlplane import WorkloadCluster
-from machinepool.runtime import (
-    CLUSTERS,
-    SECRETS,
-    Client,
-    ClusterCache,
-    Manager,
-    Obj,
-)
+from machinepool.runtime import SECRETS, Client, ClusterCache, Manager, Obj
 from machinepool.runtime.logging import JSONFormatter
 
 WITHIN = 60.0

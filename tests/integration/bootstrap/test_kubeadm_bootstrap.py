@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 from tests.support import wait_for
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
     TOKEN_CONFIG_UID_LABEL,
 )
-from machinepool.bootstrap.kubeadm.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj
 from machinepool.runtime.pki import ca_public_key_hash
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.resources import MACHINE_POOLS
 
-from machinepool.cli.kube import MACHINEPOOLS
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime.client import Client
 
@@ -53,7 +53,7 @@ def pool_object(name: str, replicas: int = 2) -> dict[str, Any]:
 
 
 async def set_status(client: Client, ns: str, name: str, **status: Any) -> None:
-    await client.patch(MACHINEPOOLS, name, {"status": status}, ns, subresource="status")
+    await client.patch(MACHINE_POOLS, name, {"status": status}, ns, subresource="status")
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def kubeconfig(control_plane: ControlPlane) -> str:
 async def test_get_describe_and_scale(
     client: Client, crds: list[str], namespace: str, kubeconfig: str, tmp_path: Path
 ) -> None:
-    await client.create(MACHINEPOOLS, pool_object("web"), namespace)
+    await client.create(MACHINE_POOLS, pool_object("web"), namespace)
     await set_status(
         client,
         namespace,
@@ -89,13 +89,13 @@ async def test_get_describe_and_scale(
 
     scaled = machinepool("scale", "web", "--replicas", "5", *common, home=tmp_path)
     assert scaled.returncode == 0, scaled.stderr
-    assert (await client.get(MACHINEPOOLS, "web", namespace))["spec"]["replicas"] == 5
+    assert (await client.get(MACHINE_POOLS, "web", namespace))["spec"]["replicas"] == 5
 
 
 async def test_rollout_status_finishes_and_timeline_draws_it(
     client: Client, crds: list[str], namespace: str, kubeconfig: str, tmp_path: Path
 ) -> None:
-    created = await client.create(MACHINEPOOLS, pool_object("api", replicas=2), namespace)
+    created = await client.create(MACHINE_POOLS, pool_object("api", replicas=2), namespace)
     await set_status(
         client,
         namespace,
@@ -125,7 +125,7 @@ async def test_rollout_status_finishes_and_timeline_draws_it(
 async def test_rollout_status_times_out_non_zero(
     client: Client, crds: list[str], namespace: str, kubeconfig: str, tmp_path: Path
 ) -> None:
-    await client.create(MACHINEPOOLS, pool_object("slow", replicas=3), namespace)
+    await client.create(MACHINE_POOLS, pool_object("slow", replicas=3), namespace)
     await set_status(client, namespace, "slow", phase="ScalingUp", replicas=1, readyReplicas=1)
     common = ("--kubeconfig", kubeconfig, "-n", namespace)
     result = machinepool("rollout", "status", "slow", "--timeout", "2", *common, home=tmp_path)

@@ -19,11 +19,16 @@ from typing import Any
 import pytest_asyncio
 import yaml
 from tests.support.builders import machine_pool
-from tests.support.resources import CLUSTER_ROLES, KUBEADM_CONFIGS
+from tests.support.resources import (
+    CLUSTER_ROLES,
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+)
 
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
-from machinepool.controllers.common import CLUSTERS, MACHINEPOOLS, MACHINES
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import (
     CRDS,
@@ -243,7 +248,7 @@ class Env:
             infrastructure_kind=TEST_POOLS.kind,
             template={"bootstrap": boot, **(template or {})},
         )
-        return await self.client.create(MACHINEPOOLS, body, self.namespace)
+        return await self.client.create(MACHINE_POOLS, body, self.namespace)
 
     async def node(
         self,
@@ -348,7 +353,7 @@ async def env(
     )
     await machinepool_controller.setup(mgr, cache)
     await machine_controller.setup(mgr, cache)
-    pools = Watch(await mgr.cache.get_informer(MACHINEPOOLS, namespace))
+    pools = Watch(await mgr.cache.get_informer(MACHINE_POOLS, namespace))
     machines = Watch(await mgr.cache.get_informer(MACHINES, namespace))
     nodes_informer = Informer(wclient, NODES)
     nodes = Watch(nodes_informer)
@@ -379,7 +384,7 @@ async def env(
 
 async def _drop_finalizers(client: Client, namespace: str) -> None:
     """Let the namespace go: nothing reconciles these objects any more."""
-    for res in (MACHINEPOOLS, MACHINES):
+    for res in (MACHINE_POOLS, MACHINES):
         for obj in (await client.list(res, namespace)).items:
             if obj["metadata"].get("finalizers"):
                 with contextlib.suppress(Exception):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import base64
 
+from tests.support.resources import CLUSTERS, MACHINE_POOLS
+
 from machinepool.api import constants as c
-from machinepool.controllers.common import CLUSTERS, MACHINEPOOLS
 from machinepool.runtime import NODES, SECRETS
 
 from .conftest import TEST_POOLS, Env, cond
@@ -91,7 +92,7 @@ async def test_infra_pool_of_another_owner_is_refused_until_the_ref_is_fixed(env
     )
     await env.infra_pool("own")
     await env.client.patch(
-        MACHINEPOOLS,
+        MACHINE_POOLS,
         "second",
         {"spec": {"template": {"spec": {"infrastructureRef": {"name": "own"}}}}},
         env.namespace,
@@ -133,7 +134,7 @@ async def test_scale_to_and_from_zero(env: Env) -> None:
     mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_RUNNING)
     assert mp["status"].get("replicas") == 0
     assert not mp["status"].get("nodeRefs")
-    await env.client.patch(MACHINEPOOLS, "pool", {"spec": {"replicas": 1}}, env.namespace)
+    await env.client.patch(MACHINE_POOLS, "pool", {"spec": {"replicas": 1}}, env.namespace)
     await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_SCALING_UP)
     await env.infra_provider_ids("pool", ["test:///z/0"])
     await env.infra_status("pool", replicas=1)
@@ -145,7 +146,7 @@ async def test_scale_to_and_from_zero(env: Env) -> None:
             and len(o["status"].get("nodeRefs", [])) == 1
         ),
     )
-    await env.client.patch(MACHINEPOOLS, "pool", {"spec": {"replicas": 0}}, env.namespace)
+    await env.client.patch(MACHINE_POOLS, "pool", {"spec": {"replicas": 0}}, env.namespace)
     await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_SCALING_DOWN)
     await env.infra_provider_ids("pool", [])
     await env.infra_status("pool", replicas=0)
@@ -169,7 +170,7 @@ async def test_node_deletion_timeout_leaves_nodes_behind(env: Env) -> None:
         "pool", bootstrap="boot", template={"deletion": {"nodeDeletionTimeoutSeconds": 1}}
     )
     await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_RUNNING)
-    await env.client.delete(MACHINEPOOLS, "pool", env.namespace)
+    await env.client.delete(MACHINE_POOLS, "pool", env.namespace)
     mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_DELETING)
     assert "Waiting for" in cond(mp, c.DELETING_CONDITION)["message"]
     await asyncio.sleep(1.5)  # let the node-deletion timeout pass while the infra pool lingers

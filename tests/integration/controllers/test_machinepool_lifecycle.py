@@ -3,10 +3,9 @@ readiness of bootstrap and infrastructure, node matching and patching, deletion.
 
 from __future__ import annotations
 
-from tests.support.resources import KUBEADM_CONFIGS
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.api import constants as c
-from machinepool.controllers.common import MACHINEPOOLS
 from machinepool.runtime import NotFound
 
 from .conftest import TEST_POOLS, Env, cond
@@ -86,7 +85,7 @@ async def test_happy_path_through_every_phase(env: Env) -> None:
     assert {"key": "foreign", "value": "x", "effect": "NoSchedule"} in n0["spec"]["taints"]
 
     # Scale down: the provider drops an instance; its Node is retired.
-    await env.client.patch(MACHINEPOOLS, "pool", {"spec": {"replicas": 1}}, env.namespace)
+    await env.client.patch(MACHINE_POOLS, "pool", {"spec": {"replicas": 1}}, env.namespace)
     mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_SCALING_DOWN)
     await env.infra_provider_ids("pool", ids[:1])
     await env.infra_status("pool", replicas=1)
@@ -100,7 +99,7 @@ async def test_happy_path_through_every_phase(env: Env) -> None:
     assert await env.nodes.until("n1", lambda n: n is None) is None
 
     # Delete: bootstrap config and infra pool go first, then the Nodes, then the finalizer.
-    await env.client.delete(MACHINEPOOLS, "pool", env.namespace)
+    await env.client.delete(MACHINE_POOLS, "pool", env.namespace)
     assert await env.pools.until("pool", lambda o: o is None) is None
     for res, name in ((KUBEADM_CONFIGS, "boot"), (TEST_POOLS, "pool")):
         try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.support.resources import MACHINES
+
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.controllers.common import MACHINES
 from machinepool.runtime import PDBS, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from machinepool.api import constants as c
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
+from machinepool.api.kinds import CLUSTERS
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.data import validate_spec, write_data
 from machinepool.bootstrap.kubeadm.delete import delete
@@ -36,7 +37,6 @@ from machinepool.bootstrap.kubeadm.rotation import reconcile_token
 from machinepool.bootstrap.kubeadm.scope import KubeadmOptions, Scope
 from machinepool.bootstrap.kubeadm.status import summarize
 from machinepool.runtime import (
-    CLUSTERS,
     ClusterCache,
     EventHandler,
     EventRecorder,

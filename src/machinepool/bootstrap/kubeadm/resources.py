@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Final
 
 from machinepool.api import constants as c
-from machinepool.runtime import KUBEADM_CONFIGS as KUBEADM_CONFIGS
-from machinepool.runtime import MACHINE_POOLS as MACHINE_POOLS
-from machinepool.runtime import MACHINES as MACHINES
+from machinepool.api.kinds import KUBEADM_CONFIGS as KUBEADM_CONFIGS
+from machinepool.api.kinds import MACHINE_POOLS as MACHINE_POOLS
+from machinepool.api.kinds import MACHINES as MACHINES
 
 KUBEADM_CONFIG_API_VERSION: Final = f"{c.BOOTSTRAP_GROUP}/{c.V1BETA2}"
 

@@ -16,9 +16,9 @@ from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
+from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.controllers.common import (
-    MACHINES,
     WorkloadNodes,
     is_deleting,
     node_inputs,

@@ -14,7 +14,6 @@ from __future__ import annotations
 from machinepool.controllers.machinehealthcheck.controller import (
     COMPONENT,
     CONTROLLER_NAME,
-    MACHINE_HEALTH_CHECKS,
     MachineHealthCheckReconciler,
 )
 from machinepool.runtime import ClusterCache, Manager
@@ -22,7 +21,6 @@ from machinepool.runtime import ClusterCache, Manager
 __all__ = [
     "COMPONENT",
     "CONTROLLER_NAME",
-    "MACHINE_HEALTH_CHECKS",
     "MachineHealthCheckReconciler",
     "setup",
 ]

@@ -22,10 +22,9 @@ import copy
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition, set_v1beta1_condition
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
+from machinepool.api.kinds import CLUSTERS, MACHINE_HEALTH_CHECKS, MACHINES
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import (
-    CLUSTERS,
-    MACHINES,
     ensure_cluster_owner,
     is_deleting,
     now,
@@ -53,19 +52,15 @@ from machinepool.runtime import (
     Obj,
     ObjectKey,
     OwnReader,
-    Resource,
     Result,
     get_logger,
 )
 from machinepool.runtime.patch import Patcher
 
-__all__ = ["COMPONENT", "CONTROLLER_NAME", "MACHINE_HEALTH_CHECKS", "MachineHealthCheckReconciler"]
+__all__ = ["COMPONENT", "CONTROLLER_NAME", "MachineHealthCheckReconciler"]
 
 CONTROLLER_NAME = "machinehealthcheck"
 COMPONENT = "machinehealthcheck-controller"
-MACHINE_HEALTH_CHECKS = Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck"
-)
 BY_CLUSTER = "machinehealthcheck/cluster"
 """MachineHealthChecks by ``namespace/clusterName``."""
 MACHINES_BY_NODE = "machinehealthcheck/node"

@@ -16,11 +16,9 @@ from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import (
-    CLUSTERS,
-    MACHINEPOOLS,
-    MACHINES,
     WorkloadNodes,
     ensure_cluster_owner,
     is_deleting,
@@ -100,10 +98,10 @@ class MachinePoolReconciler:
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""
-        self.pools = await self.cache.get_informer(MACHINEPOOLS)
+        self.pools = await self.cache.get_informer(MACHINE_POOLS)
         for name, fn in watches.POOL_INDEXERS.items():
             self.pools.add_indexer(name, fn)
-        self.reader = OwnReader(self.client, MACHINEPOOLS, self.pools)
+        self.reader = OwnReader(self.client, MACHINE_POOLS, self.pools)
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
@@ -170,7 +168,7 @@ class MachinePoolReconciler:
         if mp is None:
             return Result()
         ensure(mp, "status")
-        patcher = Patcher(self.client, MACHINEPOOLS, mp, on_patched=self.reader.wrote)
+        patcher = Patcher(self.client, MACHINE_POOLS, mp, on_patched=self.reader.wrote)
         cluster_name = str(dig(mp, "spec", "clusterName", default=""))
         cluster = self.clusters.get(cluster_name, key.namespace)
         if cluster is None:

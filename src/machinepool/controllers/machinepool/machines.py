@@ -17,8 +17,9 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
+from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import dig
-from machinepool.controllers.common import MACHINES, group_of, is_deleting, set_up_to_date
+from machinepool.controllers.common import group_of, is_deleting, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Result

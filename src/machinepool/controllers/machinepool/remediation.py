@@ -27,8 +27,9 @@ import copy
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition
+from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import dig
-from machinepool.controllers.common import MACHINES, is_deleting
+from machinepool.controllers.common import is_deleting
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Result
 from machinepool.runtime.patch import Patcher

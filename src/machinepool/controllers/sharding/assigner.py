@@ -24,12 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from machinepool.api import constants as c
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS
 from machinepool.runtime import (
-    CLUSTERS,
     DRAIN_ACKNOWLEDGED,
     DRAIN_REQUESTED,
     LEASES,
-    MACHINE_POOLS,
     Client,
     Controller,
     Handover,

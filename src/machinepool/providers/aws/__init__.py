@@ -15,22 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.providers.aws.awsmachine import AWSMachineReconciler
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.aws.controller import AWSMachinePoolReconciler
-from machinepool.providers.aws.scope import (
-    AWSMACHINEPOOLS,
-    AWSMACHINES,
-    MACHINEPOOLS,
-    MACHINES,
-    AWSOptions,
-)
+from machinepool.providers.aws.scope import AWSOptions
 from machinepool.runtime import ClusterCache, Informer, Manager, Obj, ObjectKey, get_logger
 
 __all__ = [
     "AWS",
-    "AWSMACHINEPOOLS",
-    "AWSMACHINES",
     "AWSError",
     "AWSMachinePoolReconciler",
     "AWSMachineReconciler",
@@ -83,7 +77,7 @@ async def setup(
     log = get_logger(__name__)
     pools = await mgr.cache.get_informer(AWSMACHINEPOOLS)
     aws_machines = await mgr.cache.get_informer(AWSMACHINES)
-    machine_pools = await mgr.cache.get_informer(MACHINEPOOLS)
+    machine_pools = await mgr.cache.get_informer(MACHINE_POOLS)
     machines = await mgr.cache.get_informer(MACHINES)
     recorder = mgr.event_recorder("awsmachinepool-controller")
     pool_reconciler = AWSMachinePoolReconciler(

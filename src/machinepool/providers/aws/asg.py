@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.kinds import MACHINE_POOLS
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWSError
-from machinepool.providers.aws.scope import ASG_READY, MACHINEPOOLS, Scope
+from machinepool.providers.aws.scope import ASG_READY, Scope
 from machinepool.runtime import Result
 
 __all__ = ["LAST_APPLIED_TAGS_ANNOTATION", "observe", "reconcile_group"]
@@ -205,7 +206,7 @@ async def _copy_replicas_back(scope: Scope, group: Mapping[str, Any]) -> None:
         return
     meta = scope.machine_pool["metadata"]
     scope.machine_pool = await scope.client.patch(
-        MACHINEPOOLS, meta["name"], {"spec": {"replicas": desired}}, meta["namespace"]
+        MACHINE_POOLS, meta["name"], {"spec": {"replicas": desired}}, meta["namespace"]
     )
     await scope.recorder.event(
         scope.pool,

@@ -19,10 +19,10 @@ import contextlib
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER
+from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES
+from machinepool.api.kinds import MACHINES
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.providers.aws.scope import AWSMACHINES, MACHINES
 from machinepool.runtime import Client, EventRecorder, KVLogger, NotFound, ObjectKey, Result
 from machinepool.runtime.patch import Patcher
 

@@ -18,21 +18,14 @@ from typing import Any
 
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
-from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
+from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER, AWSMACHINEPOOLS
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS
 from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.aws.machines import pool_aws_machines
-from machinepool.providers.aws.scope import (
-    ASG_READY,
-    AWSMACHINEPOOLS,
-    LAUNCH_TEMPLATE_READY,
-    MACHINEPOOLS,
-    AWSOptions,
-    Scope,
-)
+from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AWSOptions, Scope
 from machinepool.providers.aws.webhook import validate
 from machinepool.runtime import (
-    CLUSTERS,
     SECRETS,
     ApiError,
     Client,
@@ -133,7 +126,7 @@ class AWSMachinePoolReconciler:
         machine_pool: dict[str, Any] | None = None
         if mp_name is not None:
             try:
-                machine_pool = await self.client.get(MACHINEPOOLS, mp_name, meta["namespace"])
+                machine_pool = await self.client.get(MACHINE_POOLS, mp_name, meta["namespace"])
             except NotFound:
                 machine_pool = None
         if machine_pool is None and not meta.get("deletionTimestamp"):

@@ -22,9 +22,10 @@ from typing import Any
 
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
-from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, GROUP_VERSION
+from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES, GROUP_VERSION
+from machinepool.api.kinds import MACHINES
 from machinepool.providers.aws import plan
-from machinepool.providers.aws.scope import AWSMACHINES, MACHINES, Scope
+from machinepool.providers.aws.scope import Scope
 from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
 from machinepool.runtime import AlreadyExists, Informer, NotFound, Result
 

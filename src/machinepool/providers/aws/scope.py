@@ -14,29 +14,14 @@ from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.runtime import (
-    MACHINE_POOLS,
-    MACHINES,
-    Client,
-    EventRecorder,
-    Informer,
-    KVLogger,
-    Resource,
-)
+from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
 
 __all__ = [
-    "AWSMACHINEPOOLS",
-    "AWSMACHINES",
-    "MACHINEPOOLS",
-    "MACHINES",
     "AWSOptions",
     "Scope",
 ]
 
-AWSMACHINEPOOLS = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachinepools", "AWSMachinePool")
-AWSMACHINES = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "awsmachines", "AWSMachine")
-MACHINEPOOLS = MACHINE_POOLS
 
 # Condition types and reasons of AWSMachinePool (CAPA's names).
 ASG_READY = "ASGReady"

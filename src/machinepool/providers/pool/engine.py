@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.machines import (
@@ -29,13 +30,12 @@ from machinepool.providers.pool.observe import (
     node_inputs,
     read_nodes,
 )
-from machinepool.providers.pool.provider import MACHINE_POOLS, MACHINES, PoolProvider
+from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.report import report
 from machinepool.providers.pool.scale import act, decide
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import CloudError
 from machinepool.runtime import (
-    CLUSTERS,
     NODES,
     ClusterCache,
     ClusterNotConnected,

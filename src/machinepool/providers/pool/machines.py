@@ -12,8 +12,9 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.providers.pool.provider import MACHINES, SupportsPurge
+from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
 from machinepool.runtime import (

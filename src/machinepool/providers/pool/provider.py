@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from machinepool.providers.pool.types import Backend
-from machinepool.runtime import MACHINE_POOLS, MACHINES, Obj, Resource
+from machinepool.runtime import Obj, Resource
 
-__all__ = ["MACHINES", "MACHINE_POOLS", "PoolProvider", "SupportsPurge"]
+__all__ = ["PoolProvider", "SupportsPurge"]
 
 
 class PoolProvider(Protocol):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 
 from machinepool.api import constants as c
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.providers.pool.plan import Member, PlanInput, plan
-from machinepool.providers.pool.provider import MACHINE_POOLS, MACHINES
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CloudError, InstanceSpec, InstanceState

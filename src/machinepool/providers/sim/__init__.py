@@ -14,13 +14,11 @@ from dataclasses import dataclass
 
 from machinepool.providers.pool.engine import start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.provider import SIM_MACHINE_POOLS, SIM_MACHINES, SimProvider
+from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
 from machinepool.sim import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch, InstanceRecord
 
 __all__ = [
-    "SIM_MACHINES",
-    "SIM_MACHINE_POOLS",
     "SimBackend",
     "SimOptions",
     "SimPoolSettings",

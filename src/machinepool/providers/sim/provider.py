@@ -10,16 +10,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.records import PoolRecords
-from machinepool.runtime import Client, Informer, Obj, Resource
+from machinepool.runtime import Client, Informer, Obj
 from machinepool.sim import DEFAULT_ZONES, Faults, SimCloud
 
-__all__ = ["SIM_MACHINES", "SIM_MACHINE_POOLS", "SimProvider"]
+__all__ = ["SimProvider"]
 
-SIM_MACHINE_POOLS = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "simmachinepools", "SimMachinePool")
-SIM_MACHINES = Resource(c.INFRASTRUCTURE_GROUP, c.V1BETA2, "simmachines", "SimMachine")
 _MAX_NAME_PREFIX = 200
 
 
