@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from machinepool.api.features import MACHINE_POOL, MACHINE_TAINT_PROPAGATION, FeatureGates
@@ -17,7 +18,6 @@ from machinepool.webhooks import (
 )
 from machinepool.webhooks.fielderrors import go_quote, label_key_errors
 from machinepool.webhooks.goparse import is_semver, parse_int32
-from machinepool.webhooks.jsonpatch import diff
 
 MIN = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 MAX = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
@@ -74,7 +74,7 @@ def test_default_fills_everything_and_leaves_the_input_alone() -> None:
         "deletion": {"nodeDeletionTimeoutSeconds": 10},
     }
     assert "labels" not in obj["metadata"]
-    assert sorted(diff(obj, out), key=lambda op: op["path"]) == [
+    assert sorted(jsonpatch.make_patch(obj, out).patch, key=lambda op: op["path"]) == [
         {"op": "add", "path": "/metadata/labels", "value": {"cluster.x-k8s.io/cluster-name": "c"}},
         {"op": "add", "path": "/spec/replicas", "value": 1},
         {

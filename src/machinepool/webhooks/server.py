@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import jsonpatch
 from aiohttp import web
 
 from machinepool.api.features import FeatureGates
@@ -49,7 +50,6 @@ from machinepool.webhooks.conversion import (
     referenced_group_kinds,
     to_hub,
 )
-from machinepool.webhooks.jsonpatch import diff
 from machinepool.webhooks.machinepool import (
     AdmissionDenied,
     default_machine_pool,
@@ -198,12 +198,7 @@ class WebhookServer:
             )
         except AdmissionDenied as denied:
             return _denied(request, denied.status)
-        response = _allowed(request)
-        ops = diff(obj, defaulted)
-        if ops:
-            response["response"]["patchType"] = "JSONPatch"
-            response["response"]["patch"] = _b64(json.dumps(ops))
-        return response
+        return _patched(request, obj, defaulted)
 
     async def _validate(self, review: Obj) -> Obj:
         request = review["request"]
@@ -223,12 +218,7 @@ class WebhookServer:
         obj = request.get("object")
         if not isinstance(obj, dict):
             return _allowed(request)
-        response = _allowed(request)
-        ops = diff(obj, healthcheck.default_machine_health_check(obj))
-        if ops:
-            response["response"]["patchType"] = "JSONPatch"
-            response["response"]["patch"] = _b64(json.dumps(ops))
-        return response
+        return _patched(request, obj, healthcheck.default_machine_health_check(obj))
 
     async def _validate_mhc(self, review: Obj) -> Obj:
         request = review["request"]
@@ -280,6 +270,17 @@ def _convert_one(obj: Obj, desired: str, versions: dict[tuple[str, str], str]) -
 
 
 # --- review envelopes ----------------------------------------------------------------------
+
+
+def _patched(request: Obj, obj: Obj, defaulted: Obj) -> Obj:
+    """Allowed, with the RFC 6902 patch (the ``jsonpatch`` library's diff) that turns the object
+    the apiserver sent into its defaulted form, if they differ."""
+    response = _allowed(request)
+    patch = jsonpatch.make_patch(obj, defaulted)
+    if patch:
+        response["response"]["patchType"] = "JSONPatch"
+        response["response"]["patch"] = _b64(patch.to_string())
+    return response
 
 
 def _b64(text: str) -> str:
