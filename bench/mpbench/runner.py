@@ -69,6 +69,7 @@ async def _main(args: argparse.Namespace) -> None:
     async with client:
         mgr = Manager(client, name=args.name, leader_election=None, bind_address=args.bind)
         cache = ClusterCache(client)
+        mgr.metrics.add_informer_source(cache.informer_sizes)
         for setup in _setups(args):
             await setup(mgr, cache)
         try:

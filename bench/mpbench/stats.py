@@ -1,6 +1,7 @@
 """Pure figures for the benchmark: percentiles, /proc parsing, Prometheus text, audit counts.
 
-Called by the other ``mpbench`` modules; no I/O except ``read_proc`` and ``AuditLog.read``.
+Called by the other ``mpbench`` modules; no I/O except ``read_proc``, ``read_open_files`` and
+``AuditLog.read``.
 Unit-tested in tests/unit/test_bench_stats.py.
 """
 
@@ -76,6 +77,82 @@ def read_proc(pid: int) -> ProcSample:
         raise ProcessLookupError(pid) from exc
     rss, hwm = parse_proc_status(status)
     return ProcSample(parse_proc_stat(stat), rss, hwm)
+
+
+@dataclass(frozen=True)
+class OpenFiles:
+    """What one process holds open: file descriptors, those that are sockets, and its TCP
+    connections in state ESTABLISHED by remote port (an apiserver's port, or a client's
+    ephemeral one for connections the process accepted)."""
+
+    fds: int
+    sockets: int
+    established: Mapping[int, int]
+    """Remote port -> ESTABLISHED connections to it."""
+
+    @property
+    def tcp_established(self) -> int:
+        return sum(self.established.values())
+
+
+def socket_inodes(links: Iterable[str]) -> set[int]:
+    """Inodes of the sockets among the targets of /proc/<pid>/fd/* (``socket:[12345]``)."""
+    out = set()
+    for link in links:
+        if link.startswith("socket:[") and link.endswith("]"):
+            out.add(int(link[len("socket:[") : -1]))
+    return out
+
+
+TCP_ESTABLISHED = "01"
+"""The ``st`` column of /proc/net/tcp for ESTABLISHED (include/net/tcp_states.h)."""
+
+
+def parse_net_tcp(text: str) -> dict[int, tuple[str, int]]:
+    """Socket inode -> (state as printed in hex, remote port) from the text of
+    /proc/<pid>/net/tcp or tcp6.
+
+    Columns: sl, local_address, rem_address (``ADDR:PORT``, hex), st, tx_queue:rx_queue,
+    tr:tm->when, retrnsmt, uid, timeout, inode; the table covers the whole network namespace,
+    so callers keep only the inodes the process holds.
+    """
+    out: dict[int, tuple[str, int]] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 10 and fields[9].isdigit():
+            out[int(fields[9])] = (fields[3], int(fields[2].rpartition(":")[2], 16))
+    return out
+
+
+def read_open_files(pid: int) -> OpenFiles:
+    """Sample a live process's descriptors; raises ``ProcessLookupError`` when it is gone.
+
+    A descriptor closed while the folder is read is skipped, not an error.
+    """
+    fd_dir = Path(f"/proc/{pid}/fd")
+    links = []
+    try:
+        entries = list(fd_dir.iterdir())
+    except FileNotFoundError as exc:
+        raise ProcessLookupError(pid) from exc
+    for entry in entries:
+        try:
+            links.append(os.readlink(entry))
+        except FileNotFoundError:
+            continue
+    sockets = socket_inodes(links)
+    states: dict[int, tuple[str, int]] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            states.update(parse_net_tcp(Path(f"/proc/{pid}/net/{table}").read_text()))
+        except FileNotFoundError:
+            continue  # no IPv6 in this kernel, or the process just exited
+    established: Counter[int] = Counter()
+    for inode in sockets:
+        state, port = states.get(inode, ("", 0))
+        if state == TCP_ESTABLISHED:
+            established[port] += 1
+    return OpenFiles(len(links), len(sockets), dict(established))
 
 
 # -- Prometheus text -----------------------------------------------------------------------

@@ -239,6 +239,7 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
         options = dataclasses.replace(options, shard_name=_default_shard_name())
     mgr = _manager(client, options)
     cache = ClusterCache(client)
+    mgr.metrics.add_informer_source(cache.informer_sizes)
     for name, component in COMPONENTS.items():
         if name in options.components:
             await component.setup(mgr, cache, getattr(options, name))

@@ -118,6 +118,13 @@ class ClusterCache:
         """Clusters currently connected."""
         return list(self._connections)
 
+    def informer_sizes(self) -> list[tuple[str, str, str, int]]:
+        """(cluster, group, kind, objects) of every workload informer: give it to
+        ``RuntimeMetrics.add_informer_source`` so /metrics reports them."""
+        return [
+            size for key, conn in self._connections.items() for size in conn.cache.sizes(str(key))
+        ]
+
     def is_healthy(self, cluster: ObjectKey) -> bool:
         conn = self._connections.get(cluster)
         return conn is not None and conn.failures < self.failure_threshold

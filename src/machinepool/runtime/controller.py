@@ -171,6 +171,8 @@ class EnqueueHandler:
         self._enqueue(new, echo)
 
     def on_delete(self, obj: Obj) -> None:
+        if self._own_writes is not None:
+            self._own_writes.forget(obj)  # gone: no echo of it will come
         self._enqueue(obj)
 
 

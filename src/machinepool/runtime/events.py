@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from machinepool.runtime.client import EVENTS, Client, Obj
 from machinepool.runtime.errors import NotFound
 from machinepool.runtime.logging import KVLogger, get_logger
+from machinepool.runtime.ownwrites import stop_recording
 
 NOTE_LIMIT = 1024  # the API server rejects longer notes
 
@@ -138,6 +139,7 @@ class EventRecorder:
             self._writer = asyncio.create_task(self._write_loop(), name=f"events-{self.component}")
 
     async def _write_loop(self) -> None:
+        stop_recording()  # started by whichever reconcile recorded first; writes for all
         while True:
             item = await self._queue.get()
             try:

@@ -526,6 +526,13 @@ class InformerCache:
         ns = namespace if resource.namespaced else None
         return _InformerKey(resource, ns, self.scope.selector(resource, label_selector))
 
+    def sizes(self, cluster: str) -> builtins.list[tuple[str, str, str, int]]:
+        """(cluster, group, kind, objects) of each informer: a metrics source
+        (``RuntimeMetrics.add_informer_source``)."""
+        return [
+            (cluster, i.resource.group, i.resource.kind, len(i)) for i in self._informers.values()
+        ]
+
     @property
     def has_synced(self) -> bool:
         return all(i.has_synced for i in self._informers.values())

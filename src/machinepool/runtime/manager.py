@@ -41,7 +41,7 @@ from machinepool.runtime.informer import (
 )
 from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from machinepool.runtime.logging import KVLogger, get_logger
-from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.metrics import MANAGEMENT, RuntimeMetrics
 from machinepool.runtime.sharding import Handover
 from machinepool.runtime.tls import CertReloader, self_signed
 from machinepool.runtime.workqueue import RateLimiter
@@ -100,6 +100,7 @@ class Manager:
         self.metrics = metrics or RuntimeMetrics()
         self.log = (logger or get_logger(__name__)).bind(manager=name)
         self.cache = InformerCache(client, transform=transform, scope=scope, logger=self.log)
+        self.metrics.add_informer_source(lambda: self.cache.sizes(MANAGEMENT))
         self.handover = handover
         self._election = leader_election
         self._elector: LeaderElector | None = None
@@ -224,6 +225,7 @@ class Manager:
         """
         self._transition((ManagerState.NEW,), ManagerState.STARTING, "start")
         self._remove_hook = self.client.add_request_hook(self.metrics.on_request)
+        self.metrics.state.bind(asyncio.get_running_loop())
         if self._election is not None:
             self.metrics.leader.labels(self._election.name).set(0)
         try:

@@ -21,13 +21,32 @@ existing dashboards read them:
 - ``rest_client_requests_total{verb,resource,code}`` (fed by ``Client``'s ``on_request`` hook)
 - ``leader_election_master_status{name}`` (1 while this manager leads)
 
+and two of our own, read from the process's state on each scrape (``StateCollector``), for
+watching a process's footprint over time (bench/bench_soak.py) and alerting on a leak:
+
+- ``machinepool_asyncio_tasks`` (asyncio tasks alive on the process's event loop)
+- ``machinepool_informer_objects{cluster,group,kind}`` (objects held by the informer caches,
+  summed per kind; ``cluster`` is ``management`` or a workload Cluster's ``namespace/name``)
+
 Every labelled series a controller owns is created at zero when the controller is registered,
 so rates and alerts work before the first event.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+InformerSizes = Callable[[], Iterable[tuple[str, str, str, int]]]
+"""(cluster, group, kind, objects) of each informer a cache holds; called on every scrape."""
+
+MANAGEMENT = "management"
+"""The ``cluster`` label of the management cluster's informers."""
 
 RESULTS = ("success", "error", "requeue_after", "requeue")
 
@@ -124,6 +143,12 @@ class RuntimeMetrics:
             ["name"],
             registry=r,
         )
+        self.state = StateCollector()
+        r.register(self.state)
+
+    def add_informer_source(self, source: InformerSizes) -> None:
+        """Report the informers ``source`` yields in ``machinepool_informer_objects``."""
+        self.state.sources.append(source)
 
     def init_controller(self, name: str, concurrency: int) -> None:
         """Create every series of controller ``name`` at zero."""
@@ -168,3 +193,50 @@ class QueueMetrics:
 
     def waited(self, seconds: float) -> None:
         self._wait.observe(seconds)
+
+
+class StateCollector(Collector):
+    """``machinepool_asyncio_tasks`` and ``machinepool_informer_objects``, computed when
+    scraped rather than kept up to date on every event: counting a few dozen informers' stores
+    and the loop's tasks every 15 s costs nothing, while a gauge moved per watch event would
+    sit on the hot path of every informer.
+
+    The loop is the running one (a scrape is served on it); ``bind`` names it for a scrape
+    from elsewhere (a test calling ``generate_latest`` outside the loop). Both families exist
+    from the start: the task gauge always has its sample, and each informer a source knows has
+    its series, at zero until its first list.
+    """
+
+    def __init__(self) -> None:
+        self.sources: list[InformerSizes] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def _tasks(self) -> int:
+        loop: asyncio.AbstractEventLoop | None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self._loop
+        return 0 if loop is None else len(asyncio.all_tasks(loop))
+
+    def collect(self) -> Iterator[Metric]:
+        tasks = GaugeMetricFamily(
+            "machinepool_asyncio_tasks", "asyncio tasks alive on the process's event loop."
+        )
+        tasks.add_metric([], self._tasks())
+        yield tasks
+        objects = GaugeMetricFamily(
+            "machinepool_informer_objects",
+            "Objects held by the informer caches, per cluster and kind.",
+            labels=["cluster", "group", "kind"],
+        )
+        totals: Tally[tuple[str, str, str]] = Tally()
+        for source in self.sources:
+            for cluster, group, kind, count in source():
+                totals[(cluster, group, kind)] += count
+        for labels, count in sorted(totals.items()):
+            objects.add_metric(list(labels), count)
+        yield objects

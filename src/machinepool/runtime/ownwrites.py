@@ -44,6 +44,18 @@ class OwnWrites:
         while len(self._versions) > self.max_entries:
             self._versions.popitem(last=False)
 
+    def __len__(self) -> int:
+        """Objects remembered."""
+        return len(self._versions)
+
+    def forget(self, obj: Any) -> None:
+        """Drop what was recorded of ``obj``: it was deleted, so no echo of it can come, and
+        a churn that creates and deletes objects would otherwise keep every one of them until
+        ``max_entries`` (some 10 MB a controller)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(meta, dict) and meta.get("uid"):
+            self._versions.pop(str(meta["uid"]), None)
+
     def is_own(self, obj: Any) -> bool:
         """True when ``obj`` is exactly a version this controller wrote."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -60,6 +72,17 @@ class OwnWrites:
             yield
         finally:
             _writing.reset(token)
+
+
+def stop_recording() -> None:
+    """Record nothing written from here on in the current context.
+
+    For a long-lived task that a reconcile happens to start but that writes for everyone, as
+    the Event recorder's writer does: a task copies its creator's context, so without this
+    every Event it ever wrote would be recorded as the writes of whichever controller's
+    reconcile recorded the first one, and kept until that ``OwnWrites`` reached its bound.
+    """
+    _writing.set(None)
 
 
 def note_write(obj: Any) -> None:
