@@ -66,7 +66,7 @@ async def _create_pools(client: Client, pools: int, clusters: int, replicas: int
                 obj["spec"]["template"]["spec"]["clusterName"] = cluster
             await client.create(res, obj, NAMESPACE)
 
-    await scenario.bounded(create(i) for i in range(pools))
+    await scenario.bounded([str(i) for i in range(pools)], lambda i: create(int(i)))
 
 
 async def _placed(client: Client, shards: int, timeout: float) -> None:
