@@ -311,6 +311,30 @@ def test_drain_skips_daemonset_and_mirror_pods() -> None:
     assert drain.should_evict({"metadata": {}})
 
 
+def test_drain_knows_an_unreachable_node_by_ready_unknown() -> None:
+    def node(status: str) -> dict[str, Any]:
+        return {"status": {"conditions": [{"type": "Ready", "status": status}]}}
+
+    assert drain.node_unreachable(node("Unknown"))
+    assert not drain.node_unreachable(node("False"))
+    assert not drain.node_unreachable(node("True"))
+    assert not drain.node_unreachable({"status": {}})
+
+
+@pytest.mark.parametrize(
+    ("deleted_ago", "left"),
+    [(-1.0, 3.0), (0.0, 2.0), (1.5, 0.5), (2.0, 0.0), (10.0, -8.0)],
+)
+def test_terminating_pod_on_unreachable_node_is_let_go_two_seconds_on(
+    deleted_ago: float, left: float
+) -> None:
+    """Upstream waits while the whole seconds since the deletionTimestamp are at most 1."""
+    stamp = (NOW - timedelta(seconds=deleted_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    pod = {"metadata": {"deletionTimestamp": stamp}}
+    assert drain.seconds_until_skipped(pod, NOW) == pytest.approx(left)
+    assert drain.seconds_until_skipped({"metadata": {}}, NOW) is None
+
+
 def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
     m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"minReadySeconds": 10}}
     wait = machine_status.set_node_conditions(m, node("n", "x://n", since=NOW), NOW)

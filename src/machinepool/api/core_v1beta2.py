@@ -341,6 +341,10 @@ class MachineDeletionStatus(K8sModel):
     """When draining the Node started."""
     wait_for_node_volume_detach_start_time: Time | None = None
     """When waiting for volume detach started."""
+    wait_for_pre_drain_hook_start_time: Time | None = None
+    """When waiting for pre-drain hooks started."""
+    wait_for_pre_terminate_hook_start_time: Time | None = None
+    """When waiting for pre-terminate hooks started; from then on the Node is not drained."""
 
 
 class NodeSystemInfo(K8sModel):

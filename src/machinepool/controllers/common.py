@@ -22,6 +22,7 @@ __all__ = [
     "group_of",
     "is_controlled_by",
     "is_deleting",
+    "is_paused",
     "node_available",
     "node_inputs",
     "node_ready",
@@ -76,13 +77,19 @@ def _same_owner(ref: Obj, wanted: Obj) -> bool:
     )
 
 
-def set_paused_condition(obj: Obj, cluster: Obj, kind: str) -> bool:
-    """Set ``obj``'s Paused condition from ``cluster.spec.paused`` and the paused annotation;
-    True when the reconcile must stop here (paused, or the condition just changed and is
-    written first, as upstream's ``paused.EnsurePausedCondition`` does)."""
-    paused = bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
+def is_paused(obj: Obj, cluster: Obj | None) -> bool:
+    """Whether ``obj`` is paused: its Cluster's ``spec.paused``, or its own paused annotation."""
+    return bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
         obj, "metadata", "annotations", default={}
     )
+
+
+def set_paused_condition(obj: Obj, cluster: Obj | None, kind: str) -> bool:
+    """Set ``obj``'s Paused condition from ``cluster.spec.paused`` and the paused annotation;
+    True when the reconcile must stop here (paused, or the condition just changed and is
+    written first, as upstream's ``paused.EnsurePausedCondition`` does). A missing Cluster
+    (``None``) pauses nothing."""
+    paused = is_paused(obj, cluster)
     status = ensure(obj, "status")
     if not isinstance(status.get("conditions"), list):
         status["conditions"] = []

@@ -2,7 +2,8 @@
 tests write by hand), a running manager with both core controllers, and object builders.
 
 Nothing is mocked: objects live in the real management apiserver, Nodes and Pods in a real
-workload apiserver. Waiting is event-driven (``Watch.until``), never a fixed sleep.
+workload apiserver. Waiting is event-driven (``Watch.until``), never a fixed sleep; "nothing
+happens" is checked over a window of watched events (``Env.unchanged``, from ``Changes``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest_asyncio
 import yaml
+from tests.support import Changes
 from tests.support.builders import machine_pool
 from tests.support.resources import (
     CLUSTER_ROLES,
@@ -148,9 +150,9 @@ class Watch:
 
 
 @dataclass
-class Env:
+class Env(Changes):
     """A management namespace with a Cluster wired to a workload cluster, and running core
-    controllers."""
+    controllers. Its ``Changes`` windows follow the pools, Machines and Nodes watched."""
 
     client: Client
     namespace: str
@@ -359,20 +361,23 @@ async def env(
     nodes = Watch(nodes_informer)
     await nodes_informer.start()
     await mgr.start()
+    env = Env(
+        client,
+        namespace,
+        workload,
+        wclient,
+        mgr,
+        cache,
+        cluster_name,
+        pools,
+        machines,
+        nodes,
+        writes,
+    )
+    for watch in (pools, machines, nodes):
+        env.follow(watch.informer)
     try:
-        yield Env(
-            client,
-            namespace,
-            workload,
-            wclient,
-            mgr,
-            cache,
-            cluster_name,
-            pools,
-            machines,
-            nodes,
-            writes,
-        )
+        yield env
     finally:
         remove_hook()
         await mgr.stop()

@@ -1,16 +1,18 @@
 """MachinePool Machines: created per infra machine (long pool names hashed into the label),
 counted for status, and deleted drain-safely: a PodDisruptionBudget blocks eviction until the
-drain timeout, then the infra machine and the Node go and the Machine is released."""
+drain timeout, then the infra machine and the Node go and the Machine is released. Deletion
+waits for pre-drain and pre-terminate hooks, does nothing while the Cluster or the Machine is
+paused, and does not wait on an unreachable Node for pods its kubelet will never end."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tests.support.resources import MACHINES
+from tests.support.resources import CLUSTERS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.runtime import PDBS, PODS, Client, Obj
+from machinepool.runtime import NODES, PDBS, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
 
@@ -149,3 +151,171 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     pod = await env.wclient.get(PODS, "guarded", "default")
     assert not pod["metadata"].get("deletionTimestamp"), "the PDB kept the pod from eviction"
     assert (await env.client.get(TEST_POOLS, "infra", env.namespace))["kind"] == "TestMachinePool"
+
+
+WINDOW = 5.0
+"""Seconds of watched events over which a held deletion must not move."""
+PRE_DRAIN_A = f"{c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX}/a-hook"
+PRE_DRAIN_B = f"{c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX}/b-hook"
+PRE_TERMINATE = f"{c.PRE_TERMINATE_DELETE_HOOK_ANNOTATION_PREFIX}/t-hook"
+
+
+async def _pool_machine(env: Env) -> None:
+    """A pool with one Machine, m0, Ready on Node n0."""
+    pid = "test:///mpm/0"
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("infra")
+    await env.infra_provider_ids("infra", [pid])
+    await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
+    await _infra_machine(env, "m0", "workers", pid)
+    await env.node("n0", pid)
+    await env.machine_pool("workers", replicas=1, infra="infra", bootstrap="boot")
+    await env.machines.until(
+        "m0", lambda m: m is not None and cond(m, c.READY_CONDITION).get("status") == "True"
+    )
+
+
+async def _annotate(env: Env, annotations: dict[str, str | None]) -> None:
+    patch = {"metadata": {"annotations": annotations}}
+    await env.client.patch(MACHINES, "m0", patch, env.namespace)
+
+
+async def _delete_machine(env: Env) -> None:
+    await env.client.delete(MACHINES, "m0", env.namespace)
+    await env.machines.until(
+        "m0", lambda m: m is not None and bool(m["metadata"].get("deletionTimestamp"))
+    )
+
+
+def _deletion(env: Env) -> tuple[object, ...]:
+    """What a deletion's progress shows: the Deleting condition, the drain's start and the
+    cordon, whether the Node and the Machine are still there."""
+    machine, node = env.machines.get("m0"), env.nodes.get("n0")
+    deleting = cond(machine, c.DELETING_CONDITION)
+    return (
+        machine is not None,
+        deleting.get("reason"),
+        ((machine or {}).get("status") or {}).get("deletion", {}).get("nodeDrainStartTime"),
+        node is not None,
+        bool(((node or {}).get("spec") or {}).get("unschedulable")),
+    )
+
+
+async def _gone(env: Env) -> None:
+    """The deletion went through: Machine, Node and infra machine are gone."""
+    assert await env.machines.until("m0", lambda m: m is None) is None
+    assert await env.nodes.until("n0", lambda n: n is None) is None
+    assert not (await env.client.list(TEST_MACHINES, env.namespace)).items
+
+
+async def test_paused_cluster_or_machine_holds_the_machine_and_says_so(env: Env) -> None:
+    await _pool_machine(env)
+    machine = await env.machines.until(
+        "m0", lambda m: cond(m, c.PAUSED_CONDITION).get("reason") == c.NOT_PAUSED_REASON
+    )
+    assert cond(machine, c.PAUSED_CONDITION)["status"] == "False"
+
+    await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": True}}, env.namespace)
+    machine = await env.machines.until(
+        "m0", lambda m: cond(m, c.PAUSED_CONDITION).get("status") == "True"
+    )
+    paused = cond(machine, c.PAUSED_CONDITION)
+    assert (paused["reason"], paused["message"]) == (
+        c.PAUSED_REASON,
+        "Cluster spec.paused is set to true",
+    )
+    await _annotate(env, {c.PAUSED_ANNOTATION: "true"})
+    both = "Cluster spec.paused is set to true, Machine has the cluster.x-k8s.io/paused annotation"
+    await env.machines.until("m0", lambda m: cond(m, c.PAUSED_CONDITION).get("message") == both)
+
+    await _delete_machine(env)
+    await env.unchanged(lambda: _deletion(env), "a paused Machine's deletion", WINDOW)
+    # Resuming the Cluster leaves the Machine paused by its own annotation.
+    await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": False}}, env.namespace)
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.PAUSED_CONDITION).get("message")
+            == "Machine has the cluster.x-k8s.io/paused annotation"
+        ),
+    )
+    assert cond(machine, c.DELETING_CONDITION).get("status") != "True"
+    await env.unchanged(lambda: _deletion(env), "a paused Machine's deletion", WINDOW)
+
+    await _annotate(env, {c.PAUSED_ANNOTATION: None})
+    await _gone(env)
+
+
+async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -> None:
+    await _pool_machine(env)
+    await _annotate(env, {PRE_DRAIN_B: "", PRE_DRAIN_A: "", PRE_TERMINATE: ""})
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_DRAIN_HOOK_REASON
+        ),
+    )
+    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+        f"Waiting for pre-drain hooks to succeed (hooks: {PRE_DRAIN_A},{PRE_DRAIN_B})"
+    )
+    assert machine is not None
+    assert machine["status"]["deletion"]["waitForPreDrainHookStartTime"]
+    hook = cond(machine, c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION, v1beta1=True)
+    assert (hook["status"], hook["reason"]) == ("False", c.V1BETA1_WAITING_EXTERNAL_HOOK_REASON)
+    await env.unchanged(lambda: _deletion(env), "the drain held by pre-drain hooks", WINDOW)
+
+    await _annotate(env, {PRE_DRAIN_A: None, PRE_DRAIN_B: None})
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON
+        ),
+    )
+    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+        f"Waiting for pre-terminate hooks to succeed (hooks: {PRE_TERMINATE})"
+    )
+    assert machine is not None
+    assert machine["status"]["deletion"]["waitForPreTerminateHookStartTime"]
+    for type_, status in (
+        (c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION, "True"),
+        (c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, "True"),
+        (c.V1BETA1_PRE_TERMINATE_DELETE_HOOK_SUCCEEDED_CONDITION, "False"),
+    ):
+        assert cond(machine, type_, v1beta1=True)["status"] == status, type_
+    node = env.nodes.get("n0")
+    assert node is not None
+    assert node["spec"].get("unschedulable"), "drained before the pre-terminate hook"
+    await env.unchanged(lambda: _deletion(env), "the infra machine held by a hook", WINDOW)
+    infra = await env.client.get(TEST_MACHINES, "m0", env.namespace)
+    assert not infra["metadata"].get("deletionTimestamp")
+
+    await _annotate(env, {PRE_TERMINATE: None})
+    await _gone(env)
+
+
+async def test_drain_of_an_unreachable_node_does_not_wait_for_terminating_pods(env: Env) -> None:
+    await _pool_machine(env)
+    await _running_pod(env.wclient, "terminating", "n0")
+    await _running_pod(env.wclient, "running", "n0")
+    # No kubelet confirms a pod's end here: a deleted pod stays, terminating, for good.
+    await env.wclient.delete(PODS, "terminating", "default", grace_period_seconds=1)
+    unknown = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+    }
+    await env.wclient.patch(
+        NODES, "n0", {"status": {"conditions": [unknown]}}, subresource="status"
+    )
+    await env.nodes.until("n0", lambda n: cond(n, "Ready").get("status") == "Unknown")
+
+    await _delete_machine(env)
+    await _gone(env)
+    for name in ("terminating", "running"):  # evicted, never confirmed gone
+        pod = await env.wclient.get(PODS, name, "default")
+        assert pod["metadata"].get("deletionTimestamp"), name
+    evicted = await env.wclient.get(PODS, "running", "default")
+    assert evicted["metadata"]["deletionGracePeriodSeconds"] == 1

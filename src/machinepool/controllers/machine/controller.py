@@ -3,27 +3,32 @@
 Built by ``machinepool.controllers.machine.setup``. For a live pool Machine it adds the
 ``machine.cluster.x-k8s.io`` finalizer, copies the infra machine's providerID, finds its Node
 and sets nodeRef and the NodeReady / Ready / Available conditions the MachinePool counts. For a
-deleted one it cordons and drains the Node (Eviction API, PDBs honoured, until
-``spec.deletion.nodeDrainTimeoutSeconds``), deletes the infra machine and waits for it, deletes
-the Node (unless ``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer. Machines not
-controlled by a MachinePool are left to whoever owns them.
+deleted one it waits for its pre-drain hooks, cordons and drains the Node (Eviction API, PDBs
+honoured, until ``spec.deletion.nodeDrainTimeoutSeconds``), waits for its pre-terminate hooks,
+deletes the infra machine and waits for it, deletes the Node (unless
+``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer. While its Cluster or the Machine
+itself is paused it only reports so (the Paused condition). Machines not controlled by a
+MachinePool are left to whoever owns them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
-from machinepool.api.kinds import MACHINES
+from machinepool.api.kinds import CLUSTERS, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.controllers.common import (
     WorkloadNodes,
     is_deleting,
+    is_paused,
     node_inputs,
     now,
     ref_text,
+    set_paused_condition,
     set_up_to_date,
 )
 from machinepool.controllers.machine import drain, status
@@ -31,6 +36,7 @@ from machinepool.controllers.machine.node import node_patch
 from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
     NODES,
+    Client,
     ClusterCache,
     ContractResolver,
     Controller,
@@ -58,6 +64,7 @@ DRAIN_RETRY = 20.0
 BY_PROVIDER_ID = "machine.core/provider-id"
 BY_NODE_NAME = "machine.core/node-name"
 BY_INFRA_REF = "machine.core/infra-ref"
+BY_CLUSTER = "machine.core/cluster"
 
 
 def _prefix(machine: Obj) -> str:
@@ -85,11 +92,21 @@ def _index_infra_ref(m: Obj) -> list[str]:
     return [f"{ns}/{ref.get('apiGroup')}/{ref.get('kind')}/{ref.get('name')}"] if ref else []
 
 
+def _index_cluster(m: Obj) -> list[str]:
+    return [_prefix(m)] if _pool_owned(m) else []
+
+
 INDEXERS: dict[str, IndexFunc] = {
     BY_PROVIDER_ID: _index_provider_id,
     BY_NODE_NAME: _index_node_name,
     BY_INFRA_REF: _index_infra_ref,
+    BY_CLUSTER: _index_cluster,
 }
+
+
+def _cluster_paused(cluster: Obj) -> tuple[object, ...]:
+    """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``)."""
+    return (bool(dig(cluster, "spec", "paused")),)
 
 
 class MachineReconciler:
@@ -103,6 +120,7 @@ class MachineReconciler:
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
         )
         self.machines: Informer
+        self.clusters: Informer
         self.reader: OwnReader
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
@@ -115,6 +133,15 @@ class MachineReconciler:
         self.reader = OwnReader(self.client, MACHINES, self.machines)
         # Only this controller writes a pool Machine's status.
         self.controller.watch(self.machines, inputs=metadata_and_spec)
+        # Pausing or resuming a Cluster wakes its pool Machines: the Paused condition says so
+        # at once, and a deletion held while paused resumes without waiting for a resync
+        # (upstream's Machine controller waits for one).
+        self.clusters = await self.cache.get_informer(CLUSTERS)
+        self.controller.watch(self.clusters, self._cluster_mapper, _cluster_paused)
+
+    def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
+        prefix = f"{dig(cluster, 'metadata', 'namespace')}/{dig(cluster, 'metadata', 'name')}/"
+        return [ObjectKey.of(m) for m in self.machines.by_index(BY_CLUSTER, prefix)]
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
         prefix = f"{cluster.namespace}/{cluster.name}/"
@@ -170,6 +197,16 @@ class MachineReconciler:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
             await patcher.patch(machine)
             return Result()
+        cluster_name = str(dig(machine, "spec", "clusterName", default=""))
+        cluster = self.clusters.get(cluster_name, key.namespace)
+        if set_paused_condition(machine, cluster, "Machine"):
+            # Paused: nothing but the condition. Or the condition just changed and is written
+            # first, as upstream does; then carry on at once (our own status write wakes no
+            # watch, see start_watches).
+            await _patch(patcher, machine)
+            if not is_paused(machine, cluster):
+                self.controller.enqueue(key)
+            return Result()
         scope = Scope(self, machine)
         try:
             await self._observe(scope)
@@ -182,11 +219,7 @@ class MachineReconciler:
         finally:
             set_up_to_date(machine)
             status.set_phase(machine)
-            try:
-                await patcher.patch(machine)
-            except NotFound:
-                if not is_deleting(machine):
-                    raise
+            await _patch(patcher, machine)
         return result
 
     async def _observe(self, scope: Scope) -> None:
@@ -255,7 +288,73 @@ def _deleting(scope: Scope, reason: str, message: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Hook:
+    """A kind of deletion lifecycle hook: annotations with ``prefix`` hold the deletion."""
+
+    prefix: str
+    started: str
+    """The ``status.deletion`` field recording when the wait began."""
+    v1beta1_condition: str
+    reason: str
+    """The Deleting condition's reason while waiting."""
+    name: str
+
+
+PRE_DRAIN = _Hook(
+    c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX,
+    "waitForPreDrainHookStartTime",
+    c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION,
+    c.WAITING_FOR_PRE_DRAIN_HOOK_REASON,
+    "pre-drain",
+)
+PRE_TERMINATE = _Hook(
+    c.PRE_TERMINATE_DELETE_HOOK_ANNOTATION_PREFIX,
+    "waitForPreTerminateHookStartTime",
+    c.V1BETA1_PRE_TERMINATE_DELETE_HOOK_SUCCEEDED_CONDITION,
+    c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON,
+    "pre-terminate",
+)
+
+
+def _v1beta1_conditions(machine: Obj) -> list[Obj]:
+    conditions: list[Obj] = ensure(machine, "status", "deprecated", "v1beta1").setdefault(
+        "conditions", []
+    )
+    return conditions
+
+
+def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
+    """Whether ``hook``'s annotations hold the deletion; if so, say which ones and since when.
+
+    Their owners remove the annotations when done; that change to the Machine brings the
+    reconcile back, so nothing is requeued.
+    """
+    machine = scope.machine
+    annotations = dig(machine, "metadata", "annotations", default={})
+    hooks = sorted(k for k in annotations if k.startswith(hook.prefix))
+    if not hooks:
+        set_v1beta1_condition(_v1beta1_conditions(machine), hook.v1beta1_condition, True)
+        return False
+    log.info(f"waiting for {hook.name} hooks", machine=str(scope.key), hooks=",".join(hooks))
+    ensure(machine, "status", "deletion").setdefault(hook.started, format_time(now()))
+    set_v1beta1_condition(
+        _v1beta1_conditions(machine),
+        hook.v1beta1_condition,
+        False,
+        c.V1BETA1_WAITING_EXTERNAL_HOOK_REASON,
+        "",
+        c.SEVERITY_INFO,
+    )
+    _deleting(
+        scope, hook.reason, f"Waiting for {hook.name} hooks to succeed (hooks: {','.join(hooks)})"
+    )
+    return True
+
+
 async def reconcile_delete(scope: Scope) -> Result:
+    """Upstream's deletion sequence: pre-drain hooks and drain (only for a Machine with a
+    Node), pre-terminate hooks, the infra machine, then the Node."""
     machine = scope.machine
     if deleted_for_move(machine):
         # clusterctl move deletes the source copy; the Machine lives on in the target
@@ -263,68 +362,102 @@ async def reconcile_delete(scope: Scope) -> Result:
         _drop_finalizer(machine)
         _deleting(scope, c.DELETION_COMPLETED_REASON, "moved by clusterctl")
         return Result()
-    deletion = dig(machine, "spec", "deletion", default={})
-    node = scope.node
     wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-    excluded = c.EXCLUDE_NODE_DRAINING_ANNOTATION in dig(
-        machine, "metadata", "annotations", default={}
-    )
-    if node is not None and not excluded:
-        deletion_status = ensure(machine, "status", "deletion")
-        start = deletion_status.setdefault("nodeDrainStartTime", format_time(now()))
-        passed, left = _timed_out(start, deletion.get("nodeDrainTimeoutSeconds"))
-        if not passed:
-            await drain.cordon(wclient, node)
-            result = await drain.drain(wclient, str(dig(node, "metadata", "name")))
-            if not result.done:
-                _deleting(scope, c.DRAINING_NODE_REASON, result.message())
-                set_v1beta1_condition(
-                    ensure(machine, "status", "deprecated", "v1beta1").setdefault("conditions", []),
-                    c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
-                    False,
-                    c.V1BETA1_DRAINING_REASON,
-                    result.message(),
-                    c.SEVERITY_INFO,
-                )
-                return Result(requeue_after=max(0.5, min(DRAIN_RETRY, left)))
-        set_v1beta1_condition(
-            ensure(machine, "status", "deprecated", "v1beta1").setdefault("conditions", []),
-            c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
-            True,
-        )
+    if scope.node is not None or dig(machine, "status", "nodeRef", "name"):
+        if _waiting_for_hooks(scope, PRE_DRAIN):
+            return Result()
+        if scope.node is not None and _drain_allowed(machine):
+            draining = await _drain(scope, wclient, scope.node)
+            if draining is not None:
+                return draining
+    if _waiting_for_hooks(scope, PRE_TERMINATE):
+        return Result()
     if scope.infra_machine is not None:
-        ref = machine["spec"]["infrastructureRef"]
-        text = ref_text(str(ref["kind"]), scope.key.namespace, str(ref["name"]))
-        _deleting(
-            scope, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON, f"Waiting for {text} to be deleted"
-        )
-        if not dig(scope.infra_machine, "metadata", "deletionTimestamp"):
-            resource = await scope.reconciler.resolver.resolve(
-                str(ref["apiGroup"]), str(ref["kind"])
-            )
-            await scope.reconciler.client.delete(
-                resource,
-                str(ref["name"]),
-                scope.key.namespace,
-                uid=dig(scope.infra_machine, "metadata", "uid"),
-            )
+        await _delete_infra_machine(scope)
         return Result()  # the infra machine's delete event brings us back
-    passed, _ = _timed_out(
-        dig(machine, "metadata", "deletionTimestamp"), deletion.get("nodeDeletionTimeoutSeconds")
-    )
-    if node is not None and not passed:
-        _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {dig(node, 'metadata', 'name')}")
-        log.info(
-            "deleting the Node of a deleted Machine",
-            node=dig(node, "metadata", "name"),
-            machine=str(scope.key),
-        )
-        await wclient.delete(
-            NODES, str(dig(node, "metadata", "name")), uid=dig(node, "metadata", "uid")
-        )
+    await _delete_node(scope, wclient)
     _drop_finalizer(machine)
     _deleting(scope, c.DELETION_COMPLETED_REASON, "")
     return Result()
+
+
+def _drain_allowed(machine: Obj) -> bool:
+    """Not excluded by annotation, and not once the pre-terminate hooks were waited for (by
+    then the drain had its turn: upstream does not go back to it)."""
+    if c.EXCLUDE_NODE_DRAINING_ANNOTATION in dig(machine, "metadata", "annotations", default={}):
+        return False
+    return not dig(machine, "status", "deletion", PRE_TERMINATE.started)
+
+
+async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
+    """Cordon and drain ``node`` until done or ``nodeDrainTimeoutSeconds`` passed; the
+    Result to come back with while it is not, ``None`` once the deletion may go on."""
+    machine = scope.machine
+    deletion = dig(machine, "spec", "deletion", default={})
+    start = ensure(machine, "status", "deletion").setdefault(
+        "nodeDrainStartTime", format_time(now())
+    )
+    passed, left = _timed_out(start, deletion.get("nodeDrainTimeoutSeconds"))
+    if not passed:
+        await drain.cordon(wclient, node)
+        result = await drain.drain(wclient, node, now())
+        if not result.done:
+            _deleting(scope, c.DRAINING_NODE_REASON, result.message())
+            set_v1beta1_condition(
+                _v1beta1_conditions(machine),
+                c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
+                False,
+                c.V1BETA1_DRAINING_REASON,
+                result.message(),
+                c.SEVERITY_INFO,
+            )
+            wait = min(DRAIN_RETRY, left, result.skippable_in or DRAIN_RETRY)
+            return Result(requeue_after=max(0.5, wait))
+    set_v1beta1_condition(
+        _v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
+    )
+    return None
+
+
+async def _delete_infra_machine(scope: Scope) -> None:
+    """Delete the infra machine (once) and say the deletion waits for it."""
+    ref = scope.machine["spec"]["infrastructureRef"]
+    text = ref_text(str(ref["kind"]), scope.key.namespace, str(ref["name"]))
+    _deleting(
+        scope, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON, f"Waiting for {text} to be deleted"
+    )
+    if dig(scope.infra_machine, "metadata", "deletionTimestamp"):
+        return
+    resource = await scope.reconciler.resolver.resolve(str(ref["apiGroup"]), str(ref["kind"]))
+    await scope.reconciler.client.delete(
+        resource,
+        str(ref["name"]),
+        scope.key.namespace,
+        uid=dig(scope.infra_machine, "metadata", "uid"),
+    )
+
+
+async def _delete_node(scope: Scope, wclient: Client) -> None:
+    """Delete the Node, unless ``nodeDeletionTimeoutSeconds`` since the deletion passed."""
+    machine, node = scope.machine, scope.node
+    passed, _ = _timed_out(
+        dig(machine, "metadata", "deletionTimestamp"),
+        dig(machine, "spec", "deletion", "nodeDeletionTimeoutSeconds"),
+    )
+    if node is None or passed:
+        return
+    name = str(dig(node, "metadata", "name"))
+    _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
+    log.info("deleting the Node of a deleted Machine", node=name, machine=str(scope.key))
+    await wclient.delete(NODES, name, uid=dig(node, "metadata", "uid"))
+
+
+async def _patch(patcher: Patcher, machine: Obj) -> None:
+    try:
+        await patcher.patch(machine)
+    except NotFound:
+        if not is_deleting(machine):
+            raise  # gone under us while not deleting: the next event decides
 
 
 def _drop_finalizer(machine: Obj) -> None:

@@ -4,16 +4,25 @@ Called by ``controller`` while a pool-owned Machine is being deleted. One call e
 can and reports what is left; the caller comes back later (a PDB that answers 429 today may
 allow the eviction tomorrow). DaemonSet pods and mirror pods are left alone, as kubectl drain
 and upstream do.
+
+On an unreachable Node (Ready Unknown) no kubelet will ever confirm a pod's end, so, as
+upstream's drain does there, evictions ask for a 1-second grace period and pods whose
+deletionTimestamp passed more than a second ago count as gone: otherwise a dead Node's drain
+would wait forever and block its remediation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from machinepool.api.meta import dig
+from machinepool.api.meta import dig, parse_time
 from machinepool.runtime import NODES, PODS, Client, NotFound, Obj, TooManyRequests
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+UNREACHABLE_GRACE_SECONDS = 1
+"""Grace period asked of evictions on an unreachable Node, and how many whole seconds past
+its deletionTimestamp a pod there is no longer waited for (upstream's values)."""
 
 
 @dataclass
@@ -24,6 +33,16 @@ class DrainResult:
     """``ns/name`` of pods not gone yet."""
     blocked: list[str] = field(default_factory=list)
     """Eviction refusals (PDB or otherwise), one message per pod."""
+    skippable_in: float | None = None
+    """Seconds until the first pod waited for on an unreachable Node stops being waited for
+    (``None`` when there is none): the caller need not come back later than that."""
+
+    def soonest(self, seconds: float | None) -> None:
+        """Keep the earlier of ``skippable_in`` and ``seconds``."""
+        if seconds is not None:
+            self.skippable_in = (
+                seconds if self.skippable_in is None else min(self.skippable_in, seconds)
+            )
 
     @property
     def done(self) -> bool:
@@ -54,27 +73,70 @@ async def cordon(client: Client, node: Obj) -> None:
         )
 
 
-async def drain(client: Client, node_name: str) -> DrainResult:
+def node_unreachable(node: Obj | None) -> bool:
+    """Whether the Node's Ready condition is Unknown: its kubelet stopped reporting (pure)."""
+    for cond in dig(node, "status", "conditions", default=[]):
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            return cond.get("status") == "Unknown"
+    return False
+
+
+def seconds_until_skipped(pod: Obj, at: datetime) -> float | None:
+    """On an unreachable Node: seconds until a terminating pod is no longer waited for (0 or
+    less: not any more); ``None`` for a pod that is not terminating (pure)."""
+    stamp = dig(pod, "metadata", "deletionTimestamp")
+    if not stamp:
+        return None
+    try:
+        since = (at - parse_time(str(stamp))).total_seconds()
+    except ValueError:
+        return None
+    # Upstream lets a pod go once the whole seconds since its deletionTimestamp exceed the
+    # grace, that is from grace + 1 seconds on.
+    return UNREACHABLE_GRACE_SECONDS + 1 - since
+
+
+async def drain(client: Client, node: Obj, at: datetime) -> DrainResult:
+    """One round of evictions from ``node`` at time ``at``."""
+    node_name = str(dig(node, "metadata", "name"))
+    unreachable = node_unreachable(node)
     pods = await client.list(PODS, field_selector=f"spec.nodeName={node_name}")
     result = DrainResult()
     for pod in pods.items:
         if not should_evict(pod):
             continue
+        wait = seconds_until_skipped(pod, at) if unreachable else None
+        if wait is not None and wait <= 0:
+            continue  # its kubelet is gone and will never confirm the end
         ns, name = dig(pod, "metadata", "namespace"), dig(pod, "metadata", "name")
         result.remaining.append(f"{ns}/{name}")
         if dig(pod, "metadata", "deletionTimestamp"):
+            result.soonest(wait)
             continue  # already going; wait for it
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": ns},
-        }
         try:
-            await client.request(
-                "POST", PODS.path(ns, name) + "/eviction", body=body, verb="create"
-            )
-        except NotFound:
-            result.remaining.remove(f"{ns}/{name}")
+            if not await _evict(client, ns, name, unreachable):
+                result.remaining.remove(f"{ns}/{name}")
+            elif unreachable:  # its deletionTimestamp is now + grace
+                result.soonest(2 * UNREACHABLE_GRACE_SECONDS + 1)
         except TooManyRequests as exc:
             result.blocked.append(f"{ns}/{name}: {exc.message}")
     return result
+
+
+async def _evict(client: Client, namespace: str, name: str, unreachable: bool) -> bool:
+    """Ask the Eviction API to evict one pod; False when the pod is gone already. A refusal
+    (429: a PDB) propagates as ``TooManyRequests``."""
+    body: Obj = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if unreachable:
+        body["deleteOptions"] = {"gracePeriodSeconds": UNREACHABLE_GRACE_SECONDS}
+    try:
+        await client.request(
+            "POST", PODS.path(namespace, name) + "/eviction", body=body, verb="create"
+        )
+    except NotFound:
+        return False
+    return True

@@ -22,6 +22,7 @@ from machinepool.controllers.common import (
     WorkloadNodes,
     ensure_cluster_owner,
     is_deleting,
+    is_paused,
     node_inputs,
     set_paused_condition,
 )
@@ -182,7 +183,7 @@ class MachinePoolReconciler:
             return Result()
         if _set_paused(mp, cluster):
             await _patch(patcher, mp)
-            if not _paused(mp, cluster):
+            if not is_paused(mp, cluster):
                 # Only the Paused condition changed (written first, as upstream does): carry
                 # on at once. A status write of our own wakes no watch (see start_watches).
                 self.controller.enqueue(key)
@@ -267,12 +268,6 @@ async def _patch(patcher: Patcher, mp: Obj) -> None:
 async def set_owner_and_labels(scope: Scope) -> Result:
     ensure_cluster_owner(scope.mp, scope.cluster)
     return Result()
-
-
-def _paused(mp: Obj, cluster: Obj) -> bool:
-    return bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        mp, "metadata", "annotations", default={}
-    )
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:
