@@ -10,7 +10,7 @@ import pytest
 
 from machinepool.api import constants as c
 from machinepool.controllers import common
-from machinepool.controllers.machine import drain
+from machinepool.controllers.machine import drain, volumes
 from machinepool.controllers.machine import status as machine_status
 from machinepool.controllers.machinepool import delete, machines, noderefs, status
 
@@ -542,3 +542,46 @@ def test_node_healthy_names_what_is_wrong_with_the_node() -> None:
     ]
     gone = next(x for x in m["status"]["conditions"] if x["type"] == "InfrastructureReady")
     assert (gone["status"], gone["reason"]) == ("False", "ObjectDoesNotExist")
+
+
+def _pv(name: str, handle: str, claim: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"csi": {"driver": "csi.test", "volumeHandle": handle}}
+    if claim is not None:
+        ns, _, claim_name = claim.partition("/")
+        spec["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": ns, "name": claim_name}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_attached_volumes_matched_to_claims_less_those_of_pods_left_on_the_node() -> None:
+    node = {
+        "status": {
+            "volumesAttached": [
+                {"name": "kubernetes.io/csi/csi.test^h1"},
+                {"name": "kubernetes.io/csi/csi.test^h2"},
+                {"name": "kubernetes.io/csi/csi.test^gone"},
+            ]
+        }
+    }
+    attachments = [{"spec": {"source": {"persistentVolumeName": n}}} for n in ("pv3", "pv9")]
+    pvs = [_pv("pv1", "h1", "a/data"), _pv("pv2", "h2", "b/logs"), _pv("pv3", "h3", None)]
+    daemon = {
+        "metadata": {"namespace": "b"},
+        "spec": {"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "logs"}}]},
+    }
+
+    found = volumes.attached(node, attachments, pvs, [daemon])
+
+    assert found.claims == ["a/data"]
+    assert found.volumes_without_claim == ["pv3"]
+    assert found.node_names_without_volume == ["kubernetes.io/csi/csi.test^gone"]
+    assert found.attachment_names_without_volume == ["pv9"]
+    assert found.message("2026-01-01T00:00:00Z") == (
+        "Waiting for Node volumes to be detached (started at 2026-01-01T00:00:00Z)\n"
+        "* PersistentVolumeClaims: a/data\n"
+        "* PersistentVolumes without a .spec.claimRef to a PersistentVolumeClaim: pv3\n"
+        "* Node with .status.volumesAttached entries not matching a PersistentVolume: "
+        "kubernetes.io/csi/csi.test^gone\n"
+        "* VolumeAttachment with .spec.source.persistentVolumeName not matching a "
+        "PersistentVolume: pv9"
+    )
+    assert not volumes.attached({"status": {}}, [], pvs, [])

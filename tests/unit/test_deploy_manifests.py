@@ -147,7 +147,13 @@ def test_events_are_recorded_with_events_k8s_io(component: str) -> None:
 
 # Resources the code names that live in workload clusters, reached with each Cluster's
 # kubeconfig credentials rather than the manager's ServiceAccount.
-WORKLOAD_ONLY = {("", "nodes"), ("", "pods"), ("policy", "poddisruptionbudgets")}
+WORKLOAD_ONLY = {
+    ("", "nodes"),
+    ("", "pods"),
+    ("policy", "poddisruptionbudgets"),
+    ("", "persistentvolumes"),
+    ("storage.k8s.io", "volumeattachments"),
+}
 # Named by code that never runs in a cluster install (webhook self-registration is for local
 # runs; the manifests carry the webhook configurations).
 LOCAL_ONLY = {

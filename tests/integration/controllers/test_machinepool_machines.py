@@ -1,8 +1,9 @@
 """MachinePool Machines: created per infra machine (long pool names hashed into the label),
 counted for status, and deleted drain-safely: a PodDisruptionBudget blocks eviction until the
 drain timeout, then the infra machine and the Node go and the Machine is released. Deletion
-waits for pre-drain and pre-terminate hooks, does nothing while the Cluster or the Machine is
-paused, and does not wait on an unreachable Node for pods its kubelet will never end."""
+waits for pre-drain and pre-terminate hooks and for the Node's volumes to be detached, does
+nothing while the Cluster or the Machine is paused, and does not wait on an unreachable Node for
+pods its kubelet will never end."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.support.resources import CLUSTERS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.runtime import NODES, PDBS, PODS, Client, Obj
+from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
 
@@ -319,3 +320,54 @@ async def test_drain_of_an_unreachable_node_does_not_wait_for_terminating_pods(e
         assert pod["metadata"].get("deletionTimestamp"), name
     evicted = await env.wclient.get(PODS, "running", "default")
     assert evicted["metadata"]["deletionGracePeriodSeconds"] == 1
+
+
+async def _attached_volume(env: Env) -> None:
+    """A CSI PersistentVolume, bound to default/data, attached to n0."""
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv-data"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "csi.test", "volumeHandle": "vol-1"},
+            "claimRef": {"kind": "PersistentVolumeClaim", "namespace": "default", "name": "data"},
+        },
+    }
+    await env.wclient.create(PERSISTENT_VOLUMES, volume)
+    attached = {"volumesAttached": [{"name": "kubernetes.io/csi/csi.test^vol-1", "devicePath": ""}]}
+    await env.wclient.patch(NODES, "n0", {"status": attached}, subresource="status")
+
+
+async def test_node_deletion_waits_for_its_volumes_to_be_detached(env: Env) -> None:
+    await _pool_machine(env)
+    await _attached_volume(env)
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_VOLUME_DETACH_REASON,
+    )
+    assert machine is not None
+    started = machine["status"]["deletion"]["waitForNodeVolumeDetachStartTime"]
+    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+        f"Waiting for Node volumes to be detached (started at {started})\n"
+        "* PersistentVolumeClaims: default/data"
+    )
+    detach = cond(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
+    assert detach["status"] == "False"
+    assert detach["reason"] == c.V1BETA1_WAITING_FOR_VOLUME_DETACH_REASON
+    await env.unchanged(lambda: _deletion(env), "a Node with an attached volume", WINDOW)
+
+    detached = {"status": {"volumesAttached": None}}
+    await env.wclient.patch(NODES, "n0", detached, subresource="status")
+    await _gone(env)
+
+
+async def test_volume_detach_is_not_waited_for_when_the_machine_says_so(env: Env) -> None:
+    await _pool_machine(env)
+    await _attached_volume(env)
+    await _annotate(env, {c.EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION: ""})
+    await _delete_machine(env)
+    await _gone(env)

@@ -1,9 +1,11 @@
 """Deletion-safe handling of Machines that MachinePools own (MachinePool Machines).
 
-``setup(mgr, cluster_cache)`` registers the controller. A pool Machine's deletion cordons and
-drains its Node through the Eviction API (PDBs honoured, up to nodeDrainTimeoutSeconds),
-deletes its infra machine, then its Node, then lets the Machine go. While alive, the Machine
-gets nodeRef and the NodeReady / Ready / Available conditions from its Node.
+``setup(mgr, cluster_cache)`` registers the controller. A pool Machine's deletion waits for
+its pre-drain hooks, cordons and drains its Node through the Eviction API (PDBs honoured, up to
+nodeDrainTimeoutSeconds), waits for the Node's volumes to be detached, waits for its
+pre-terminate hooks, deletes its infra machine, then its Node, then lets the Machine go. While
+alive, the Machine gets nodeRef and upstream's conditions from its Node and infra machine.
+While its Cluster or the Machine is paused it only reports the Paused condition.
 """
 
 from __future__ import annotations

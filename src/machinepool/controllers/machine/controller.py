@@ -4,7 +4,8 @@ Built by ``machinepool.controllers.machine.setup``. For a live pool Machine it a
 ``machine.cluster.x-k8s.io`` finalizer, copies the infra machine's providerID, finds its Node
 and sets nodeRef and the NodeReady / Ready / Available conditions the MachinePool counts. For a
 deleted one it waits for its pre-drain hooks, cordons and drains the Node (Eviction API, PDBs
-honoured, until ``spec.deletion.nodeDrainTimeoutSeconds``), waits for its pre-terminate hooks,
+honoured, until ``spec.deletion.nodeDrainTimeoutSeconds``), waits for the Node's volumes to be
+detached (until ``nodeVolumeDetachTimeoutSeconds``), waits for its pre-terminate hooks,
 deletes the infra machine and waits for it, deletes the Node (unless
 ``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer. While its Cluster or the Machine
 itself is paused it only reports so (the Paused condition). Machines not controlled by a
@@ -31,7 +32,7 @@ from machinepool.controllers.common import (
     set_paused_condition,
     set_up_to_date,
 )
-from machinepool.controllers.machine import drain, status
+from machinepool.controllers.machine import drain, status, volumes
 from machinepool.controllers.machine.node import node_patch
 from machinepool.controllers.machine.scope import Scope
 from machinepool.runtime import (
@@ -61,6 +62,9 @@ CONTROLLER_NAME = "machinepool-machine"
 COMPONENT = "machinepool-machine-controller"
 DRAIN_RETRY = 20.0
 """Seconds between drain rounds (upstream's interval), shortened to hit the drain timeout."""
+VOLUME_DETACH_RETRY = 20.0
+"""Seconds between looks at a drained Node's attached volumes (upstream's interval); a change
+of the Node's ``status.volumesAttached`` brings the Machine back sooner."""
 BY_PROVIDER_ID = "machine.core/provider-id"
 BY_NODE_NAME = "machine.core/node-name"
 BY_INFRA_REF = "machine.core/infra-ref"
@@ -102,6 +106,12 @@ INDEXERS: dict[str, IndexFunc] = {
     BY_INFRA_REF: _index_infra_ref,
     BY_CLUSTER: _index_cluster,
 }
+
+
+def _node_inputs(node: Obj) -> tuple[object, ...]:
+    """What a pool Machine reads from its Node: what the core counts, and the volumes a
+    deletion waits to see detached."""
+    return (*node_inputs(node), dig(node, "status", "volumesAttached"))
 
 
 def _cluster_paused(cluster: Obj) -> tuple[object, ...]:
@@ -175,7 +185,7 @@ class MachineReconciler:
         informer = await self.cluster_cache.get_informer(cluster, NODES)
         if cluster not in self._watched_clusters:
             await self.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_mapper(cluster), node_inputs)
+                cluster, NODES, self.controller.handler(self._node_mapper(cluster), _node_inputs)
             )
             self._watched_clusters.add(cluster)
         return informer
@@ -353,8 +363,8 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
 
 
 async def reconcile_delete(scope: Scope) -> Result:
-    """Upstream's deletion sequence: pre-drain hooks and drain (only for a Machine with a
-    Node), pre-terminate hooks, the infra machine, then the Node."""
+    """Upstream's deletion sequence: pre-drain hooks, drain and volume detach (only for a
+    Machine with a Node), pre-terminate hooks, the infra machine, then the Node."""
     machine = scope.machine
     if deleted_for_move(machine):
         # clusterctl move deletes the source copy; the Machine lives on in the target
@@ -370,6 +380,10 @@ async def reconcile_delete(scope: Scope) -> Result:
             draining = await _drain(scope, wclient, scope.node)
             if draining is not None:
                 return draining
+        if scope.node is not None and _volume_detach_allowed(machine):
+            detaching = await _wait_for_volumes(scope, wclient, scope.node)
+            if detaching is not None:
+                return detaching
     if _waiting_for_hooks(scope, PRE_TERMINATE):
         return Result()
     if scope.infra_machine is not None:
@@ -416,6 +430,48 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
     set_v1beta1_condition(
         _v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
     )
+    return None
+
+
+def _volume_detach_allowed(machine: Obj) -> bool:
+    """Not excluded by annotation, not once the pre-terminate hooks were waited for, and not
+    past ``nodeVolumeDetachTimeoutSeconds`` since the wait began."""
+    annotations = dig(machine, "metadata", "annotations", default={})
+    if c.EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION in annotations:
+        return False
+    if dig(machine, "status", "deletion", PRE_TERMINATE.started):
+        return False
+    passed, _ = _timed_out(
+        dig(machine, "status", "deletion", "waitForNodeVolumeDetachStartTime"),
+        dig(machine, "spec", "deletion", "nodeVolumeDetachTimeoutSeconds"),
+    )
+    return not passed
+
+
+async def _wait_for_volumes(scope: Scope, wclient: Client, node: Obj) -> Result | None:
+    """Wait while volumes are attached to the drained ``node``; the Result to come back with,
+    ``None`` once none is (or the Node is unreachable: nothing detaches from a dead Node,
+    and waiting would block its replacement)."""
+    machine = scope.machine
+    start = ensure(machine, "status", "deletion").setdefault(
+        "waitForNodeVolumeDetachStartTime", format_time(now())
+    )
+    v1beta1 = _v1beta1_conditions(machine)
+    if not any(cond.get("type") == c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION for cond in v1beta1):
+        set_v1beta1_condition(
+            v1beta1,
+            c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION,
+            False,
+            c.V1BETA1_WAITING_FOR_VOLUME_DETACH_REASON,
+            "Waiting for node volumes to be detached",
+            c.SEVERITY_INFO,
+        )
+    if not drain.node_unreachable(node):
+        attached = await volumes.still_attached(wclient, node)
+        if attached:
+            _deleting(scope, c.WAITING_FOR_VOLUME_DETACH_REASON, attached.message(start))
+            return Result(requeue_after=VOLUME_DETACH_RETRY)
+    set_v1beta1_condition(v1beta1, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, True)
     return None
 
 
