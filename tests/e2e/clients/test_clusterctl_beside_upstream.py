@@ -22,9 +22,9 @@ Offline stand-ins, each for what a connected cluster has:
   an entry of ours named ``cluster-api`` would still shadow it (the mistake
   ``--beside-upstream`` avoids: ``clusterctl init --addon`` then fails);
 - cert-manager is its API only, declared externally provisioned;
-- no kubelet runs, so upstream's core and ours run as processes here (``UpstreamProcess``,
-  ``ControllerProcess``), reached by URL where a Service and cert-manager's CA injector
-  would route them.
+- no kubelet runs, so upstream's core and ours run as processes here (``UpstreamProcess``;
+  ours with the command line of the Deployment clusterctl installed), reached by URL where
+  a Service and cert-manager's CA injector would route them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
 from tests.support.builders import CLUSTER
 from tests.support.resources import MACHINE_POOLS
@@ -52,7 +51,7 @@ from tests.support.upstream import (
 )
 
 from machinepool.controlplane import upstream
-from machinepool.controlplane.process import free_port
+from machinepool.controlplane.process import Process, free_port
 from machinepool.runtime import (
     CONFIGMAPS,
     CRDS,
@@ -63,20 +62,44 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     PatchType,
+    Resource,
     self_signed,
 )
 from machinepool.webhooks import beside
 
-from .harness import VERSION, build_clusterctl, kubectl, load_generator, route_webhooks, run
+from .harness import (
+    VERSION,
+    build_clusterctl,
+    kubectl,
+    load_generator,
+    route_webhooks,
+    run,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.clusterctl, pytest.mark.timeout(600)]
 
 NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
 ADDON_NAMESPACE = "machinepool-system"
 """Where clusterctl installs the addon, and so where its core keeps the take-over record."""
+ADDON_DEPLOYMENT = "machinepool-controller-manager"
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 NS, POOL = "legacy", "legacy"
 UPSTREAM_MANAGER = "capi-manager"
 """The field manager of upstream's core manager's writes (its binary's name)."""
+
+
+def _as_deployed(deployment: Obj, kubeconfig: Path, local: dict[str, str]) -> list[str]:
+    """The addon Deployment's container as the kubelet would start it (the image's entrypoint
+    ``machinepool run``, ``$(POD_NAMESPACE)`` expanded), with ``local`` flag values for this
+    machine's addresses and certificate folder."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    argv = [sys.executable, "-m", "machinepool", "run", f"--kubeconfig={kubeconfig}"]
+    for arg in container["args"]:
+        flag, eq, value = arg.partition("=")
+        value = local.get(flag, value.replace("$(POD_NAMESPACE)", ADDON_NAMESPACE))
+        argv.append(f"{flag}={value}" if eq else flag)
+    return argv
 
 
 def clusterctl(path: Path, *args: str) -> str:
@@ -205,7 +228,8 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
         await route_webhooks(client, upstream_url, webhook.ca_bundle)
         await _route_conversions(client, upstream_url, webhook.ca_bundle)
         workload = await asyncio.to_thread(cp.start_workload, "work")
-        procs: list[ControllerProcess] = []
+        procs: list[UpstreamProcess] = []
+        ours: Process | None = None
 
         def upstream_core(machine_pool: bool) -> UpstreamProcess:
             for proc in procs:
@@ -248,27 +272,26 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
                 ("AddonProvider", "machinepool", VERSION),
                 ("InfrastructureProvider", "sim", VERSION),
             }
-            # Our core as the addon's Deployment runs it, its Service stood in for by a URL.
+            # Our core with the command line of the Deployment clusterctl installed (the
+            # overlay's --beside-upstream among it), its Service stood in for by a URL.
             certs = tmp_path / "ours-certs"
             port = free_port()
             serving = self_signed(certs)
             await route_webhooks(
                 client, f"https://127.0.0.1:{port}", serving.ca_bundle, conversion=False
             )
-            ours = ControllerProcess(
-                name="ours",
-                kubeconfig=cp.kubeconfig,
-                components="core",
-                log=tmp_path / "ours.log",
-                extra_args=(
-                    "--beside-upstream", "--webhook-port", str(port),
-                    "--webhook-cert-dir", str(certs),
-                    "--leader-election-namespace", ADDON_NAMESPACE,
-                ),
-            )  # fmt: skip
+            deployment = await client.get(DEPLOYMENTS, ADDON_DEPLOYMENT, ADDON_NAMESPACE)
+            health = free_port()
+            local = {
+                "--diagnostics-address": f"127.0.0.1:{free_port()}",
+                "--health-probe-bind-address": f"127.0.0.1:{health}",
+                "--webhook-host": "127.0.0.1",
+                "--webhook-port": str(port),
+                "--webhook-cert-dir": str(certs),
+            }
+            ours = Process("ours", _as_deployed(deployment, cp.kubeconfig, local), tmp_path)
             ours.start()
-            procs.append(ours)
-            await ours.wait_ready()
+            await asyncio.to_thread(wait_ready, ours, health)
             await eventually(lambda: beside.read_record(client, ADDON_NAMESPACE), within=120)
 
             async def converts_through_our_service() -> bool:
@@ -295,7 +318,7 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             assert hand_back.returncode == 0, hand_back.stdout + hand_back.stderr
-            ours.stop()
+            await asyncio.to_thread(ours.stop)
             clusterctl(binary_clusterctl, "delete", kubeconfig, "--addon=machinepool")
 
             assert await _shared_state(client) == before, "CRDs and webhooks as before"
@@ -312,4 +335,6 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
         finally:
             for proc in procs:
                 proc.stop()
+            if ours is not None:
+                await asyncio.to_thread(ours.stop)
             await asyncio.to_thread(cp.stop_workload, "work")
