@@ -1,5 +1,5 @@
-"""The real clusterctl installs and uninstalls us beside upstream Cluster API, as the operator
-guide tells it ("Beside upstream Cluster API").
+"""We install and uninstall beside upstream Cluster API as the operator guide tells it
+("Beside upstream Cluster API"), with the real clusterctl or with kubectl's kustomize.
 
 A management cluster that already runs upstream's core provider, installed by ``clusterctl
 init`` (its MachinePool gate on, a pool of its own), meets the guide's commands:
@@ -7,10 +7,13 @@ init`` (its MachinePool gate on, a pool of its own), meets the guide's commands:
 1. upstream's core restarted with ``--feature-gates=MachinePool=false`` (upstream's own
    ``clusterctl init`` here installs its core only: nothing below needs its kubeadm
    providers);
-2. ``deploy/generate.py clusterctl-repo --beside-upstream`` and ``clusterctl init --addon
-   machinepool --infrastructure sim``: the inventory lists our addon beside upstream's core
-   (no second core), our core takes MachinePool admission over and reconciles the pool;
-3. ``machinepool upstream hand-back``, then ``clusterctl delete --addon machinepool``: every
+2. ``[clusterctl]`` ``deploy/generate.py clusterctl-repo --beside-upstream`` and ``clusterctl
+   init --addon machinepool --infrastructure sim`` (the inventory lists our addon beside
+   upstream's core, no second core), or ``[kustomize]`` ``kubectl apply --server-side -k
+   deploy/config/beside-upstream``; our core takes MachinePool admission over and reconciles
+   the pool;
+3. ``machinepool upstream hand-back``, then ``clusterctl delete --addon machinepool`` or
+   ``kubectl delete -k deploy/config/beside-upstream --ignore-not-found``: every
    ``cluster.x-k8s.io`` CRD spec, every webhook configuration and the pool are as they were
    before our install, and upstream's core (gate on again) reconciles the pool.
 
@@ -68,6 +71,7 @@ from machinepool.runtime import (
 from machinepool.webhooks import beside
 
 from .harness import (
+    REPO,
     VERSION,
     build_clusterctl,
     kubectl,
@@ -84,6 +88,7 @@ ADDON_NAMESPACE = "machinepool-system"
 """Where clusterctl installs the addon, and so where its core keeps the take-over record."""
 ADDON_DEPLOYMENT = "machinepool-controller-manager"
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+OVERLAY = REPO / "deploy" / "config" / "beside-upstream"
 NS, POOL = "legacy", "legacy"
 UPSTREAM_MANAGER = "capi-manager"
 """The field manager of upstream's core manager's writes (its binary's name)."""
@@ -100,6 +105,12 @@ def _as_deployed(deployment: Obj, kubeconfig: Path, local: dict[str, str]) -> li
         value = local.get(flag, value.replace("$(POD_NAMESPACE)", ADDON_NAMESPACE))
         argv.append(f"{flag}={value}" if eq else flag)
     return argv
+
+
+def _kubectl_ok(kubeconfig: Path, *args: str) -> str:
+    result = kubectl(kubeconfig, *args)
+    assert result.returncode == 0, f"kubectl {' '.join(args)}:\n{result.stderr}"
+    return result.stdout
 
 
 def clusterctl(path: Path, *args: str) -> str:
@@ -192,9 +203,12 @@ async def _create_pool(client: Client) -> Obj:
     return await client.create(MACHINE_POOLS, body, NS)
 
 
-async def test_clusterctl_installs_and_uninstalls_beside_upstream(
-    tmp_path: Path, cert_manager_api: Callable[[Client], Awaitable[None]]
+@pytest.mark.parametrize("way", ["clusterctl", "kustomize"])
+async def test_installs_and_uninstalls_beside_upstream(
+    way: str, tmp_path: Path, cert_manager_api: Callable[[Client], Awaitable[None]]
 ) -> None:
+    """Ours installed and uninstalled either way the guide gives: ``clusterctl init --addon``
+    and ``clusterctl delete --addon``, or ``kubectl apply -k`` and ``kubectl delete -k``."""
     binary_clusterctl = await asyncio.to_thread(build_clusterctl)
     async with upstream_management(tmp_path, installed=False) as (cp, client, binary, webhook):
         kubeconfig = f"--kubeconfig={cp.kubeconfig}"
@@ -257,21 +271,26 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
             await upstream_core(machine_pool=False).wait_ready(timeout=180)
             before = await _shared_state(client)
             pool_before = await client.get(MACHINE_POOLS, POOL, NS)
-            out = clusterctl(
-                binary_clusterctl, "init", kubeconfig, ctl_config,
-                f"--addon=machinepool:{VERSION}", f"--infrastructure=sim:{VERSION}",
-            )  # fmt: skip
-            assert "Skipping installing cert-manager" in out, out
-            got = kubectl(
-                cp.kubeconfig, "get", "providers.clusterctl.cluster.x-k8s.io", "-A", "-ojson"
-            )
-            inventory = json.loads(got.stdout)
-            installed = {(p["type"], p["providerName"], p["version"]) for p in inventory["items"]}
-            assert installed == {
-                ("CoreProvider", "cluster-api", uv),
-                ("AddonProvider", "machinepool", VERSION),
-                ("InfrastructureProvider", "sim", VERSION),
-            }
+            if way == "kustomize":
+                _kubectl_ok(cp.kubeconfig, "apply", "--server-side", "-k", str(OVERLAY))
+            else:
+                out = clusterctl(
+                    binary_clusterctl, "init", kubeconfig, ctl_config,
+                    f"--addon=machinepool:{VERSION}", f"--infrastructure=sim:{VERSION}",
+                )  # fmt: skip
+                assert "Skipping installing cert-manager" in out, out
+                got = _kubectl_ok(
+                    cp.kubeconfig, "get", "providers.clusterctl.cluster.x-k8s.io", "-A", "-ojson"
+                )
+                inventory = json.loads(got)
+                installed = {
+                    (p["type"], p["providerName"], p["version"]) for p in inventory["items"]
+                }
+                assert installed == {
+                    ("CoreProvider", "cluster-api", uv),
+                    ("AddonProvider", "machinepool", VERSION),
+                    ("InfrastructureProvider", "sim", VERSION),
+                }
             # Our core with the command line of the Deployment clusterctl installed (the
             # overlay's --beside-upstream among it), its Service stood in for by a URL.
             certs = tmp_path / "ours-certs"
@@ -319,7 +338,11 @@ async def test_clusterctl_installs_and_uninstalls_beside_upstream(
             )  # fmt: skip
             assert hand_back.returncode == 0, hand_back.stdout + hand_back.stderr
             await asyncio.to_thread(ours.stop)
-            clusterctl(binary_clusterctl, "delete", kubeconfig, "--addon=machinepool")
+            if way == "kustomize":
+                # The hand-back deleted our webhook configurations already.
+                _kubectl_ok(cp.kubeconfig, "delete", "-k", str(OVERLAY), "--ignore-not-found")
+            else:
+                clusterctl(binary_clusterctl, "delete", kubeconfig, "--addon=machinepool")
 
             assert await _shared_state(client) == before, "CRDs and webhooks as before"
             with pytest.raises(NotFound):
