@@ -9,9 +9,12 @@ Run from anywhere with the project's Python (it imports ``machinepool`` only to 
         # a kustomize overlay at DIR: the core provider with a freshly generated CA and
         # serving certificate instead of cert-manager (keys stay out of git)
     python deploy/generate.py clusterctl-repo --dir DIR [--external-cert-manager]
+                                              [--beside-upstream]
         # a clusterctl local repository (DIR/<provider>/v<version>/...) and DIR/clusterctl.yaml;
         # with --external-cert-manager that file tells clusterctl cert-manager is installed
-        # already (offline: from your own mirror), so it only checks cert-manager's API
+        # already (offline: from your own mirror), so it only checks cert-manager's API;
+        # with --beside-upstream it names only the addon and infrastructure providers, so
+        # `cluster-api` and `kubeadm` stay upstream's
 
 Generated, and checked by tests/unit/test_deploy_generated.py:
 
@@ -458,7 +461,9 @@ def self_signed_overlay(directory: Path) -> Path:
 # -- clusterctl repository -------------------------------------------------------------------
 
 
-def clusterctl_repository(directory: Path, *, external_cert_manager: bool = False) -> Path:
+def clusterctl_repository(
+    directory: Path, *, external_cert_manager: bool = False, beside_upstream: bool = False
+) -> Path:
     """Lay out the committed release files as a clusterctl local repository.
 
     ``DIR/<provider>/v<version>/<components file>`` plus ``metadata.yaml`` beside each, the
@@ -469,11 +474,19 @@ def clusterctl_repository(directory: Path, *, external_cert_manager: bool = Fals
     unless told otherwise; ``external_cert_manager`` writes ``externallyProvisioned``, so it
     only checks that an Issuer and a Certificate can be created (cert-manager installed by the
     user, for example from a mirror when offline).
+
+    ``beside_upstream``: only the addon (our MachinePool core beside upstream's) and the
+    infrastructure providers. The file must not name ``cluster-api`` or ``kubeadm``: clusterctl
+    looks the installed core provider up by name to read its contract, and ours has no
+    release of upstream's version (``clusterctl init --addon`` would fail), nor should a
+    later ``clusterctl upgrade`` of upstream's providers come here.
     """
     tag = f"v{version()}"
     lines = ["providers:"]
     for comp in COMPONENTS:
         kind = comp.provider.split("-", 1)[0]
+        if beside_upstream and kind in ("cluster", "bootstrap"):
+            continue
         kind_name = {
             "cluster": "CoreProvider",
             "bootstrap": "BootstrapProvider",
@@ -525,12 +538,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="cert-manager is installed already: clusterctl only checks its API",
     )
+    repo.add_argument(
+        "--beside-upstream",
+        action="store_true",
+        help="only the addon and infrastructure providers (upstream's core stays in charge)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "self-signed":
             print(self_signed_overlay(args.dir))
         elif args.command == "clusterctl-repo":
-            print(clusterctl_repository(args.dir, external_cert_manager=args.external_cert_manager))
+            config = clusterctl_repository(
+                args.dir,
+                external_cert_manager=args.external_cert_manager,
+                beside_upstream=args.beside_upstream,
+            )
+            print(config)
         elif args.check:
             stale = stale_files(args.kubectl)
             for path in stale:

@@ -8,11 +8,15 @@ run upstream's real core manager (beside us, or against us in the conformance su
   webhook)``.
 - ``UpstreamProcess``: upstream's core manager, killable and restartable like ours.
 - ``cluster_namespace``: a namespace with a provisioned Cluster on a workload cluster.
+- ``clusterctl_mirror``: a local clusterctl repository of upstream's core provider release,
+  for ``clusterctl init`` offline (GitHub, where clusterctl fetches it, is out of reach).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ from tests.support.resources import CLUSTERS
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
+from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import free_port
 from machinepool.controlplane.register import cluster_object, cluster_status, kubeconfig_secret
 from machinepool.runtime import (
@@ -42,9 +47,11 @@ from machinepool.runtime import (
 __all__ = [
     "TEST_CLUSTERS",
     "TEST_CRDS",
+    "TEST_MACHINE_POOLS",
     "TEST_MACHINE_TEMPLATES",
     "UpstreamProcess",
     "cluster_namespace",
+    "clusterctl_mirror",
     "upstream_management",
 ]
 
@@ -53,6 +60,9 @@ TEST_CLUSTERS = Resource(
 )
 TEST_MACHINE_TEMPLATES = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinetemplates", "TestMachineTemplate"
+)
+TEST_MACHINE_POOLS = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinepools", "TestMachinePool"
 )
 
 
@@ -93,6 +103,7 @@ TEST_CRDS = [
     _test_crd("TestCluster", "testclusters"),
     _test_crd("TestMachineTemplate", "testmachinetemplates"),
     _test_crd("TestMachine", "testmachines"),
+    _test_crd("TestMachinePool", "testmachinepools"),
 ]
 
 
@@ -120,9 +131,10 @@ class UpstreamProcess(ControllerProcess):
 
 @asynccontextmanager
 async def upstream_management(
-    workdir: Path,
+    workdir: Path, *, installed: bool = True
 ) -> AsyncIterator[tuple[ControlPlane, Client, Path, upstream.UpstreamWebhook]]:
-    """See the module docstring; everything is stopped on exit."""
+    """See the module docstring; everything is stopped on exit. ``installed=False``: only the
+    ``Test*`` kinds, for clusterctl to install upstream's core provider (and ours) itself."""
     binary = await asyncio.to_thread(upstream.build, "manager")
     binaries = await asyncio.to_thread(upstream.build, "controlplane")
     cp = ControlPlane(workdir / "cp", binaries=binaries)
@@ -131,12 +143,12 @@ async def upstream_management(
     try:
         async with await Client.from_kubeconfig(cp.kubeconfig) as client:
             ours = [c for c in crd_manifests() if c["spec"]["group"] != "cluster.x-k8s.io"]
-            crds = [*upstream.crds(webhook), *ours, *TEST_CRDS]
+            crds = [*upstream.crds(webhook), *ours, *TEST_CRDS] if installed else TEST_CRDS
             for crd in crds:
                 await client.apply(CRDS, crd, field_manager="upstream-install", force=True)
             for crd in crds:
                 await wait_established(client, crd["metadata"]["name"])
-            for config in upstream.webhook_configurations(webhook):
+            for config in upstream.webhook_configurations(webhook) if installed else []:
                 kind = config["kind"]
                 res = MUTATING_WEBHOOKS if kind.startswith("Mutating") else VALIDATING_WEBHOOKS
                 await client.apply(res, config, field_manager="upstream-install", force=True)
@@ -181,3 +193,26 @@ async def cluster_namespace(
     await client.patch(
         CLUSTERS, CLUSTER, cluster_status(), name, subresource="status", patch_type=PatchType.MERGE
     )
+
+
+def clusterctl_mirror(directory: Path) -> Obj:
+    """Upstream's core provider release as a clusterctl local repository under ``directory``:
+    ``cluster-api/<version>/core-components.yaml`` rendered from the pinned module's
+    ``core/config/default`` (what its release runs kustomize on) and its ``metadata.yaml``.
+    Returns the ``providers:`` entry of a clusterctl.yaml that points at it, as a user
+    without GitHub (an air-gapped mirror) writes one."""
+    module = upstream.module_dir()
+    folder = directory / "cluster-api" / upstream.version()
+    folder.mkdir(parents=True, exist_ok=True)
+    kubectl = optional_binary("kubectl")
+    assert kubectl is not None, "kubectl is missing: run `make controlplane`"
+    rendered = subprocess.run(
+        [str(kubectl), "kustomize", str(module / "core" / "config" / "default")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    components = folder / "core-components.yaml"
+    components.write_text(rendered.stdout)
+    shutil.copyfile(module / "metadata.yaml", folder / "metadata.yaml")
+    return {"name": "cluster-api", "url": str(components), "type": "CoreProvider"}

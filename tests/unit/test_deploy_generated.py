@@ -137,3 +137,16 @@ def test_clusterctl_repository_layout(tmp_path: Path) -> None:
     assert (
         tmp_path / "infrastructure-aws" / tag / "cluster-template-machinepool-aws.yaml"
     ).exists()
+
+
+def test_clusterctl_repository_beside_upstream_leaves_upstreams_providers_alone(
+    tmp_path: Path,
+) -> None:
+    """clusterctl reads the installed core's contract from the repository named
+    ``cluster-api``: beside upstream that must stay upstream's release, not ours."""
+    config = yaml.safe_load(gen.clusterctl_repository(tmp_path, beside_upstream=True).read_text())
+    assert {p["name"]: p["type"] for p in config["providers"]} == {
+        "machinepool": "AddonProvider",
+        "sim": "InfrastructureProvider",
+        "aws": "InfrastructureProvider",
+    }

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -300,11 +301,23 @@ async def take_over(
         MACHINE_POOL_CRD,
         {
             "metadata": {"annotations": {CA_INJECTION_ANNOTATION: annotation}},
-            "spec": {"conversion": conversion},
+            "spec": {"conversion": _replacing(conversion)},
         },
         patch_type=PatchType.MERGE,
     )
     return record
+
+
+def _replacing(conversion: Obj) -> Obj:
+    """``conversion`` as a merge patch that replaces the CRD's webhook target: a client
+    config names a URL or a Service, never both, so the one not given is removed (upstream's
+    may be either, for example a URL where no Service fronts its webhook server)."""
+    patch = copy.deepcopy(conversion)
+    client_config = (patch.get("webhook") or {}).get("clientConfig")
+    if client_config is not None:
+        for key in ("url", "service"):
+            client_config.setdefault(key, None)
+    return patch
 
 
 WEBHOOK_SERVICE = "machinepool-webhook-service"

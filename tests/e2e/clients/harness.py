@@ -91,10 +91,13 @@ def kubectl(
     return run([str(kubectl_binary()), f"--kubeconfig={kubeconfig}", *args], stdin=stdin)
 
 
-async def route_webhooks(client: Client, url: str, ca_bundle: bytes) -> None:
+async def route_webhooks(
+    client: Client, url: str, ca_bundle: bytes, *, conversion: bool = True
+) -> None:
     """Point what ``clusterctl init`` installed (webhook configurations and the MachinePool CRD's
     conversion, all naming the provider's Service) at a webhook server on this machine, with
-    its CA: the Service's and cert-manager's CA injector's job in a cluster."""
+    its CA: the Service's and cert-manager's CA injector's job in a cluster. ``conversion``
+    False: the webhook configurations only."""
     ca = base64.b64encode(ca_bundle).decode()
     for resource in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
         for config in (await client.list(resource)).items:
@@ -109,6 +112,8 @@ async def route_webhooks(client: Client, url: str, ca_bundle: bytes) -> None:
             await client.patch(
                 resource, config["metadata"]["name"], patch, patch_type=PatchType.MERGE
             )
+    if not conversion:
+        return
     crd = await client.get(CRDS, "machinepools.cluster.x-k8s.io")
     webhook = crd["spec"]["conversion"]["webhook"]
     path = webhook["clientConfig"]["service"]["path"]
