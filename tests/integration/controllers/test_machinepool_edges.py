@@ -252,3 +252,40 @@ async def test_fifty_replicas_reach_running(env: Env) -> None:
         f" writes by the controller, {len(env.writes) - writes_before} management API writes"
         f" in all (the test's own included; Node patches go to the workload cluster)"
     )
+
+
+async def test_infra_pool_deleted_after_ready_is_reported_never_as_phase_failed(env: Env) -> None:
+    pid = "test:///f/0"
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("pool")
+    await env.infra_provider_ids("pool", [pid])
+    await env.infra_status("pool", ready=True, replicas=1)
+    await env.node("f0", pid)
+    await env.machine_pool("pool", bootstrap="boot")
+    await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_RUNNING)
+
+    await env.client.delete(TEST_POOLS, "pool", env.namespace)
+    mp = await env.pool_until(
+        "pool",
+        lambda o: (
+            bool(o["status"]["deprecated"]["v1beta1"].get("failureReason"))
+            and cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
+        ),
+    )
+    # Upstream's phase rules, as upstream's v1beta2 API asks ("Failed" is deprecated there and
+    # set by no controller); the failure is in the fields and conditions below.
+    assert mp["status"]["phase"] == c.PHASE_RUNNING
+    v1 = mp["status"]["deprecated"]["v1beta1"]
+    assert v1["failureReason"] == "InvalidConfiguration"
+    assert v1["failureMessage"] == (
+        f"MachinePool infrastructure resource TestMachinePool {env.namespace}/pool"
+        " has been deleted after being ready"
+    )
+    infra = cond(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    assert (infra["status"], infra["reason"]) == ("False", c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON)
+    assert cond(mp, "Ready", v1beta1=True)["status"] == "False"
+    infra = cond(mp, c.INFRASTRUCTURE_READY_CONDITION)
+    assert (infra["reason"], infra["message"]) == (
+        c.OBJECT_DELETED_REASON,
+        "TestMachinePool has been deleted",
+    )
