@@ -13,31 +13,11 @@ import asyncio
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
-from machinepool.api.constants import pool_name_label_value
 from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
-
-
-async def _infra_machine(env: Env, name: str, pool: str, pid: str) -> None:
-    await env.client.create(
-        TEST_MACHINES,
-        {
-            "apiVersion": TEST_MACHINES.api_version,
-            "kind": "TestMachine",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    c.CLUSTER_NAME_LABEL: env.cluster_name,
-                    c.POOL_NAME_LABEL: pool_name_label_value(pool),
-                },
-            },
-            "spec": {"providerID": pid},
-        },
-        env.namespace,
-    )
 
 
 async def _running_pod(wclient: Client, name: str, node: str) -> None:
@@ -91,7 +71,7 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     await env.infra_pool("infra")
     await env.infra_provider_ids("infra", [pid])
     await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await _infra_machine(env, "m0", LONG, pid)
+    await env.infra_machine("m0", LONG, pid)
     await env.node("n0", pid)
     await env.machine_pool(
         LONG,
@@ -169,7 +149,7 @@ async def _pool_machine(env: Env) -> None:
     await env.infra_pool("infra")
     await env.infra_provider_ids("infra", [pid])
     await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await _infra_machine(env, "m0", "workers", pid)
+    await env.infra_machine("m0", "workers", pid)
     await env.node("n0", pid)
     await env.machine_pool("workers", replicas=1, infra="infra", bootstrap="boot")
     await env.machines.until(
@@ -380,14 +360,7 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
     await env.infra_pool("infra")
     await env.infra_provider_ids("infra", [pid])
     await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await _infra_machine(env, "g0", "pool", pid)
-    await env.client.patch(
-        TEST_MACHINES,
-        "g0",
-        {"status": {"initialization": {"provisioned": True}}},
-        env.namespace,
-        subresource="status",
-    )
+    await env.infra_machine("g0", "pool", pid, provisioned=True)
     await env.node("g0", pid)
     await env.machine_pool("pool", replicas=1, infra="infra", bootstrap="boot")
     await env.machines.until(
