@@ -1,10 +1,10 @@
-"""When `machinepool rollout status` and the demo call a pool rolled out."""
+"""When `machinepool rollout status` and the demo call a pool rolled out, or failed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from machinepool.cli.pools import rolled_out
+from machinepool.cli.pools import failed, rolled_out
 
 
 def _pool(version: str, versions: list[dict[str, Any]], **counters: int) -> dict[str, Any]:
@@ -33,3 +33,17 @@ def test_every_replica_on_the_desired_version_and_ready_is_done() -> None:
     assert not rolled_out(
         _pool("v1.34.4", [{"version": "v1.34.4", "replicas": 3}], readyReplicas=2)
     )
+
+
+def test_a_terminal_failure_is_read_from_the_failure_fields_not_the_phase() -> None:
+    # The core never sets phase Failed (upstream's v1beta2 API deprecates it).
+    pool = _pool("v1.34.4", [{"version": "v1.34.4", "replicas": 3}])
+    pool["status"]["phase"] = "Running"
+    assert failed(pool) is None
+    message = "MachinePool infrastructure resource SimMachinePool ns/p has been deleted"
+    pool["status"]["deprecated"] = {
+        "v1beta1": {"failureReason": "InvalidConfiguration", "failureMessage": message}
+    }
+    assert failed(pool) == message
+    pool["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert failed(pool) is None

@@ -97,12 +97,15 @@ def node(name: str, pid: str, *, ready: bool = True, since: datetime = NOW) -> d
             False,
             c.PHASE_SCALING,
         ),
-        (
-            {"deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}}},
-            2,
+        (  # a terminal failure leaves the phase to upstream's rules: never Failed
+            {
+                "initialization": {"infrastructureProvisioned": True},
+                "deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}},
+            },
+            0,
             {},
             False,
-            c.PHASE_FAILED,
+            c.PHASE_RUNNING,
         ),
         ({"nodeRefs": [{"name": "n"}]}, 2, {}, True, c.PHASE_DELETING),
         ({"initialization": {"infrastructureProvisioned": True}}, 0, {}, False, c.PHASE_RUNNING),

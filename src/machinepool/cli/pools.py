@@ -115,11 +115,14 @@ def rolled_out(pool: Obj) -> bool:
 
 
 def failed(pool: Obj) -> str | None:
+    """The terminal failure the core reported (it never sets phase Failed, as upstream)."""
     status = pool.get("status") or {}
-    if status.get("phase") == "Failed":
-        v1 = (status.get("deprecated") or {}).get("v1beta1") or {}
-        return str(v1.get("failureMessage") or "MachinePool phase is Failed")
-    return None
+    v1 = (status.get("deprecated") or {}).get("v1beta1") or {}
+    if pool["metadata"].get("deletionTimestamp") or not (
+        v1.get("failureReason") or v1.get("failureMessage")
+    ):
+        return None
+    return str(v1.get("failureMessage") or v1.get("failureReason"))
 
 
 async def follow(

@@ -29,6 +29,7 @@ from tests.support.resources import (
     MACHINES,
 )
 
+from machinepool.api import constants as c
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
 from machinepool.controlplane import WorkloadCluster
@@ -216,6 +217,36 @@ class Env(Changes):
         return await self.client.patch(
             TEST_POOLS, name, {"spec": {"providerIDList": ids}}, self.namespace
         )
+
+    async def infra_machine(
+        self, name: str, pool: str, provider_id: str, *, provisioned: bool = False
+    ) -> Obj:
+        """A TestMachine of MachinePool ``pool`` (its labels), as a provider creates one."""
+        obj = await self.client.create(
+            TEST_MACHINES,
+            {
+                "apiVersion": TEST_MACHINES.api_version,
+                "kind": "TestMachine",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        c.CLUSTER_NAME_LABEL: self.cluster_name,
+                        c.POOL_NAME_LABEL: c.pool_name_label_value(pool),
+                    },
+                },
+                "spec": {"providerID": provider_id},
+            },
+            self.namespace,
+        )
+        if provisioned:
+            obj = await self.client.patch(
+                TEST_MACHINES,
+                name,
+                {"status": {"initialization": {"provisioned": True}}},
+                self.namespace,
+                subresource="status",
+            )
+        return obj
 
     async def machine_pool(
         self,

@@ -1,16 +1,17 @@
 """Bad input and edge cases: missing Cluster, bootstrap config or infra pool, an infra pool
 controlled by another owner (each a condition naming the object, converging once fixed);
-pools whose providerIDs share a suffix; minReadySeconds; the node-deletion timeout; scale to
-and from zero; and a 50-replica pool."""
+pools whose providerIDs share a suffix; minReadySeconds; the node-deletion timeout and which
+Nodes deletion takes; scale to and from zero; and a 50-replica pool."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 
+from tests.support import eventually
 from tests.support.resources import CLUSTERS, MACHINE_POOLS
 
 from machinepool.api import constants as c
+from machinepool.controllers.machinepool.delete import node_deletion_timed_out
 from machinepool.runtime import NODES, SECRETS
 
 from .conftest import TEST_POOLS, Env, cond
@@ -173,10 +174,51 @@ async def test_node_deletion_timeout_leaves_nodes_behind(env: Env) -> None:
     await env.client.delete(MACHINE_POOLS, "pool", env.namespace)
     mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_DELETING)
     assert "Waiting for" in cond(mp, c.DELETING_CONDITION)["message"]
-    await asyncio.sleep(1.5)  # let the node-deletion timeout pass while the infra pool lingers
+    # Retire t0 (see the next test), so that only the timeout keeps it.
+    await _retire_while_deleting(env, "pool", [])
+    await eventually(lambda: node_deletion_timed_out(mp), "the node-deletion timeout", within=10)
     await env.client.patch(TEST_POOLS, "pool", {"metadata": {"finalizers": None}}, env.namespace)
     assert await env.pools.until("pool", lambda o: o is None) is None
     assert await env.wclient.get(NODES, "t0"), "the Node outlived the timeout"
+
+
+async def test_deletion_deletes_only_nodes_whose_provider_id_left_the_list(env: Env) -> None:
+    ids = ["test:///r/0", "test:///r/1"]
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("pool")
+    await env.client.patch(
+        TEST_POOLS, "pool", {"metadata": {"finalizers": ["test/hold"]}}, env.namespace
+    )
+    await env.infra_provider_ids("pool", ids)
+    await env.infra_status("pool", ready=True, replicas=2)
+    await env.node("r0", ids[0])
+    await env.node("r1", ids[1])
+    await env.machine_pool("pool", replicas=2, bootstrap="boot")
+    await env.pool_until(
+        "pool",
+        lambda o: (
+            o["status"].get("phase") == c.PHASE_RUNNING
+            and [r["name"] for r in o["status"].get("nodeRefs", [])] == ["r0", "r1"]
+        ),
+    )
+    await env.client.delete(MACHINE_POOLS, "pool", env.namespace)
+    await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_DELETING)
+    await _retire_while_deleting(env, "pool", ids[:1])
+    await env.client.patch(TEST_POOLS, "pool", {"metadata": {"finalizers": None}}, env.namespace)
+    assert await env.pools.until("pool", lambda o: o is None) is None
+    assert await env.nodes.until("r1", lambda n: n is None) is None
+    # Still listed: its instance goes with the infra pool, and its Node is the cloud's to remove.
+    assert await env.wclient.get(NODES, "r0"), "the Node of a listed instance was deleted"
+
+
+async def _retire_while_deleting(env: Env, pool: str, ids: list[str]) -> None:
+    """Shorten the deleting pool's providerIDList, leaving its nodeRefs: what a provider's
+    retirement leaves when the pool is deleted before its Node was (a deleting pool copies
+    nothing from the provider, so the test writes what that copy would have)."""
+    await env.client.patch(
+        MACHINE_POOLS, pool, {"spec": {"providerIDList": ids or None}}, env.namespace
+    )
+    await env.pool_until(pool, lambda o: (o["spec"].get("providerIDList") or []) == ids)
 
 
 async def test_fifty_replicas_reach_running(env: Env) -> None:
@@ -209,4 +251,41 @@ async def test_fifty_replicas_reach_running(env: Env) -> None:
         f"\n50 replicas to Running: {int(after - before)} reconciles, {len(writes)} MachinePool"
         f" writes by the controller, {len(env.writes) - writes_before} management API writes"
         f" in all (the test's own included; Node patches go to the workload cluster)"
+    )
+
+
+async def test_infra_pool_deleted_after_ready_is_reported_never_as_phase_failed(env: Env) -> None:
+    pid = "test:///f/0"
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("pool")
+    await env.infra_provider_ids("pool", [pid])
+    await env.infra_status("pool", ready=True, replicas=1)
+    await env.node("f0", pid)
+    await env.machine_pool("pool", bootstrap="boot")
+    await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_RUNNING)
+
+    await env.client.delete(TEST_POOLS, "pool", env.namespace)
+    mp = await env.pool_until(
+        "pool",
+        lambda o: (
+            bool(o["status"]["deprecated"]["v1beta1"].get("failureReason"))
+            and cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
+        ),
+    )
+    # Upstream's phase rules, as upstream's v1beta2 API asks ("Failed" is deprecated there and
+    # set by no controller); the failure is in the fields and conditions below.
+    assert mp["status"]["phase"] == c.PHASE_RUNNING
+    v1 = mp["status"]["deprecated"]["v1beta1"]
+    assert v1["failureReason"] == "InvalidConfiguration"
+    assert v1["failureMessage"] == (
+        f"MachinePool infrastructure resource TestMachinePool {env.namespace}/pool"
+        " has been deleted after being ready"
+    )
+    infra = cond(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    assert (infra["status"], infra["reason"]) == ("False", c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON)
+    assert cond(mp, "Ready", v1beta1=True)["status"] == "False"
+    infra = cond(mp, c.INFRASTRUCTURE_READY_CONDITION)
+    assert (infra["reason"], infra["message"]) == (
+        c.OBJECT_DELETED_REASON,
+        "TestMachinePool has been deleted",
     )

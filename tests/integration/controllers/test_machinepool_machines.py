@@ -3,40 +3,21 @@ counted for status, and deleted drain-safely: a PodDisruptionBudget blocks evict
 drain timeout, then the infra machine and the Node go and the Machine is released. Deletion
 waits for pre-drain and pre-terminate hooks and for the Node's volumes to be detached, does
 nothing while the Cluster or the Machine is paused, and does not wait on an unreachable Node for
-pods its kubelet will never end."""
+pods its kubelet will never end. A Machine whose infra machine vanished out of band is kept,
+and says why."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tests.support.resources import CLUSTERS, MACHINES
+from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
-from machinepool.api.constants import pool_name_label_value
 from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
-
-
-async def _infra_machine(env: Env, name: str, pool: str, pid: str) -> None:
-    await env.client.create(
-        TEST_MACHINES,
-        {
-            "apiVersion": TEST_MACHINES.api_version,
-            "kind": "TestMachine",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    c.CLUSTER_NAME_LABEL: env.cluster_name,
-                    c.POOL_NAME_LABEL: pool_name_label_value(pool),
-                },
-            },
-            "spec": {"providerID": pid},
-        },
-        env.namespace,
-    )
 
 
 async def _running_pod(wclient: Client, name: str, node: str) -> None:
@@ -90,7 +71,7 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     await env.infra_pool("infra")
     await env.infra_provider_ids("infra", [pid])
     await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await _infra_machine(env, "m0", LONG, pid)
+    await env.infra_machine("m0", LONG, pid)
     await env.node("n0", pid)
     await env.machine_pool(
         LONG,
@@ -168,7 +149,7 @@ async def _pool_machine(env: Env) -> None:
     await env.infra_pool("infra")
     await env.infra_provider_ids("infra", [pid])
     await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await _infra_machine(env, "m0", "workers", pid)
+    await env.infra_machine("m0", "workers", pid)
     await env.node("n0", pid)
     await env.machine_pool("workers", replicas=1, infra="infra", bootstrap="boot")
     await env.machines.until(
@@ -371,3 +352,43 @@ async def test_volume_detach_is_not_waited_for_when_the_machine_says_so(env: Env
     await _annotate(env, {c.EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION: ""})
     await _delete_machine(env)
     await _gone(env)
+
+
+async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: Env) -> None:
+    pid = "test:///gone/0"
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("infra")
+    await env.infra_provider_ids("infra", [pid])
+    await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
+    await env.infra_machine("g0", "pool", pid, provisioned=True)
+    await env.node("g0", pid)
+    await env.machine_pool("pool", replicas=1, infra="infra", bootstrap="boot")
+    await env.machines.until(
+        "g0",
+        lambda m: (
+            m is not None
+            and cond(m, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "True"
+            and cond(m, c.READY_CONDITION).get("status") == "True"
+        ),
+    )
+
+    # Out of band: no provider deleted the Machine first, as a provider removing an instance does.
+    await env.client.delete(TEST_MACHINES, "g0", env.namespace)
+    machine = await env.machines.until(
+        "g0",
+        lambda m: (
+            m is not None
+            and cond(m, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == c.OBJECT_DELETED_REASON
+        ),
+    )
+    assert machine is not None
+    assert cond(machine, c.INFRASTRUCTURE_READY_CONDITION)["message"] == (
+        "TestMachine has been deleted while the Machine still exists"
+    )
+    # A spec change is a reconcile the test can see finish (observedGeneration); the pool's
+    # MachinePool Machines phase runs in it, so a Machine it deleted shows in the read after.
+    mp = await env.client.patch(MACHINE_POOLS, "pool", {"spec": {"replicas": 2}}, env.namespace)
+    generation = mp["metadata"]["generation"]
+    await env.pool_until("pool", lambda o: o["status"].get("observedGeneration", 0) >= generation)
+    kept = await env.client.get(MACHINES, "g0", env.namespace)
+    assert not kept["metadata"].get("deletionTimestamp"), "the pool deleted the Machine"

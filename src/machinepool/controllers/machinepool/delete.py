@@ -4,8 +4,10 @@ Called by ``controller`` when the MachinePool has a deletionTimestamp (and not b
 ``clusterctl move`` took it to another management cluster: then only the finalizer goes).
 Deletes the bootstrap
 config and the infra pool and waits until both are gone (their informers' delete events bring
-the MachinePool back); then deletes the pool's workload Nodes unless
-``nodeDeletionTimeoutSeconds`` has passed since deletion started; then drops the finalizer.
+the MachinePool back); then, unless ``nodeDeletionTimeoutSeconds`` has passed since deletion
+started, deletes the Nodes in ``status.nodeRefs`` whose providerID is no longer in
+``spec.providerIDList`` (as upstream does: the Nodes of instances still listed are left to the
+provider, whose instances are going with the infra pool); then drops the finalizer.
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ async def reconcile_delete(scope: Scope) -> Result:
     if node_deletion_timed_out(mp):
         scope.deleting_message = "Node deletion timeout passed; leaving Nodes behind"
     else:
-        scope.deleting_message = "Deleting Nodes"
-        await noderefs.delete_retired_nodes(scope, dig(mp, "status", "nodeRefs", default=[]), None)
+        scope.deleting_message = "Deleting retired Nodes"
+        listed = {str(p) for p in dig(mp, "spec", "providerIDList", default=[]) or []}
+        await noderefs.delete_retired_nodes(
+            scope, dig(mp, "status", "nodeRefs", default=[]), listed
+        )
     finalizers = dig(mp, "metadata", "finalizers", default=[])
     mp["metadata"]["finalizers"] = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
     scope.deleting_message = "Deletion completed"

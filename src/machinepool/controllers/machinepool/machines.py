@@ -4,8 +4,11 @@ Called by ``controller``: ``reconcile_machines`` after ``infrastructure``. A pro
 by setting ``status.infrastructureMachineKind`` on its infra pool; its infra machines carry
 the cluster-name and pool-name labels. Machines are written by server-side apply as
 ``machinepool-controller``, whole in one request (labels, owner, the Machine finalizer and the
-infra machine's providerID), and only when they differ from what is wanted. Core never
-deletes a Machine, except one whose infra machine vanished out of band. The Machines'
+infra machine's providerID), and only when they differ from what is wanted. This phase
+deletes no Machine, as upstream's does not: a provider removes an instance through its
+Machine, and a Machine whose infra machine vanished out of band (or lost the pool's labels)
+stays, its InfrastructureReady saying so, for a person to look at (deleting it would drain
+its Node and delete the infra machine it names). The Machines'
 UpToDate condition is written by the Machine controller in its own status patch (upstream
 writes it from the MachinePool controller, a second writer to the same list).
 """
@@ -177,23 +180,9 @@ async def reconcile_machines(scope: Scope) -> Result:
             scope.machines.append(applied)
         else:
             scope.machines[scope.machines.index(existing)] = applied
-    await _delete_orphans(scope, {str(dig(m, "metadata", "name")) for m in infra_machines}, kind)
     if errors:
         raise ExceptionGroup("; ".join(errors), causes)
     return Result()
-
-
-async def _delete_orphans(scope: Scope, infra_names: set[str], kind: str) -> None:
-    """Delete Machines whose infra machine vanished out of band (never one being created)."""
-    for machine in list(scope.machines):
-        ref = dig(machine, "spec", "infrastructureRef", default={})
-        if is_deleting(machine) or ref.get("kind") != kind or ref.get("name") in infra_names:
-            continue
-        meta = machine["metadata"]
-        await scope.reconciler.client.delete(
-            MACHINES, meta["name"], scope.namespace, uid=meta.get("uid")
-        )
-        scope.machines.remove(machine)
 
 
 async def set_machines_up_to_date(scope: Scope) -> Result:

@@ -213,12 +213,11 @@ def requeue_for_min_ready_seconds(scope: Scope) -> Result:
     return Result(requeue_after=min(waits)) if waits else Result()
 
 
-async def delete_retired_nodes(
-    scope: Scope, node_refs: list[Obj], provider_ids: set[str] | None
-) -> None:
-    """Delete the Nodes in ``node_refs`` whose providerID left ``provider_ids``.
+async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids: set[str]) -> None:
+    """Delete the Nodes in ``node_refs`` whose providerID left ``provider_ids`` (a provider
+    retires an instance by dropping its ID); Nodes without a providerID are left alone.
 
-    ``provider_ids=None`` deletes every referenced Node (MachinePool deletion).
+    Called on every pass of the node-refs phase and once more when the MachinePool is deleted.
     """
     refs = [r for r in node_refs if isinstance(r, dict) and r.get("name")]
     if not refs:
@@ -231,7 +230,7 @@ async def delete_retired_nodes(
         if node is None:
             continue
         pid = dig(node, "spec", "providerID")
-        if not pid or (provider_ids is not None and pid in provider_ids):
+        if not pid or pid in provider_ids:
             continue
         log.info(
             "deleting a Node the pool no longer lists",

@@ -16,8 +16,10 @@ replacement in flight), so remediation never takes more Ready nodes away at once
 rolling update would; Machines waiting for their turn say so (``RemediationDeferred``).
 
 A Machine is deleted only while both ``OwnerRemediated`` and ``HealthCheckSucceeded`` are
-False: one that recovered before its turn is spared. Nothing runs while the pool is paused
-(the controller stops before the phases).
+False: one that recovered before its turn is spared. A condition write that loses its
+optimistic lock (the Machine changed since the pool's copy) fails the reconcile as a
+``Conflict``, which the runtime retries: the mark, or the deletion after it, is not lost.
+Nothing runs while the pool is paused (the controller stops before the phases).
 """
 
 from __future__ import annotations
@@ -91,13 +93,19 @@ async def reconcile_remediation(scope: Scope) -> Result:
         *(_defer(scope, m, f"Waiting for its turn: {message}") for m in deferred),
         return_exceptions=True,
     )
-    errors = [
-        f"{type(o).__name__}: {o}"
-        for o in outcomes
-        if isinstance(o, BaseException) and not isinstance(o, (NotFound, Conflict))
-    ]
-    if errors:
-        raise RuntimeError("remediation: " + "; ".join(errors))
+    # A Machine gone meanwhile needs nothing more. A conflict (the Machine changed since our
+    # copy, say a status write of the Machine controller, which need not wake the pool) must
+    # not be dropped: raised, it retries the pool, and the mark or deletion is not lost.
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome  # cancellation
+    failures = [o for o in outcomes if isinstance(o, Exception) and not isinstance(o, NotFound)]
+    if failures and all(isinstance(o, Conflict) for o in failures):
+        raise failures[0]
+    if failures:
+        raise RuntimeError(
+            "remediation: " + "; ".join(f"{type(o).__name__}: {o}" for o in failures)
+        ) from failures[0]
     return Result()
 
 

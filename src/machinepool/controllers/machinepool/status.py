@@ -199,7 +199,9 @@ def _set_or_drop(holder: Obj, key: str, value: Any) -> None:
 
 
 def compute_phase(mp: Obj) -> str:
-    """The phase, by upstream's rules (later rules win), plus Failed for terminal failures."""
+    """The phase, by upstream's rules (later rules win). Never ``Failed``: upstream's v1beta2
+    API deprecates it ("won't be set anymore by controllers"); a terminal failure shows in
+    ``status.deprecated.v1beta1.failureReason``/``failureMessage`` and the conditions."""
     status: Obj = mp["status"] if isinstance(mp.get("status"), dict) else {}
     phase = str(status.get("phase") or "") or c.PHASE_PENDING
     init: Obj = dig(status, "initialization", default={})
@@ -217,9 +219,6 @@ def compute_phase(mp: Obj) -> str:
             phase = c.PHASE_SCALING
         else:
             phase = c.PHASE_SCALING_UP if desired > ready else c.PHASE_SCALING_DOWN
-    v1 = dig(status, "deprecated", "v1beta1", default={})
-    if v1.get("failureReason") or v1.get("failureMessage"):
-        phase = c.PHASE_FAILED
     if is_deleting(mp):
         phase = c.PHASE_DELETING
     return phase
