@@ -49,12 +49,13 @@ from typing import Any
 from mpbench import procs, report, scenario
 from mpbench.env import NAMESPACE, BenchEnv
 from mpbench.procs import Controller
-from mpbench.scenario import FROM_VERSION, MACHINEPOOLS, TO_VERSION, Observer
+from mpbench.scenario import FROM_VERSION, TO_VERSION, Observer
 from mpbench.soak import Point, Summary, Tolerance, summarize, table, verdict
 from mpbench.stats import prom_by_label, prom_sum, read_open_files
 
-from machinepool.providers.sim import SIM_MACHINES
-from machinepool.runtime import MACHINES, ApiError, Client, Informer, NotFound
+from machinepool.api.infra_sim import SIM_MACHINES
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.runtime import ApiError, Client, Informer, NotFound
 from machinepool.sim import Faults
 from machinepool.sim.cloud import SimCloud
 
@@ -200,7 +201,7 @@ class Churn:
 
     async def delete(self, name: str) -> None:
         with contextlib.suppress(NotFound):
-            await self.client.delete(MACHINEPOOLS, name, NAMESPACE)
+            await self.client.delete(MACHINE_POOLS, name, NAMESPACE)
         del self.desired[name]
 
     async def cycle(self, n: int, pools: list[str]) -> None:
