@@ -2,13 +2,14 @@
 
 clusterctl pauses the Cluster, then, for each object of the moved Cluster (leaves first),
 adds ``clusterctl.cluster.x-k8s.io/delete-for-move``, deletes it and removes its finalizers.
-Here the finalizers are left to the controllers that hold them (the Machine controller, the
-pool engine and its infra machine controller act on a paused Cluster's deleted objects too),
-so each object goes only once its controller let go of it, and none may drain, cordon or
+Here the infra side's finalizers are left to the controllers that hold them (the pool engine
+and its infra machine controller act on a paused Cluster's deleted objects too), so each of
+those objects goes only once its controller let go of it, and none may drain, cordon or
 delete a Node, or terminate an instance, on the way (the pool lives on in the target
-cluster). Core honours the pause, so the MachinePool's finalizer goes as clusterctl removes
-it. The whole move with the real binary is in tests/e2e/clients/test_clusterctl.py; this one
-needs no second management cluster.
+cluster). Core honours the pause (its MachinePool and Machine controllers do nothing, as
+upstream's), so the MachinePool's and the Machines' finalizers go as clusterctl removes them.
+The whole move with the real binary is in tests/e2e/clients/test_clusterctl.py; this one needs
+no second management cluster.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ async def test_objects_deleted_for_a_move_keep_their_instances_and_nodes(
             marked = {"metadata": {"annotations": {c.DELETE_FOR_MOVE_ANNOTATION: ""}}}
             await system.client.patch(resource, name, marked, ns)
             await system.client.delete(resource, name, ns)
-            if resource is MACHINE_POOLS:
+            if resource in (MACHINES, MACHINE_POOLS):
                 # Core honours the pause (as upstream's does), so clusterctl's own finalizer
-                # removal is what lets the MachinePool go.
+                # removal is what lets the MachinePool and its Machines go.
                 await system.client.patch(resource, name, {"metadata": {"finalizers": None}}, ns)
         for name in names:
             await system.until(
@@ -79,7 +80,7 @@ async def test_objects_deleted_for_a_move_keep_their_instances_and_nodes(
                 f"{resource.kind} {name} let go by its controller",
             )
 
-    # Every object went (each through its controller), and with them nothing of the pool.
+    # Every object went, and with them nothing of the pool.
     assert deleted == set()
     assert cordoned == set()
     assert {n["metadata"]["name"]: n["metadata"]["uid"] for n in system.nodes.list()} == nodes
