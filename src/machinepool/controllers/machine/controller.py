@@ -28,6 +28,7 @@ from machinepool.controllers.common import (
     is_paused,
     node_inputs,
     now,
+    patch_on_exit,
     ref_text,
     set_paused_condition,
     set_up_to_date,
@@ -213,7 +214,7 @@ class MachineReconciler:
             # Paused: nothing but the condition. Or the condition just changed and is written
             # first, as upstream does; then carry on at once (our own status write wakes no
             # watch, see start_watches).
-            await _patch(patcher, machine)
+            await patch_on_exit(patcher, machine)
             if not is_paused(machine, cluster):
                 self.controller.enqueue(key)
             return Result()
@@ -229,7 +230,7 @@ class MachineReconciler:
         finally:
             set_up_to_date(machine)
             status.set_phase(machine)
-            await _patch(patcher, machine)
+            await patch_on_exit(patcher, machine)
         return result
 
     async def _observe(self, scope: Scope) -> None:
@@ -506,14 +507,6 @@ async def _delete_node(scope: Scope, wclient: Client) -> None:
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
     log.info("deleting the Node of a deleted Machine", node=name, machine=str(scope.key))
     await wclient.delete(NODES, name, uid=dig(node, "metadata", "uid"))
-
-
-async def _patch(patcher: Patcher, machine: Obj) -> None:
-    try:
-        await patcher.patch(machine)
-    except NotFound:
-        if not is_deleting(machine):
-            raise  # gone under us while not deleting: the next event decides
 
 
 def _drop_finalizer(machine: Obj) -> None:

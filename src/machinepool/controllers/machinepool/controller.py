@@ -24,6 +24,7 @@ from machinepool.controllers.common import (
     is_deleting,
     is_paused,
     node_inputs,
+    patch_on_exit,
     set_paused_condition,
 )
 from machinepool.controllers.machinepool import remediation, status, watches
@@ -46,7 +47,6 @@ from machinepool.runtime import (
     IndexFunc,
     Informer,
     Manager,
-    NotFound,
     Obj,
     ObjectKey,
     OwnReader,
@@ -174,15 +174,15 @@ class MachinePoolReconciler:
         cluster = self.clusters.get(cluster_name, key.namespace)
         if cluster is None:
             _report_missing_cluster(mp, key.namespace, cluster_name)
-            await _patch(patcher, mp)
+            await patch_on_exit(patcher, mp)
             return Result()  # the Cluster watch brings us back when it appears
         finalizers = dig(mp, "metadata", "finalizers", default=[])
         if not is_deleting(mp) and c.MACHINE_POOL_FINALIZER not in finalizers:
             mp["metadata"]["finalizers"] = [*finalizers, c.MACHINE_POOL_FINALIZER]
-            await _patch(patcher, mp)
+            await patch_on_exit(patcher, mp)
             return Result()
         if _set_paused(mp, cluster):
-            await _patch(patcher, mp)
+            await patch_on_exit(patcher, mp)
             if not is_paused(mp, cluster):
                 # Only the Paused condition changed (written first, as upstream does): carry
                 # on at once. A status write of our own wakes no watch (see start_watches).
@@ -194,7 +194,7 @@ class MachinePoolReconciler:
         if not errors:
             mp["status"]["observedGeneration"] = dig(mp, "metadata", "generation")
         try:
-            await _patch(patcher, mp)
+            await patch_on_exit(patcher, mp)
         except Exception as exc:
             errors.append(exc)
         return _settle(scope, result, errors)
@@ -255,14 +255,6 @@ def _phase_error(exc: BaseException) -> str:
     notes = getattr(exc, "__notes__", None) or []
     where = f"{notes[-1]}: " if notes else ""
     return f"{where}{type(exc).__name__}: {exc}"
-
-
-async def _patch(patcher: Patcher, mp: Obj) -> None:
-    try:
-        await patcher.patch(mp)
-    except NotFound:
-        if not is_deleting(mp):
-            raise  # gone under us while not deleting: the next event decides
 
 
 async def set_owner_and_labels(scope: Scope) -> Result:
