@@ -164,6 +164,28 @@ async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None
     assert len(live) == 2
 
 
+async def test_a_zone_out_of_capacity_is_left_to_the_others(system: System) -> None:
+    """The cloud refuses every create in zone-a; the pool still reaches its size, in zone-b,
+    and says why (an Auto Scaling group launches in its other zones the same way)."""
+    from machinepool.runtime import CORE_EVENTS
+    from machinepool.sim import Faults
+
+    await system.cloud.set_faults(system.namespace, Faults(short_zones=frozenset({"zone-a"})))
+    await system.create_pool("workers", 4, failure_domains=["zone-a", "zone-b"])
+    await system.until(lambda: system.pool_running("workers", 4), "4 Ready nodes in zone-b")
+    zones = {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in system.nodes.list()}
+    assert zones == {"zone-b"}
+    assert {r.failure_domain for r in await system.cloud.instances(system.namespace)} == {"zone-b"}
+    events = await system.client.list(CORE_EVENTS, system.namespace)
+    refused = [
+        e["message"]
+        for e in events.items
+        if e.get("reason") == "FailedCreate" and "InsufficientInstanceCapacity" in e["message"]
+    ]
+    assert refused, [e.get("message") for e in events.items]
+    assert all("other failure domains" in m for m in refused)
+
+
 async def test_pdb_holds_the_drain_until_the_drain_timeout(system: System) -> None:
     from machinepool.runtime import PDBS, PODS
 

@@ -7,8 +7,9 @@ visible to tests. A Secret, not a ConfigMap, because an instance keeps the boots
 booted with, and that holds a join token.
 
 Faults are injected through a ConfigMap ``machinepool-sim-faults`` in the pool's namespace
-(``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``; the provider watches it,
-``faults.py``) or per instance with ``fail_instance``. The sim provider's backend
+(``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``,
+``insufficientCapacityZones``; the provider watches it, ``faults.py``) or per instance with
+``fail_instance``. The sim provider's backend
 (``machinepool.providers.sim``) and the node simulator read the records; tests use
 ``SimCloud`` to inject faults.
 """
@@ -40,12 +41,15 @@ FAULTS_CONFIGMAP = "machinepool-sim-faults"
 class Faults:
     """Fractions (0-1) of cloud calls that fail before acting (``error_rate``), fail after
     acting (``error_after_rate``: the call took effect but reports an error, as a timeout
-    does), or stall ``stall_seconds`` first (``stall_rate``)."""
+    does), or stall ``stall_seconds`` first (``stall_rate``); and the zones that have run out
+    of capacity (``short_zones``: every create there fails with an insufficient-capacity
+    error until the zone is taken off the list)."""
 
     error_rate: float = 0.0
     error_after_rate: float = 0.0
     stall_rate: float = 0.0
     stall_seconds: float = 0.0
+    short_zones: frozenset[str] = frozenset()
 
     @classmethod
     def from_configmap(cls, data: Mapping[str, str]) -> Faults:
@@ -55,11 +59,13 @@ class Faults:
             except ValueError:
                 return 0.0
 
+        zones = data.get("insufficientCapacityZones") or ""
         return cls(
             number("errorRate"),
             number("errorAfterRate"),
             number("stallRate"),
             number("stallSeconds"),
+            frozenset(z.strip() for z in zones.split(",") if z.strip()),
         )
 
     def to_configmap(self) -> dict[str, str]:
@@ -68,6 +74,7 @@ class Faults:
             "errorAfterRate": str(self.error_after_rate),
             "stallRate": str(self.stall_rate),
             "stallSeconds": str(self.stall_seconds),
+            "insufficientCapacityZones": ",".join(sorted(self.short_zones)),
         }
 
 

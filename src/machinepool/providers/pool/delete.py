@@ -50,4 +50,5 @@ async def delete_pool(scope: PoolScope) -> Result:
         if f != env.provider.pool_finalizer
     ]
     scope.pool["metadata"]["finalizers"] = finalizers
+    env.shortages.forget(scope.key)
     return Result()

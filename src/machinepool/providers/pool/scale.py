@@ -15,7 +15,7 @@ from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.providers.pool.plan import Member, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
-from machinepool.providers.pool.types import CloudError, InstanceSpec, InstanceState
+from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
 from machinepool.runtime import SECRETS, NotFound, Obj, Result, gather_bounded
 
 __all__ = ["act", "decide"]
@@ -131,11 +131,12 @@ def _full_domains(scope: PoolScope, members: list[Member]) -> frozenset[str]:
     for m in members:
         if m.active:
             counts[m.failure_domain] = counts.get(m.failure_domain, 0) + 1
-    return frozenset(
+    declared = {
         fd
         for fd, capacity in scope.backend.failure_domains().items()
         if capacity is not None and counts.get(fd, 0) >= capacity
-    )
+    }
+    return frozenset(declared | scope.env.shortages.current(scope.key))
 
 
 async def act(scope: PoolScope) -> Result:
@@ -246,13 +247,23 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
     outcomes = await gather_bounded([backend.create(spec) for spec in specs])
     for spec, outcome in zip(specs, outcomes, strict=True):
         if isinstance(outcome, CloudError):
-            scope.block("CloudError", f"creating instance {spec.instance_id} failed: {outcome}")
+            elsewhere = ""
+            if isinstance(outcome, CapacityError):
+                # As an Auto Scaling group does: launch in the other zones for a while.
+                scope.env.shortages.record(scope.key, outcome.failure_domain)
+                elsewhere = (
+                    "; new instances go to other failure domains for"
+                    f" {scope.env.shortages.retry_after:.0f} s"
+                )
+            scope.block(
+                "CloudError", f"creating instance {spec.instance_id} failed: {outcome}{elsewhere}"
+            )
             scope.errors.append(outcome)
             await scope.env.recorder.event(
                 scope.pool,
                 "Warning",
                 "FailedCreate",
-                f"Creating instance {spec.instance_id}: {outcome}",
+                f"Creating instance {spec.instance_id}: {outcome}{elsewhere}",
             )
         elif isinstance(outcome, BaseException):
             raise outcome

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.strategy import RollingUpdate
@@ -31,6 +32,8 @@ class EngineEnv:
     machines: Informer
     machine_pools: Informer
     clusters: Informer
+    shortages: ZoneShortages = field(default_factory=ZoneShortages)
+    """Failure domains that refused a create for lack of capacity, per pool."""
 
 
 @dataclass

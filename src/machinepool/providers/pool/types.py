@@ -95,7 +95,9 @@ class Backend(Protocol):
     """What the engine needs from a cloud: create, list and delete single instances."""
 
     async def create(self, spec: InstanceSpec) -> Instance:
-        """Create one instance; creating an id that exists returns the existing instance."""
+        """Create one instance. Creating an id that exists returns the existing instance when
+        the request is the same (pool, failure domain, template) and raises ``CloudError``
+        otherwise; a failure domain out of room raises ``CapacityError``."""
         ...
 
     async def list(self, pool_id: str) -> list[Instance]:

@@ -4,7 +4,8 @@ Built per reconcile by the sim controller with that pool's settings and the name
 current faults; the pool engine calls it. Creation is idempotent: the engine picks the
 instance id, the record is created under that name, and a second create of the same id
 returns the existing instance (the "creation record" is the instance itself, written in one
-atomic request).
+atomic request) when it asks for the same pool, zone and template, and fails otherwise. A
+zone listed short of capacity in the faults refuses creates with ``CapacityError``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
-from machinepool.providers.pool.types import CloudError, Instance, InstanceSpec, InstanceState
+from machinepool.providers.pool.types import (
+    CapacityError,
+    CloudError,
+    Instance,
+    InstanceSpec,
+    InstanceState,
+)
 from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
 from machinepool.sim.cloud import Faults, now_utc
 from machinepool.sim.records import (
@@ -85,6 +92,12 @@ class SimBackend:
 
     async def create(self, spec: InstanceSpec) -> Instance:
         await self._weather("create")
+        if spec.failure_domain in self.faults.short_zones:
+            raise CapacityError(
+                spec.failure_domain,
+                f"InsufficientInstanceCapacity: the simulated cloud has no capacity in"
+                f" {spec.failure_domain} (injected fault)",
+            )
         now = now_utc()
         record = InstanceRecord(
             namespace=self.namespace,
@@ -110,6 +123,7 @@ class SimBackend:
             created = await self.client.create(SECRETS, secret, self.namespace)
         except AlreadyExists:
             created = await self.client.get(SECRETS, spec.instance_id, self.namespace)
+            _same_request(InstanceRecord.from_secret(created), spec)
         self._after("create")
         return _instance(InstanceRecord.from_secret(created), now_utc())
 
@@ -144,6 +158,21 @@ class SimBackend:
         """Injected faults that strike after the call took effect (a lost response)."""
         if self.faults.error_after_rate and self._rng.random() < self.faults.error_after_rate:
             raise CloudError(f"simulated cloud timeout after {call} (injected fault)")
+
+
+def _same_request(existing: InstanceRecord, spec: InstanceSpec) -> None:
+    """A create of an existing id is a retry only if it asks for the same instance; anything
+    else is refused, as a cloud refuses a reused client token with other parameters (EC2's
+    IdempotentParameterMismatch), instead of handing back an instance that is not the one
+    asked for."""
+    asked = (spec.pool_id, spec.failure_domain, spec.template_hash)
+    have = (existing.pool, existing.failure_domain, existing.template_hash)
+    if asked != have:
+        raise CloudError(
+            f"IdempotentParameterMismatch: instance {spec.instance_id} exists as pool"
+            f" {have[0]}, {have[1]}, template {have[2]}; this create asked for pool {asked[0]},"
+            f" {asked[1]}, template {asked[2]}"
+        )
 
 
 def _instance(record: InstanceRecord, now: datetime) -> Instance:

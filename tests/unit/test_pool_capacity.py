@@ -1,0 +1,85 @@
+"""A zone that refused a create for lack of capacity is left alone for a while, per pool; the
+simulated cloud refuses creates in a zone its faults list as short, and refuses a reused id
+that asks for a different instance."""
+
+from __future__ import annotations
+
+import pytest
+from tests.unit.test_sim_records import record
+
+from machinepool.providers.pool.capacity import ZoneShortages
+from machinepool.providers.pool.types import CloudError, InstanceSpec
+from machinepool.providers.sim.backend import _same_request
+from machinepool.runtime import ObjectKey
+from machinepool.sim import Faults
+
+POOL = ObjectKey("ns", "pool")
+OTHER = ObjectKey("ns", "other")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_short_zone_is_skipped_until_its_time_is_up_then_forgotten() -> None:
+    clock = Clock()
+    shortages = ZoneShortages(retry_after=120, clock=clock)
+    shortages.record(POOL, "zone-a")
+    clock.now += 60
+    shortages.record(POOL, "zone-b")
+    assert shortages.current(POOL) == {"zone-a", "zone-b"}
+    assert shortages.current(OTHER) == frozenset()
+    clock.now += 61
+    assert shortages.current(POOL) == {"zone-b"}
+    clock.now += 60
+    assert shortages.current(POOL) == frozenset()
+    assert len(shortages) == 0
+
+
+def test_a_deleted_pool_leaves_nothing_behind() -> None:
+    shortages = ZoneShortages()
+    for i in range(50):
+        shortages.record(ObjectKey("ns", f"pool-{i}"), "zone-a")
+    for i in range(50):
+        shortages.forget(ObjectKey("ns", f"pool-{i}"))
+    assert len(shortages) == 0
+
+
+def test_short_zones_round_trip_through_the_faults_configmap() -> None:
+    faults = Faults(short_zones=frozenset({"zone-b", "zone-a"}))
+    data = faults.to_configmap()
+    assert data["insufficientCapacityZones"] == "zone-a,zone-b"
+    assert Faults.from_configmap(data) == faults
+    assert Faults.from_configmap({"insufficientCapacityZones": " zone-c , "}).short_zones == {
+        "zone-c"
+    }
+    assert Faults.from_configmap({}).short_zones == frozenset()
+
+
+def _spec(**changes: str) -> InstanceSpec:
+    fields = {"pool_id": "pool", "failure_domain": "zone-b", "template_hash": "h1"} | changes
+    return InstanceSpec(
+        instance_id="pool-abcde-3",
+        index=3,
+        version="v1.34.4",
+        bootstrap_data=b"",
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_a_repeated_create_of_the_same_instance_is_a_retry() -> None:
+    _same_request(record(), _spec())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("failure_domain", "zone-a"), ("template_hash", "h2"), ("pool_id", "elsewhere")],
+)
+def test_a_repeated_create_asking_for_another_instance_is_refused(field: str, value: str) -> None:
+    with pytest.raises(CloudError, match="IdempotentParameterMismatch") as err:
+        _same_request(record(), _spec(**{field: value}))
+    assert value in str(err.value)
