@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from tests.e2e.conftest import System
+from tests.support import eventually
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
@@ -66,6 +67,36 @@ async def test_failed_instance_is_replaced(system: System) -> None:
     )
     records = [r for r in await system.cloud.instances(system.namespace) if r.id == victim]
     assert all(r.forced_state == "terminated" for r in records)
+
+
+async def test_instances_that_fail_after_boot_are_replaced(system: System) -> None:
+    """Instances that join, run Ready, then break (failAfterBootRate) are replaced; once the
+    pool stops creating such instances it settles on healthy ones."""
+    ran: set[str] = set()
+
+    def seen(node: Obj) -> None:
+        for cond in (node.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Ready" and cond.get("status") == "True":
+                ran.add(node["metadata"]["name"])
+
+    system.nodes.add_handler(FuncHandler(add=seen, update=lambda _old, new: seen(new)))
+    fragile = {"failAfterBootRate": 1, "failAfterBootWithinSeconds": 2}
+    await system.create_pool("workers", 2, sim=fragile)
+    await system.until(lambda: len(ran) >= 4, "four instances ran Ready (two of them replacements)")
+    patch = {"spec": {"sim": {"failAfterBootRate": 0}}}
+    await system.client.patch(SIM_MACHINE_POOLS, "workers", patch, system.namespace)
+
+    async def healthy() -> bool:
+        if not system.pool_running("workers", 2):
+            return False
+        live = [
+            r
+            for r in await system.cloud.instances(system.namespace)
+            if r.forced_state != "terminated"
+        ]
+        return len(live) == 2 and all(r.fail_at is None for r in live)
+
+    await eventually(healthy, "two Ready instances that do not fail", within=180)
 
 
 async def test_delete_machine_annotation_picks_the_victim(system: System) -> None:

@@ -3,6 +3,7 @@ and ``SimCloud`` read back, and the cloud's state names are the pool engine's.""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import machinepool.providers.sim as sim_provider
@@ -62,6 +63,24 @@ def test_forced_state_and_kubelet_fault_come_from_annotations() -> None:
     read = r.InstanceRecord.from_secret(secret)
     assert read.state_at(NOW) == r.TERMINATED
     assert read.kubelet_stopped
+
+
+def test_an_instance_that_fails_after_boot_runs_until_its_time() -> None:
+    breaks = NOW + timedelta(seconds=60)
+    secret = r.instance_secret(
+        dataclasses.replace(record(), fail_at=breaks), userdata=b"", labels={}, owner=OWNER
+    )
+    read = r.InstanceRecord.from_secret(secret)
+    assert read.fail_at == breaks
+    assert read.state_at(NOW) == r.PENDING
+    assert read.state_at(NOW + timedelta(seconds=30)) == r.RUNNING
+    assert read.state_at(breaks) == r.FAILED
+    assert (
+        r.InstanceRecord.from_secret(
+            r.instance_secret(record(), userdata=b"", labels={}, owner=OWNER)
+        ).state_at(breaks + timedelta(days=1))
+        == r.RUNNING
+    )
 
 
 def test_cloud_states_are_the_engine_instance_states() -> None:

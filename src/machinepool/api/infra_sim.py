@@ -88,8 +88,21 @@ class SimSettings(K8sModel):
 
     boot_delay_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
     """Seconds from creation until an instance runs. Default 0."""
+    boot_delay_spread_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = (
+        None
+    )
+    """Each instance boots up to this many seconds later than bootDelaySeconds, drawn at
+    random, as real instances do not all boot alike. Default 0."""
     boot_failure_rate: Annotated[float | None, Field(ge=0, le=1)] = None
     """Probability (0-1) that an instance fails to boot. Default 0."""
+    fail_after_boot_rate: Annotated[float | None, Field(ge=0, le=1)] = None
+    """Probability (0-1) that an instance that booted fails later (its Node turns NotReady
+    and the pool replaces it). Default 0."""
+    fail_after_boot_within_seconds: Annotated[
+        int | None, OpenAPI({"format": "int32"}), Field(ge=1)
+    ] = None
+    """Such an instance fails at a random moment within this many seconds of booting.
+    Default 600."""
     capacity_per_failure_domain: Annotated[
         int | None, OpenAPI({"format": "int32"}), Field(ge=0)
     ] = None

@@ -93,14 +93,19 @@ class InstanceRecord:
     uid: str = ""
     kubelet_stopped: bool = False
     """The kubelet fault is on (``KUBELET_ANNOTATION``)."""
+    fail_at: datetime | None = None
+    """When a booted instance breaks (``failAfterBootRate``); None: it never does."""
 
     def state_at(self, now: datetime) -> str:
-        """Forced state if any, else pending until ``boot_at``, then running (or failed)."""
+        """Forced state if any, else pending until ``boot_at``, then running (or failed, at
+        once when it failed to boot, from ``fail_at`` when it fails later)."""
         if self.forced_state in (FAILED, TERMINATED):
             return self.forced_state
         if now < self.boot_at:
             return PENDING
-        return FAILED if self.will_fail else RUNNING
+        if self.will_fail or (self.fail_at is not None and now >= self.fail_at):
+            return FAILED
+        return RUNNING
 
     @classmethod
     def from_secret(cls, secret: dict[str, Any]) -> InstanceRecord:
@@ -126,6 +131,7 @@ class InstanceRecord:
             kubelet_stopped=annotations.get(KUBELET_ANNOTATION) == "stopped",
             attributes=dict(info.get("attributes") or {}),
             uid=str(meta.get("uid", "")),
+            fail_at=parse_time(str(info["failAt"])) if info.get("failAt") else None,
         )
 
     def info(self) -> dict[str, Any]:
@@ -143,6 +149,7 @@ class InstanceRecord:
             "willFail": self.will_fail,
             "bootstrapVersion": self.bootstrap_version,
             "attributes": dict(self.attributes),
+            **({"failAt": format_time(self.fail_at)} if self.fail_at is not None else {}),
         }
 
 

@@ -42,9 +42,22 @@ class SimPoolSettings:
     def __init__(self, spec: Mapping[str, object] | None) -> None:
         spec = spec or {}
         self.boot_delay = float(str(spec.get("bootDelaySeconds") or 0))
+        self.boot_delay_spread = float(str(spec.get("bootDelaySpreadSeconds") or 0))
         self.boot_failure_rate = float(str(spec.get("bootFailureRate") or 0))
+        self.fail_after_boot_rate = float(str(spec.get("failAfterBootRate") or 0))
+        self.fail_after_boot_within = float(str(spec.get("failAfterBootWithinSeconds") or 600))
         capacity = int(str(spec.get("capacityPerFailureDomain") or 0))
         self.capacity: int | None = capacity or None
+
+    def fate(self, now: datetime, rng: random.Random) -> tuple[datetime, bool, datetime | None]:
+        """An instance created ``now``: when it boots, whether it fails to boot, and when it
+        breaks after booting (None: never)."""
+        boot_at = now + timedelta(seconds=self.boot_delay + rng.uniform(0, self.boot_delay_spread))
+        will_fail = rng.random() < self.boot_failure_rate
+        fail_at = None
+        if not will_fail and rng.random() < self.fail_after_boot_rate:
+            fail_at = boot_at + timedelta(seconds=rng.uniform(0, self.fail_after_boot_within))
+        return boot_at, will_fail, fail_at
 
 
 class SimBackend:
@@ -99,6 +112,7 @@ class SimBackend:
                 f" {spec.failure_domain} (injected fault)",
             )
         now = now_utc()
+        boot_at, will_fail, fail_at = self.settings.fate(now, self._rng)
         record = InstanceRecord(
             namespace=self.namespace,
             id=spec.instance_id,
@@ -110,11 +124,12 @@ class SimBackend:
             template_hash=spec.template_hash,
             version=spec.version,
             created=now,
-            boot_at=now + timedelta(seconds=self.settings.boot_delay),
-            will_fail=self._rng.random() < self.settings.boot_failure_rate,
+            boot_at=boot_at,
+            will_fail=will_fail,
             bootstrap_version=spec.bootstrap_version,
             forced_state="",
             attributes=dict(spec.attributes),
+            fail_at=fail_at,
         )
         try:
             secret = instance_secret(

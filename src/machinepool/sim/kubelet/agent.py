@@ -153,7 +153,13 @@ class KubeletSimulator:
         if _needs_heartbeat(node, now, self.heartbeat):
             await self._post_status(record, ready=True, now=now)
         await self._run_pods(cluster, record.id, now)
-        return Result(requeue_after=self.heartbeat)
+        return Result(requeue_after=self._next_look(record, now))
+
+    def _next_look(self, record: InstanceRecord, now: datetime) -> float:
+        """The next heartbeat, or the moment the instance breaks if that comes first."""
+        if record.fail_at is None:
+            return self.heartbeat
+        return min(self.heartbeat, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
 
     async def _silent(
         self, record: InstanceRecord, node: Obj | None, now: datetime
@@ -210,7 +216,7 @@ class KubeletSimulator:
             await self._post_status(record, ready=True, now=now)
         await self._watch_pods(cluster)
         log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
-        return Result(requeue_after=self.heartbeat)
+        return Result(requeue_after=self._next_look(record, now))
 
     async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
         secret = await self.client.get(SECRETS, f"{cluster.name}-kubeconfig", cluster.namespace)

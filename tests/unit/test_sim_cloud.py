@@ -1,15 +1,19 @@
-"""A zone that refused a create for lack of capacity is left alone for a while, per pool; the
-simulated cloud refuses creates in a zone its faults list as short, and refuses a reused id
-that asks for a different instance."""
+"""The simulated cloud as a cloud: a zone that refused a create for lack of capacity is left
+alone for a while, per pool; the cloud refuses creates in a zone its faults list as short and a
+reused id that asks for a different instance; instances boot with a spread and some break after
+booting."""
 
 from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
 
 import pytest
 from tests.unit.test_sim_records import record
 
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
-from machinepool.providers.sim.backend import _same_request
+from machinepool.providers.sim.backend import SimPoolSettings, _same_request
 from machinepool.runtime import ObjectKey
 from machinepool.sim import Faults
 
@@ -83,3 +87,28 @@ def test_a_repeated_create_asking_for_another_instance_is_refused(field: str, va
     with pytest.raises(CloudError, match="IdempotentParameterMismatch") as err:
         _same_request(record(), _spec(**{field: value}))
     assert value in str(err.value)
+
+
+def test_an_instance_fate_follows_the_pool_settings() -> None:
+    """Boot delays spread over [delay, delay + spread]; failAfterBootRate instances break
+    within the window after booting; the defaults boot at once and never break."""
+    rng = random.Random(7)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    settings = SimPoolSettings(
+        {
+            "bootDelaySeconds": 5,
+            "bootDelaySpreadSeconds": 10,
+            "failAfterBootRate": 0.5,
+            "failAfterBootWithinSeconds": 30,
+        }
+    )
+    fates = [settings.fate(now, rng) for _ in range(400)]
+    delays = [(boot - now).total_seconds() for boot, _, _ in fates]
+    assert 5 <= min(delays) < 6
+    assert 14 < max(delays) <= 15
+    breaking = [(fail - boot).total_seconds() for boot, _, fail in fates if fail is not None]
+    assert 150 < len(breaking) < 250
+    assert all(0 <= s <= 30 for s in breaking)
+    assert not any(will_fail for _, will_fail, _ in fates)
+    plain = SimPoolSettings(None).fate(now, rng)
+    assert plain == (now, False, None)
