@@ -217,6 +217,25 @@ async def test_a_zone_out_of_capacity_is_left_to_the_others(system: System) -> N
     assert all("other failure domains" in m for m in refused)
 
 
+async def test_a_throttling_cloud_slows_the_pool_but_never_doubles_it(system: System) -> None:
+    """One create per second with a burst of two: the engine's parallel creates are refused
+    beyond that, it backs off, and the pool still ends with exactly its replicas."""
+    from machinepool.runtime import CORE_EVENTS
+    from machinepool.sim import Faults
+
+    await system.cloud.set_faults(system.namespace, Faults(request_rate=1, request_burst=2))
+    await system.create_pool("workers", 5)
+    await system.until(lambda: system.pool_running("workers", 5), "5 Ready nodes")
+    live = [
+        r for r in await system.cloud.instances(system.namespace) if r.forced_state != "terminated"
+    ]
+    assert len(live) == 5
+    events = await system.client.list(CORE_EVENTS, system.namespace)
+    assert any("RequestLimitExceeded" in e["message"] for e in events.items), [
+        e.get("message") for e in events.items
+    ]
+
+
 async def test_pdb_holds_the_drain_until_the_drain_timeout(system: System) -> None:
     from machinepool.runtime import PDBS, PODS
 

@@ -15,7 +15,7 @@ from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
 from machinepool.providers.sim.backend import SimPoolSettings, _same_request
 from machinepool.runtime import ObjectKey
-from machinepool.sim import Faults
+from machinepool.sim import Faults, RequestLimits
 
 POOL = ObjectKey("ns", "pool")
 OTHER = ObjectKey("ns", "other")
@@ -112,3 +112,17 @@ def test_an_instance_fate_follows_the_pool_settings() -> None:
     assert not any(will_fail for _, will_fail, _ in fates)
     plain = SimPoolSettings(None).fate(now, rng)
     assert plain == (now, False, None)
+
+
+def test_the_cloud_throttles_an_account_beyond_its_rate_after_a_burst() -> None:
+    clock = Clock()
+    limits = RequestLimits(clock=clock)
+    throttled = Faults(request_rate=2, request_burst=3)
+    assert [limits.admit("ns", throttled) for _ in range(4)] == [True, True, True, False]
+    assert limits.admit("other", throttled)
+    clock.now += 0.5
+    assert [limits.admit("ns", throttled) for _ in range(2)] == [True, False]
+    assert all(limits.admit("free", Faults()) for _ in range(100))
+    clock.now += 10  # both buckets filled up again: nothing is kept for them
+    assert limits.admit("ns", Faults())
+    assert len(limits) == 0

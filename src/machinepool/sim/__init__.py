@@ -19,7 +19,7 @@ since it runs as a component of its own (``--components kubelet``).
 
 from __future__ import annotations
 
-from machinepool.sim.cloud import DEFAULT_ZONES, FAULTS_CONFIGMAP, Faults, SimCloud
+from machinepool.sim.cloud import DEFAULT_ZONES, FAULTS_CONFIGMAP, Faults, RequestLimits, SimCloud
 from machinepool.sim.faults import FaultsWatch
 from machinepool.sim.records import INSTANCE_LABEL, InstanceRecord, provider_id
 
@@ -30,6 +30,7 @@ __all__ = [
     "Faults",
     "FaultsWatch",
     "InstanceRecord",
+    "RequestLimits",
     "SimCloud",
     "provider_id",
 ]

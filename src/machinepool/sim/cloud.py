@@ -8,15 +8,16 @@ booted with, and that holds a join token.
 
 Faults are injected through a ConfigMap ``machinepool-sim-faults`` in the pool's namespace
 (``errorRate``, ``errorAfterRate``, ``stallRate``, ``stallSeconds``,
-``insufficientCapacityZones``; the provider watches it, ``faults.py``) or per instance with
-``fail_instance``. The sim provider's backend
+``insufficientCapacityZones``, ``requestsPerSecond`` and ``requestBurst``; the provider
+watches it, ``faults.py``) or per instance with ``fail_instance``. The sim provider's backend
 (``machinepool.providers.sim``) and the node simulator read the records; tests use
 ``SimCloud`` to inject faults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -31,7 +32,7 @@ from machinepool.sim.records import (
     InstanceRecord,
 )
 
-__all__ = ["DEFAULT_ZONES", "FAULTS_CONFIGMAP", "Faults", "SimCloud", "now_utc"]
+__all__ = ["DEFAULT_ZONES", "FAULTS_CONFIGMAP", "Faults", "RequestLimits", "SimCloud", "now_utc"]
 
 DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
 FAULTS_CONFIGMAP = "machinepool-sim-faults"
@@ -50,6 +51,11 @@ class Faults:
     stall_rate: float = 0.0
     stall_seconds: float = 0.0
     short_zones: frozenset[str] = frozenset()
+    request_rate: float = 0.0
+    """Cloud calls per second the namespace's account may make (0: unlimited); calls beyond
+    it, after a burst of ``request_burst``, are throttled (``RequestLimits``)."""
+    request_burst: float = 0.0
+    """Calls allowed at once after a quiet spell; at least 1, ``request_rate`` when unset."""
 
     @classmethod
     def from_configmap(cls, data: Mapping[str, str]) -> Faults:
@@ -66,6 +72,8 @@ class Faults:
             number("stallRate"),
             number("stallSeconds"),
             frozenset(z.strip() for z in zones.split(",") if z.strip()),
+            number("requestsPerSecond"),
+            number("requestBurst"),
         )
 
     def to_configmap(self) -> dict[str, str]:
@@ -75,7 +83,51 @@ class Faults:
             "stallRate": str(self.stall_rate),
             "stallSeconds": str(self.stall_seconds),
             "insufficientCapacityZones": ",".join(sorted(self.short_zones)),
+            "requestsPerSecond": str(self.request_rate),
+            "requestBurst": str(self.request_burst),
         }
+
+
+class RequestLimits:
+    """The cloud's API rate limit, one token bucket per account (namespace), as EC2 throttles
+    an account's calls: ``admit`` says whether a call goes through now.
+
+    Buckets live in the provider process. A bucket that has filled up again is the same as
+    none, so it is dropped: the map holds only namespaces throttled lately.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def admit(self, namespace: str, faults: Faults) -> bool:
+        """Take one call's token from ``namespace``'s bucket; False when it is empty."""
+        now = self._clock()
+        for ns in [ns for ns, b in self._buckets.items() if b.tokens_at(now) >= b.burst]:
+            del self._buckets[ns]
+        if faults.request_rate <= 0:
+            return True
+        burst = max(1.0, faults.request_burst or faults.request_rate)
+        bucket = self._buckets.get(namespace) or _Bucket(faults.request_rate, burst, burst, now)
+        tokens = min(burst, bucket.tokens_at(now))
+        admitted = tokens >= 1
+        left = tokens - 1 if admitted else tokens
+        self._buckets[namespace] = _Bucket(faults.request_rate, burst, left, now)
+        return admitted
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    rate: float
+    burst: float
+    tokens: float
+    counted: float
+
+    def tokens_at(self, now: float) -> float:
+        return self.tokens + (now - self.counted) * self.rate
 
 
 def now_utc() -> datetime:

@@ -24,7 +24,7 @@ from machinepool.providers.pool.types import (
     InstanceState,
 )
 from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
-from machinepool.sim.cloud import Faults, now_utc
+from machinepool.sim.cloud import Faults, RequestLimits, now_utc
 from machinepool.sim.records import (
     STATE_ANNOTATION,
     TERMINATED,
@@ -80,6 +80,7 @@ class SimBackend:
         settings: SimPoolSettings,
         faults: Faults,
         zones: tuple[str, ...],
+        limits: RequestLimits | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.client = client
@@ -91,6 +92,7 @@ class SimBackend:
         self.settings = settings
         self.faults = faults
         self.zones = zones
+        self._limits = limits or RequestLimits()
         self._rng = rng or random.Random()
 
     def failure_domains(self) -> Mapping[str, int | None]:
@@ -163,7 +165,13 @@ class SimBackend:
         await self.client.delete(SECRETS, instance_id, self.namespace)
 
     async def _weather(self, call: str) -> None:
-        """Injected faults that strike before the call acts."""
+        """Injected faults that strike before the call acts: throttling first, as a cloud
+        refuses a call over its account's rate before looking at it."""
+        if not self._limits.admit(self.namespace, self.faults):
+            raise CloudError(
+                f"RequestLimitExceeded: the simulated cloud throttled {call} (more than"
+                f" {self.faults.request_rate:g} calls per second in {self.namespace})"
+            )
         if self.faults.stall_rate and self._rng.random() < self.faults.stall_rate:
             await asyncio.sleep(self.faults.stall_seconds)
         if self.faults.error_rate and self._rng.random() < self.faults.error_rate:

@@ -15,7 +15,7 @@ from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.records import PoolRecords
 from machinepool.runtime import Client, Informer, Obj
-from machinepool.sim import DEFAULT_ZONES, Faults, SimCloud
+from machinepool.sim import DEFAULT_ZONES, Faults, RequestLimits, SimCloud
 
 __all__ = ["SimProvider"]
 
@@ -47,6 +47,7 @@ class SimProvider:
         self.zones = zones or DEFAULT_ZONES
         self.cloud = SimCloud(client)
         self._faults = faults or self.cloud.faults
+        self._limits = RequestLimits()  # one account per namespace, across reconciles
 
     async def backend(self, pool: Obj) -> Backend:
         meta = pool["metadata"]
@@ -67,6 +68,7 @@ class SimProvider:
             settings=SimPoolSettings((pool.get("spec") or {}).get("sim")),
             faults=await self._faults(namespace),
             zones=self.zones,
+            limits=self._limits,
         )
 
     def template(self, pool: Obj, version: str) -> tuple[str, Mapping[str, str]]:
