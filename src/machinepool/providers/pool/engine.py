@@ -104,7 +104,7 @@ class PoolEngine:
             return None
         outcome = await run_phases(scope, PHASES, chain=True)
         for exc in outcome.errors:
-            if not isinstance(exc, CloudError):  # a cloud failure has its own condition
+            if not isinstance(exc, CloudError):
                 scope.block("ReconcileError", describe_error(exc))
         outcome += await run_phases(scope, (report,))
         outcome += Outcome(errors=scope.errors)
