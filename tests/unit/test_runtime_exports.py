@@ -15,7 +15,7 @@ EXPECTED = {
     # errors
     "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
     "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
-    "ExpectedError", "is_expected",
+    "ExpectedError", "is_expected", "describe_error",
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
     # informers
@@ -26,6 +26,8 @@ EXPECTED = {
     # controllers
     "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper", "Inputs",
     "EnqueueHandler", "object_key", "owner_key", "metadata_and_spec",
+    # the reconcile skeleton
+    "Phase", "Outcome", "run_phases", "patch_on_exit",
     # manager
     "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
     "RuntimeMetrics",

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.meta import dig, ensure, parse_time
-from machinepool.runtime import Informer, NotFound, Obj, ObjectKey, Patcher
+from machinepool.runtime import Informer, Obj, ObjectKey
 
 __all__ = [
     "WorkloadNodes",
@@ -28,7 +28,6 @@ __all__ = [
     "node_ready",
     "node_ready_since",
     "now",
-    "patch_on_exit",
     "ref_text",
     "set_paused_condition",
 ]
@@ -44,16 +43,6 @@ def group_of(api_version: str) -> str:
 
 def is_deleting(obj: Obj) -> bool:
     return bool(dig(obj, "metadata", "deletionTimestamp"))
-
-
-async def patch_on_exit(patcher: Patcher, obj: Obj) -> None:
-    """The reconcile's one patch; a deleted object that is already gone is what deletion
-    wanted. Gone while not deleting, the error stands: the next event decides."""
-    try:
-        await patcher.patch(obj)
-    except NotFound:
-        if not is_deleting(obj):
-            raise
 
 
 def ensure_cluster_owner(obj: Obj, cluster: Obj) -> None:

@@ -4,7 +4,8 @@ Reproduces controller-runtime's semantics in asyncio: a raw-JSON API ``Client``;
 (list + watch with bookmarks, re-list on 410) shared through an ``InformerCache``; a
 de-duplicating, rate-limited ``WorkQueue``; ``Controller``s with the Result/error contract;
 a ``Manager`` with Lease leader election, probes and Prometheus metrics; an ``EventRecorder``;
-structured logging; and a ``ClusterCache`` of workload-cluster clients and informers.
+structured logging; a ``ClusterCache`` of workload-cluster clients and informers; and the
+one shape of a reconcile (``run_phases``, ``patch_on_exit``, ``Outcome.settle``).
 
 Import public names from here; the modules behind them are private.
 """
@@ -65,6 +66,7 @@ from machinepool.runtime.errors import (
     ServerError,
     TooManyRequests,
     Unauthorized,
+    describe_error,
     is_expected,
 )
 from machinepool.runtime.events import EventRecorder
@@ -89,6 +91,7 @@ from machinepool.runtime.logging import KVLogger, configure_logging, get_logger
 from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.patch import Patcher, merge_patch
+from machinepool.runtime.phases import Outcome, Phase, patch_on_exit, run_phases
 from machinepool.runtime.reader import OwnReader
 from machinepool.runtime.sharding import (
     DRAIN_ACKNOWLEDGED,
@@ -165,9 +168,11 @@ __all__ = [
     "Obj",
     "ObjectKey",
     "ObjectList",
+    "Outcome",
     "OwnReader",
     "PatchType",
     "Patcher",
+    "Phase",
     "QueueShutDown",
     "RateLimiter",
     "ReconcileFunc",
@@ -189,6 +194,7 @@ __all__ = [
     "configure_logging",
     "contract_resource",
     "controller_owner",
+    "describe_error",
     "field_indexer",
     "gather_bounded",
     "get_logger",
@@ -200,6 +206,8 @@ __all__ = [
     "object_key",
     "owner_indexer",
     "owner_key",
+    "patch_on_exit",
+    "run_phases",
     "self_signed",
     "strip_managed_fields",
 ]

@@ -338,7 +338,7 @@ class Controller:
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 self.metrics.terminal_errors.labels(self.name).inc()
-                log.error("reconcile failed permanently; not retrying", error=str(exc))
+                log.error("reconcile failed permanently; not retrying", error=describe_error(exc))
             case Conflict() as exc:
                 # An optimistic lock lost to a newer write: routine, and the retry reads the
                 # newer copy. Logged quietly, retried with backoff like any error.

@@ -132,9 +132,12 @@ def error_reason(exc: BaseException) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message`` on one line; a group's message already names what it collected."""
+    """``Type: message (notes)`` on one line; a group's message already names what it
+    collected. The notes say where it happened (``runtime.phases`` notes the phase)."""
     if isinstance(exc, BaseExceptionGroup):
         leaves = "; ".join(describe_error(e) for e in exc.exceptions)
         return f"{exc.message}: {leaves}" if leaves not in exc.message else exc.message
     text = str(exc) or repr(exc)
-    return f"{type(exc).__name__}: {text}".replace("\n", " ")
+    notes = "; ".join(getattr(exc, "__notes__", None) or [])
+    where = f" ({notes})" if notes else ""
+    return f"{type(exc).__name__}: {text}{where}".replace("\n", " ")

@@ -7,16 +7,16 @@ its Cluster, and to the MachinePools referencing it when something a reconcile r
 refresh to rotation), not on every scale or status write of the pool.
 
 One reconcile: read the config (from the informer, or this controller's newer write of it),
-snapshot it, run the phases in order until one halts, write the Ready summary, and patch once
-(metadata, then status, only what changed). Phase errors are collected; any error means a retry
-with backoff, otherwise the shortest requeue wins.
+snapshot it, run the phases as a chain (each needs what the ones before it found: the owner,
+the Cluster, the certificates, the token) until one halts or fails, write the Ready summary,
+and patch once (metadata, then status, only what changed). An error means a retry with
+backoff, otherwise the shortest requeue wins (``runtime.phases``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -42,19 +42,19 @@ from machinepool.runtime import (
     EventRecorder,
     Informer,
     Manager,
-    NotFound,
     Obj,
     ObjectKey,
     OwnReader,
     Patcher,
+    Phase,
     Result,
     TerminalError,
     get_logger,
+    patch_on_exit,
+    run_phases,
 )
 
-Phase = Callable[[Scope], Awaitable[Result]]
-
-RECONCILE_PHASES: tuple[Phase, ...] = (
+RECONCILE_PHASES: tuple[Phase[Scope], ...] = (
     resolve_owner,
     resolve_cluster,
     check_paused,
@@ -74,7 +74,7 @@ async def _owner_for_delete(scope: Scope) -> Result:
     return Result()
 
 
-DELETE_PHASES: tuple[Phase, ...] = (_owner_for_delete, delete)
+DELETE_PHASES: tuple[Phase[Scope], ...] = (_owner_for_delete, delete)
 CLUSTER_INDEX = "kubeadm-bootstrap/cluster"
 CONTROLLER_NAME = "kubeadmconfig"
 
@@ -125,49 +125,17 @@ class KubeadmConfigReconciler:
         patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
         meta = config["metadata"]
         if meta.get("deletionTimestamp"):
-            result, errors = await _run(scope, DELETE_PHASES)
-            await _patch(patcher, config, key)
-            _raise(errors, key)
-            return result
-        if r.FINALIZER not in (meta.get("finalizers") or []):
+            outcome = await run_phases(scope, DELETE_PHASES, chain=True)
+        elif r.FINALIZER not in (meta.get("finalizers") or []):
             # Persist the finalizer before any token exists, so none can be left behind.
             meta.setdefault("finalizers", []).append(r.FINALIZER)
-            await patcher.patch(config)
+            await patch_on_exit(patcher, config)
             return None
-        result, errors = await _run(scope, RECONCILE_PHASES)
-        summarize(scope, failed=bool(errors))
-        await _patch(patcher, config, key)
-        _raise(errors, key)
-        return result
-
-
-async def _run(scope: Scope, phases: tuple[Phase, ...]) -> tuple[Result, list[Exception]]:
-    """Run ``phases`` until one halts; collect errors; the shortest requeue wins."""
-    errors: list[Exception] = []
-    after: float | None = None
-    for phase in phases:
-        try:
-            result = await phase(scope)
-        except Exception as exc:
-            errors.append(exc)
-            break  # later phases depend on earlier ones
-        if result.requeue_after is not None:
-            after = min(after, result.requeue_after) if after is not None else result.requeue_after
-        if scope.halt:
-            break
-    return Result(requeue_after=after), errors
-
-
-async def _patch(patcher: Patcher, config: Obj, key: ObjectKey) -> None:
-    with contextlib.suppress(NotFound):  # the finalizer was the last thing holding it: gone
-        await patcher.patch(config)
-
-
-def _raise(errors: list[Exception], key: ObjectKey) -> None:
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise ExceptionGroup(f"reconciling KubeadmConfig {key} failed", errors)
+        else:
+            outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
+            summarize(scope)
+        await patch_on_exit(patcher, config, outcome)
+        return outcome.settle(f"KubeadmConfig {key}")
 
 
 def _cluster_index(config: Obj) -> list[str]:

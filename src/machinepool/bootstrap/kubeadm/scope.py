@@ -78,7 +78,8 @@ class Scope:
     token: BootstrapToken | None = None
     """token phase: the token to render (``None`` when the user supplies discovery)."""
     halt: bool = False
-    """Set by a phase that must stop the reconcile (waiting, paused, invalid input)."""
+    """Set by a phase that must stop the reconcile (waiting, paused, invalid input):
+    ``runtime.phases.Halting``, so the phases after it do not run."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

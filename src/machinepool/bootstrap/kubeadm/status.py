@@ -1,5 +1,6 @@
 """The summary written at the end of every reconcile: the Ready condition (v1beta2 and
-v1beta1) from DataSecretAvailable and CertificatesAvailable, and observedGeneration.
+v1beta1) from DataSecretAvailable and CertificatesAvailable. (observedGeneration is
+``runtime.patch_on_exit``'s: only a reconcile whose phases all succeeded claims it.)
 
 Called by ``controller.py`` once all phases ran, before the patch.
 """
@@ -14,9 +15,9 @@ from machinepool.bootstrap.kubeadm.scope import Scope
 _SUMMARISED = (r.DATA_SECRET_AVAILABLE, r.CERTIFICATES_AVAILABLE)
 
 
-def summarize(scope: Scope, failed: bool) -> None:
+def summarize(scope: Scope) -> None:
     """Ready=True when every summarised condition present is True; else the first that is
-    not, with its message. observedGeneration only when no phase failed."""
+    not, with its message."""
     listed = scope.status.get("conditions") or []
     present = [cond for t in _SUMMARISED if (cond := conditions.get_condition(listed, t))]
     blocking = next((cond for cond in present if cond.get("status") != "True"), None)
@@ -34,7 +35,3 @@ def summarize(scope: Scope, failed: bool) -> None:
             message,
             severity or c.SEVERITY_INFO,
         )
-    if not failed:
-        generation = scope.config["metadata"].get("generation")
-        if generation:
-            scope.status["observedGeneration"] = generation

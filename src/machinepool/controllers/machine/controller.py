@@ -28,7 +28,6 @@ from machinepool.controllers.common import (
     is_paused,
     node_inputs,
     now,
-    patch_on_exit,
     ref_text,
     set_paused_condition,
     set_up_to_date,
@@ -50,13 +49,16 @@ from machinepool.runtime import (
     Obj,
     ObjectKey,
     OwnReader,
+    Patcher,
+    Phase,
     Resource,
     Result,
     controller_owner,
     get_logger,
     metadata_and_spec,
+    patch_on_exit,
+    run_phases,
 )
-from machinepool.runtime.patch import Patcher
 
 log = get_logger(__name__)
 CONTROLLER_NAME = "machinepool-machine"
@@ -206,7 +208,7 @@ class MachineReconciler:
         finalizers = dig(machine, "metadata", "finalizers", default=[])
         if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
-            await patcher.patch(machine)
+            await patch_on_exit(patcher, machine)
             return Result()
         cluster_name = str(dig(machine, "spec", "clusterName", default=""))
         cluster = self.clusters.get(cluster_name, key.namespace)
@@ -219,46 +221,43 @@ class MachineReconciler:
                 self.controller.enqueue(key)
             return Result()
         scope = Scope(self, machine)
-        try:
-            await self._observe(scope)
-            if is_deleting(machine):
-                result = await reconcile_delete(scope)
-            else:
-                result = await reconcile_normal(scope)
-            # Only a reconcile that went through says it saw this generation.
-            ensure(machine, "status")["observedGeneration"] = dig(machine, "metadata", "generation")
-        finally:
-            set_up_to_date(machine)
-            status.set_phase(machine)
-            await patch_on_exit(patcher, machine)
-        return result
+        # A chain: the deletion and the Node bookkeeping both need what observe found.
+        phases = DELETE_PHASES if is_deleting(machine) else NORMAL_PHASES
+        outcome = await run_phases(scope, phases, chain=True)
+        set_up_to_date(machine)
+        status.set_phase(machine)
+        await patch_on_exit(patcher, machine, outcome)
+        return outcome.settle(scope.text)
 
-    async def _observe(self, scope: Scope) -> None:
-        """Find the infra machine and the Node; fill ``spec.providerID`` from the former."""
-        machine = scope.machine
-        ref = dig(machine, "spec", "infrastructureRef", default={})
-        if ref.get("kind") and ref.get("name"):
-            try:
-                resource = await self.resolver.resolve(str(ref.get("apiGroup")), str(ref["kind"]))
-            except NotFound:
-                resource = None
-            if resource is not None:
-                informer = await self.infra_informer(resource)
-                scope.infra_machine = informer.get(str(ref["name"]), scope.key.namespace)
-            scope.infra_machine_not_found = scope.infra_machine is None
-        pid = dig(scope.infra_machine, "spec", "providerID")
-        if pid and not dig(machine, "spec", "providerID"):
-            machine["spec"]["providerID"] = str(pid)
-        nodes = WorkloadNodes(await self.nodes(scope.cluster_key))
-        node_name = dig(machine, "status", "nodeRef", "name")
-        node = nodes.by_name(str(node_name)) if node_name else None
-        pid = dig(machine, "spec", "providerID")
-        if node is None and pid:
-            node = nodes.by_provider_id(str(pid))
-        scope.node = node
+
+async def observe(scope: Scope) -> Result:
+    """Find the infra machine and the Node; fill ``spec.providerID`` from the former."""
+    machine, reconciler = scope.machine, scope.reconciler
+    ref = dig(machine, "spec", "infrastructureRef", default={})
+    if ref.get("kind") and ref.get("name"):
+        try:
+            resource = await reconciler.resolver.resolve(str(ref.get("apiGroup")), str(ref["kind"]))
+        except NotFound:
+            resource = None
+        if resource is not None:
+            informer = await reconciler.infra_informer(resource)
+            scope.infra_machine = informer.get(str(ref["name"]), scope.key.namespace)
+        scope.infra_machine_not_found = scope.infra_machine is None
+    pid = dig(scope.infra_machine, "spec", "providerID")
+    if pid and not dig(machine, "spec", "providerID"):
+        machine["spec"]["providerID"] = str(pid)
+    nodes = WorkloadNodes(await reconciler.nodes(scope.cluster_key))
+    node_name = dig(machine, "status", "nodeRef", "name")
+    node = nodes.by_name(str(node_name)) if node_name else None
+    pid = dig(machine, "spec", "providerID")
+    if node is None and pid:
+        node = nodes.by_provider_id(str(pid))
+    scope.node = node
+    return Result()
 
 
 async def reconcile_normal(scope: Scope) -> Result:
+    """Record the Node (nodeRef, nodeInfo, its labels and annotations) and the conditions."""
     machine, node = scope.machine, scope.node
     if node is not None:
         name = str(dig(node, "metadata", "name"))
@@ -513,3 +512,7 @@ def _drop_finalizer(machine: Obj) -> None:
     machine["metadata"]["finalizers"] = [
         f for f in dig(machine, "metadata", "finalizers", default=[]) if f != c.MACHINE_FINALIZER
     ]
+
+
+NORMAL_PHASES: tuple[Phase[Scope], ...] = (observe, reconcile_normal)
+DELETE_PHASES: tuple[Phase[Scope], ...] = (observe, reconcile_delete)

@@ -20,11 +20,11 @@ class Scope:
     machine: Obj
     """The Machine (a private copy; phases mutate it). Set by controller."""
     node: Obj | None = None
-    """Its workload Node, found by nodeRef name or providerID. Set by controller."""
+    """Its workload Node, found by nodeRef name or providerID. Set by observe."""
     infra_machine: Obj | None = None
-    """Its infra machine. Set by controller."""
+    """Its infra machine. Set by observe."""
     infra_machine_not_found: bool = False
-    """The infrastructureRef names nothing (any more). Set by controller."""
+    """The infrastructureRef names nothing (any more). Set by observe."""
 
     @property
     def key(self) -> ObjectKey:

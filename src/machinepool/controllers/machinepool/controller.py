@@ -3,16 +3,15 @@
 Built by ``machinepool.controllers.machinepool.setup``. A reconcile reads the MachinePool and
 its Cluster from the informer cache, adds the finalizer, honours pause, runs the phases
 (every phase runs even if an earlier one failed), computes status and phase, and patches once
-(spec and status separately, only what changed). Errors are aggregated; the shortest requeue
-wins when there is none. Problems with references (missing Cluster, config or infra pool, an
-infra pool controlled by someone else) become conditions and wait for a watch, not a backoff.
+(spec and status separately, only what changed), as ``runtime.phases`` lays out. Problems with
+references (missing Cluster, config or infra pool, an infra pool controlled by someone else)
+become conditions and wait for a watch, not a backoff (``ReferenceProblem`` is terminal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
@@ -24,7 +23,6 @@ from machinepool.controllers.common import (
     is_deleting,
     is_paused,
     node_inputs,
-    patch_on_exit,
     set_paused_condition,
 )
 from machinepool.controllers.machinepool import remediation, status, watches
@@ -36,12 +34,11 @@ from machinepool.controllers.machinepool.machines import (
     set_machines_up_to_date,
 )
 from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
-from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, lowest_requeue
+from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import (
     NODES,
     ClusterCache,
     ClusterNotConnected,
-    Conflict,
     ContractResolver,
     Controller,
     IndexFunc,
@@ -50,14 +47,14 @@ from machinepool.runtime import (
     Obj,
     ObjectKey,
     OwnReader,
+    Patcher,
+    Phase,
     Resource,
     Result,
-    TerminalError,
     get_logger,
+    patch_on_exit,
+    run_phases,
 )
-from machinepool.runtime.patch import Patcher
-
-Phase = Callable[[Scope], Awaitable[Result]]
 
 CONTROLLER_NAME = "machinepool"
 COMPONENT = "machinepool-controller"
@@ -189,15 +186,12 @@ class MachinePoolReconciler:
                 self.controller.enqueue(key)
             return Result()
         scope = Scope(self, mp, cluster)
-        result, errors = await _run(scope, _phases(mp, self.machines_up_to_date))
+        # Independent phases: a missing bootstrap config does not keep Nodes from being
+        # counted, so every phase runs and every condition is current.
+        outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
         update_status(scope)
-        if not errors:
-            mp["status"]["observedGeneration"] = dig(mp, "metadata", "generation")
-        try:
-            await patch_on_exit(patcher, mp)
-        except Exception as exc:
-            errors.append(exc)
-        return _settle(scope, result, errors)
+        await patch_on_exit(patcher, mp, outcome)
+        return outcome.settle(scope.text)
 
 
 def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
@@ -206,10 +200,10 @@ def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
         informer.add_indexer(name, fn)
 
 
-def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase]:
+def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase[Scope]]:
     if is_deleting(mp):
         return [set_owner_and_labels, reconcile_delete]
-    phases: list[Phase] = [
+    phases: list[Phase[Scope]] = [
         set_owner_and_labels,
         reconcile_bootstrap,
         reconcile_infrastructure,
@@ -220,44 +214,8 @@ def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase]:
     return [*phases, set_machines_up_to_date] if machines_up_to_date else phases
 
 
-async def _run(scope: Scope, phases: list[Phase]) -> tuple[Result, list[BaseException]]:
-    results: list[Result] = []
-    errors: list[BaseException] = []
-    for phase in phases:
-        try:
-            results.append(await phase(scope))
-        except (asyncio.CancelledError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            # Say which phase failed: "cannot connect" alone does not tell drain from Nodes.
-            exc.add_note(phase.__name__)
-            errors.append(exc)
-    return lowest_requeue(results), errors
-
-
-def _settle(scope: Scope, result: Result, errors: list[BaseException]) -> Result:
-    if not errors:
-        return result
-    retryable = [e for e in errors if not isinstance(e, ReferenceProblem)]
-    message = "; ".join(_phase_error(e) for e in errors)
-    if not retryable:
-        raise TerminalError(f"{scope.text}: {message}")
-    if all(isinstance(e, Conflict) for e in retryable):
-        raise retryable[0]  # lost an optimistic lock: the runtime retries it quietly
-    # A group, so the runtime sees each cause: one log line when all are expected (an
-    # unreachable workload cluster), a traceback when one of them is a bug.
-    raise ExceptionGroup(
-        f"{scope.text}: {message}", [e for e in errors if isinstance(e, Exception)]
-    )
-
-
-def _phase_error(exc: BaseException) -> str:
-    notes = getattr(exc, "__notes__", None) or []
-    where = f"{notes[-1]}: " if notes else ""
-    return f"{where}{type(exc).__name__}: {exc}"
-
-
 async def set_owner_and_labels(scope: Scope) -> Result:
+    """Label the MachinePool with its Cluster's name and make the Cluster an owner."""
     ensure_cluster_owner(scope.mp, scope.cluster)
     return Result()
 

@@ -1,8 +1,8 @@
 """The per-reconcile ``Scope``: what the phases of one MachinePool reconcile share.
 
 Built by ``controller.MachinePoolReconciler.reconcile``; each phase module reads and fills it.
-Every field says which phase fills it. ``errors`` collects the failures phases choose to
-report without stopping later phases (a phase may also simply raise).
+Every field says which phase fills it. A phase reports a failure by raising: the others still
+run (``runtime.run_phases``).
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import WorkloadNodes
-from machinepool.runtime import ExpectedError, Obj, ObjectKey, Result
+from machinepool.runtime import ExpectedError, Obj, ObjectKey, TerminalError
 
 if TYPE_CHECKING:
     from machinepool.controllers.machinepool.controller import MachinePoolReconciler
 
 
-class ReferenceProblem(ExpectedError):
+class ReferenceProblem(TerminalError, ExpectedError):
     """An object the MachinePool names is missing or not ours to take.
 
-    Reported as a condition; not retried with backoff because a watch on the referenced kind
-    (or on Clusters) brings the MachinePool back as soon as the object changes.
+    Reported as a condition; terminal, so not retried with backoff, because a watch on the
+    referenced kind (or on Clusters) brings the MachinePool back as soon as the object changes.
     """
 
 
@@ -77,12 +77,6 @@ class Scope:
     @property
     def text(self) -> str:
         return f"MachinePool {self.key}"
-
-
-def lowest_requeue(results: list[Result]) -> Result:
-    """The result that comes back soonest; ``Result()`` when none asks to come back."""
-    delays = [r.requeue_after for r in results if r.requeue_after]
-    return Result(requeue_after=min(delays)) if delays else Result()
 
 
 def deprecated_v1beta1(mp: Obj) -> Obj:

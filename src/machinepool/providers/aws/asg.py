@@ -32,7 +32,7 @@ __all__ = ["LAST_APPLIED_TAGS_ANNOTATION", "observe", "reconcile_group"]
 LAST_APPLIED_TAGS_ANNOTATION = "sigs.k8s.io/cluster-api-provider-aws-last-applied-tags"
 
 
-async def observe(scope: Scope) -> None:
+async def observe(scope: Scope) -> Result:
     """Fill ``scope.group`` (None when there is no group); refuse a group we do not own."""
     try:
         out = await scope.aws.call(
@@ -43,7 +43,7 @@ async def observe(scope: Scope) -> None:
     groups = out.get("AutoScalingGroups") or []
     if not groups:
         scope.group = None
-        return
+        return Result()
     group = dict(groups[0])
     tags = {t.get("Key"): t.get("Value") for t in group.get("Tags") or []}
     if tags.get(plan.cluster_tag(scope.cluster_name)) != plan.OWNED:
@@ -58,6 +58,7 @@ async def observe(scope: Scope) -> None:
             ),
         )
     scope.group = group
+    return Result()
 
 
 def _target(scope: Scope) -> int:

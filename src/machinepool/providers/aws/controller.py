@@ -4,16 +4,16 @@
 this package's ``__init__``). It reads the pool, its owning MachinePool and Cluster, builds a
 ``Scope``, and runs, in order: ``asg.observe``, then for a live pool ``launchtemplate``,
 ``asg.reconcile_group``, ``refresh``, ``groupsettings`` and ``machines``; for a deleted pool
-``delete``. Every phase runs even when an earlier one failed (they skip what they cannot do);
-errors are collected and raised together after the single patch, so the controller backs off
-while conditions already say what failed. Invalid specs (``webhook.validate``) are reported
-as ``ASGReady=False, InvalidConfiguration`` and not retried until the spec changes.
+``delete``. Every phase after ``observe`` runs even when an earlier one failed (they skip what
+they cannot do); errors are raised after the single patch (``runtime.phases``), so the
+controller backs off while conditions already say what failed, and each AWS failure is also a
+``ReconcileFailed`` Event. Invalid specs (``webhook.validate``) are reported as
+``ASGReady=False, InvalidConfiguration`` and not retried until the spec changes.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from machinepool.api import conditions as cond
@@ -27,22 +27,23 @@ from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AW
 from machinepool.providers.aws.webhook import validate
 from machinepool.runtime import (
     SECRETS,
-    ApiError,
     Client,
     EventRecorder,
     Informer,
     KVLogger,
     NotFound,
     ObjectKey,
+    Outcome,
+    Patcher,
+    Phase,
     Result,
+    patch_on_exit,
+    run_phases,
 )
-from machinepool.runtime.patch import Patcher
 
-__all__ = ["AWSMachinePoolReconciler", "Phase"]
+__all__ = ["AWSMachinePoolReconciler"]
 
-Phase = Callable[[Scope], Awaitable[Result]]
-
-_LIVE_PHASES: tuple[Phase, ...] = (
+_LIVE_PHASES: tuple[Phase[Scope], ...] = (
     launchtemplate.reconcile_launch_template,
     asg.reconcile_group,
     refresh.reconcile_refresh,
@@ -115,7 +116,7 @@ class AWSMachinePoolReconciler:
             scope.pool["metadata"].setdefault("finalizers", []).append(AWS_MACHINE_POOL_FINALIZER)
             await scope.checkpoint()
         if not await self._ready_to_build(scope):
-            return await self._finish(scope)
+            return await self._finish(scope, Outcome())
         return await self._run(scope, _LIVE_PHASES)
 
     # -- building the scope ----------------------------------------------------------------
@@ -229,33 +230,22 @@ class AWSMachinePoolReconciler:
 
     # -- running ---------------------------------------------------------------------------
 
-    async def _run(self, scope: Scope, phases: tuple[Phase, ...]) -> Result:
-        try:
-            await asg.observe(scope)
-        except AWSError as exc:
-            scope.errors.append(exc)
-            return await self._finish(scope)
-        for phase in phases:
-            try:
-                await phase(scope)
-            except (AWSError, ApiError) as exc:
-                scope.errors.append(exc)
-        return await self._finish(scope)
+    async def _run(self, scope: Scope, phases: tuple[Phase[Scope], ...]) -> Result:
+        # Every phase acts on the group observe described; past that, they are independent.
+        outcome = await run_phases(scope, (asg.observe,))
+        if outcome.ok:
+            outcome += await run_phases(scope, phases)
+        return await self._finish(scope, outcome)
 
-    async def _finish(self, scope: Scope) -> Result:
+    async def _finish(self, scope: Scope, outcome: Outcome) -> Result:
         if not scope.deleting:
             summarise(scope.status)
-        try:
-            scope.pool = await scope.patcher.patch(scope.pool)
-        except NotFound:
-            return Result()  # deleted while we worked: nothing left to report on
-        for exc in scope.errors:
+        # AWSMachinePool's status has no observedGeneration.
+        scope.pool = await patch_on_exit(scope.patcher, scope.pool, outcome, observed=False)
+        for exc in outcome.errors:
             if isinstance(exc, AWSError):
                 await self.recorder.event(scope.pool, "Warning", "ReconcileFailed", str(exc))
-        if len(scope.errors) == 1:
-            raise scope.errors[0]
-        if scope.errors:
-            raise ExceptionGroup(f"AWSMachinePool {scope.namespace}/{scope.name}", scope.errors)
+        outcome.settle(f"AWSMachinePool {scope.namespace}/{scope.name}")
         interval = (
             self.options.aws_busy_poll_interval if scope.busy else self.options.aws_poll_interval
         )

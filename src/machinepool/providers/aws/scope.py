@@ -7,7 +7,7 @@ and Cluster; the phases (``launchtemplate``, ``asg``, ``refresh``, ``groupsettin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from machinepool.api import conditions as cond
@@ -79,7 +79,6 @@ class Scope:
     """The Auto Scaling group as DescribeAutoScalingGroups returned it (asg)."""
     busy: bool = False
     """Something is converging: come back after ``aws_busy_poll_interval`` (any phase)."""
-    errors: list[Exception] = field(default_factory=list)
 
     # -- names ----------------------------------------------------------------------------
 

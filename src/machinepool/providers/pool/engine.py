@@ -3,15 +3,13 @@
 ``start_engine(mgr, cluster_cache, provider)`` registers the informers, the pool controller
 (``PoolEngine``) and the infra machine controller (``InfraMachineReconciler``) for one provider;
 providers call it from their ``setup``. A pool reconcile reads the pool from the informer (or
-its own newer write of it, ``OwnReader``), snapshots it, runs the phases in order (observe,
-decide, act, sync infra machines), always reports, and patches once: metadata+spec and status
-separately, only what changed. Errors are collected; the first is raised after the patch so
-the controller backs off; the shortest requeue wins otherwise.
+its own newer write of it, ``OwnReader``), snapshots it, runs the phases as a chain (observe,
+decide, act, sync infra machines: each needs what the ones before it found), always reports,
+and patches once: metadata+spec and status separately, only what changed. Errors are raised
+after the patch, the shortest requeue wins otherwise (``runtime.phases``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
@@ -43,17 +41,20 @@ from machinepool.runtime import (
     Manager,
     Obj,
     ObjectKey,
+    Outcome,
     OwnReader,
     Patcher,
+    Phase,
     Result,
-    get_logger,
+    describe_error,
     metadata_and_spec,
+    patch_on_exit,
+    run_phases,
 )
 
 __all__ = ["PoolEngine", "start_engine"]
 
-Phase = Callable[[PoolScope], Awaitable[Result]]
-PHASES: tuple[Phase, ...] = (
+PHASES: tuple[Phase[PoolScope], ...] = (
     load_owner,
     list_instances,
     read_nodes,
@@ -62,9 +63,7 @@ PHASES: tuple[Phase, ...] = (
     sync_infra_machines,
     prune_records,
 )
-"""Run in order until one sets ``scope.halt`` or fails; ``report`` always follows."""
-
-log = get_logger(__name__)
+"""A chain: run in order until one sets ``scope.halt`` or fails; ``report`` always follows."""
 
 
 class PoolEngine:
@@ -94,29 +93,28 @@ class PoolEngine:
                 meta["finalizers"] = [
                     f for f in meta.get("finalizers") or [] if f != env.provider.pool_finalizer
                 ]
-                await patcher.patch(pool)
+                await patch_on_exit(patcher, pool)
                 return None
-            result = await delete_pool(scope)
-            await patcher.patch(pool)
-            return result
+            outcome = await run_phases(scope, (delete_pool,))
+            await patch_on_exit(patcher, pool, outcome)
+            return outcome.settle(self._text(key))
         if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
             meta["finalizers"] = [*(meta.get("finalizers") or []), env.provider.pool_finalizer]
-            await patcher.patch(pool)
+            await patch_on_exit(patcher, pool)
             return None
-        await self._run(scope)
-        await patcher.patch(pool)
-        await self._watch_nodes(scope)
-        return _outcome(scope)
-
-    async def _run(self, scope: PoolScope) -> None:
-        for phase in PHASES:
-            if scope.halt:
-                break
-            await _guarded(phase, scope)
-        await _guarded(report, scope)
-        for exc in scope.errors:
+        outcome = await run_phases(scope, PHASES, chain=True)
+        for exc in outcome.errors:
             if not isinstance(exc, CloudError):
-                log.error("pool reconcile failed", pool=str(scope.key), error=repr(exc))
+                scope.block("ReconcileError", describe_error(exc))
+        outcome += await run_phases(scope, (report,))
+        outcome += Outcome(errors=scope.errors)
+        # A blocked pool has not acted on its spec: its status does not claim the generation.
+        await patch_on_exit(patcher, pool, outcome, observed=not scope.blocked)
+        await self._watch_nodes(scope)
+        return outcome.settle(self._text(key))
+
+    def _text(self, key: ObjectKey) -> str:
+        return f"{self.env.provider.pool_resource.kind} {key}"
 
     async def _watch_nodes(self, scope: PoolScope) -> None:
         """Have the workload cluster's Node events reach this pool's reconciles."""
@@ -140,25 +138,6 @@ class PoolEngine:
         for machine in self.env.infra_machines.by_index(PROVIDER_ID_INDEX, str(provider_id)):
             keys.extend(infra_machine_to_pool(self.env, machine))
         return keys
-
-
-async def _guarded(phase: Phase, scope: PoolScope) -> None:
-    try:
-        result = await phase(scope)
-    except Exception as exc:
-        scope.errors.append(exc)
-        scope.halt = True
-        if not isinstance(exc, CloudError):
-            scope.block("ReconcileError", f"{phase.__name__}: {exc}")
-        return
-    if result.requeue_after:
-        scope.requeue.append(result.requeue_after)
-
-
-def _outcome(scope: PoolScope) -> Result:
-    if scope.errors:
-        raise scope.errors[0]
-    return Result(requeue_after=min(scope.requeue)) if scope.requeue else Result()
 
 
 def infra_machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:

@@ -19,6 +19,7 @@ __all__ = ["report"]
 
 
 async def report(scope: PoolScope) -> Result:
+    """Write what the pool is: its providerIDList, instances, readiness and conditions."""
     live = [i for i in scope.instances if i.state is not InstanceState.TERMINATED]
     if scope.backend is not None:
         scope.pool.setdefault("spec", {})["providerIDList"] = sorted(i.provider_id for i in live)
@@ -42,10 +43,6 @@ async def report(scope: PoolScope) -> Result:
     if ready:
         status["initialization"] = {"provisioned": True}
     _conditions(scope, ready)
-    if not scope.errors and not scope.blocked:
-        generation = scope.pool["metadata"].get("generation")
-        if generation:
-            status["observedGeneration"] = generation
     return Result()
 
 

@@ -69,9 +69,11 @@ class PoolScope:
     blocked: list[tuple[str, str]] = field(default_factory=list)
     """(reason, message) of problems that keep the pool from converging (any phase)."""
     halt: bool = False
-    """Set by a phase when later phases must not run (no owner, paused)."""
+    """Set by a phase when later phases must not run (no owner, paused):
+    ``runtime.phases.Halting``."""
     errors: list[Exception] = field(default_factory=list)
-    requeue: list[float] = field(default_factory=list)
+    """Failures a phase reports without stopping (an instance create the cloud refused),
+    raised with the phases' own errors after the patch."""
 
     @property
     def namespace(self) -> str:
