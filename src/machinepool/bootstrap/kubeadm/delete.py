@@ -65,6 +65,8 @@ async def _delete_data_secret(scope: Scope) -> None:
 
 
 async def delete(scope: Scope) -> Result:
+    """Delete the bootstrap tokens and the data secret the config made, then drop the
+    finalizer."""
     finalizers: list[str] = scope.config["metadata"].get("finalizers") or []
     if r.FINALIZER not in finalizers:
         return Result()

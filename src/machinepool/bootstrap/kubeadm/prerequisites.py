@@ -72,6 +72,7 @@ async def _owner(scope: Scope, name: str) -> Obj | None:
 
 
 async def resolve_cluster(scope: Scope) -> Result:
+    """Find the owner's Cluster; wait while it does not exist."""
     scope.cluster = scope.clusters.get(scope.cluster_name, scope.key.namespace)
     if scope.cluster is None:
         scope.wait(r.WAITING_FOR_CLUSTER, f"Cluster {scope.cluster_key} does not exist yet")

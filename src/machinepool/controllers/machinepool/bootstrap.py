@@ -27,6 +27,7 @@ def data_secret_created(config: dict[str, object]) -> bool:
 
 
 async def reconcile_bootstrap(scope: Scope) -> Result:
+    """Own the bootstrap config and take its data secret's name into the template."""
     mp = scope.mp
     bootstrap = ensure(mp, "spec", "template", "spec", "bootstrap")
     ref = bootstrap.get("configRef")

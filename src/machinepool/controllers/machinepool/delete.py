@@ -36,6 +36,8 @@ def node_deletion_timed_out(mp: Obj) -> bool:
 
 
 async def reconcile_delete(scope: Scope) -> Result:
+    """Take the pool apart: its Machines, its bootstrap and infrastructure objects, the Nodes
+    it no longer backs; then let it go."""
     mp = scope.mp
     if deleted_for_move(mp):
         # clusterctl move: the pool lives on in the target cluster with what it owns.

@@ -30,6 +30,7 @@ def infra_ready(infra: Obj) -> bool:
 
 
 async def reconcile_infrastructure(scope: Scope) -> Result:
+    """Own the infrastructure pool and copy its provider IDs, replicas and readiness."""
     mp = scope.mp
     ref = dig(mp, "spec", "template", "spec", "infrastructureRef")
     if not isinstance(ref, dict) or not ref.get("name"):

@@ -134,6 +134,7 @@ def _contains(have: Any, want: Any) -> bool:
 
 
 async def reconcile_machines(scope: Scope) -> Result:
+    """Keep one pool Machine per infrastructure machine the provider reports."""
     r = scope.reconciler
     labels = pool_labels(scope.mp)
     member_key = watches.pool_member_key(scope.mp)

@@ -132,6 +132,7 @@ def _refs_still_valid(scope: Scope) -> bool:
 
 
 async def reconcile_node_refs(scope: Scope) -> Result:
+    """Match provider IDs to workload Nodes and count the Ready and available ones."""
     mp = scope.mp
     replicas = int(dig(mp, "status", "replicas", default=0) or 0)
     ready = _ready_replicas(mp)
