@@ -104,7 +104,7 @@ class System(Changes):
         failure_domains: list[str] | None = None,
         strategy: dict[str, Any] | None = None,
         sim: dict[str, Any] | None = None,
-        instance_type: str = "small",
+        instance_type: str = "sim.small",
     ) -> None:
         """KubeadmConfig + SimMachinePool + MachinePool named ``name``."""
         pool_spec: dict[str, Any] = {"template": {"instanceType": instance_type, "image": "sim"}}

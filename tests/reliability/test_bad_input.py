@@ -29,6 +29,7 @@ from tests.support.resources import MACHINE_POOLS, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
+from machinepool.api.infra_sim import SIM_INSTANCE_TYPES
 from machinepool.runtime import ApiError, Client, Resource, ServerError, TooManyRequests
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
@@ -167,9 +168,11 @@ def infra_pools(draw: st.DrawFn) -> Case:
     name = f"ip-{next(_ids)}-{draw(_dns)}"[:63].rstrip("-")
     case = Case("SimMachinePool", {})
     spec: dict[str, Any] = {}
-    instance_type = draw(st.sampled_from(["small", "large", "medium", "small", "x" * 300]))
+    instance_type = draw(
+        st.sampled_from(["sim.small", "sim.large", "sim.medium", "sim.small", "small", "x" * 300])
+    )
     spec["template"] = {"instanceType": instance_type}
-    if len(instance_type) > 256:
+    if instance_type not in SIM_INSTANCE_TYPES:
         case.broken.append("spec.template.instanceType")
     if _rarely(draw, 1):
         strategy: dict[str, Any] = {

@@ -30,7 +30,7 @@ async def test_flaky_cloud_converges_without_duplicates(
     controller, _kubelet = await env.spawn_system()
     world, name = env.world, "flaky"
     sim = {
-        "template": {"instanceType": "small"},
+        "template": {"instanceType": "sim.small"},
         "sim": {"bootDelaySeconds": 1, "bootFailureRate": BOOT_FAILURE_RATE},
     }
     await create_pool(env.client, env.namespace, name, replicas=3, sim_spec=sim)

@@ -82,7 +82,7 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
     kubelet = env.spawn("kubelet", "kubelet")
     await controller.wait_ready()
     await kubelet.wait_ready()
-    sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 2}}
+    sim = {"template": {"instanceType": "sim.small"}, "sim": {"bootDelaySeconds": 2}}
     await create_pool(env.client, env.namespace, name, replicas=3, sim_spec=sim)
     await world.until(lambda: world.running(name, 3, VERSION), "3 Ready before the faults")
     deleted_before = len(world.deleted_nodes)

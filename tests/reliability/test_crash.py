@@ -54,7 +54,7 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(
         samples_before = len(world.ready_samples)
         old_replicas, old_version = replicas, version
         if phase.what == "create":
-            sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 2}}
+            sim = {"template": {"instanceType": "sim.small"}, "sim": {"bootDelaySeconds": 2}}
             await create_pool(
                 env.client, env.namespace, name, replicas=phase.replicas, sim_spec=sim
             )

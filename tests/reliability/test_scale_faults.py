@@ -221,7 +221,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
     try:
         await controller.wait_ready(timeout=300)
         await kubelet.wait_ready()
-        sim = {"template": {"instanceType": "small"}, "sim": {"bootDelaySeconds": 1}}
+        sim = {"template": {"instanceType": "sim.small"}, "sim": {"bootDelaySeconds": 1}}
         for pool in pools:
             await create_pool(env.client, env.namespace, pool, replicas=replicas, sim_spec=sim)
         await world.until(

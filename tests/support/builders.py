@@ -34,7 +34,7 @@ VERSION = "v1.34.0"
 """The Kubernetes version of a pool's template unless a test says otherwise."""
 
 _JOIN: Obj = {"joinConfiguration": {"nodeRegistration": {}}}
-_SMALL: Obj = {"template": {"instanceType": "small"}}
+_SMALL: Obj = {"template": {"instanceType": "sim.small"}}
 
 
 def _object(

@@ -6,11 +6,13 @@ booting."""
 from __future__ import annotations
 
 import random
+import typing
 from datetime import UTC, datetime
 
 import pytest
 from tests.unit.test_sim_records import record
 
+from machinepool.api.infra_sim import DEFAULT_SIM_INSTANCE_TYPE, SIM_INSTANCE_TYPES, SimInstanceType
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
 from machinepool.providers.sim.backend import SimPoolSettings, _same_request
@@ -126,3 +128,11 @@ def test_the_cloud_throttles_an_account_beyond_its_rate_after_a_burst() -> None:
     clock.now += 10  # both buckets filled up again: nothing is kept for them
     assert limits.admit("ns", Faults())
     assert len(limits) == 0
+
+
+def test_the_instance_type_catalogue_is_what_admission_accepts() -> None:
+    """Every type the CRD's enum admits has a capacity, and nothing else does."""
+    assert set(typing.get_args(SimInstanceType)) == set(SIM_INSTANCE_TYPES)
+    assert DEFAULT_SIM_INSTANCE_TYPE in SIM_INSTANCE_TYPES
+    for capacity in SIM_INSTANCE_TYPES.values():
+        assert set(capacity) == {"cpu", "memory", "pods", "ephemeral-storage"}

@@ -84,7 +84,7 @@ def record(**kw: object) -> InstanceRecord:
         "will_fail": False,
         "bootstrap_version": "data@1",
         "forced_state": "",
-        "attributes": {"instanceType": "small"},
+        "attributes": {"instanceType": "sim.small"},
     }
     base.update(kw)
     return InstanceRecord(**base)  # type: ignore[arg-type]

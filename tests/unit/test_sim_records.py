@@ -32,7 +32,7 @@ def record() -> r.InstanceRecord:
         will_fail=False,
         bootstrap_version="7",
         forced_state="",
-        attributes={"instanceType": "small"},
+        attributes={"instanceType": "sim.small"},
     )
 
 

@@ -11,7 +11,9 @@ simulated cloud's own storage of instances is not an API kind: it is in
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -27,12 +29,15 @@ from machinepool.api.meta import (
 from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
 
 __all__ = [
+    "DEFAULT_SIM_INSTANCE_TYPE",
+    "SIM_INSTANCE_TYPES",
     "SIM_MACHINE",
     "SIM_MACHINES",
     "SIM_MACHINE_POOL",
     "SIM_MACHINE_POOLS",
     "SIM_PROVIDER_NAME",
     "SimInstanceStatus",
+    "SimInstanceType",
     "SimMachine",
     "SimMachinePool",
     "SimMachinePoolSpec",
@@ -52,12 +57,28 @@ _Int32 = Annotated[int | None, OpenAPI({"format": "int32"})]
 _Conditions = Annotated[list[MetaCondition] | None, list_map("type"), Field(max_length=32)]
 _ProviderID = Annotated[str, Field(min_length=1, max_length=512)]
 
+SimInstanceType = Literal["sim.small", "sim.medium", "sim.large", "sim.xlarge"]
+SIM_INSTANCE_TYPES: Final[Mapping[str, Mapping[str, str]]] = MappingProxyType(
+    {
+        "sim.small": {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+        "sim.medium": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "200Gi"},
+        "sim.large": {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "400Gi"},
+        "sim.xlarge": {"cpu": "32", "memory": "128Gi", "pods": "250", "ephemeral-storage": "800Gi"},
+    }
+)
+"""The simulated cloud's catalogue: what a Node of each instance type offers (its capacity and
+allocatable), and what a SimMachinePool reports in ``status.capacity`` so the cluster
+autoscaler can plan a scale from zero without capacity annotations."""
+DEFAULT_SIM_INSTANCE_TYPE: Final = "sim.small"
+"""The instance type of a template that names none."""
+
 
 class SimTemplate(K8sModel):
     """What each instance looks like; a change replaces instances (rolling update)."""
 
-    instance_type: Annotated[str | None, Field(max_length=256)] = None
-    """Simulated instance shape, e.g. small."""
+    instance_type: SimInstanceType | None = None
+    """Simulated instance type: sim.small (4 CPUs, 16Gi), sim.medium (8, 32Gi), sim.large
+    (16, 64Gi) or sim.xlarge (32, 128Gi). Default sim.small."""
     image: Annotated[str | None, Field(max_length=512)] = None
     """Simulated machine image."""
 
@@ -158,6 +179,9 @@ class SimMachinePoolStatus(K8sModel):
     """The pool's instances, sorted by id."""
     infrastructure_machine_kind: str | None = None
     """SimMachine: opts in to MachinePool Machines."""
+    capacity: dict[str, str] | None = None
+    """What one instance of the template offers (cpu, memory, pods, ephemeral-storage), read
+    by the cluster autoscaler to scale the pool up from zero."""
     conditions: _Conditions = None
     """Ready, InstancesReady, ScalingUp, ScalingDown, RollingOut, Paused."""
     initialization: dict[str, bool] | None = None

@@ -58,6 +58,7 @@ async def create_node_group(
     min_size: int,
     max_size: int,
     capacity: Mapping[str, str] | None = None,
+    instance_type: str = "sim.small",
 ) -> Obj:
     """KubeadmConfig + SimMachinePool + a MachinePool that is an autoscaler node group.
 
@@ -68,7 +69,7 @@ async def create_node_group(
     (config_res, config), (infra_res, infra), (pool_res, pool) = pool_objects(
         ns,
         name,
-        sim_spec={"template": {"instanceType": "small", "image": "sim"}},
+        sim_spec={"template": {"instanceType": instance_type, "image": "sim"}},
         replicas=replicas,
         cluster=system.cluster,
         labels={WEBHOOK_LABEL: "true"},

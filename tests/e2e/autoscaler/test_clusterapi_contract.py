@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.resources import MACHINE_POOLS
+from tests.support.resources import SIM_MACHINE_POOLS
 
-from machinepool.api import constants as c
 from machinepool.controlplane.process import Process
 from machinepool.runtime import PODS, Obj
 from machinepool.webhooks import WebhookServer
@@ -140,21 +139,27 @@ async def test_scale_up_by_size_then_delete_the_chosen_nodes(
     assert _node_of(pods, "web-0") == keeper
 
 
-async def test_scale_from_zero_nodes_match_the_capacity_annotations(
+async def test_scale_from_zero_nodes_match_the_capacity_the_pool_reports(
     system: Any, scheduler: list[Process], node_group_webhooks: WebhookServer
 ) -> None:
+    """With no capacity annotations the autoscaler plans a scale from zero with the infra
+    pool's status.capacity; the Node it then gets must offer exactly that, or it would keep
+    adding Nodes the Pods do not fit on. A large type, so the default cannot pass for it."""
     pool = "zero"
-    capacity = {"cpu": "4", "memory": "16Gi", "maxPods": "110"}
-    created = await create_node_group(
-        system, pool, replicas=0, min_size=0, max_size=2, capacity=capacity
+    await create_node_group(
+        system, pool, replicas=0, min_size=0, max_size=2, instance_type="sim.large"
     )
-    assert created["spec"]["replicas"] == 0
-    stored = await system.client.get(MACHINE_POOLS, pool, system.namespace)
-    annotations = stored["metadata"]["annotations"]
-    for key, value in capacity.items():
-        assert annotations[c.AUTOSCALER_CAPACITY_ANNOTATION_PREFIX + key] == value
+    infra = await wait_for_objects(
+        system.client,
+        SIM_MACHINE_POOLS,
+        system.namespace,
+        lambda pools: bool(((pools.get(pool) or {}).get("status") or {}).get("capacity")),
+        "the infra pool's status.capacity",
+    )
+    capacity = infra[pool]["status"]["capacity"]
+    assert _quantity(capacity["cpu"]) == 16
 
-    await create_pods(system.workload_client, ["batch-0"])
+    await create_pods(system.workload_client, ["batch-0"], cpu="12")
     await wait_for_objects(
         system.workload_client,
         PODS,
@@ -171,14 +176,11 @@ async def test_scale_from_zero_nodes_match_the_capacity_annotations(
         PODS,
         WORKLOAD_NAMESPACE,
         lambda pods: running(pods["batch-0"]),
-        "the Pod running on the new Node",
+        "the 12-CPU Pod running on the new Node",
         procs=scheduler,
     )
     (node,) = system.nodes.list()
     assert pods["batch-0"]["spec"]["nodeName"] == node["metadata"]["name"]
-    # The autoscaler plans with the annotations; the Node it gets must be at least that big,
-    # or it would keep adding Nodes the Pods do not fit on.
-    allocatable = node["status"]["allocatable"]
-    assert _quantity(allocatable["cpu"]) >= _quantity(capacity["cpu"])
-    assert _quantity(allocatable["memory"]) >= _quantity(capacity["memory"])
-    assert _quantity(allocatable["pods"]) >= _quantity(capacity["maxPods"])
+    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "sim.large"
+    for key in ("cpu", "memory", "pods", "ephemeral-storage"):
+        assert _quantity(node["status"]["capacity"][key]) == _quantity(capacity[key]), key

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from machinepool.providers.pool.types import Backend
 from machinepool.runtime import Obj, Resource
 
-__all__ = ["PoolProvider", "SupportsPurge"]
+__all__ = ["PoolProvider", "SupportsCapacity", "SupportsPurge"]
 
 
 class PoolProvider(Protocol):
@@ -47,3 +47,12 @@ class SupportsPurge(Protocol):
     """Backends that keep terminated instances as records and can forget them."""
 
     async def purge(self, instance_id: str) -> None: ...
+
+
+@runtime_checkable
+class SupportsCapacity(Protocol):
+    """Providers that know what one instance of a pool offers. The engine reports it in the
+    pool's ``status.capacity``, where the cluster autoscaler reads it to scale a pool up from
+    zero (the capacity annotations on the MachinePool, when set, take precedence there)."""
+
+    def capacity(self, pool: Obj) -> Mapping[str, str]: ...

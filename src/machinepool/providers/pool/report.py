@@ -11,6 +11,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
 from machinepool.runtime import Result
@@ -19,7 +20,8 @@ __all__ = ["report"]
 
 
 async def report(scope: PoolScope) -> Result:
-    """Write what the pool is: its providerIDList, instances, readiness and conditions."""
+    """Write what the pool is: its providerIDList, instances, capacity, readiness and
+    conditions."""
     live = [i for i in scope.instances if i.state is not InstanceState.TERMINATED]
     if scope.backend is not None:
         scope.pool.setdefault("spec", {})["providerIDList"] = sorted(i.provider_id for i in live)
@@ -36,7 +38,10 @@ async def report(scope: PoolScope) -> Result:
             for i in sorted(live, key=lambda i: i.id)
         ]
     status = scope.status
-    status["infrastructureMachineKind"] = scope.env.provider.machine_resource.kind
+    provider = scope.env.provider
+    status["infrastructureMachineKind"] = provider.machine_resource.kind
+    if isinstance(provider, SupportsCapacity):
+        status["capacity"] = dict(provider.capacity(scope.pool))
     provisioned = bool((status.get("initialization") or {}).get("provisioned"))
     ready = scope.backend is not None and (provisioned or not _blocking(scope))
     status["ready"] = ready

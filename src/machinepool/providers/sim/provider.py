@@ -10,7 +10,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
+from machinepool.api.infra_sim import (
+    DEFAULT_SIM_INSTANCE_TYPE,
+    SIM_INSTANCE_TYPES,
+    SIM_MACHINE_POOLS,
+    SIM_MACHINES,
+)
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.records import PoolRecords
@@ -76,6 +81,12 @@ class SimProvider:
         shape = {"instanceType": str(spec.get("instanceType") or "")}
         image = str(spec.get("image") or "")
         return template_hash(version, image, shape), {**shape, "image": image}
+
+    def capacity(self, pool: Obj) -> Mapping[str, str]:
+        """What one instance of the pool's type offers (``SIM_INSTANCE_TYPES``; a type stored
+        before admission knew the catalogue gets the default, as its Nodes do)."""
+        kind = str(((pool.get("spec") or {}).get("template") or {}).get("instanceType") or "")
+        return SIM_INSTANCE_TYPES.get(kind) or SIM_INSTANCE_TYPES[DEFAULT_SIM_INSTANCE_TYPE]
 
     def instance_id(self, pool: Obj, index: int) -> str:
         """``<pool>-<uid prefix>-<ordinal>``: also the SimMachine, Machine and Node name."""

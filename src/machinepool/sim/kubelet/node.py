@@ -10,13 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.infra_sim import DEFAULT_SIM_INSTANCE_TYPE, SIM_INSTANCE_TYPES
 from machinepool.api.meta import format_time
 from machinepool.runtime import Obj
 from machinepool.sim.records import InstanceRecord
 
 __all__ = ["node_object", "node_status", "node_unknown_status", "pod_running_status"]
 
-_CAPACITY = {"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+
+def _capacity(record: InstanceRecord) -> dict[str, str]:
+    """What the instance type offers (records of types the catalogue lacks get the default)."""
+    kind = str(record.attributes.get("instanceType") or "")
+    return dict(SIM_INSTANCE_TYPES.get(kind) or SIM_INSTANCE_TYPES[DEFAULT_SIM_INSTANCE_TYPE])
 
 
 def node_object(
@@ -40,7 +45,7 @@ def node_object(
                 "kubernetes.io/arch": "amd64",
                 "topology.kubernetes.io/zone": record.failure_domain,
                 "node.kubernetes.io/instance-type": str(
-                    record.attributes.get("instanceType") or "sim"
+                    record.attributes.get("instanceType") or DEFAULT_SIM_INSTANCE_TYPE
                 ),
             },
         },
@@ -100,8 +105,8 @@ def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "")
     return {
         "status": {
             "conditions": [*pressure, condition],
-            "capacity": dict(_CAPACITY),
-            "allocatable": dict(_CAPACITY),
+            "capacity": _capacity(record),
+            "allocatable": _capacity(record),
             "addresses": [{"type": "Hostname", "address": record.id}],
             "nodeInfo": {
                 "kubeletVersion": record.version,
