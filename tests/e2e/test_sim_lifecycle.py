@@ -236,8 +236,20 @@ async def test_a_throttling_cloud_slows_the_pool_but_never_doubles_it(system: Sy
     ]
 
 
-async def test_pdb_holds_the_drain_until_the_drain_timeout(system: System) -> None:
-    from machinepool.runtime import PDBS, PODS
+def _pod(name: str, node: str, app: str) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "sim"}]},
+    }
+
+
+async def test_scale_down_cordons_evicts_within_the_pdb_then_deletes_the_node(
+    system: System,
+) -> None:
+    """The victim's Node is cordoned, its Pods are evicted (a PodDisruptionBudget, kept by
+    the workload's disruption controller, lets one of its two Pods go and holds the other),
+    and only then, at the drain timeout, does the Node go: in that order, from the watches."""
+    from machinepool.runtime import PDBS, PODS, Informer
 
     await system.create_pool("workers", 2)
     await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
@@ -245,36 +257,50 @@ async def test_pdb_holds_the_drain_until_the_drain_timeout(system: System) -> No
     await system.client.patch(MACHINE_POOLS, "workers", timeout, system.namespace)
     victim = sorted(m["metadata"]["name"] for m in system.machines("workers"))[0]
     wl = system.workload_client
-    await wl.create(
-        PODS,
-        {
-            "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
-            "spec": {"nodeName": victim, "containers": [{"name": "c", "image": "sim"}]},
-        },
-        "default",
-    )
-    await wl.create(
-        PDBS,
-        {
-            "metadata": {"name": "guard", "namespace": "default"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
-        },
-        "default",
-    )
-    annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
-    await system.client.patch(MACHINES, victim, annotation, system.namespace)
-    await system.scale("workers", 1)
+    guard = {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    await wl.create(PDBS, {"metadata": {"name": "guard"}, "spec": guard}, "default")
+    for name, app in (("plain", "plain"), ("guarded-a", "guarded"), ("guarded-b", "guarded")):
+        await wl.create(PODS, _pod(name, victim, app), "default")
 
-    def draining() -> bool:
-        machine = system.watched["machines"].get(victim, system.namespace)
-        return bool(machine and machine["metadata"].get("deletionTimestamp"))
+    async def one_disruption_allowed() -> bool:
+        pdb = await wl.get(PDBS, "guard", "default")
+        return bool((pdb.get("status") or {}).get("disruptionsAllowed") == 1)
 
-    await system.until(draining, "victim Machine deleting")
-    pod = await wl.get(PODS, "guarded", "default")
-    # The PDB refuses the eviction: the pod and its Node are still there while draining.
-    assert not pod["metadata"].get("deletionTimestamp")
-    assert system.nodes.get(victim) is not None
-    await system.until(
-        lambda: system.nodes.get(victim) is None and system.pool_running("workers", 1),
-        "drain gave up at its timeout and the node went",
+    await eventually(one_disruption_allowed, "the disruption controller allows one eviction")
+
+    story: list[tuple[str, str]] = []
+
+    def on_node(node: Obj) -> None:
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        if node["metadata"]["name"] == victim and cordoned and ("cordoned", victim) not in story:
+            story.append(("cordoned", victim))
+
+    def on_pod(pod: Obj, gone: bool = False) -> None:
+        event = ("evicted", pod["metadata"]["name"])
+        if (gone or pod["metadata"].get("deletionTimestamp")) and event not in story:
+            story.append(event)
+
+    system.nodes.add_handler(
+        FuncHandler(
+            update=lambda _o, n: on_node(n),
+            delete=lambda n: story.append(("deleted", n["metadata"]["name"])),
+        )
     )
+    pods = Informer(wl, PODS, namespaces=("default",))
+    pods.add_handler(FuncHandler(update=lambda _o, p: on_pod(p), delete=lambda p: on_pod(p, True)))
+    await pods.start()
+    try:
+        annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+        await system.client.patch(MACHINES, victim, annotation, system.namespace)
+        await system.scale("workers", 1)
+        await system.until(
+            lambda: ("deleted", victim) in story and system.pool_running("workers", 1),
+            "the victim's Node drained and deleted",
+        )
+    finally:
+        await pods.stop()
+    gone = story.index(("deleted", victim))
+    assert story[0] == ("cordoned", victim), story
+    evicted = {name for event, name in story[:gone] if event == "evicted"}
+    assert "plain" in evicted, story
+    assert len(evicted & {"guarded-a", "guarded-b"}) == 1, story

@@ -47,6 +47,7 @@ _MANAGEMENT_CONTROLLERS = (
     "serviceaccount-token-controller",
 )
 _WORKLOAD_CONTROLLERS = (
+    "disruption-controller",  # fills PodDisruptionBudget status, which evictions consult
     "garbage-collector-controller",
     "namespace-controller",
     "serviceaccount-controller",
