@@ -4,7 +4,8 @@ A settled pool is re-read from AWS on a timer, so its reconciles run all the tim
 that read the AWSMachinePool, its MachinePool, its Cluster, AWSMachines or Machines live would
 cost the API server a request per pool per poll. The provider runs on a client of its own here
 (``counted_provider``), whose every request is counted, apart from the test's and the
-stand-ins' for core and kubelet.
+stand-ins' for core and kubelet. A scale-down may list the pool's Machines live (victims are
+chosen right before their Machines are deleted), and nothing else.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ async def _settled(env: AWSEnv, name: str, count: int) -> bool:
     )
 
 
-async def test_settled_pool_reconciles_read_only_the_bootstrap_secret_live(
+async def test_reconciles_read_from_informers_but_the_bootstrap_secret_and_victims(
     aws_env: AWSEnv, counted_provider: CountedProvider, fake_aws: FakeAWS
 ) -> None:
     await aws_env.create_pool("idle", 2)
@@ -64,3 +65,18 @@ async def test_settled_pool_reconciles_read_only_the_bootstrap_secret_live(
     live = {k: n for k, n in reads.items() if k not in KEPT_LIVE}
     assert not live, f"reads that informers should serve, over {RECONCILES} reconciles: {live}"
     assert reads[("get", "secrets")] >= 1, "the reconciles did not get as far as user data"
+
+    # Scaling down: the victims' Machines are listed live (right before deleting them), and
+    # the AWSMachine controller reads the deleted AWSMachine and its (deleting) owner Machine
+    # from the informers.
+    counted_provider.requests.clear()
+    await aws_env.scale("idle", 1)
+    await aws_env.eventually(lambda: _settled(aws_env, "idle", 1))
+    reads = Counter(
+        (verb, plural)
+        for verb, plural, _ in list(counted_provider.requests)
+        if verb in ("get", "list")
+    )
+    live = {k: n for k, n in reads.items() if k not in {*KEPT_LIVE, ("list", "machines")}}
+    assert not live, f"reads that informers should serve while scaling down: {live}"
+    assert reads[("list", "machines")] >= 1, "no scale-down through Machines"
