@@ -12,6 +12,9 @@ from tests.support.resources import MACHINES, SIM_MACHINES
 from machinepool.providers.pool.observe import (
     INFRA_REF_INDEX,
     ensure_member_indexes,
+    machine_to_pools,
+    owner_machines,
+    pool_keys,
     pool_members,
 )
 from machinepool.runtime import Informer, Obj, ObjectKey, ObjectList, Resource
@@ -78,6 +81,44 @@ async def test_pool_members_and_their_machines_by_index() -> None:
         found = machines.by_index(INFRA_REF_INDEX, "ns/SimMachine/p-1")
         assert [ObjectKey.of(m) for m in found] == [ObjectKey("ns", "p-1")]
         assert machines.by_index(INFRA_REF_INDEX, "ns/SimMachine/p-2") == []
+    finally:
+        await infra_machines.stop()
+        await machines.stop()
+
+
+async def test_owner_machines_and_pool_keys_for_any_provider_kind() -> None:
+    """The lookups the pool engine and the AWS provider share, parameterised by kinds."""
+    infra_machines = await synced(
+        SIM_MACHINES,
+        [
+            infra("p-i1", "ns", ("AWSMachinePool", "p")),
+            infra("q-i2", "ns", ("AWSMachinePool", "q"), ("SimMachinePool", "q")),
+        ],
+    )
+    machines = await synced(
+        MACHINES,
+        [
+            machine("m1", "ns", "AWSMachine", "p-i1"),
+            machine("p-i1", "ns", "SimMachine", "p-i1"),  # same name, another kind
+        ],
+    )
+    try:
+        ensure_member_indexes(infra_machines, "AWSMachinePool", machines)
+        p_i1 = infra_machines.get("p-i1", "ns")
+        assert p_i1 is not None
+        owners = owner_machines(machines, "AWSMachine", p_i1)
+        assert [m["metadata"]["name"] for m in owners] == ["m1"]
+        q_i2 = infra_machines.get("q-i2", "ns")
+        assert q_i2 is not None
+        assert owner_machines(machines, "AWSMachine", q_i2) == []
+        assert pool_keys(q_i2, "AWSMachinePool") == [ObjectKey("ns", "q")]
+        assert pool_keys(q_i2, "OtherPool") == []
+        m1 = machines.get("m1", "ns")
+        assert m1 is not None
+        assert machine_to_pools(m1, infra_machines, "AWSMachine", "AWSMachinePool") == [
+            ObjectKey("ns", "p")
+        ]
+        assert machine_to_pools(m1, infra_machines, "SimMachine", "AWSMachinePool") == []
     finally:
         await infra_machines.stop()
         await machines.stop()

@@ -50,7 +50,7 @@ from tests.support.resources import AWSMACHINEPOOLS, AWSMACHINES, CLUSTERS, MACH
 from werkzeug.serving import make_server
 
 from machinepool.api import constants as c
-from machinepool.controlplane import WorkloadCluster
+from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.providers import aws as aws_provider
 from machinepool.runtime import NODES, SECRETS, Client, ClusterCache, Manager, ManagerState
@@ -689,13 +689,14 @@ async def _clear_namespace(client: Client, namespace: str) -> None:
                     await client.delete(resource, name, namespace)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def provider(aws_env: AWSEnv) -> AsyncIterator[Manager]:
-    """The AWS provider on its own manager, polling AWS fast, plus node agent and Machine driver."""
-    mgr = Manager(aws_env.client, bind_address="127.0.0.1:0")
+@contextlib.asynccontextmanager
+async def _running_provider(aws_env: AWSEnv, client: Client) -> AsyncIterator[Manager]:
+    """The AWS provider on its own manager over ``client``, polling AWS fast, plus the node
+    agent and Machine driver (which use ``aws_env.client``)."""
+    mgr = Manager(client, bind_address="127.0.0.1:0")
     await aws_provider.setup(
         mgr,
-        ClusterCache(aws_env.client),
+        ClusterCache(client),
         aws_provider.AWSOptions(aws_poll_interval=1.0, aws_busy_poll_interval=0.3),
     )
     await mgr.start()
@@ -711,3 +712,36 @@ async def provider(aws_env: AWSEnv) -> AsyncIterator[Manager]:
         await asyncio.gather(*tasks, return_exceptions=True)
         if mgr.state is not ManagerState.NEW:
             await mgr.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def provider(aws_env: AWSEnv) -> AsyncIterator[Manager]:
+    """The AWS provider on its own manager, polling AWS fast, plus node agent and Machine driver."""
+    async with _running_provider(aws_env, aws_env.client) as mgr:
+        yield mgr
+
+
+@dataclass
+class CountedProvider:
+    """The provider on a client of its own, whose every request is in ``requests``."""
+
+    manager: Manager
+    requests: list[tuple[str, str, int]]
+    """(verb, resource plural, HTTP status) of each request the provider's client sent."""
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def counted_provider(
+    aws_env: AWSEnv, control_plane: ControlPlane
+) -> AsyncIterator[CountedProvider]:
+    """``provider``, but on its own client, so its requests can be counted apart from those
+    of the test and of the stand-ins for core and kubelet."""
+    requests: list[tuple[str, str, int]] = []
+    async with (
+        await Client.from_kubeconfig(
+            control_plane.kubeconfig,
+            on_request=lambda verb, plural, status: requests.append((verb, plural, status)),
+        ) as client,
+        _running_provider(aws_env, client) as mgr,
+    ):
+        yield CountedProvider(mgr, requests)

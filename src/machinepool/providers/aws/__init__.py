@@ -16,11 +16,12 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
-from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.providers.aws.awsmachine import AWSMachineReconciler
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.providers.aws.controller import AWSMachinePoolReconciler
+from machinepool.providers.aws.controller import AWSMachinePoolReconciler, PoolInformers
 from machinepool.providers.aws.scope import AWSOptions
+from machinepool.providers.pool.observe import ensure_member_indexes, machine_to_pools, pool_keys
 from machinepool.runtime import ClusterCache, Informer, Manager, Obj, ObjectKey, get_logger
 
 __all__ = [
@@ -46,23 +47,12 @@ def _from_machine_pool(mp: Obj) -> list[ObjectKey]:
 
 
 def _from_aws_machine(obj: Obj) -> list[ObjectKey]:
-    meta = obj.get("metadata") or {}
-    return [
-        ObjectKey(str(meta.get("namespace", "")), str(ref["name"]))
-        for ref in meta.get("ownerReferences") or []
-        if ref.get("kind") == "AWSMachinePool"
-    ]
+    return pool_keys(obj, AWSMACHINEPOOLS.kind)
 
 
 def _from_machine(aws_machines: Informer) -> Any:
     def mapper(machine: Obj) -> list[ObjectKey]:
-        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-        if ref.get("kind") != "AWSMachine":
-            return []
-        found = aws_machines.get(
-            str(ref.get("name", "")), str(machine["metadata"].get("namespace", ""))
-        )
-        return _from_aws_machine(found) if found is not None else []
+        return machine_to_pools(machine, aws_machines, AWSMACHINES.kind, AWSMACHINEPOOLS.kind)
 
     return mapper
 
@@ -75,19 +65,20 @@ async def setup(
     opts = options or AWSOptions()
     aws = AWS()
     log = get_logger(__name__)
-    pools = await mgr.cache.get_informer(AWSMACHINEPOOLS)
-    aws_machines = await mgr.cache.get_informer(AWSMACHINES)
-    machine_pools = await mgr.cache.get_informer(MACHINE_POOLS)
-    machines = await mgr.cache.get_informer(MACHINES)
+    informers = PoolInformers(
+        pools=await mgr.cache.get_informer(AWSMACHINEPOOLS),
+        machine_pools=await mgr.cache.get_informer(MACHINE_POOLS),
+        clusters=await mgr.cache.get_informer(CLUSTERS),
+        aws_machines=await mgr.cache.get_informer(AWSMACHINES),
+        machines=await mgr.cache.get_informer(MACHINES),
+    )
+    # The pool engine's indexes: AWSMachines by owning pool, Machines by infrastructureRef.
+    ensure_member_indexes(informers.aws_machines, AWSMACHINEPOOLS.kind, informers.machines)
+    pools, aws_machines = informers.pools, informers.aws_machines
+    machine_pools, machines = informers.machine_pools, informers.machines
     recorder = mgr.event_recorder("awsmachinepool-controller")
     pool_reconciler = AWSMachinePoolReconciler(
-        mgr.client,
-        aws,
-        recorder,
-        log.bind(controller=POOL_CONTROLLER),
-        opts,
-        aws_machines,
-        machines,
+        mgr.client, aws, recorder, log.bind(controller=POOL_CONTROLLER), opts, informers
     )
     pool_ctrl = mgr.new_controller(
         POOL_CONTROLLER, pool_reconciler, concurrency=opts.awsmachinepool_concurrency
@@ -101,6 +92,8 @@ async def setup(
         aws,
         mgr.event_recorder("awsmachine-controller"),
         log.bind(controller=MACHINE_CONTROLLER),
+        aws_machines,
+        machines,
     )
     mgr.new_controller(
         MACHINE_CONTROLLER, machine_reconciler, concurrency=opts.awsmachinepool_concurrency

@@ -16,6 +16,7 @@ group launches a replacement. An instance that is already gone needs nothing.
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 from machinepool.api import constants as c
@@ -23,7 +24,16 @@ from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES
 from machinepool.api.kinds import MACHINES
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.runtime import Client, EventRecorder, KVLogger, NotFound, ObjectKey, Result
+from machinepool.providers.pool.observe import owner_machines
+from machinepool.runtime import (
+    Client,
+    EventRecorder,
+    Informer,
+    KVLogger,
+    NotFound,
+    ObjectKey,
+    Result,
+)
 from machinepool.runtime.patch import Patcher
 
 __all__ = ["AWSMachineReconciler"]
@@ -46,17 +56,31 @@ def _gone(exc: AWSError) -> bool:
 class AWSMachineReconciler:
     """Reconciles AWSMachines: only deletion does anything (instances belong to the group)."""
 
-    def __init__(self, client: Client, aws: AWS, recorder: EventRecorder, log: KVLogger) -> None:
+    def __init__(
+        self,
+        client: Client,
+        aws: AWS,
+        recorder: EventRecorder,
+        log: KVLogger,
+        aws_machines: Informer,
+        machines: Informer,
+    ) -> None:
         self.client = client
         self.aws = aws
         self.recorder = recorder
         self.log = log
+        self.aws_machines = aws_machines
+        self.machines = machines
+        """Indexed by infrastructureRef (``pool.observe.INFRA_REF_INDEX``)."""
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        try:
-            obj = await self.client.get(AWSMACHINES, key.name, key.namespace)
-        except NotFound:
+        # From the informer: a copy that does not show the deletion yet does nothing, and the
+        # watch event of the deletion comes next; the finalizer's removal is locked to the
+        # copy's resourceVersion (``Patcher``: a list), so a stale copy cannot undo a change.
+        cached = self.aws_machines.get_key(key)
+        if cached is None:
             return Result()
+        obj = copy.deepcopy(cached)
         meta = obj["metadata"]
         if not meta.get("deletionTimestamp") or AWS_MACHINE_FINALIZER not in (
             meta.get("finalizers") or []
@@ -72,12 +96,21 @@ class AWSMachineReconciler:
         return Result()
 
     async def _remediated(self, obj: dict[str, Any]) -> bool:
-        """Whether the owner Machine (same name) is being deleted by remediation."""
-        meta = obj["metadata"]
-        try:
-            machine = await self.client.get(MACHINES, meta["name"], meta.get("namespace"))
-        except NotFound:
-            return False
+        """Whether the owner Machine is being deleted by remediation."""
+        owners = owner_machines(self.machines, AWSMACHINES.kind, obj)
+        machine: dict[str, Any] | None = owners[0] if owners else None
+        if machine is None or not machine["metadata"].get("deletionTimestamp"):
+            # The informer's copy decides only once it shows the Machine deleting: the
+            # MachinePool writes OwnerRemediated before it deletes, so that copy has it. Any
+            # other copy may lag the server, and the answer picks between shrinking the group
+            # and replacing the instance, which cannot be undone: read it live (rare: a
+            # Machine is deleting before its AWSMachine is, except for an AWSMachine without
+            # one, or deleted directly).
+            meta = obj["metadata"]
+            try:
+                machine = await self.client.get(MACHINES, meta["name"], meta.get("namespace"))
+            except NotFound:
+                return False
         for cond in (machine.get("status") or {}).get("conditions") or []:
             if cond.get("type") == c.OWNER_REMEDIATED_CONDITION:
                 return bool(

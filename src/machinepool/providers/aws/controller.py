@@ -1,8 +1,9 @@
 """The AWSMachinePool reconcile: read, run the phases, summarise, patch once.
 
 ``AWSMachinePoolReconciler.reconcile`` is the controller's entry point (wired by ``setup`` in
-this package's ``__init__``). It reads the pool, its owning MachinePool and Cluster, builds a
-``Scope``, and runs, in order: ``asg.observe``, then for a live pool ``launchtemplate``,
+this package's ``__init__``). It reads the pool (through an ``OwnReader``), its owning
+MachinePool and Cluster from the manager's informers (``PoolInformers``), builds a ``Scope``,
+and runs, in order: ``asg.observe``, then for a live pool ``launchtemplate``,
 ``asg.reconcile_group``, ``refresh``, ``groupsettings`` and ``machines``; for a deleted pool
 ``delete``. Every phase after ``observe`` runs even when an earlier one failed (they skip what
 they cannot do); errors are raised after the single patch (``runtime.phases``), so the
@@ -14,17 +15,18 @@ controller backs off while conditions already say what failed, and each AWS fail
 from __future__ import annotations
 
 import base64
+import copy
+from dataclasses import dataclass
 from typing import Any
 
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER, AWSMACHINEPOOLS
-from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS
 from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
 from machinepool.providers.aws.cloud import AWS, AWSError
-from machinepool.providers.aws.machines import pool_aws_machines
 from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AWSOptions, Scope
 from machinepool.providers.aws.webhook import validate
+from machinepool.providers.pool.observe import pool_members
 from machinepool.runtime import (
     SECRETS,
     Client,
@@ -32,8 +34,10 @@ from machinepool.runtime import (
     Informer,
     KVLogger,
     NotFound,
+    Obj,
     ObjectKey,
     Outcome,
+    OwnReader,
     Patcher,
     Phase,
     Result,
@@ -41,7 +45,7 @@ from machinepool.runtime import (
     run_phases,
 )
 
-__all__ = ["AWSMachinePoolReconciler"]
+__all__ = ["AWSMachinePoolReconciler", "PoolInformers"]
 
 _LIVE_PHASES: tuple[Phase[Scope], ...] = (
     launchtemplate.reconcile_launch_template,
@@ -81,6 +85,19 @@ def summarise(status: dict[str, Any]) -> None:
     cond.set_v1beta1_condition(conditions, c.V1BETA1_READY_CONDITION, True)
 
 
+@dataclass(frozen=True)
+class PoolInformers:
+    """The manager's informers an AWSMachinePool reconcile reads from (no live reads)."""
+
+    pools: Informer
+    machine_pools: Informer
+    clusters: Informer
+    aws_machines: Informer
+    """Indexed by owning pool (``pool.observe.ensure_member_indexes``)."""
+    machines: Informer
+    """Indexed by infrastructureRef (``pool.observe.INFRA_REF_INDEX``)."""
+
+
 class AWSMachinePoolReconciler:
     """Reconciles AWSMachinePools against EC2 Auto Scaling."""
 
@@ -91,21 +108,21 @@ class AWSMachinePoolReconciler:
         recorder: EventRecorder,
         log: KVLogger,
         options: AWSOptions,
-        aws_machines: Informer,
-        machine_informer: Informer,
+        informers: PoolInformers,
     ) -> None:
         self.client = client
         self.aws = aws
         self.recorder = recorder
         self.log = log
         self.options = options
-        self.aws_machines = aws_machines
-        self.machines = machine_informer
+        self.informers = informers
+        # The pool from the informer, or this controller's own newer write of it: a diff
+        # computed against a copy older than the last patch would resend or undo it.
+        self.reader = OwnReader(client, AWSMACHINEPOOLS, informers.pools)
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        try:
-            pool = await self.client.get(AWSMACHINEPOOLS, key.name, key.namespace)
-        except NotFound:
+        pool = await self.reader.get(key)
+        if pool is None:
             return Result()
         scope = await self._scope(pool)
         if scope is None or await self._paused(scope):
@@ -126,10 +143,9 @@ class AWSMachinePoolReconciler:
         mp_name = _owner_pool_name(pool)
         machine_pool: dict[str, Any] | None = None
         if mp_name is not None:
-            try:
-                machine_pool = await self.client.get(MACHINE_POOLS, mp_name, meta["namespace"])
-            except NotFound:
-                machine_pool = None
+            cached = self.informers.machine_pools.get(mp_name, meta["namespace"])
+            # A private copy: the informer's object is shared with every other reader.
+            machine_pool = copy.deepcopy(cached) if cached is not None else None
         if machine_pool is None and not meta.get("deletionTimestamp"):
             self.log.info(
                 "waiting for the MachinePool to own this AWSMachinePool", pool=meta["name"]
@@ -149,27 +165,24 @@ class AWSMachinePoolReconciler:
             log=self.log.bind(pool=f"{meta['namespace']}/{meta['name']}"),
             options=self.options,
             pool=pool,
-            patcher=Patcher(self.client, AWSMACHINEPOOLS, pool),
+            patcher=Patcher(self.client, AWSMACHINEPOOLS, pool, on_patched=self.reader.wrote),
             machine_pool=machine_pool,
             cluster_name=cluster,
-            aws_machines=pool_aws_machines(
-                self.aws_machines,
-                meta["namespace"],
-                c.pool_name_label_value(str(machine_pool["metadata"]["name"])),
-                cluster,
+            aws_machines=pool_members(
+                self.informers.aws_machines, ObjectKey(meta["namespace"], meta["name"])
             ),
-            machines=self.machines,
+            machines=self.informers.machines,
         )
+
+    def _cluster(self, scope: Scope) -> Obj | None:
+        return self.informers.clusters.get(scope.cluster_name, scope.namespace)
 
     async def _paused(self, scope: Scope) -> bool:
         """The pool or its Cluster is paused: touch nothing, not even status."""
         if c.PAUSED_ANNOTATION in (scope.pool["metadata"].get("annotations") or {}):
             return True
-        try:
-            cluster = await self.client.get(CLUSTERS, scope.cluster_name, scope.namespace)
-        except NotFound:
-            return False
-        return bool((cluster.get("spec") or {}).get("paused"))
+        cluster = self._cluster(scope)
+        return cluster is not None and bool((cluster.get("spec") or {}).get("paused"))
 
     async def _ready_to_build(self, scope: Scope) -> bool:
         """Spec valid, cluster infrastructure provisioned, bootstrap data present."""
@@ -184,9 +197,8 @@ class AWSMachinePoolReconciler:
         return await self._load_user_data(scope)
 
     async def _cluster_ready(self, scope: Scope) -> bool:
-        try:
-            cluster = await self.client.get(CLUSTERS, scope.cluster_name, scope.namespace)
-        except NotFound:
+        cluster = self._cluster(scope)
+        if cluster is None:
             scope.mark(
                 ASG_READY, False, "WaitingForCluster", f"Cluster {scope.cluster_name} not found"
             )
@@ -206,6 +218,11 @@ class AWSMachinePoolReconciler:
         if not secret_name:
             scope.mark(ASG_READY, False, "WaitingForBootstrapData", "")
             return False
+        # A live GET, as the pool engine's (``pool.scale._bootstrap_data``): a Secret informer
+        # would cache every Secret's data (kubeconfigs, CA keys) in this process and need
+        # list/watch on all Secrets, where the component's role grants only get. A
+        # label-filtered informer cannot serve it either: a user's own data Secret (any
+        # dataSecretName) carries no label to select it by. One small GET per reconcile.
         try:
             secret = await self.client.get(SECRETS, secret_name, scope.namespace)
         except NotFound:

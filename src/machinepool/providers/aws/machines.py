@@ -16,7 +16,7 @@ vanished out of band loses its Machine (or its AWSMachine, when no Machine was m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,9 +27,10 @@ from machinepool.api.kinds import MACHINES
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.scope import Scope
 from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
-from machinepool.runtime import AlreadyExists, Informer, NotFound, Result
+from machinepool.providers.pool.observe import owner_machines
+from machinepool.runtime import AlreadyExists, NotFound, Result
 
-__all__ = ["aws_machine_name", "owner_machine", "pool_aws_machines", "reconcile_machines"]
+__all__ = ["aws_machine_name", "fresh_owners", "owner_machine", "reconcile_machines"]
 
 _GONE_STATES = frozenset(
     {
@@ -62,47 +63,29 @@ def _ec2_state(lifecycle: str) -> str:
 def owner_machine(
     scope: Scope,
     aws_machine: Mapping[str, Any],
-    machines: Mapping[str, dict[str, Any]] | None = None,
+    fresh: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
-    """The Machine that owns ``aws_machine`` (by ownerReference, else by infrastructureRef).
+    """The Machine whose spec.infrastructureRef names ``aws_machine`` (its owner Machine).
 
-    Looked up in ``machines`` (name -> Machine) when given, else in the Machine informer.
+    Looked up in ``fresh`` (AWSMachine name -> Machine, ``fresh_owners``) when given, else in
+    the Machine informer by the pool engine's ``INFRA_REF_INDEX``, as the engine finds the
+    owner Machines of its infra machines.
     """
-    meta = aws_machine["metadata"]
-
-    def get(name: str) -> dict[str, Any] | None:
-        if machines is not None:
-            return machines.get(name)
-        return scope.machines.get(name, meta["namespace"])
-
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "Machine" and str(ref.get("apiVersion", "")).startswith(
-            c.CLUSTER_GROUP + "/"
-        ):
-            found = get(str(ref["name"]))
-            if found is not None:
-                return found
-    found = get(meta["name"])
-    infra = ((found or {}).get("spec") or {}).get("infrastructureRef") or {}
-    if (
-        found is not None
-        and infra.get("kind") == "AWSMachine"
-        and infra.get("name") == meta["name"]
-    ):
-        return found
-    return None
+    name = str(aws_machine["metadata"]["name"])
+    if fresh is not None:
+        return fresh.get(name)
+    found = owner_machines(scope.machines, AWSMACHINES.kind, dict(aws_machine))
+    return found[0] if found else None
 
 
-def pool_aws_machines(
-    informer: Informer, namespace: str, pool_label: str, cluster: str
-) -> list[dict[str, Any]]:
-    """The AWSMachines of one pool (labelled with its pool-name and cluster-name)."""
-    return [
-        m
-        for m in informer.list(namespace)
-        if (m["metadata"].get("labels") or {}).get(c.POOL_NAME_LABEL) == pool_label
-        and (m["metadata"].get("labels") or {}).get(c.CLUSTER_NAME_LABEL) == cluster
-    ]
+def fresh_owners(machines: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """AWSMachine name -> the Machine whose infrastructureRef names it, of ``machines``."""
+    owners: dict[str, dict[str, Any]] = {}
+    for machine in machines:
+        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
+        if ref.get("kind") == AWSMACHINES.kind and ref.get("name"):
+            owners[str(ref["name"])] = machine
+    return owners
 
 
 def _new_aws_machine(scope: Scope, instance: Mapping[str, Any]) -> dict[str, Any]:
@@ -224,12 +207,16 @@ def _machine_ready_false(machine: Mapping[str, Any]) -> bool:
 async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Member], int]:
     """Removable instances with their Machines, and how many are already on their way out."""
     by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
-    # Machines are listed from the API server, not the informer: the informer may not yet show
-    # a Machine this controller deleted a moment ago (nor a delete-machine annotation), and
-    # acting on that would remove one instance too many, or the wrong one.
+    # The one live read of this phase, kept on purpose: victims are chosen right before
+    # Machines are deleted, which cannot be undone, and the informer may not yet show a Machine
+    # this controller deleted a moment ago (nor a delete-machine annotation just set): acting
+    # on that would remove one instance too many, or the wrong one. It runs only while the
+    # group is above its target, never in a settled pool's reconcile. A list by label, as no
+    # index of the API server's can select a pool's Machines; the informer's INFRA_REF_INDEX
+    # serves every other lookup of an owner Machine.
     selector = f"{c.POOL_NAME_LABEL}={scope.pool_label},{c.CLUSTER_NAME_LABEL}={scope.cluster_name}"
     listed = await scope.client.list(MACHINES, scope.namespace, label_selector=selector)
-    fresh = {str(m["metadata"]["name"]): m for m in listed.items}
+    fresh = fresh_owners(listed.items)
     times = await _launch_times(scope, [str(i["InstanceId"]) for i in live])
     candidates: list[Member] = []
     leaving = 0

@@ -25,7 +25,9 @@ from machinepool.providers.pool.observe import (
     ensure_provider_id_index,
     list_instances,
     load_owner,
+    machine_to_pools,
     node_inputs,
+    pool_keys,
     read_nodes,
 )
 from machinepool.providers.pool.provider import PoolProvider
@@ -141,13 +143,7 @@ class PoolEngine:
 
 
 def infra_machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
-    namespace = str(machine["metadata"].get("namespace", ""))
-    kind = env.provider.pool_resource.kind
-    return [
-        ObjectKey(namespace, str(ref.get("name", "")))
-        for ref in machine["metadata"].get("ownerReferences") or []
-        if ref.get("kind") == kind
-    ]
+    return pool_keys(machine, env.provider.pool_resource.kind)
 
 
 async def start_engine(
@@ -186,13 +182,10 @@ async def start_engine(
 
 
 def _machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
-    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-    if ref.get("kind") != env.provider.machine_resource.kind:
-        return []
-    infra = env.infra_machines.get(
-        str(ref.get("name", "")), machine["metadata"].get("namespace", "")
+    provider = env.provider
+    return machine_to_pools(
+        machine, env.infra_machines, provider.machine_resource.kind, provider.pool_resource.kind
     )
-    return infra_machine_to_pool(env, infra) if infra is not None else []
 
 
 def _machine_pool_to_pool(env: EngineEnv, mp: Obj) -> list[ObjectKey]:

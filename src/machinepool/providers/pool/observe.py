@@ -25,9 +25,13 @@ __all__ = [
     "POOL_MEMBER_INDEX",
     "PROVIDER_ID_INDEX",
     "ensure_member_indexes",
+    "infra_ref_key",
     "list_instances",
     "load_owner",
+    "machine_to_pools",
     "node_inputs",
+    "owner_machines",
+    "pool_keys",
     "pool_members",
     "read_nodes",
 ]
@@ -122,7 +126,46 @@ def _infrastructure_ref(machine: Obj) -> list[str]:
     if not ref.get("name"):
         return []
     namespace = str((machine.get("metadata") or {}).get("namespace") or "")
-    return [f"{namespace}/{ref.get('kind', '')}/{ref['name']}"]
+    return [infra_ref_key(namespace, str(ref.get("kind", "")), str(ref["name"]))]
+
+
+def infra_ref_key(namespace: str, kind: str, name: str) -> str:
+    """The ``INFRA_REF_INDEX`` value of a Machine whose infrastructureRef is ``kind``/``name``."""
+    return f"{namespace}/{kind}/{name}"
+
+
+def owner_machines(machines: Informer, infra_kind: str, infra_machine: Obj) -> list[Obj]:
+    """The Machines whose spec.infrastructureRef names ``infra_machine`` (``INFRA_REF_INDEX``,
+    which ``ensure_member_indexes`` adds): its owner Machine, when core made one."""
+    meta = infra_machine["metadata"]
+    key = infra_ref_key(str(meta.get("namespace") or ""), infra_kind, str(meta["name"]))
+    return machines.by_index(INFRA_REF_INDEX, key)
+
+
+def pool_keys(infra_machine: Obj, pool_kind: str) -> list[ObjectKey]:
+    """The pools of kind ``pool_kind`` an ownerReference ties ``infra_machine`` to: where a
+    change of an infra machine is queued (every provider's pool controller maps it so)."""
+    meta = infra_machine.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    return [
+        ObjectKey(namespace, str(ref.get("name", "")))
+        for ref in meta.get("ownerReferences") or []
+        if ref.get("kind") == pool_kind
+    ]
+
+
+def machine_to_pools(
+    machine: Obj, infra_machines: Informer, infra_kind: str, pool_kind: str
+) -> list[ObjectKey]:
+    """The pools of the infra machine a Machine's infrastructureRef names (from the informer):
+    where a change of a pool Machine is queued."""
+    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
+    if ref.get("kind") != infra_kind:
+        return []
+    infra = infra_machines.get(
+        str(ref.get("name", "")), str((machine.get("metadata") or {}).get("namespace") or "")
+    )
+    return pool_keys(infra, pool_kind) if infra is not None else []
 
 
 async def read_nodes(scope: PoolScope) -> Result:
