@@ -25,7 +25,6 @@ from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, par
 from machinepool.controllers.common import (
     WorkloadNodes,
     is_deleting,
-    is_paused,
     node_inputs,
     now,
     patch_on_exit,
@@ -211,12 +210,9 @@ class MachineReconciler:
         cluster_name = str(dig(machine, "spec", "clusterName", default=""))
         cluster = self.clusters.get(cluster_name, key.namespace)
         if set_paused_condition(machine, cluster, "Machine"):
-            # Paused: nothing but the condition. Or the condition just changed and is written
-            # first, as upstream does; then carry on at once (our own status write wakes no
-            # watch, see start_watches).
+            # Paused: nothing but the condition. Not paused, the condition goes out with the
+            # rest of the status on exit.
             await patch_on_exit(patcher, machine)
-            if not is_paused(machine, cluster):
-                self.controller.enqueue(key)
             return Result()
         scope = Scope(self, machine)
         try:
