@@ -39,6 +39,7 @@ from machinepool.runtime import (
     NODES,
     Client,
     ClusterCache,
+    Conflict,
     ContractResolver,
     Controller,
     IndexFunc,
@@ -265,11 +266,22 @@ async def reconcile_normal(scope: Scope) -> Result:
         patch = node_patch(machine, node)
         if patch is not None:
             wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-            await wclient.patch(NODES, name, patch)
+            await _patch_node(wclient, machine, name, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
     status.set_machine_conditions(machine, scope.infra_machine, node)
     wait = status.set_node_conditions(machine, node, now())
     return Result(requeue_after=wait) if wait else Result()
+
+
+async def _patch_node(wclient: Client, machine: Obj, name: str, patch: Obj) -> None:
+    """Patch the Node; when its taints changed since our copy (the lock of a patch that drops
+    the uninitialized taint), re-read it once and send what is still due."""
+    try:
+        await wclient.patch(NODES, name, patch)
+    except Conflict:
+        again = node_patch(machine, await wclient.get(NODES, name))
+        if again is not None:
+            await wclient.patch(NODES, name, again)
 
 
 def _timed_out(start: str | None, timeout: object) -> tuple[bool, float]:

@@ -18,11 +18,16 @@ from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.api.meta import dig
 from machinepool.controllers.common import (
     WorkloadNodes,
+    is_controlled_by,
+    is_deleting,
+    is_paused,
     node_available,
     node_ready,
     node_ready_since,
     now,
 )
+from machinepool.controllers.machine.node import is_uninitialized_taint
+from machinepool.controllers.machine.node import node_patch as machine_node_patch
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.runtime import (
@@ -93,15 +98,7 @@ def desired_node_patch(node: Obj, mp: Obj) -> Obj | None:
     if missing:
         patch["metadata"] = {"annotations": missing}
     taints = dig(node, "spec", "taints", default=[])
-    kept = [
-        t
-        for t in taints
-        if not (
-            isinstance(t, dict)
-            and t.get("key") == c.UNINITIALIZED_TAINT_KEY
-            and t.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
-        )
-    ]
+    kept = [t for t in taints if not is_uninitialized_taint(t)]
     if len(kept) != len(taints):
         # Taints are a list a merge patch replaces whole: guard it with the resourceVersion.
         patch.setdefault("metadata", {})["resourceVersion"] = dig(
@@ -240,17 +237,44 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
         await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
 
 
+def _machines_by_provider_id(scope: Scope) -> dict[str, Obj]:
+    """The live, unpaused Machines this pool controls, by providerID: their Nodes get the
+    Machine controller's whole patch (``machine.node.node_patch``)."""
+    return {
+        str(dig(m, "spec", "providerID")): m
+        for m in scope.machines
+        if dig(m, "spec", "providerID")
+        and is_controlled_by(m, scope.mp)
+        and not is_deleting(m)
+        and not is_paused(m, None)
+    }
+
+
+def node_patch_for(node: Obj, mp: Obj, machine: Obj | None) -> Obj | None:
+    """What the pool writes on ``node`` (pure): for a Node with a pool Machine, everything the
+    Machine controller writes there (the pool's marks among it, and the taint dropped), so
+    that whichever of the two controllers comes first sends the Node's one patch and the
+    other finds nothing left to do; for a Node without one, the pool's own marks."""
+    if machine is None:
+        return desired_node_patch(node, mp)
+    return machine_node_patch(machine, node)
+
+
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
     client = await r.cluster_cache.get_client(scope.cluster_key)
-    due: list[tuple[str, Obj]] = []
+    machines = _machines_by_provider_id(scope)
+    due: list[tuple[str, Obj | None]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
-        patch = desired_node_patch(node, scope.mp) if node is not None else None
+        if node is None:
+            continue
+        machine = machines.get(str(dig(node, "spec", "providerID")))
+        patch = node_patch_for(node, scope.mp, machine)
         if patch is not None:
-            due.append((str(ref["name"]), patch))
+            due.append((str(ref["name"]), machine))
     outcomes = await asyncio.gather(
-        *(_patch_node(client, name, patch, scope.mp) for name, patch in due),
+        *(_patch_node(client, name, scope, machine) for name, machine in due),
         return_exceptions=True,
     )
     failed: BaseException | None = None
@@ -264,12 +288,16 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
         raise failed
 
 
-async def _patch_node(client: Client, name: str, patch: Obj, mp: Obj) -> None:
+async def _patch_node(client: Client, name: str, scope: Scope, machine: Obj | None) -> None:
     """Patch a Node; on a stale resourceVersion re-read it once and patch what is still due."""
+    node = scope.nodes.by_name(name) if scope.nodes else None
+    patch = node_patch_for(node, scope.mp, machine) if node is not None else None
+    if patch is None:
+        return
     try:
         await client.patch(NODES, name, patch)
     except Conflict:
         fresh = await client.get(NODES, name)
-        again = desired_node_patch(fresh, mp)
+        again = node_patch_for(fresh, scope.mp, machine)
         if again is not None:
             await client.patch(NODES, name, again)
