@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.controllers.machine.node import node_patch
-from machinepool.controllers.machinepool.noderefs import node_patch_for
 from machinepool.runtime.patch import apply_merge_patch
 
 OWNER = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool", "name": "workers"}
@@ -104,16 +103,3 @@ def test_a_node_in_line_but_tainted_gets_only_the_taint_dropped() -> None:
         "metadata": {"resourceVersion": "7"},
         "spec": {"taints": []},
     }
-
-
-def test_the_pool_sends_a_node_with_a_machine_the_machine_controllers_patch() -> None:
-    pool = {
-        "metadata": {"name": "workers", "namespace": "team-a"},
-        "spec": {"clusterName": "prod"},
-    }
-    node = {"metadata": {"name": "n1", "resourceVersion": "9"}, "spec": {"taints": [UNINITIALIZED]}}
-    assert node_patch_for(node, pool, machine()) == node_patch(machine(), node)
-    without = node_patch_for(node, pool, None)
-    assert without is not None
-    assert "cluster.x-k8s.io/machine" not in without["metadata"]["annotations"]
-    assert without["spec"] == {"taints": []}

@@ -263,6 +263,15 @@ async def reconcile_normal(scope: Scope) -> Result:
         machine_status["nodeRef"] = {"name": name}
         if dig(node, "status", "nodeInfo"):
             machine_status["nodeInfo"] = node["status"]["nodeInfo"]
+        # The version the MachinePool controller gives its Machines (upstream's rule: the
+        # Node's kubelet version), written here with the nodeRef the same Node brings: the
+        # spec patch and the status patch that observes it (runtime.patch) go out together,
+        # where the pool's apply of the version would cost the status another write for the
+        # new generation, and a lost lock when it lands mid-reconcile. The pool then finds
+        # the version there and applies nothing.
+        version = dig(node, "status", "nodeInfo", "kubeletVersion")
+        if version and dig(machine, "spec", "version") != version:
+            machine["spec"]["version"] = str(version)
         patch = node_patch(machine, node)
         if patch is not None:
             wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)

@@ -27,7 +27,6 @@ from machinepool.controllers.common import (
     now,
 )
 from machinepool.controllers.machine.node import is_uninitialized_taint
-from machinepool.controllers.machine.node import node_patch as machine_node_patch
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.runtime import (
@@ -237,11 +236,17 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
         await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
 
 
-def _machines_by_provider_id(scope: Scope) -> dict[str, Obj]:
-    """The live, unpaused Machines this pool controls, by providerID: their Nodes get the
-    Machine controller's whole patch (``machine.node.node_patch``)."""
+def _left_to_machines(scope: Scope) -> set[str]:
+    """providerIDs of the Nodes the Machine controller marks: those of the live, unpaused
+    Machines this pool controls, while our Machine controller runs (not beside upstream).
+
+    It writes everything the pool would there, and drops the taint too, in one patch per
+    Node; the pool writing its share as well would be a second patch, or a lost lock when
+    both read the Node before either wrote."""
+    if scope.reconciler.machines_up_to_date:
+        return set()
     return {
-        str(dig(m, "spec", "providerID")): m
+        str(dig(m, "spec", "providerID"))
         for m in scope.machines
         if dig(m, "spec", "providerID")
         and is_controlled_by(m, scope.mp)
@@ -250,31 +255,20 @@ def _machines_by_provider_id(scope: Scope) -> dict[str, Obj]:
     }
 
 
-def node_patch_for(node: Obj, mp: Obj, machine: Obj | None) -> Obj | None:
-    """What the pool writes on ``node`` (pure): for a Node with a pool Machine, everything the
-    Machine controller writes there (the pool's marks among it, and the taint dropped), so
-    that whichever of the two controllers comes first sends the Node's one patch and the
-    other finds nothing left to do; for a Node without one, the pool's own marks."""
-    if machine is None:
-        return desired_node_patch(node, mp)
-    return machine_node_patch(machine, node)
-
-
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
     client = await r.cluster_cache.get_client(scope.cluster_key)
-    machines = _machines_by_provider_id(scope)
-    due: list[tuple[str, Obj | None]] = []
+    left = _left_to_machines(scope)
+    due: list[tuple[str, Obj]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
-        if node is None:
+        if node is None or str(dig(node, "spec", "providerID")) in left:
             continue
-        machine = machines.get(str(dig(node, "spec", "providerID")))
-        patch = node_patch_for(node, scope.mp, machine)
+        patch = desired_node_patch(node, scope.mp)
         if patch is not None:
-            due.append((str(ref["name"]), machine))
+            due.append((str(ref["name"]), patch))
     outcomes = await asyncio.gather(
-        *(_patch_node(client, name, scope, machine) for name, machine in due),
+        *(_patch_node(client, name, patch, scope.mp) for name, patch in due),
         return_exceptions=True,
     )
     failed: BaseException | None = None
@@ -288,16 +282,12 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
         raise failed
 
 
-async def _patch_node(client: Client, name: str, scope: Scope, machine: Obj | None) -> None:
+async def _patch_node(client: Client, name: str, patch: Obj, mp: Obj) -> None:
     """Patch a Node; on a stale resourceVersion re-read it once and patch what is still due."""
-    node = scope.nodes.by_name(name) if scope.nodes else None
-    patch = node_patch_for(node, scope.mp, machine) if node is not None else None
-    if patch is None:
-        return
     try:
         await client.patch(NODES, name, patch)
     except Conflict:
         fresh = await client.get(NODES, name)
-        again = node_patch_for(fresh, scope.mp, machine)
+        again = desired_node_patch(fresh, mp)
         if again is not None:
             await client.patch(NODES, name, again)
