@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.controllers.machine.node import node_patch
+from machinepool.runtime.patch import apply_merge_patch
 
 OWNER = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool", "name": "workers"}
 
@@ -74,3 +75,31 @@ def test_keys_the_machine_no_longer_has_leave_the_node_and_no_other_key_does() -
     assert "node.cluster.x-k8s.io/zone" not in node["metadata"]["annotations"]
     assert node["metadata"]["annotations"]["mine"] == "x"
     assert node["metadata"]["annotations"]["cluster.x-k8s.io/labels-from-machine"] == ""
+
+
+UNINITIALIZED = {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+def test_the_uninitialized_taint_goes_in_the_same_patch_under_the_nodes_version() -> None:
+    node = {
+        "metadata": {"name": "n1", "resourceVersion": "42"},
+        "spec": {"taints": [UNINITIALIZED, NOT_READY]},
+    }
+    patch = node_patch(machine(), node)
+    assert patch is not None
+    assert patch["spec"] == {"taints": [NOT_READY]}, "only the uninitialized taint is dropped"
+    assert patch["metadata"]["resourceVersion"] == "42", "a list replaced whole is locked"
+    assert "cluster.x-k8s.io/machine" in patch["metadata"]["annotations"]
+    marked = apply_merge_patch(node, patch)
+    assert node_patch(machine(), marked) is None, "nothing left: no second write"
+
+
+def test_a_node_in_line_but_tainted_gets_only_the_taint_dropped() -> None:
+    node: dict[str, Any] = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+    node = apply_merge_patch(node, node_patch(machine(), node))
+    node["spec"] = {"taints": [UNINITIALIZED]}
+    assert node_patch(machine(), node) == {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"taints": []},
+    }

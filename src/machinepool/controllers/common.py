@@ -86,9 +86,14 @@ def is_paused(obj: Obj, cluster: Obj | None) -> bool:
 
 def set_paused_condition(obj: Obj, cluster: Obj | None, kind: str) -> bool:
     """Set ``obj``'s Paused condition from ``cluster.spec.paused`` and the paused annotation;
-    True when the reconcile must stop here (paused, or the condition just changed and is
-    written first, as upstream's ``paused.EnsurePausedCondition`` does). A missing Cluster
-    (``None``) pauses nothing."""
+    True when the reconcile must stop here: paused. A missing Cluster (``None``) pauses
+    nothing.
+
+    Upstream's ``paused.EnsurePausedCondition`` also stops when the condition just turned
+    NotPaused (or only its observedGeneration moved), to write it first; here the reconcile
+    carries on and writes it with the rest of its status, in the same patch: a status
+    request saved for every new object and every generation change, the same status in the
+    end (issue 18)."""
     paused = is_paused(obj, cluster)
     status = ensure(obj, "status")
     if not isinstance(status.get("conditions"), list):
@@ -106,14 +111,14 @@ def set_paused_condition(obj: Obj, cluster: Obj | None, kind: str) -> bool:
             )
             if holds
         )
-        changed = set_condition(
+        set_condition(
             status["conditions"], c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
         )
     else:
-        changed = set_condition(
+        set_condition(
             status["conditions"], c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
         )
-    return paused or changed
+    return paused
 
 
 def is_controlled_by(obj: Obj, owner: Obj) -> bool:

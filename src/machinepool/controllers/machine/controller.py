@@ -25,7 +25,6 @@ from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, par
 from machinepool.controllers.common import (
     WorkloadNodes,
     is_deleting,
-    is_paused,
     node_inputs,
     now,
     ref_text,
@@ -39,6 +38,7 @@ from machinepool.runtime import (
     NODES,
     Client,
     ClusterCache,
+    Conflict,
     ContractResolver,
     Controller,
     IndexFunc,
@@ -213,12 +213,9 @@ class MachineReconciler:
         cluster_name = str(dig(machine, "spec", "clusterName", default=""))
         cluster = self.clusters.get(cluster_name, key.namespace)
         if set_paused_condition(machine, cluster, "Machine"):
-            # Paused: nothing but the condition. Or the condition just changed and is written
-            # first, as upstream does; then carry on at once (our own status write wakes no
-            # watch, see start_watches).
+            # Paused: nothing but the condition. Not paused, the condition goes out with the
+            # rest of the status on exit.
             await patch_on_exit(patcher, machine)
-            if not is_paused(machine, cluster):
-                self.controller.enqueue(key)
             return Result()
         scope = Scope(self, machine)
         # A chain: the deletion and the Node bookkeeping both need what observe found.
@@ -265,14 +262,34 @@ async def reconcile_normal(scope: Scope) -> Result:
         machine_status["nodeRef"] = {"name": name}
         if dig(node, "status", "nodeInfo"):
             machine_status["nodeInfo"] = node["status"]["nodeInfo"]
+        # The version the MachinePool controller gives its Machines (upstream's rule: the
+        # Node's kubelet version), written here with the nodeRef the same Node brings: the
+        # spec patch and the status patch that observes it (runtime.patch) go out together,
+        # where the pool's apply of the version would cost the status another write for the
+        # new generation, and a lost lock when it lands mid-reconcile. The pool then finds
+        # the version there and applies nothing.
+        version = dig(node, "status", "nodeInfo", "kubeletVersion")
+        if version and dig(machine, "spec", "version") != version:
+            machine["spec"]["version"] = str(version)
         patch = node_patch(machine, node)
         if patch is not None:
             wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-            await wclient.patch(NODES, name, patch)
+            await _patch_node(wclient, machine, name, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
     status.set_machine_conditions(machine, scope.infra_machine, node)
     wait = status.set_node_conditions(machine, node, now())
     return Result(requeue_after=wait) if wait else Result()
+
+
+async def _patch_node(wclient: Client, machine: Obj, name: str, patch: Obj) -> None:
+    """Patch the Node; when its taints changed since our copy (the lock of a patch that drops
+    the uninitialized taint), re-read it once and send what is still due."""
+    try:
+        await wclient.patch(NODES, name, patch)
+    except Conflict:
+        again = node_patch(machine, await wclient.get(NODES, name))
+        if again is not None:
+            await wclient.patch(NODES, name, again)
 
 
 def _timed_out(start: str | None, timeout: object) -> tuple[bool, float]:

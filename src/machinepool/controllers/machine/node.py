@@ -2,9 +2,10 @@
 and annotations of well-known domains copied from the Machine (upstream's rule).
 
 Pure: ``node_patch`` returns the merge patch that brings a Node in line, or None when it
-already is. Keys the Machine once gave and no longer has are removed; the Node records which
-keys came from the Machine (``labels-from-machine``, ``annotations-from-machine``) so that
-nothing else on the Node is ever touched. Unit-tested in tests/unit/test_core_machine_node.py.
+already is; it also drops the uninitialized taint, as upstream's Machine controller does.
+Keys the Machine once gave and no longer has are removed; the Node records which keys came
+from the Machine (``labels-from-machine``, ``annotations-from-machine``) so that nothing else
+on the Node is ever touched. Unit-tested in tests/unit/test_core_machine_node.py.
 """
 
 from __future__ import annotations
@@ -100,4 +101,23 @@ def node_patch(machine: Obj, node: Obj) -> Obj | None:
         meta["labels"] = label_changes
     if annotation_changes:
         meta["annotations"] = annotation_changes
-    return {"metadata": meta} if meta else None
+    patch: dict[str, Any] = {"metadata": meta}
+    taints = dig(node, "spec", "taints", default=[]) or []
+    kept = [t for t in taints if not is_uninitialized_taint(t)]
+    if len(kept) != len(taints):
+        # Upstream's Machine controller drops the taint in the same patch as the labels: one
+        # write per joining Node. Taints are a list a merge patch replaces whole: guard it
+        # with the resourceVersion it was computed from.
+        meta["resourceVersion"] = dig(node, "metadata", "resourceVersion")
+        patch["spec"] = {"taints": kept}
+    return patch if meta else None
+
+
+def is_uninitialized_taint(taint: Any) -> bool:
+    """Whether ``taint`` is ``node.cluster.x-k8s.io/uninitialized:NoSchedule``, which kubeadm
+    registers a Node with until Cluster API has labelled it."""
+    return (
+        isinstance(taint, dict)
+        and taint.get("key") == c.UNINITIALIZED_TAINT_KEY
+        and taint.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
+    )

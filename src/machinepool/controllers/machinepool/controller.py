@@ -21,7 +21,6 @@ from machinepool.controllers.common import (
     WorkloadNodes,
     ensure_cluster_owner,
     is_deleting,
-    is_paused,
     node_inputs,
     set_paused_condition,
 )
@@ -180,10 +179,6 @@ class MachinePoolReconciler:
             return Result()
         if _set_paused(mp, cluster):
             await patch_on_exit(patcher, mp)
-            if not is_paused(mp, cluster):
-                # Only the Paused condition changed (written first, as upstream does): carry
-                # on at once. A status write of our own wakes no watch (see start_watches).
-                self.controller.enqueue(key)
             return Result()
         scope = Scope(self, mp, cluster)
         # Independent phases: a missing bootstrap config does not keep Nodes from being
@@ -221,8 +216,9 @@ async def set_owner_and_labels(scope: Scope) -> Result:
 
 
 def _set_paused(mp: Obj, cluster: Obj) -> bool:
-    """Set the Paused condition; True when the reconcile must stop here (paused, or the
-    condition just changed and is written first, as upstream does)."""
+    """Set the Paused condition; True when the reconcile must stop here (paused). Not
+    paused, the condition is written with the rest of the status (see
+    ``set_paused_condition``)."""
     return set_paused_condition(mp, cluster, "MachinePool")
 
 

@@ -162,6 +162,17 @@ async def reconcile_machines(scope: Scope) -> Result:
         pid = dig(infra_machine, "spec", "providerID")
         node = scope.nodes.by_provider_id(str(pid)) if pid and scope.nodes else None
         want = desired_machine(scope.mp, infra_machine, node)
+        if (
+            existing is not None
+            and not r.machines_up_to_date
+            and not dig(existing, "spec", "version")
+        ):
+            # A Machine created before its Node joined gets its version from our Machine
+            # controller, with the nodeRef the same Node brings (one spec write and one status
+            # write that observes it); applied from here as well, the two would race to write
+            # the same value, and the Machine's status would need another write for the
+            # generation. Beside upstream, whose Machine controller does not, it is ours.
+            want["spec"].pop("version", None)
         if existing is None or not _contains(existing, want):
             wanted.append((existing, want))
     # Independent writes: sent together, so a pool of new instances costs one round trip.

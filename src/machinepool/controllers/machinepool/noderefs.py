@@ -18,11 +18,15 @@ from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.api.meta import dig
 from machinepool.controllers.common import (
     WorkloadNodes,
+    is_controlled_by,
+    is_deleting,
+    is_paused,
     node_available,
     node_ready,
     node_ready_since,
     now,
 )
+from machinepool.controllers.machine.node import is_uninitialized_taint
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.runtime import (
@@ -93,15 +97,7 @@ def desired_node_patch(node: Obj, mp: Obj) -> Obj | None:
     if missing:
         patch["metadata"] = {"annotations": missing}
     taints = dig(node, "spec", "taints", default=[])
-    kept = [
-        t
-        for t in taints
-        if not (
-            isinstance(t, dict)
-            and t.get("key") == c.UNINITIALIZED_TAINT_KEY
-            and t.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
-        )
-    ]
+    kept = [t for t in taints if not is_uninitialized_taint(t)]
     if len(kept) != len(taints):
         # Taints are a list a merge patch replaces whole: guard it with the resourceVersion.
         patch.setdefault("metadata", {})["resourceVersion"] = dig(
@@ -241,13 +237,35 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
         await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
 
 
+def _left_to_machines(scope: Scope) -> set[str]:
+    """providerIDs of the Nodes the Machine controller marks: those of the live, unpaused
+    Machines this pool controls, while our Machine controller runs (not beside upstream).
+
+    It writes everything the pool would there, and drops the taint too, in one patch per
+    Node; the pool writing its share as well would be a second patch, or a lost lock when
+    both read the Node before either wrote."""
+    if scope.reconciler.machines_up_to_date:
+        return set()
+    return {
+        str(dig(m, "spec", "providerID"))
+        for m in scope.machines
+        if dig(m, "spec", "providerID")
+        and is_controlled_by(m, scope.mp)
+        and not is_deleting(m)
+        and not is_paused(m, None)
+    }
+
+
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
     client = await r.cluster_cache.get_client(scope.cluster_key)
+    left = _left_to_machines(scope)
     due: list[tuple[str, Obj]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
-        patch = desired_node_patch(node, scope.mp) if node is not None else None
+        if node is None or str(dig(node, "spec", "providerID")) in left:
+            continue
+        patch = desired_node_patch(node, scope.mp)
         if patch is not None:
             due.append((str(ref["name"]), patch))
     outcomes = await asyncio.gather(
