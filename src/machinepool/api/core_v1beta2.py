@@ -405,6 +405,8 @@ class MachineStatus(K8sModel):
         Field(max_length=128),
     ] = None
     """Addresses copied from the infra machine."""
+    failure_domain: Annotated[str | None, Field(min_length=1, max_length=256)] = None
+    """The failure domain the infra machine reports it runs in (its status.failureDomain)."""
     phase: MachinePhase | None = None
     """Coarse lifecycle phase, for humans."""
     certificates_expiry_date: Time | None = None

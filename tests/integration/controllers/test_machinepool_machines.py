@@ -13,6 +13,7 @@ import asyncio
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
+from machinepool.api.meta import dig
 from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
@@ -188,6 +189,32 @@ async def _gone(env: Env) -> None:
     assert await env.machines.until("m0", lambda m: m is None) is None
     assert await env.nodes.until("n0", lambda n: n is None) is None
     assert not (await env.client.list(TEST_MACHINES, env.namespace)).items
+
+
+async def test_the_machine_says_where_its_infra_machine_runs(env: Env) -> None:
+    """spec.failureDomain, status.failureDomain and status.addresses come from the infra
+    machine, as upstream's Machine controller copies them."""
+    await _pool_machine(env)
+    addresses = [{"type": "InternalIP", "address": "10.0.0.7"}]
+    await env.client.patch(
+        TEST_MACHINES, "m0", {"spec": {"failureDomain": "zone-z"}}, env.namespace
+    )
+    await env.client.patch(
+        TEST_MACHINES,
+        "m0",
+        {"status": {"failureDomain": "zone-z", "addresses": addresses}},
+        env.namespace,
+        subresource="status",
+    )
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            dig(m, "spec", "failureDomain") == "zone-z"
+            and dig(m, "status", "failureDomain") == "zone-z"
+            and dig(m, "status", "addresses") == addresses
+        ),
+    )
+    assert machine is not None
 
 
 async def test_paused_cluster_or_machine_holds_the_machine_and_says_so(env: Env) -> None:

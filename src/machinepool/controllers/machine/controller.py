@@ -243,6 +243,8 @@ async def observe(scope: Scope) -> Result:
     pid = dig(scope.infra_machine, "spec", "providerID")
     if pid and not dig(machine, "spec", "providerID"):
         machine["spec"]["providerID"] = str(pid)
+    if pid:
+        _copy_placement(machine, scope.infra_machine)
     nodes = WorkloadNodes(await reconciler.nodes(scope.cluster_key))
     node_name = dig(machine, "status", "nodeRef", "name")
     node = nodes.by_name(str(node_name)) if node_name else None
@@ -251,6 +253,20 @@ async def observe(scope: Scope) -> Result:
         node = nodes.by_provider_id(str(pid))
     scope.node = node
     return Result()
+
+
+def _copy_placement(machine: Obj, infra_machine: Obj | None) -> None:
+    """Where the instance runs, as the infra machine says once it has a providerID (as
+    upstream's Machine controller copies them): spec.failureDomain, status.failureDomain and
+    status.addresses, each only when the infra machine has it."""
+    for path, into in (
+        (("spec", "failureDomain"), ("spec",)),
+        (("status", "failureDomain"), ("status",)),
+        (("status", "addresses"), ("status",)),
+    ):
+        value = dig(infra_machine, *path)
+        if value is not None:
+            ensure(machine, *into)[path[-1]] = value
 
 
 async def reconcile_normal(scope: Scope) -> Result:

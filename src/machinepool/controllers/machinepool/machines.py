@@ -70,11 +70,14 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
             "name": dig(infra_machine, "metadata", "name"),
         },
     }
-    # The providerID the Machine controller would copy from the infra machine, sent in the
-    # create so the Machine needs no spec write of its own.
+    # The providerID and failure domain the Machine controller would copy from the infra
+    # machine, sent in the create so the Machine needs no spec write of its own.
     provider_id = dig(infra_machine, "spec", "providerID")
     if provider_id:
         spec["providerID"] = str(provider_id)
+    failure_domain = dig(infra_machine, "spec", "failureDomain")
+    if failure_domain:
+        spec["failureDomain"] = str(failure_domain)
     version = dig(node, "status", "nodeInfo", "kubeletVersion")
     if version:
         spec["version"] = str(version)
