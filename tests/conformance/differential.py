@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class Side:
     client: Client
     workload: Client
     namespace: str
+    infra_uids: dict[str, str] = field(default_factory=dict)
+    """The infra pool UID of each pool, as last read: instance names keep carrying it after
+    the infra pool is gone."""
 
     async def pool_objects(self, pool: str) -> dict[str, Any]:
         """The MachinePool, its Machines and its Nodes, as read now."""
@@ -72,9 +75,11 @@ class Side:
         out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
         try:
             infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
+            self.infra_uids[pool] = infra["metadata"]["uid"]
         except NotFound:
-            return out
-        out[f"{pool}-{infra['metadata']['uid'][:5]}-"] = f"{pool}-UID-"
+            pass
+        if pool in self.infra_uids:
+            out[f"{pool}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
         return out
 
 
@@ -82,13 +87,21 @@ class Side:
 
 
 def pool_objects(
-    side: Side, name: str, replicas: int, *, annotations: Mapping[str, str] | None = None
+    side: Side,
+    name: str,
+    replicas: int | None,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    sim: Mapping[str, Any] | None = None,
 ) -> tuple[Obj, Obj, Obj]:
-    """KubeadmConfig, SimMachinePool and MachinePool ``name``, labelled for ``side``'s manager
-    (the MachinePool's template too, so its Machines carry the label as well)."""
+    """KubeadmConfig, SimMachinePool (``sim``: its ``spec.sim``) and MachinePool ``name``,
+    labelled for ``side``'s manager (the MachinePool's template too, so its Machines carry the
+    label as well); ``replicas=None`` leaves the field to admission."""
     label = {WATCH_FILTER: side.name}
     config = kubeadm_config(side.namespace, name, labels=label)
     infra = sim_machine_pool(side.namespace, name, labels=label)
+    if sim:
+        infra["spec"]["sim"] = dict(sim)
     mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
     mp["metadata"]["annotations"] = dict(annotations or {})
     mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
@@ -98,7 +111,7 @@ def pool_objects(
 async def create_pool(
     side: Side,
     name: str,
-    replicas: int,
+    replicas: int | None,
     *,
     infra: bool = True,
     bootstrap: bool = True,
