@@ -23,11 +23,13 @@ from tests.conformance.differential import (
     compare,
     condition,
     create_pool,
+    let_upstream_write,
     normalise,
     pool_objects,
     running,
     status,
     until,
+    upstream_access,
 )
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
@@ -425,7 +427,7 @@ async def sides(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sides
         procs: list[ControllerProcess] = [
             UpstreamProcess(
                 name="upstream",
-                kubeconfig=cp.kubeconfig,
+                kubeconfig=await upstream_access(cp, client, workdir),
                 components="",
                 log=workdir / "upstream.log",
                 binary=binary,
@@ -482,6 +484,8 @@ async def _run(env: Sides, scenario: Scenario) -> list[str]:
     sides = []
     for name, workload in (("upstream", env.upstream), ("ours", env.ours)):
         namespace = f"{scenario.name}-{'up' if name == 'upstream' else 'ours'}"
+        if name == "upstream":
+            await let_upstream_write(env.client, namespace)
         await cluster_namespace(
             env.client,
             namespace,
