@@ -5,6 +5,13 @@ so both sides are admitted alike. Upstream's core manager (its MachinePool gate 
 ``--watch-filter=upstream``, ours with ``--watch-filter=ours``; our bootstrap and Sim providers
 and the node simulator, unfiltered, serve both. Each side has its own workload cluster.
 
+Upstream's MachinePool controller filters only the watches it declares at start: those it adds
+later, on the kinds a MachinePool refers to (its bootstrap config, its infra pool), enqueue
+whatever MachinePool owns the changed object, our side's too. So that its writes cannot land
+on our side's objects (and hide our differences), upstream's manager runs as a user that may
+read everything but write only in the upstream side's namespaces (``upstream_access``,
+``let_upstream_write``); its attempts on ours fail with 403 in its log.
+
 A scenario is a list of steps, each applied to both sides at once: an action, then a check
 that says the step has had its effect. Then the sides' MachinePool, Machines and Nodes are
 normalised (``normalise``: names that carry the namespace, UIDs, times, resourceVersions, the
@@ -16,15 +23,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from tests.support import eventually
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
-from machinepool.runtime import NODES, Client, NotFound, Obj
+from machinepool.controlplane import ControlPlane
+from machinepool.runtime import NAMESPACES, NODES, Client, NotFound, Obj, Resource, pki
 
 WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
 DIFFERENCES = Path(__file__).resolve().parents[2] / "docs" / "upstream-differences.md"
@@ -44,6 +53,9 @@ class Side:
     client: Client
     workload: Client
     namespace: str
+    infra_uids: dict[str, str] = field(default_factory=dict)
+    """The infra pool UID of each pool, as last read: instance names keep carrying it after
+    the infra pool is gone."""
 
     async def pool_objects(self, pool: str) -> dict[str, Any]:
         """The MachinePool, its Machines and its Nodes, as read now."""
@@ -72,23 +84,84 @@ class Side:
         out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
         try:
             infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
+            self.infra_uids[pool] = infra["metadata"]["uid"]
         except NotFound:
-            return out
-        out[f"{pool}-{infra['metadata']['uid'][:5]}-"] = f"{pool}-UID-"
+            pass
+        if pool in self.infra_uids:
+            out[f"{pool}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
         return out
+
+
+# -- upstream's access -----------------------------------------------------------------------
+
+UPSTREAM_USER = "conformance-upstream"
+_RBAC = "rbac.authorization.k8s.io"
+_CLUSTER_ROLES = Resource(_RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False)
+_CLUSTER_ROLE_BINDINGS = Resource(
+    _RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+_ROLE_BINDINGS = Resource(_RBAC, "v1", "rolebindings", "RoleBinding")
+_READ = f"{UPSTREAM_USER}-read"
+_WRITE = f"{UPSTREAM_USER}-write"
+
+
+async def upstream_access(cp: ControlPlane, client: Client, directory: Path) -> Path:
+    """A kubeconfig for upstream's manager as ``UPSTREAM_USER``: read access to everything,
+    write access to CRDs and events everywhere, to the rest only where ``let_upstream_write``
+    grants it."""
+    read_rules = [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {"nonResourceURLs": ["*"], "verbs": ["get"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["*"]},
+    ]
+    roles = {_READ: read_rules, _WRITE: [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}
+    for name, rules in roles.items():
+        await client.create(_CLUSTER_ROLES, {"metadata": {"name": name}, "rules": rules})
+    binding = {
+        "metadata": {"name": _READ},
+        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": _READ},
+        "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": UPSTREAM_USER}],
+    }
+    await client.create(_CLUSTER_ROLE_BINDINGS, binding)
+    management = cp.management
+    user = pki.issue(management.pki.ca, UPSTREAM_USER)
+    path = directory / "upstream.kubeconfig"
+    path.write_text(yaml.safe_dump(management.pki.kubeconfig(management.url, UPSTREAM_USER, user)))
+    path.chmod(0o600)
+    return path
+
+
+async def let_upstream_write(client: Client, namespace: str) -> None:
+    """Namespace ``namespace``, in which upstream's manager may write."""
+    await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+    binding = {
+        "metadata": {"name": _WRITE, "namespace": namespace},
+        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": _WRITE},
+        "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": UPSTREAM_USER}],
+    }
+    await client.create(_ROLE_BINDINGS, binding, namespace)
 
 
 # -- objects ---------------------------------------------------------------------------------
 
 
 def pool_objects(
-    side: Side, name: str, replicas: int, *, annotations: Mapping[str, str] | None = None
+    side: Side,
+    name: str,
+    replicas: int | None,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    sim: Mapping[str, Any] | None = None,
 ) -> tuple[Obj, Obj, Obj]:
-    """KubeadmConfig, SimMachinePool and MachinePool ``name``, labelled for ``side``'s manager
-    (the MachinePool's template too, so its Machines carry the label as well)."""
+    """KubeadmConfig, SimMachinePool (``sim``: its ``spec.sim``) and MachinePool ``name``,
+    labelled for ``side``'s manager (the MachinePool's template too, so its Machines carry the
+    label as well); ``replicas=None`` leaves the field to admission."""
     label = {WATCH_FILTER: side.name}
     config = kubeadm_config(side.namespace, name, labels=label)
     infra = sim_machine_pool(side.namespace, name, labels=label)
+    if sim:
+        infra["spec"]["sim"] = dict(sim)
     mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
     mp["metadata"]["annotations"] = dict(annotations or {})
     mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
@@ -98,7 +171,7 @@ def pool_objects(
 async def create_pool(
     side: Side,
     name: str,
-    replicas: int,
+    replicas: int | None,
     *,
     infra: bool = True,
     bootstrap: bool = True,

@@ -8,6 +8,7 @@ list; ``test_every_listed_difference_still_occurs`` keeps that page honest the o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,21 +23,36 @@ from tests.conformance.differential import (
     compare,
     condition,
     create_pool,
+    let_upstream_write,
     normalise,
     pool_objects,
     running,
     status,
     until,
+    upstream_access,
 )
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
-from tests.support.builders import CLUSTER
+from tests.support.builders import CLUSTER, machine_pool
 from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
-from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
+from tests.support.upstream import (
+    TEST_MACHINE_POOLS,
+    UpstreamProcess,
+    cluster_namespace,
+    upstream_management,
+)
 
-from machinepool.api.constants import PAUSED_ANNOTATION, REPLICAS_MANAGED_BY_ANNOTATION
+from machinepool.api.constants import (
+    AUTOSCALER_MAX_SIZE_ANNOTATION,
+    AUTOSCALER_MIN_SIZE_ANNOTATION,
+    PAUSED_ANNOTATION,
+    REPLICAS_MANAGED_BY_ANNOTATION,
+)
 from machinepool.controlplane import WorkloadCluster
-from machinepool.runtime import Client
+from machinepool.runtime import NAMESPACES, NODES, SECRETS, AlreadyExists, Client
+from machinepool.sim import SimCloud
+from machinepool.sim.records import KUBELET_ANNOTATION
+from machinepool.webhooks.machinepool import default_machine_pool
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -105,6 +121,140 @@ def _paused(objs: dict[str, object]) -> bool:
     return condition(objs, "Paused") == "True"  # type: ignore[arg-type]
 
 
+async def _pause_config(paused: bool, side: Side, pool: str) -> None:
+    value = "true" if paused else None
+    patch = {"metadata": {"annotations": {PAUSED_ANNOTATION: value}}}
+    await side.client.patch(KUBEADM_CONFIGS, pool, patch, side.namespace)
+
+
+async def _config_status(side: Side, pool: str, status: dict[str, Any]) -> None:
+    """Write the KubeadmConfig's status as its bootstrap provider would (the config is paused,
+    so our bootstrap controller, which serves both sides, leaves it as written)."""
+    await side.client.patch(
+        KUBEADM_CONFIGS, pool, {"status": status}, side.namespace, subresource="status"
+    )
+
+
+async def _create_without_secret_name(side: Side, pool: str) -> None:
+    """The pool, its bootstrap config reporting its data secret created but naming none."""
+    config, infra, mp = pool_objects(side, pool, 1)
+    config["metadata"]["annotations"] = {PAUSED_ANNOTATION: "true"}
+    await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
+    await _config_status(side, pool, {"initialization": {"dataSecretCreated": True}})
+    await side.client.create(SIM_MACHINE_POOLS, infra, side.namespace)
+    await side.client.create(MACHINE_POOLS, mp, side.namespace)
+
+
+RENAMED = "-renamed"
+
+
+async def _rename_data_secret(side: Side, pool: str) -> None:
+    """The bootstrap config switches to another data Secret (same bytes, new name)."""
+    secret = await side.client.get(SECRETS, pool, side.namespace)
+    copy = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": secret.get("type"),
+        "metadata": {
+            "name": pool + RENAMED,
+            "namespace": side.namespace,
+            "labels": dict(secret["metadata"].get("labels") or {}),
+        },
+        "data": dict(secret.get("data") or {}),
+    }
+    await side.client.create(SECRETS, copy, side.namespace)
+    await _pause_config(True, side, pool)
+    await _config_status(side, pool, {"dataSecretName": pool + RENAMED})
+
+
+def _data_secret_name(objs: dict[str, Any]) -> str | None:
+    mp = objs["MachinePool"] or {}
+    bootstrap = mp["spec"]["template"]["spec"]["bootstrap"] if mp else {}
+    return bootstrap.get("dataSecretName")  # type: ignore[no-any-return]
+
+
+async def _delete_infra(side: Side, pool: str) -> None:
+    await side.client.delete(SIM_MACHINE_POOLS, pool, side.namespace)
+
+
+def _failure_reason(objs: dict[str, Any]) -> bool:
+    return bool(((status(objs).get("deprecated") or {}).get("v1beta1") or {}).get("failureReason"))
+
+
+def _provider_ids(objs: dict[str, Any]) -> list[str]:
+    mp = objs["MachinePool"] or {}
+    return list((mp.get("spec") or {}).get("providerIDList") or [])
+
+
+LATE_BOOT = 30
+"""Seconds a nodes-late instance boots for: ample time to stop its kubelet before it joins."""
+
+
+async def _kubelet(side: Side, instance: str, value: str | None) -> None:
+    patch = {"metadata": {"annotations": {KUBELET_ANNOTATION: value}}}
+    await side.client.patch(SECRETS, instance, patch, side.namespace)
+
+
+async def _create_without_nodes(side: Side, pool: str) -> None:
+    """The pool, its instances listed by the infra pool but their kubelets stopped while they
+    boot, so their Nodes do not register."""
+    await create_pool(side, pool, 2, sim={"bootDelaySeconds": LATE_BOOT})
+    cloud = SimCloud(side.client)
+
+    async def booting() -> bool:
+        return len(await cloud.instances(side.namespace, pool)) == 2
+
+    await eventually(booting, within=LATE_BOOT / 2, interval=0.2)
+    for instance in await cloud.instances(side.namespace, pool):
+        await _kubelet(side, instance.id, "stopped")
+
+
+async def _start_kubelets(side: Side, pool: str) -> None:
+    for instance in await SimCloud(side.client).instances(side.namespace, pool):
+        await _kubelet(side, instance.id, None)
+
+
+async def _create_machineless(side: Side, pool: str) -> None:
+    """A pool whose infra provider makes no MachinePool Machines: a ``TestMachinePool``
+    (no controller runs for it) whose spec and status the test writes as a provider would,
+    without ``status.infrastructureMachineKind``, and the Node of its one instance, Ready."""
+    config, _, mp = pool_objects(side, pool, 1)
+    mp["spec"]["template"]["spec"]["infrastructureRef"]["kind"] = TEST_MACHINE_POOLS.kind
+    provider_id = f"test:///{pool}-0"
+    infra = {
+        "apiVersion": TEST_MACHINE_POOLS.api_version,
+        "kind": TEST_MACHINE_POOLS.kind,
+        "metadata": {
+            "name": pool,
+            "namespace": side.namespace,
+            "labels": dict(config["metadata"]["labels"]),
+        },
+        "spec": {"providerIDList": [provider_id]},
+    }
+    await side.client.create(TEST_MACHINE_POOLS, infra, side.namespace)
+    ready = {"status": {"ready": True, "initialization": {"provisioned": True}, "replicas": 1}}
+    await side.client.patch(TEST_MACHINE_POOLS, pool, ready, side.namespace, subresource="status")
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{pool}-0"}}
+    node["spec"] = {"providerID": provider_id}
+    await side.workload.create(NODES, node)
+    ready_condition = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    await side.workload.patch(
+        NODES, f"{pool}-0", {"status": {"conditions": [ready_condition]}}, subresource="status"
+    )
+    await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
+    await side.client.create(MACHINE_POOLS, mp, side.namespace)
+
+
+def _running_without_machines(objs: dict[str, Any]) -> bool:
+    s = status(objs)
+    return (
+        s.get("phase") == "Running" and len(s.get("nodeRefs") or []) == 1 and not objs["Machines"]
+    )
+
+
+AUTOSCALER_SIZES = {AUTOSCALER_MIN_SIZE_ANNOTATION: "2", AUTOSCALER_MAX_SIZE_ANNOTATION: "4"}
+
+
 SCENARIOS = [
     Scenario("create", [create(3)]),
     Scenario("scale", [create(2), scale(4), scale(1)]),
@@ -171,6 +321,72 @@ SCENARIOS = [
         ],
     ),
     Scenario(
+        "bootstrap-data",
+        [
+            Step(
+                "create with a config that reports its data created but names no Secret",
+                _create_without_secret_name,
+                lambda objs: bool(status(objs).get("phase")),
+            ),
+            Step(
+                "unpause the config (our bootstrap provider names its Secret)",
+                lambda side, pool: _pause_config(False, side, pool),
+                lambda objs: running(1)(objs) and _data_secret_name(objs) == "bootstrap-data",
+            ),
+            Step(
+                "rename the data Secret on the config's status",
+                _rename_data_secret,
+                lambda objs: (
+                    running(1)(objs) and _data_secret_name(objs) == "bootstrap-data" + RENAMED
+                ),
+            ),
+        ],
+    ),
+    Scenario(
+        "infra-deleted",
+        [
+            create(1),
+            Step("delete the infra pool", _delete_infra, _failure_reason),
+        ],
+    ),
+    Scenario(
+        "nodes-late",
+        [
+            Step(
+                "create with instances whose kubelets do not join",
+                _create_without_nodes,
+                lambda objs: (
+                    len(_provider_ids(objs)) == 2
+                    and len(objs["Machines"]) == 2
+                    and not objs["Nodes"]
+                    and status(objs).get("replicas") == 2
+                ),
+            ),
+            Step("start the kubelets: the Nodes join", _start_kubelets, running(2)),
+        ],
+    ),
+    Scenario(
+        "machineless-delete",
+        [
+            Step(
+                "create without MachinePool Machines",
+                _create_machineless,
+                _running_without_machines,
+            ),
+            Step("delete the pool", _delete, lambda objs: objs["MachinePool"] is None),
+        ],
+    ),
+    Scenario(
+        "autoscaler",
+        [
+            Step(
+                "create with autoscaler sizes and no replicas",
+                lambda side, pool: create_pool(side, pool, None, annotations=AUTOSCALER_SIZES),
+                running(2),
+            ),
+        ],
+    ),
+    Scenario(
         "managed-by",
         [
             create(2),
@@ -211,7 +427,7 @@ async def sides(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sides
         procs: list[ControllerProcess] = [
             UpstreamProcess(
                 name="upstream",
-                kubeconfig=cp.kubeconfig,
+                kubeconfig=await upstream_access(cp, client, workdir),
                 components="",
                 log=workdir / "upstream.log",
                 binary=binary,
@@ -268,6 +484,8 @@ async def _run(env: Sides, scenario: Scenario) -> list[str]:
     sides = []
     for name, workload in (("upstream", env.upstream), ("ours", env.ours)):
         namespace = f"{scenario.name}-{'up' if name == 'upstream' else 'ours'}"
+        if name == "upstream":
+            await let_upstream_write(env.client, namespace)
         await cluster_namespace(
             env.client,
             namespace,
@@ -319,3 +537,30 @@ async def test_every_listed_difference_still_occurs(sides: Sides) -> None:
     }
     stale = sorted(listed - sides.allowed_seen)
     assert not stale, f"docs/upstream-differences.md lists differences no scenario showed: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "replicas"),
+    [
+        (AUTOSCALER_SIZES, None),
+        (AUTOSCALER_SIZES, 3),
+        ({AUTOSCALER_MIN_SIZE_ANNOTATION: "2"}, None),
+        ({AUTOSCALER_MAX_SIZE_ANNOTATION: "4"}, None),
+        ({}, None),
+    ],
+)
+async def test_replicas_defaulting_matches_upstream_webhook(
+    sides: Sides, annotations: dict[str, str], replicas: int | None
+) -> None:
+    """The scenarios' MachinePools are all admitted by upstream's webhook (it is the one the
+    management cluster calls), so ``autoscaler`` compares the controllers only. This compares
+    the defaulting itself: what upstream's webhook stores for a create (dry run) against what
+    ours defaults the same body to."""
+    namespace = "defaulting"
+    with contextlib.suppress(AlreadyExists):
+        await sides.client.create(NAMESPACES, {"metadata": {"name": namespace}})
+    body = machine_pool(namespace, "pool", replicas=replicas, annotations=annotations)
+    admitted = await sides.client.create(MACHINE_POOLS, body, namespace, dry_run=True)
+    ours = default_machine_pool(body)
+    assert admitted["spec"]["replicas"] == ours["spec"]["replicas"]
+    assert admitted["metadata"]["labels"] == ours["metadata"]["labels"]

@@ -15,6 +15,7 @@ run upstream's real core manager (beside us, or against us in the conformance su
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Mapping
@@ -38,6 +39,7 @@ from machinepool.runtime import (
     NAMESPACES,
     SECRETS,
     VALIDATING_WEBHOOKS,
+    AlreadyExists,
     Client,
     Obj,
     PatchType,
@@ -169,7 +171,8 @@ async def cluster_namespace(
     infrastructure a provisioned ``TestCluster`` (unless ``test_cluster`` is False: no
     upstream Cluster webhook asks for one), its status initialized, its kubeconfig Secret
     beside it."""
-    await client.create(NAMESPACES, {"metadata": {"name": name}})
+    with contextlib.suppress(AlreadyExists):  # made beforehand, e.g. to grant access in it
+        await client.create(NAMESPACES, {"metadata": {"name": name}})
     cluster = cluster_object(CLUSTER, name, workload)
     cluster["metadata"].setdefault("labels", {}).update(labels or {})
     if test_cluster:

@@ -346,7 +346,7 @@ def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
     assert conds["Ready"]["status"] == "True"
     assert conds["Available"]["reason"] == c.WAITING_FOR_MIN_READY_SECONDS_REASON
     assert machine_status.set_node_conditions(m, None, NOW) is None
-    assert {x["type"]: x["status"] for x in m["status"]["conditions"]}["Ready"] == "False"
+    assert {x["type"]: x["status"] for x in m["status"]["conditions"]}["Ready"] == "Unknown"
 
 
 def test_an_absent_map_holds_an_empty_one_so_idle_machines_are_not_reapplied() -> None:
@@ -588,3 +588,37 @@ def test_attached_volumes_matched_to_claims_less_those_of_pods_left_on_the_node(
         "PersistentVolume: pv9"
     )
     assert not volumes.attached({"status": {}}, [], pvs, [])
+
+
+def test_machine_without_node_says_whether_its_node_is_gone_or_not_yet_there() -> None:
+    pid = "sim:///zone-a/pool-1"
+    waiting: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"providerID": pid}}
+    machine_status.set_node_conditions(waiting, None, NOW)
+    conds = {x["type"]: x for x in waiting["status"]["conditions"]}
+    for kind in ("NodeReady", "NodeHealthy"):
+        assert (conds[kind]["status"], conds[kind]["reason"]) == ("Unknown", "InspectionFailed")
+        assert conds[kind]["message"] == f"Waiting for a Node with spec.providerID {pid} to exist"
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("Unknown", "ReadyUnknown")
+    assert conds["Ready"]["message"] == f"* NodeHealthy: {conds['NodeHealthy']['message']}"
+    assert (conds["Available"]["status"], conds["Available"]["reason"]) == ("False", "NotReady")
+
+    gone: dict[str, Any] = {
+        "metadata": {"generation": 1},
+        "spec": {"providerID": pid, "infrastructureRef": {"kind": "SimMachine"}},
+        "status": {
+            "nodeRef": {"name": "pool-1"},
+            "initialization": {"infrastructureProvisioned": True},
+        },
+    }
+    machine_status.set_machine_conditions(gone, None, None)
+    machine_status.set_node_conditions(gone, None, NOW)
+    conds = {x["type"]: x for x in gone["status"]["conditions"]}
+    assert (conds["NodeHealthy"]["status"], conds["NodeHealthy"]["reason"]) == (
+        "False",
+        "NodeDeleted",
+    )
+    assert conds["Ready"]["message"] == (
+        "* InfrastructureReady: SimMachine has been deleted while the Machine still exists\n"
+        "* NodeHealthy: Node pool-1 has been deleted while the Machine still exists"
+    )
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "NotReady")

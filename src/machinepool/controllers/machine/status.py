@@ -24,14 +24,11 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
     generation = dig(machine, "metadata", "generation")
     min_ready = int(dig(machine, "spec", "minReadySeconds", default=0) or 0)
     if node is None:
-        msg = "Waiting for a Node with the Machine's providerID"
-        for type_ in (c.NODE_READY_CONDITION, c.READY_CONDITION, c.AVAILABLE_CONDITION):
-            reason = (
-                c.NODE_DOES_NOT_EXIST_REASON
-                if type_ == c.NODE_READY_CONDITION
-                else (c.NOT_READY_REASON if type_ == c.READY_CONDITION else c.NOT_AVAILABLE_REASON)
-            )
-            set_condition(conditions, type_, False, reason, msg, generation)
+        word, reason, message = _without_node(machine)
+        for type_ in (c.NODE_READY_CONDITION, c.NODE_HEALTHY_CONDITION):
+            set_condition(conditions, type_, word, reason, message, generation)
+        set_condition(conditions, c.READY_CONDITION, *_not_ready(conditions), generation)
+        set_condition(conditions, c.AVAILABLE_CONDITION, False, c.NOT_READY_REASON, "", generation)
         return None
     name = dig(node, "metadata", "name")
     ready = node_ready(node)
@@ -69,6 +66,40 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
         generation,
     )
     return max(1.0, math.ceil(min_ready - (at - since).total_seconds()))
+
+
+def _without_node(machine: Obj) -> tuple[str, str, str]:
+    """NodeReady and NodeHealthy of a live Machine without a Node, as upstream words them: a
+    Node it had is gone (False), or none has registered with its providerID yet (Unknown)."""
+    name = dig(machine, "status", "nodeRef", "name")
+    if name:
+        return (
+            "False",
+            c.NODE_DELETED_REASON,
+            f"Node {name} has been deleted while the Machine still exists",
+        )
+    pid = dig(machine, "spec", "providerID")
+    if pid:
+        message = f"Waiting for a Node with spec.providerID {pid} to exist"
+    else:
+        kind = dig(machine, "spec", "infrastructureRef", "kind", default="InfraMachine")
+        message = f"Waiting for {kind} to report spec.providerID"
+    return "Unknown", c.INSPECTION_FAILED_REASON, message
+
+
+_READY_INPUTS = (c.INFRASTRUCTURE_READY_CONDITION, c.NODE_HEALTHY_CONDITION)
+"""What a Machine without a Node sums up in Ready (its bootstrap data is the pool's)."""
+
+
+def _not_ready(conditions: list[Obj]) -> tuple[str, str, str]:
+    """Ready of a Machine without a Node: False if any input is False, else Unknown, with a
+    ``* Type: message`` line per input that is not True, as upstream's summary writes it."""
+    found = {x.get("type"): x for x in conditions if isinstance(x, dict)}
+    bad = [found[t] for t in _READY_INPUTS if t in found and found[t].get("status") != "True"]
+    lines = [f"* {x['type']}: {x.get('message') or x.get('reason')}" for x in bad]
+    if any(x.get("status") == "False" for x in bad):
+        return "False", c.NOT_READY_REASON, "\n".join(lines)
+    return "Unknown", c.READY_UNKNOWN_REASON, "\n".join(lines)
 
 
 def _node_ready(node: Obj) -> tuple[str, str, str]:
