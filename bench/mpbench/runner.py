@@ -9,6 +9,11 @@ runs it until SIGTERM. ``procs`` runs the shared infrastructure (bootstrap, Sim 
 simulator) with it, the heartbeat set to kubelet's default nodeStatusReportFrequency (5
 minutes) and ``--concurrency`` applied to every controller at once; and runs our core with it
 only when ``machinepool.app`` does not import, saying so.
+
+With ``MPBENCH_MEMDUMP=DIR`` in its environment it traces allocations (``tracemalloc``, 10
+frames) and, on each SIGUSR1, writes ``DIR/<pid>-<n>.tracemalloc`` (a snapshot, to compare with
+``Snapshot.compare_to``) and ``DIR/<pid>-<n>.types.json`` (live objects by type), after a full
+garbage collection: the way to find what an infrastructure process keeps during a soak.
 """
 
 from __future__ import annotations
@@ -16,9 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
+import json
 import logging
+import os
+import signal
+import tracemalloc
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 from machinepool.runtime import Client, ClusterCache, Manager, configure_logging
@@ -64,7 +76,29 @@ def _setups(args: argparse.Namespace) -> list[Setup]:
     return [fn for name in table if name in components for fn in table[name]]
 
 
+def _memdump(folder: Path) -> None:
+    """One snapshot of what is live now (see the module docstring)."""
+    gc.collect()
+    n = len(list(folder.glob(f"{os.getpid()}-*.types.json")))
+    stem = folder / f"{os.getpid()}-{n}"
+    if tracemalloc.is_tracing():
+        tracemalloc.take_snapshot().dump(f"{stem}.tracemalloc")
+    types = Counter(type(o).__qualname__ for o in gc.get_objects())
+    Path(f"{stem}.types.json").write_text(json.dumps(dict(types.most_common()), indent=0))
+
+
+def _install_memdump() -> None:
+    folder = os.environ.get("MPBENCH_MEMDUMP")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tracemalloc.start(10)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, _memdump, Path(folder))
+
+
 async def _main(args: argparse.Namespace) -> None:
+    _install_memdump()
     client = await Client.from_kubeconfig(args.kubeconfig, user_agent=USER_AGENT)
     async with client:
         mgr = Manager(client, name=args.name, leader_election=None, bind_address=args.bind)

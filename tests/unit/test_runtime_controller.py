@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from machinepool.runtime import (
+    SECRETS,
     ClusterNotConnected,
     Controller,
     ExpectedError,
@@ -252,9 +253,14 @@ async def test_expected_errors_log_one_line_and_bugs_a_traceback(
 async def test_echoes_of_a_failed_attempt_do_not_cut_its_backoff() -> None:
     """The echo of a failing reconcile's own write (an update event, judged by its new
     version for the keys of both versions) waits for the backoff; a foreign change does not."""
-    old = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "1"}}
-    own = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "2"}}
-    foreign = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "3"}}
+    old, own, foreign = (
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": rv},
+        }
+        for rv in ("1", "2", "3")
+    )
     calls = 0
     ran = asyncio.Event()
 
@@ -269,6 +275,7 @@ async def test_echoes_of_a_failed_attempt_do_not_cut_its_backoff() -> None:
 
     ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=1000.0))
     handler = ctrl.handler()
+    handler.watching(SECRETS)  # as Informer.add_handler tells it
     ctrl.enqueue(KEY)
     task = asyncio.create_task(ctrl.run())
     try:

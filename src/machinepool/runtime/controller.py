@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from machinepool.runtime.client import Obj
+from machinepool.runtime.client import Obj, Resource
 from machinepool.runtime.errors import Conflict, describe_error, error_reason, is_expected
 from machinepool.runtime.informer import Informer, controller_owner
 from machinepool.runtime.keys import ObjectKey
@@ -147,6 +147,12 @@ class EnqueueHandler:
         self._own_writes = own_writes
         self._arrived = arrived
         self._inputs = inputs
+
+    def watching(self, resource: Resource) -> None:
+        """Called by ``Informer.add_handler``: the controller's writes of ``resource``'s kind
+        are worth recording, since their echoes and deletes reach this handler."""
+        if self._own_writes is not None:
+            self._own_writes.watch(resource.group, resource.kind)
 
     def _enqueue(self, obj: Obj, echo: bool = False, change: Obj | None = None) -> None:
         """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an

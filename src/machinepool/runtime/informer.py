@@ -50,6 +50,14 @@ class EventHandler(Protocol):
     def on_delete(self, obj: Obj) -> None: ...
 
 
+class WatchingHandler(EventHandler, Protocol):
+    """A handler that wants to know what it is subscribed to: ``Informer.add_handler`` calls
+    its ``watching`` with the informer's resource first (a controller's handler, so the
+    controller records its own writes of that kind: ``machinepool.runtime.ownwrites``)."""
+
+    def watching(self, resource: Resource) -> None: ...
+
+
 @dataclass(frozen=True)
 class FuncHandler:
     """An ``EventHandler`` from optional callables; missing ones ignore the event."""
@@ -274,7 +282,11 @@ class Informer:
         self._indexes[name] = index
 
     def add_handler(self, handler: EventHandler) -> None:
-        """Subscribe ``handler``; objects already stored are replayed to it as adds."""
+        """Subscribe ``handler``; objects already stored are replayed to it as adds. A
+        handler with a ``watching`` method (``WatchingHandler``) is told the resource first."""
+        watching = getattr(handler, "watching", None)
+        if callable(watching):
+            watching(self.resource)
         self._handlers.append(handler)
         for obj in list(self._store.values()):
             self._call(handler.on_add, obj)

@@ -9,6 +9,16 @@ each object a write returned (``note_write``), and the controller's event handle
 ``is_own`` before re-queueing a key that is backing off. An event whose object version is
 exactly one this controller wrote carries nothing it did not already know; any other change
 (a user's fix, another controller's write) still re-queues the key at once.
+
+What is remembered must be forgotten again, or a soak that creates and deletes objects for
+hours keeps an entry (some 800 bytes) for each one ever written. An entry goes when the
+object's delete event reaches one of the controller's handlers (``forget``), so only writes
+that can be forgotten that way are recorded: those of kinds the controller's handlers watch
+(``watch``; ``Informer.add_handler`` tells them), since a kind it does not watch can bring it
+neither an echo nor a delete event (the node simulator creating Nodes, the bootstrap
+controller creating token Secrets in a workload cluster); and not a write whose answer is the
+object with a deletion timestamp and no finalizer left, which the API server deleted with that
+very write (a finalizer removed last) and whose delete event may have come first.
 """
 
 from __future__ import annotations
@@ -22,20 +32,37 @@ from typing import Any
 _writing: ContextVar[OwnWrites | None] = ContextVar("machinepool_own_writes", default=None)
 
 
+def _group_kind(obj: dict[str, Any]) -> tuple[str, str]:
+    return str(obj.get("apiVersion") or "").rpartition("/")[0], str(obj.get("kind") or "")
+
+
 class OwnWrites:
-    """The last ``per_object`` versions of each object one controller wrote, for up to
-    ``max_entries`` objects (an echo can arrive after the controller's next write)."""
+    """The last ``per_object`` versions of each object of a watched kind one controller
+    wrote, for up to ``max_entries`` objects (an echo can arrive after the controller's next
+    write); see the module docstring for what is recorded and when it is forgotten."""
 
     def __init__(self, max_entries: int = 10_000, per_object: int = 8) -> None:
         self.max_entries = max_entries
         self.per_object = per_object
         self._versions: OrderedDict[str, deque[str]] = OrderedDict()
+        self._kinds: set[tuple[str, str]] = set()
+
+    def watch(self, group: str, kind: str) -> None:
+        """Record writes of ``kind`` in API ``group`` (``""`` for the core group): the
+        controller's handlers receive its events, so echoes to tell apart and deletes to
+        forget by."""
+        self._kinds.add((group, kind))
 
     def record(self, obj: Any) -> None:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict) or not meta.get("uid") or not meta.get("resourceVersion"):
             return
+        if _group_kind(obj) not in self._kinds:
+            return  # no event of it reaches this controller: nothing to tell apart or forget
         uid = str(meta["uid"])
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._versions.pop(uid, None)  # this write deleted it: no echo but its delete
+            return
         versions = self._versions.get(uid)
         if versions is None:
             versions = self._versions[uid] = deque(maxlen=self.per_object)
