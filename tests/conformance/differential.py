@@ -21,6 +21,7 @@ in docs/upstream-differences.md (``Allowed``). A difference not listed there fai
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -82,11 +83,10 @@ class Side:
     async def replacements(self, pool: str) -> dict[str, str]:
         """Strings that differ between the sides only by construction, and what they become."""
         out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
-        try:
+        # Once the infra pool is deleted (infra-deleted), the UID remembered earlier serves.
+        with contextlib.suppress(NotFound):
             infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
             self.infra_uids[pool] = infra["metadata"]["uid"]
-        except NotFound:
-            pass
         if pool in self.infra_uids:
             out[f"{pool}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
         return out
