@@ -2,8 +2,9 @@
 
     python bench/bench_sharding.py [--clusters C] [--pools N] [--replicas R] [--shards 1,2,3]
 
-For each shard count, a fresh local control plane gets C Clusters (all pointing at one
-workload apiserver) and N MachinePools x R replicas spread round-robin over them; the core
+For each shard count, a fresh local control plane gets C Clusters, each with its own workload
+kube-apiserver (``--workloads W`` < C shares W of them round-robin), and N MachinePools x R
+replicas spread round-robin over the Clusters; the core
 runs as that many ``machinepool run --components core --sharding`` replicas of one ring, and
 bootstrap, Sim provider and node simulator run in one shared, unsharded process (as in
 bench_machinepool.py). Measured from the first create until every pool is Running with R
@@ -106,10 +107,10 @@ async def run_one(shards: int, args: argparse.Namespace) -> Run:
             client = await env.client(DRIVER_USER)
             async with client:
                 await env.install(client, "ours")
-                assert env.workload is not None
+                workloads = [env.cp.start_workload(f"wl-{w:03d}") for w in range(args.workloads)]
                 for i in range(args.clusters):
                     await register_workload_cluster(
-                        client, cluster_name(i), NAMESPACE, env.workload
+                        client, cluster_name(i), NAMESPACE, workloads[i % len(workloads)]
                     )
                 infra = procs.infra(
                     env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
@@ -181,20 +182,30 @@ def _row(run: Run, pools: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clusters", type=int, default=100)
+    parser.add_argument("--clusters", type=int, default=12)
+    parser.add_argument(
+        "--workloads",
+        type=int,
+        default=None,
+        help="workload apiservers the Clusters share round-robin (default: one per Cluster)",
+    )
     parser.add_argument("--pools", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=10)
     parser.add_argument("--shards", default="1,2,3", help="comma-separated replica counts")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=40.0)
     args = parser.parse_args()
+    args.workloads = args.workloads or args.clusters
     runs = []
     for shards in (int(s) for s in args.shards.split(",")):
         run = asyncio.run(run_one(shards, args))
         print(_row(run, args.pools), flush=True)
         runs.append(run)
     command = "python bench/" + Path(sys.argv[0]).name + " " + shlex.join(sys.argv[1:])
-    size = f"{args.pools} pools x {args.replicas} over {args.clusters} Clusters"
+    size = (
+        f"{args.pools} pools x {args.replicas} over {args.clusters} Clusters "
+        f"and {args.workloads} workload apiservers"
+    )
     header = (
         "| core replicas | seconds to all Running | CPU s per replica | CPU s total "
         "| MachinePool reconciles per replica | peak RSS MiB per replica "
@@ -213,12 +224,13 @@ create to convergence, MachinePool reconciles, peak RSS, Clusters assigned.
 Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most: on this
 2-core machine, shared with the apiservers and the infra process, wall time cannot drop with
 more replicas; per-replica CPU is the figure that says how far N replicas would go on a
-machine with a core each (the busiest replica bounds it). Caveat: every Cluster here points at
-the one workload apiserver, so each Cluster a replica connects to caches all the Nodes and
-hears every Node event; a replica's RSS falls with the Clusters it holds more steeply than it
-would with one workload cluster per Cluster. A Node event wakes only pools the replica holds;
-the replicas' reconciles add up to more than one replica's, as a single busy queue folds more
-events into each reconcile.
+machine with a core each (the busiest replica bounds it). Clusters that share a workload
+apiserver each cache all its Nodes (a replica's cluster cache keeps one Node informer per
+Cluster), so with fewer workload apiservers than Clusters a replica's RSS falls with the
+Clusters it holds more steeply than it would in a real fleet; with one per Cluster (the
+default) it holds what a real one would. Consistent hashing over few Clusters gives uneven
+shares: compare the busiest replica with the single one. The replicas' reconciles add up to
+more than one replica's, as a single busy queue folds more events into each reconcile.
 """
     print(body)
     report.update_results("sharding", body, [command])
