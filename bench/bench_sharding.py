@@ -221,16 +221,20 @@ create to convergence, MachinePool reconciles, peak RSS, Clusters assigned.
 |---|---|---|---|---|---|---|
 {chr(10).join(_row(r, args.pools) for r in runs)}
 
-Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most: on this
-2-core machine, shared with the apiservers and the infra process, wall time cannot drop with
-more replicas; per-replica CPU is the figure that says how far N replicas would go on a
-machine with a core each (the busiest replica bounds it). Clusters that share a workload
-apiserver each cache all its Nodes (a replica's cluster cache keeps one Node informer per
-Cluster), so with fewer workload apiservers than Clusters a replica's RSS falls with the
-Clusters it holds more steeply than it would in a real fleet; with one per Cluster (the
-default) it holds what a real one would. Consistent hashing over few Clusters gives uneven
-shares: compare the busiest replica with the single one. The replicas' reconciles add up to
-more than one replica's, as a single busy queue folds more events into each reconcile.
+Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most. On this
+2-core machine the replicas share the cores with the management and workload apiservers,
+etcd and the infra process, so wall time says little about a real cluster: where it drops
+with more replicas, the replicas were waiting on the apiservers rather than on their core,
+and more replicas wait in parallel. Per-replica CPU is the figure that says how far N
+replicas would go on a machine with a core each: the busiest replica bounds it, and the ring
+leader (the first), which also runs the assigner over unfiltered informers, is the busiest.
+"Clusters per replica" counts the environment's own Cluster too (C + 1). Clusters that share
+a workload apiserver each cache all its Nodes (a replica's cluster cache keeps one Node
+informer per Cluster), so with fewer workload apiservers than Clusters a replica's RSS falls
+with the Clusters it holds more steeply than it would in a real fleet; with one per Cluster
+(the default) it holds what a real one would. Consistent hashing over few Clusters gives
+uneven shares: compare the busiest replica with the single one. The replicas' reconciles add
+up to more than one replica's, as a single busy queue folds more events into each reconcile.
 """
     print(body)
     report.update_results("sharding", body, [command])
