@@ -43,6 +43,7 @@ from machinepool.runtime import (
     ObjectKey,
     Resource,
     Result,
+    gather_bounded,
     get_logger,
     labels_of,
 )
@@ -50,6 +51,8 @@ from machinepool.runtime import (
 ASSIGNER_NAME = "shard-assigner"
 BY_CLUSTER = "cluster"
 BY_REF = "ref"
+ASSIGNER_WORKERS = 4
+"""Clusters placed at once."""
 STALE_LEASE_FACTOR = 4
 """A shard Lease silent for this many lease durations belongs to a replica that is gone."""
 
@@ -97,7 +100,9 @@ class Assigner(Controller):
     holds its own shard Lease; inside, it also campaigns for the ring's Lease."""
 
     def __init__(self, client: Client, ring: RingConfig, handover: Handover) -> None:
-        super().__init__(ASSIGNER_NAME, self._reconcile_cluster)
+        # Clusters are independent keys: after a replica dies, all of its Clusters move at once
+        # rather than one after another behind a single worker.
+        super().__init__(ASSIGNER_NAME, self._reconcile_cluster, concurrency=ASSIGNER_WORKERS)
         self.client = client
         self.ring = ring
         self.handover = handover
@@ -235,8 +240,13 @@ class Assigner(Controller):
     async def _label(
         self, objects: Iterable[tuple[Resource, Obj]], labels: Mapping[str, str | None]
     ) -> None:
+        """Label the objects together (a Cluster's Machines and infra machines number as many
+        as its Nodes); one gone meanwhile needs no label, any other failure is raised."""
         patch = {"metadata": {"labels": dict(labels)}}
-        for res, obj in objects:
-            meta = obj["metadata"]
-            with contextlib.suppress(NotFound):
-                await self.client.patch(res, meta["name"], patch, meta.get("namespace"))
+        results = await gather_bounded(
+            self.client.patch(res, obj["metadata"]["name"], patch, obj["metadata"].get("namespace"))
+            for res, obj in objects
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NotFound):
+                raise result
