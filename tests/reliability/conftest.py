@@ -85,6 +85,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path.write_text(_FIGURES.render(command_line()))
 
 
+SCALE_FAULTS_BUDGET = 5400.0
+"""Seconds for test_scale_faults.py beyond CI size: its own waits (ready, create, roll,
+restart, settle) add up to 80 minutes, so one of them, which names what did not happen,
+fails before pytest-timeout's suite-wide 600 s would cut the run off with no verdict."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give a larger-than-CI faults-at-scale run the time its own waits allow."""
+    pools = _int_option(config, "--fault-pools", "RELIABILITY_POOLS", 4)
+    size = _int_option(config, "--fault-pool-size", "RELIABILITY_POOL_SIZE", 10)
+    if pools * size <= 4 * 10:
+        return
+    for item in items:
+        if item.nodeid.split("::")[0].endswith("test_scale_faults.py"):
+            item.add_marker(pytest.mark.timeout(SCALE_FAULTS_BUDGET))
+
+
 def _int_option(config: pytest.Config, option: str, env: str, default: int) -> int:
     value = config.getoption(option, default=None)
     if value is None:
