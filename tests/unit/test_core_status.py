@@ -294,6 +294,23 @@ def test_drain_skips_daemonset_and_mirror_pods() -> None:
     assert drain.should_evict({"metadata": {}})
 
 
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, "Drain"),
+        ("skip", "Skip"),
+        ("Skip", "Skip"),
+        ("wait-completed", "WaitCompleted"),
+        ("WaitCompleted", "WaitCompleted"),
+        ("wait--completed", "Drain"),
+        ("later", "Drain"),
+    ],
+)
+def test_drain_label_read_as_upstream_reads_it(value: str | None, want: str) -> None:
+    labels = {} if value is None else {c.POD_DRAIN_LABEL: value}
+    assert drain.drain_behaviour({"metadata": {"labels": labels}}) == want
+
+
 def test_drain_knows_an_unreachable_node_by_ready_unknown() -> None:
     def node(status: str) -> dict[str, Any]:
         return {"status": {"conditions": [{"type": "Ready", "status": status}]}}

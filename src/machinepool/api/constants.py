@@ -84,6 +84,9 @@ MANAGED_NODE_DOMAIN: Final = "node.cluster.x-k8s.io"
 """Machine labels and annotations under this domain (or a subdomain) are copied to the Node."""
 
 EXCLUDE_NODE_DRAINING_ANNOTATION: Final = "machine.cluster.x-k8s.io/exclude-node-draining"
+POD_DRAIN_LABEL: Final = "cluster.x-k8s.io/drain"
+"""On a workload Pod: ``skip`` (not evicted, not waited for) or ``wait-completed`` (not
+evicted; the drain waits until it is gone from the Node)."""
 EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION: Final = (
     "machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach"
 )
