@@ -10,11 +10,18 @@ from hypothesis import strategies as st
 from machinepool.api.conditions import (
     get_condition,
     is_true,
+    mirror_v1beta1,
     remove_condition,
     set_condition,
     set_v1beta1_condition,
+    v1beta1_summary,
 )
-from machinepool.runtime.patch import apply_merge_patch, merge_patch, rebase_conditions
+from machinepool.runtime.patch import (
+    _rebase_status,
+    apply_merge_patch,
+    merge_patch,
+    rebase_conditions,
+)
 
 
 def test_transition_time_changes_only_when_status_flips() -> None:
@@ -101,3 +108,83 @@ def test_rebase_keeps_their_conditions_and_applies_ours() -> None:
 def test_rebase_without_changes_of_ours_is_theirs() -> None:
     theirs = [_cond("Ready", "False"), _cond("OwnerRemediated", "False")]
     assert rebase_conditions([_cond("Ready")], [_cond("Ready")], theirs) == theirs
+
+
+POOL_INPUTS = ("BootstrapReady", "InfrastructureReady", "ReplicasReady")
+
+
+def test_v1beta1_summary_picks_the_most_severe_false() -> None:
+    conds = [
+        {"type": "BootstrapReady", "status": "False", "severity": "Info", "reason": "A"},
+        {"type": "InfrastructureReady", "status": "False", "severity": "Error", "reason": "B"},
+        {"type": "ReplicasReady", "status": "True"},
+    ]
+    got = v1beta1_summary(conds, POOL_INPUTS)
+    assert got is not None
+    assert (got["status"], got["reason"], got["severity"]) == ("False", "B", "Error")
+
+
+def test_v1beta1_summary_ties_go_to_the_first_input_listed() -> None:
+    conds = [
+        {"type": "ReplicasReady", "status": "False", "severity": "Info", "reason": "R"},
+        {"type": "BootstrapReady", "status": "False", "severity": "Info", "reason": "B"},
+    ]
+    got = v1beta1_summary(conds, POOL_INPUTS)
+    assert got is not None
+    assert got["reason"] == "B"
+
+
+def test_v1beta1_summary_true_outweighs_unknown_and_nothing_leaves_ready_alone() -> None:
+    """Upstream's merge ranks True above Unknown; with no input present it sets no Ready."""
+    conds = [
+        {"type": "BootstrapReady", "status": "True"},
+        {"type": "InfrastructureReady", "status": "Unknown", "reason": "U"},
+    ]
+    got = v1beta1_summary(conds, POOL_INPUTS)
+    assert got is not None
+    assert got["status"] == "True"
+    assert v1beta1_summary([{"type": "Other", "status": "False"}], POOL_INPUTS) is None
+
+
+def test_v1beta1_summary_counts_steps_only_while_only_step_inputs_are_present() -> None:
+    steps = ("BootstrapReady", "InfrastructureReady")
+    conds = [
+        {"type": "InfrastructureReady", "status": "False", "severity": "Info", "reason": "W"},
+    ]
+    got = v1beta1_summary(conds, ("InfrastructureReady", "BootstrapReady", "X"), steps=steps)
+    assert got is not None
+    assert (got["reason"], got["message"]) == ("W", "0 of 2 completed")
+    conds.append({"type": "X", "status": "True"})
+    got = v1beta1_summary(conds, ("InfrastructureReady", "BootstrapReady", "X"), steps=steps)
+    assert got is not None
+    assert got["message"] == ""
+
+
+def test_mirror_v1beta1_uses_fallback_without_source_condition() -> None:
+    conds: list[dict[str, Any]] = []
+    mirror_v1beta1(conds, "BootstrapReady", {}, False, "WaitingForDataSecret")
+    assert conds[0]["reason"] == "WaitingForDataSecret"
+    assert conds[0]["severity"] == "Info"
+    mirror_v1beta1(conds, "BootstrapReady", {}, True, "WaitingForDataSecret")
+    assert conds[0]["status"] == "True"
+
+
+def test_mirror_v1beta1_copies_the_sources_ready() -> None:
+    source = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "R"}]}}
+    conds: list[dict[str, Any]] = []
+    mirror_v1beta1(conds, "InfrastructureReady", source, True, "Waiting")
+    assert (conds[0]["status"], conds[0]["reason"]) == ("False", "R")
+
+
+def test_a_lost_status_lock_keeps_their_v1beta1_conditions_too() -> None:
+    """A MachineHealthCheck's v1beta1 mark on a Machine survives the Machine controller's
+    rebased write of its own v1beta1 conditions."""
+
+    def v1(*conds: dict[str, Any]) -> dict[str, Any]:
+        return {"deprecated": {"v1beta1": {"conditions": list(conds)}}}
+
+    ready_false = {"type": "Ready", "status": "False"}
+    ready_true = {"type": "Ready", "status": "True"}
+    mark = {"type": "HealthCheckSucceeded", "status": "False"}
+    got = _rebase_status(v1(ready_false), v1(ready_true), v1(ready_false, mark))
+    assert got["deprecated"]["v1beta1"]["conditions"] == [ready_true, mark]

@@ -205,26 +205,6 @@ def test_ref_condition_cases() -> None:
     assert status.ref_condition(facts, False, "f", False, defined=False)[0] == "True"
 
 
-def test_v1beta1_summary_picks_most_severe() -> None:
-    conds = [
-        {"type": "BootstrapReady", "status": "False", "severity": "Info", "reason": "A"},
-        {"type": "InfrastructureReady", "status": "False", "severity": "Error", "reason": "B"},
-        {"type": "ReplicasReady", "status": "True"},
-    ]
-    got = status.v1beta1_summary(conds, ("BootstrapReady", "InfrastructureReady", "ReplicasReady"))
-    assert (got["status"], got["reason"]) == ("False", "B")
-    assert status.v1beta1_summary([], ("X",))["status"] == "True"
-
-
-def test_mirror_v1beta1_uses_fallback_without_source_condition() -> None:
-    conds: list[dict[str, Any]] = []
-    status.mirror_v1beta1(conds, "BootstrapReady", {}, False, "WaitingForDataSecret")
-    assert conds[0]["reason"] == "WaitingForDataSecret"
-    assert conds[0]["severity"] == "Info"
-    status.mirror_v1beta1(conds, "BootstrapReady", {}, True, "WaitingForDataSecret")
-    assert conds[0]["status"] == "True"
-
-
 def test_aggregate_machine_conditions_name_the_machines() -> None:
     ms = [
         {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": s}]}}
@@ -312,6 +292,23 @@ def test_drain_skips_daemonset_and_mirror_pods() -> None:
     assert not drain.should_evict(ds)
     assert not drain.should_evict(mirror)
     assert drain.should_evict({"metadata": {}})
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, "Drain"),
+        ("skip", "Skip"),
+        ("Skip", "Skip"),
+        ("wait-completed", "WaitCompleted"),
+        ("WaitCompleted", "WaitCompleted"),
+        ("wait--completed", "Drain"),
+        ("later", "Drain"),
+    ],
+)
+def test_drain_label_read_as_upstream_reads_it(value: str | None, want: str) -> None:
+    labels = {} if value is None else {c.POD_DRAIN_LABEL: value}
+    assert drain.drain_behaviour({"metadata": {"labels": labels}}) == want
 
 
 def test_drain_knows_an_unreachable_node_by_ready_unknown() -> None:
@@ -622,3 +619,93 @@ def test_machine_without_node_says_whether_its_node_is_gone_or_not_yet_there() -
         "* NodeHealthy: Node pool-1 has been deleted while the Machine still exists"
     )
     assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "NotReady")
+
+
+def _v1(machine: dict[str, Any], type_: str) -> dict[str, Any]:
+    conds = machine["status"]["deprecated"]["v1beta1"]["conditions"]
+    return next(x for x in conds if x["type"] == type_)
+
+
+def _pool_machine(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "m", "namespace": "ns", "generation": 1},
+        "spec": {"infrastructureRef": {"kind": "SimMachine", "name": "m"}, **spec},
+        "status": {},
+    }
+
+
+def test_machine_v1beta1_infrastructure_ready_mirrors_or_falls_back() -> None:
+    machine = _pool_machine(providerID="sim:///1")
+    infra: dict[str, Any] = {"status": {"initialization": {"provisioned": False}}}
+    machine_status.set_v1beta1_infrastructure_ready(machine, infra)
+    got = _v1(machine, "InfrastructureReady")
+    assert (got["status"], got["reason"], got["severity"]) == (
+        "False",
+        "WaitingForInfrastructure",
+        "Info",
+    )
+    infra["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Ready"}]
+    machine_status.set_v1beta1_infrastructure_ready(machine, infra)
+    assert _v1(machine, "InfrastructureReady")["status"] == "True"
+    machine_status.set_v1beta1_infrastructure_ready(machine, None)
+    assert _v1(machine, "InfrastructureReady")["status"] == "True", "left as it was"
+
+
+def test_machine_v1beta1_node_healthy_reasons_and_severities() -> None:
+    infra = {"metadata": {}}
+    machine = _pool_machine()
+    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    got = _v1(machine, "NodeHealthy")
+    assert (got["reason"], got["severity"]) == ("WaitingForNodeRef", "Info")
+    machine["spec"]["providerID"] = "sim:///1"
+    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    got = _v1(machine, "NodeHealthy")
+    assert (got["reason"], got["severity"]) == ("NodeProvisioning", "Warning")
+    sick = {
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "DiskPressure", "status": "True"},
+            ]
+        }
+    }
+    machine_status.set_v1beta1_node_healthy(machine, infra, sick)
+    got = _v1(machine, "NodeHealthy")
+    assert (got["status"], got["reason"], got["severity"], got["message"]) == (
+        "False",
+        "NodeConditionsFailed",
+        "Warning",
+        "Node condition Ready is False. Node condition DiskPressure is True",
+    )
+    machine_status.set_v1beta1_node_healthy(machine, {"metadata": {"deletionTimestamp": "x"}}, sick)
+    assert _v1(machine, "NodeHealthy")["reason"] == "Deleting"
+    machine["status"]["nodeRef"] = {"name": "n"}
+    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    got = _v1(machine, "NodeHealthy")
+    assert (got["reason"], got["severity"]) == ("NodeNotFound", "Error")
+    silent: dict[str, Any] = {"status": {}}
+    machine_status.set_v1beta1_node_healthy(machine, infra, silent)
+    assert _v1(machine, "NodeHealthy")["status"] == "True", "upstream: nothing reported is healthy"
+
+
+def test_machine_v1beta1_ready_sums_up_infrastructure_and_counts_steps_without_provider_id() -> (
+    None
+):
+    machine = _pool_machine()
+    machine_status.set_v1beta1_infrastructure_ready(machine, {"status": {}})
+    machine_status.set_v1beta1_node_healthy(machine, {}, None)
+    machine_status.set_v1beta1_ready(machine)
+    got = _v1(machine, "Ready")
+    assert (got["status"], got["reason"], got["message"]) == (
+        "False",
+        "WaitingForInfrastructure",
+        "0 of 2 completed",
+    )
+    machine["spec"]["providerID"] = "sim:///1"
+    machine_status.set_v1beta1_ready(machine)
+    assert "message" not in _v1(machine, "Ready")
+    machine["status"]["deprecated"]["v1beta1"]["conditions"].append(
+        {"type": "DrainingSucceeded", "status": "False", "severity": "Warning", "reason": "D"}
+    )
+    machine_status.set_v1beta1_ready(machine)
+    assert _v1(machine, "Ready")["reason"] == "D", "a Warning outranks an Info"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from machinepool.api import constants as c
+
 Condition = dict[str, Any]
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -100,6 +102,116 @@ def remove_condition(conditions: list[Condition], type_: str) -> bool:
             del conditions[i]
             return True
     return False
+
+
+def _source_v1beta1_ready(source: dict[str, Any]) -> Condition | None:
+    """A referenced object's Ready condition as upstream's mirror reads it: from
+    ``status.deprecated.v1beta1.conditions`` when the object has that list, else from
+    ``status.conditions`` (v1beta1 or v1beta2 style; a v1beta2 one has no severity)."""
+    status = source.get("status")
+    if not isinstance(status, dict):
+        status = {}
+    deprecated = ((status.get("deprecated") or {}).get("v1beta1") or {}).get("conditions")
+    conditions = deprecated if deprecated is not None else status.get("conditions")
+    return get_condition(conditions if isinstance(conditions, list) else [], c.READY_CONDITION)
+
+
+def mirror_v1beta1(
+    conditions: list[Condition],
+    type_: str,
+    source: dict[str, Any],
+    ready: bool,
+    fallback_reason: str,
+) -> bool:
+    """Copy ``source``'s Ready condition as the v1beta1 condition ``type_``; without one,
+    derive it from ``ready`` (False: ``fallback_reason``, severity Info), as upstream's
+    SetMirror with a fallback value does. Used for what an object says of the objects it
+    references: a MachinePool of its bootstrap config and infra pool, a Machine of its infra
+    machine."""
+    cond = _source_v1beta1_ready(source)
+    if cond is not None and cond.get("status") in (TRUE, FALSE, UNKNOWN):
+        return set_v1beta1_condition(
+            conditions,
+            type_,
+            str(cond["status"]),
+            str(cond.get("reason") or ""),
+            str(cond.get("message") or ""),
+            str(cond.get("severity") or ""),
+        )
+    if ready:
+        return set_v1beta1_condition(conditions, type_, True)
+    return set_v1beta1_condition(conditions, type_, False, fallback_reason, "", c.SEVERITY_INFO)
+
+
+_MERGE_RANK = {c.SEVERITY_ERROR: 0, c.SEVERITY_WARNING: 1, c.SEVERITY_INFO: 2}
+"""How upstream's v1beta1 merge ranks a False condition by severity; True ranks 3, Unknown 4
+(so one True input outweighs any number of Unknown ones), a False without severity last."""
+
+
+def _merge_rank(cond: Condition) -> int:
+    status = cond.get("status")
+    if status == FALSE:
+        return _MERGE_RANK.get(str(cond.get("severity") or ""), 99)
+    return 3 if status == TRUE else 4
+
+
+def v1beta1_summary(
+    conditions: list[Condition],
+    types: tuple[str, ...],
+    *,
+    steps: tuple[str, ...] = (),
+) -> Condition | None:
+    """The v1beta1 ``Ready`` that upstream's SetSummary derives from ``types``, or ``None``
+    when none of them is present (upstream then leaves Ready as it was).
+
+    The inputs are ranked as upstream's merge ranks them: False by severity (Error, Warning,
+    Info), then True, then Unknown. The best-ranked group decides the status; its reason and
+    message come from its first member in ``types`` order. With ``steps``, and only while
+    every present input is one of ``steps``, the message counts progress instead ("1 of 2
+    completed", the Machine's provisioning steps), as upstream's step counter does.
+
+    >>> v1beta1_summary([{"type": "A", "status": "True"}, {"type": "B", "status": "Unknown"}],
+    ...                 ("A", "B"))["status"]
+    'True'
+    """
+    present = [
+        cond for t in types if t != c.READY_CONDITION and (cond := get_condition(conditions, t))
+    ]
+    if not present:
+        return None
+    best = min(_merge_rank(cond) for cond in present)
+    top = [cond for cond in present if _merge_rank(cond) == best]
+    if top[0].get("status") == TRUE:
+        return {"status": TRUE, "reason": "", "message": "", "severity": ""}
+    pick = top[0]
+    message = str(pick.get("message") or "")
+    if steps and all(cond.get("type") in steps for cond in present):
+        done = sum(1 for cond in present if cond.get("status") == TRUE)
+        message = f"{done} of {len(steps)} completed"
+    return {
+        "status": pick.get("status"),
+        "reason": str(pick.get("reason") or ""),
+        "message": message,
+        "severity": str(pick.get("severity") or "") if pick.get("status") == FALSE else "",
+    }
+
+
+def set_v1beta1_summary(
+    conditions: list[Condition], types: tuple[str, ...], *, steps: tuple[str, ...] = ()
+) -> bool:
+    """Set the v1beta1 ``Ready`` to ``v1beta1_summary`` of ``types`` (unchanged when it is
+    ``None``); return whether it changed."""
+    summary = v1beta1_summary(conditions, types, steps=steps)
+    if summary is None:
+        return False
+    return set_v1beta1_condition(
+        conditions,
+        c.READY_CONDITION,
+        summary["status"],
+        summary["reason"],
+        summary["message"],
+        summary["severity"],
+    )
 
 
 def _upsert(conditions: list[Condition], desired: Condition, *, sort: bool) -> bool:

@@ -84,6 +84,9 @@ MANAGED_NODE_DOMAIN: Final = "node.cluster.x-k8s.io"
 """Machine labels and annotations under this domain (or a subdomain) are copied to the Node."""
 
 EXCLUDE_NODE_DRAINING_ANNOTATION: Final = "machine.cluster.x-k8s.io/exclude-node-draining"
+POD_DRAIN_LABEL: Final = "cluster.x-k8s.io/drain"
+"""On a workload Pod: ``skip`` (not evicted, not waited for) or ``wait-completed`` (not
+evicted; the drain waits until it is gone from the Node)."""
 EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION: Final = (
     "machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach"
 )
@@ -208,6 +211,9 @@ V1BETA1_DRAINING_SUCCEEDED_CONDITION: Final = "DrainingSucceeded"
 V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION: Final = "VolumeDetachSucceeded"
 V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION: Final = "PreDrainDeleteHookSucceeded"
 V1BETA1_PRE_TERMINATE_DELETE_HOOK_SUCCEEDED_CONDITION: Final = "PreTerminateDeleteHookSucceeded"
+V1BETA1_NODE_HEALTHY_CONDITION: Final = "NodeHealthy"
+V1BETA1_HEALTH_CHECK_SUCCEEDED_CONDITION: Final = "HealthCheckSucceeded"
+V1BETA1_OWNER_REMEDIATED_CONDITION: Final = "OwnerRemediated"
 
 V1BETA1_WAITING_FOR_REPLICAS_READY_REASON: Final = "WaitingForReplicasReady"
 V1BETA1_WAITING_FOR_DATA_SECRET_FALLBACK_REASON: Final = "WaitingForDataSecret"
@@ -220,6 +226,11 @@ V1BETA1_DRAINING_REASON: Final = "Draining"
 V1BETA1_DRAINING_FAILED_REASON: Final = "DrainingFailed"
 V1BETA1_WAITING_FOR_VOLUME_DETACH_REASON: Final = "WaitingForVolumeDetach"
 V1BETA1_WAITING_EXTERNAL_HOOK_REASON: Final = "WaitingExternalHook"
+V1BETA1_WAITING_FOR_NODE_REF_REASON: Final = "WaitingForNodeRef"
+V1BETA1_NODE_PROVISIONING_REASON: Final = "NodeProvisioning"
+V1BETA1_NODE_CONDITIONS_FAILED_REASON: Final = "NodeConditionsFailed"
+INVALID_CONFIGURATION_ERROR: Final = "InvalidConfiguration"
+"""The v1beta1 ``failureReason`` of an object whose spec can never work as it is."""
 
 SEVERITY_ERROR: Final = "Error"
 SEVERITY_WARNING: Final = "Warning"

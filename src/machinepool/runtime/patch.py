@@ -12,7 +12,8 @@ optimistic lock Cluster API's patch helper takes for conditions). A spec or meta
 that loses that lock fails with ``Conflict``. A status patch that loses it is rebased instead,
 as Cluster API's patch helper does for conditions: the patcher reads the object again, applies
 its own status changes to that copy (each condition type it changed, added or removed is
-ours; every other condition is kept as the other writer left it) and sends that, so a
+ours, in ``status.conditions`` and in the v1beta1 ``status.deprecated.v1beta1.conditions``;
+every other condition is kept as the other writer left it) and sends that, so a
 MachineHealthCheck's mark on a Machine and the Machine controller's own conditions never
 undo each other, and a lost lock costs one read instead of a whole reconcile.
 
@@ -102,21 +103,33 @@ def rebase_conditions(before: Any, after: Any, theirs: Any) -> list[Any]:
     return merged
 
 
+_CONDITION_LISTS = (("conditions",), ("deprecated", "v1beta1", "conditions"))
+"""Where a status holds conditions: v1beta2 ones, and the v1beta1 ones kept beside them."""
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
 def _rebase_status(before: Obj, after: Obj, theirs: Obj) -> Obj:
-    """Our status changes (``before`` to ``after``) applied to ``theirs``."""
-    changes = merge_patch(before, after)
-    conditions_changed = isinstance(changes, dict) and "conditions" in changes
-    if conditions_changed:
-        changes = {k: v for k, v in changes.items() if k != "conditions"}
-    rebased: Obj = apply_merge_patch(theirs, changes)
-    if conditions_changed:
-        conditions = rebase_conditions(
-            before.get("conditions"), after.get("conditions"), theirs.get("conditions")
-        )
+    """Our status changes (``before`` to ``after``) applied to ``theirs``; each list of
+    conditions merged type by type (``rebase_conditions``), the rest as a merge patch."""
+    rebased: Obj = apply_merge_patch(theirs, merge_patch(before, after))
+    for path in _CONDITION_LISTS:
+        ours_before, ours_after = _at(before, path), _at(after, path)
+        if ours_before == ours_after:
+            # Not ours to change: keep theirs, which the merge patch did not touch.
+            continue
+        conditions = rebase_conditions(ours_before, ours_after, _at(theirs, path))
+        holder = rebased
+        for key in path[:-1]:
+            holder = holder.setdefault(key, {})
         if conditions:
-            rebased["conditions"] = conditions
+            holder[path[-1]] = conditions
         else:
-            rebased.pop("conditions", None)
+            holder.pop(path[-1], None)
     return rebased
 
 

@@ -420,7 +420,7 @@ async def env(
 
 async def _drop_finalizers(client: Client, namespace: str) -> None:
     """Let the namespace go: nothing reconciles these objects any more."""
-    for res in (MACHINE_POOLS, MACHINES):
+    for res in (MACHINE_POOLS, MACHINES, CLUSTERS, TEST_MACHINES):
         for obj in (await client.list(res, namespace)).items:
             if obj["metadata"].get("finalizers"):
                 with contextlib.suppress(Exception):

@@ -4,7 +4,9 @@ drain timeout, then the infra machine and the Node go and the Machine is release
 waits for pre-drain and pre-terminate hooks and for the Node's volumes to be detached, does
 nothing while the Cluster or the Machine is paused, and does not wait on an unreachable Node for
 pods its kubelet will never end. A Machine whose infra machine vanished out of band is kept,
-and says why."""
+and says why. As upstream: v1beta1 conditions beside the v1beta2 ones; no drain or volume
+wait once the infra machine is going; the Node left alone while the Cluster is being deleted;
+a Machine whose Cluster does not exist left untouched."""
 
 from __future__ import annotations
 
@@ -14,18 +16,20 @@ from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.api.meta import dig
-from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj
+from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj, Resource
 
 from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
 
 
-async def _running_pod(wclient: Client, name: str, node: str) -> None:
+async def _running_pod(
+    wclient: Client, name: str, node: str, labels: dict[str, str] | None = None
+) -> None:
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "guarded"}},
+        "metadata": {"name": name, "labels": {"app": "guarded", **(labels or {})}},
         "spec": {
             "nodeName": node,
             "automountServiceAccountToken": False,
@@ -141,6 +145,8 @@ WINDOW = 5.0
 PRE_DRAIN_A = f"{c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX}/a-hook"
 PRE_DRAIN_B = f"{c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX}/b-hook"
 PRE_TERMINATE = f"{c.PRE_TERMINATE_DELETE_HOOK_ANNOTATION_PREFIX}/t-hook"
+HOLD = "test.machinepool.dev/hold"
+"""A finalizer of the tests' own, to keep a deletion in progress."""
 
 
 async def _pool_machine(env: Env) -> None:
@@ -419,3 +425,199 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
     await env.pool_until("pool", lambda o: o["status"].get("observedGeneration", 0) >= generation)
     kept = await env.client.get(MACHINES, "g0", env.namespace)
     assert not kept["metadata"].get("deletionTimestamp"), "the pool deleted the Machine"
+
+
+async def test_pool_machine_carries_upstreams_v1beta1_conditions(env: Env) -> None:
+    """What a v1beta1 client reads in status.deprecated.v1beta1: the infra machine's
+    readiness mirrored, the Node's health with upstream's reasons and severities, and the
+    Ready summary of them (NodeHealthy is not part of it, as upstream has it)."""
+    await _pool_machine(env)
+    provisioned = {"status": {"initialization": {"provisioned": True}}}
+    await env.client.patch(TEST_MACHINES, "m0", provisioned, env.namespace, subresource="status")
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("status") == "True"
+            and cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "True"
+        ),
+    )
+    assert cond(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)["status"] == (
+        "True"
+    )
+
+    await env.node_ready("n0", False)
+    machine = await env.machines.until(
+        "m0",
+        lambda m: cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "False",
+    )
+    healthy = cond(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
+    assert (healthy["reason"], healthy["severity"], healthy["message"]) == (
+        c.V1BETA1_NODE_CONDITIONS_FAILED_REASON,
+        c.SEVERITY_WARNING,
+        "Node condition Ready is False",
+    )
+    assert cond(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)["status"] == "True"
+
+    broken = {"type": "Ready", "status": "False", "reason": "Broken", "message": "disk gone"}
+    await env.client.patch(
+        TEST_MACHINES,
+        "m0",
+        {"status": {"conditions": [broken]}},
+        env.namespace,
+        subresource="status",
+    )
+    machine = await env.machines.until(
+        "m0", lambda m: cond(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("reason") == "Broken"
+    )
+    ready = cond(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)
+    assert (ready["status"], ready["message"]) == ("False", "disk gone")
+    infra = cond(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    assert (infra["status"], infra["reason"]) == ("False", "Broken")
+
+
+async def _hold(env: Env, resource: Resource, name: str) -> None:
+    """A finalizer of the test's own on ``name``, so its deletion stays in progress."""
+    patch = {"metadata": {"finalizers": [HOLD]}}
+    await env.client.patch(resource, name, patch, env.namespace)
+
+
+async def test_no_drain_once_the_infra_machine_is_being_deleted(env: Env) -> None:
+    """The instance is going anyway: a PDB that would block the drain holds nothing, the
+    Node is not even cordoned, and the deletion waits only for the infra machine."""
+    await _pool_machine(env)
+    await _running_pod(env.wclient, "guarded", "n0")
+    await _blocking_pdb(env.wclient)
+    await _hold(env, TEST_MACHINES, "m0")
+    await env.client.delete(TEST_MACHINES, "m0", env.namespace)
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.DELETING_CONDITION).get("reason")
+            == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
+        ),
+    )
+    assert not cond(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
+    assert not ((machine or {}).get("status") or {}).get("deletion", {}).get("nodeDrainStartTime")
+    node = env.nodes.get("n0")
+    assert node is not None
+    assert not node["spec"].get("unschedulable"), "cordoned although the instance is going"
+
+    await env.client.patch(TEST_MACHINES, "m0", {"metadata": {"finalizers": None}}, env.namespace)
+    await _gone(env)
+    pod = await env.wclient.get(PODS, "guarded", "default")
+    assert not pod["metadata"].get("deletionTimestamp"), "evicted although the instance is going"
+
+
+async def test_no_volume_wait_once_the_infra_machine_is_being_deleted(env: Env) -> None:
+    await _pool_machine(env)
+    await _attached_volume(env)
+    await _hold(env, TEST_MACHINES, "m0")
+    await env.client.delete(TEST_MACHINES, "m0", env.namespace)
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.DELETING_CONDITION).get("reason")
+            == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
+        ),
+    )
+    assert not cond(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
+    await env.client.patch(TEST_MACHINES, "m0", {"metadata": {"finalizers": None}}, env.namespace)
+    await _gone(env)
+
+
+async def test_a_cluster_being_deleted_leaves_the_node_alone(env: Env) -> None:
+    """While the Cluster goes, a pool Machine's deletion skips its pre-drain hooks, the drain
+    and the Node's deletion: it deletes its infra machine and lets go, the Node untouched."""
+    await _pool_machine(env)
+    await _annotate(env, {PRE_DRAIN_A: ""})
+    await _hold(env, CLUSTERS, env.cluster_name)
+    await env.client.delete(CLUSTERS, env.cluster_name, env.namespace)
+    await env.client.delete(MACHINES, "m0", env.namespace)
+
+    assert await env.machines.until("m0", lambda m: m is None) is None
+    assert not (await env.client.list(TEST_MACHINES, env.namespace)).items
+    node = env.nodes.get("n0")
+    assert node is not None, "the Node of a Cluster being deleted was deleted"
+    assert not node["spec"].get("unschedulable"), "cordoned although the Cluster is going"
+    await env.wclient.delete(NODES, "n0")
+
+
+async def test_a_machine_whose_cluster_does_not_exist_is_left_untouched(env: Env) -> None:
+    """Upstream fails such a reconcile and writes nothing, not even the finalizer; once the
+    Cluster exists the Machine is reconciled."""
+    missing = f"{env.cluster_name}-later"
+    mp = await env.machine_pool("orphan", replicas=0, cluster=missing)
+    machine = {
+        "apiVersion": MACHINES.api_version,
+        "kind": "Machine",
+        "metadata": {
+            "name": "lonely",
+            "labels": {c.CLUSTER_NAME_LABEL: missing, c.POOL_NAME_LABEL: "orphan"},
+            "ownerReferences": [
+                {
+                    "apiVersion": MACHINE_POOLS.api_version,
+                    "kind": "MachinePool",
+                    "name": "orphan",
+                    "uid": mp["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "clusterName": missing,
+            "bootstrap": {"dataSecretName": ""},
+            "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "TestMachine", "name": "x"},
+        },
+    }
+    await env.client.create(MACHINES, machine, env.namespace)
+    await env.machines.until("lonely", lambda m: m is not None)
+
+    def written() -> tuple[object, ...]:
+        m = env.machines.get("lonely") or {}
+        return (m.get("metadata", {}).get("finalizers"), m.get("status"))
+
+    assert written() == (None, None)
+    await env.unchanged(written, "a Machine without its Cluster", WINDOW)
+
+    cluster = {"apiVersion": CLUSTERS.api_version, "kind": "Cluster", "metadata": {"name": missing}}
+    await env.client.create(CLUSTERS, {**cluster, "spec": {}}, env.namespace)
+    found = await env.machines.until(
+        "lonely",
+        lambda m: m is not None and c.MACHINE_FINALIZER in (m["metadata"].get("finalizers") or []),
+    )
+    assert found is not None
+
+
+async def test_drain_label_skips_pods_or_waits_for_them_to_complete(env: Env) -> None:
+    """``cluster.x-k8s.io/drain: skip`` keeps a pod from eviction and from the wait;
+    ``wait-completed`` keeps it from eviction, and the drain waits until it has left."""
+    await _pool_machine(env)
+    await _running_pod(env.wclient, "skipped", "n0", {c.POD_DRAIN_LABEL: "skip"})
+    await _running_pod(env.wclient, "finishing", "n0", {c.POD_DRAIN_LABEL: "wait-completed"})
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            "waiting for completion: default/finishing"
+            in cond(m, c.DELETING_CONDITION).get("message", "")
+        ),
+    )
+    deleting = cond(machine, c.DELETING_CONDITION)
+    assert (deleting["reason"], deleting["message"]) == (
+        c.DRAINING_NODE_REASON,
+        "Draining Node: 1 pods remaining, waiting for completion: default/finishing",
+    )
+    for name in ("skipped", "finishing"):
+        pod = await env.wclient.get(PODS, name, "default")
+        assert not pod["metadata"].get("deletionTimestamp"), f"{name} was evicted"
+
+    # Its workload ends it (no kubelet here to confirm a graceful end).
+    await env.wclient.delete(PODS, "finishing", "default", grace_period_seconds=0)
+    await _gone(env)
+    skipped = await env.wclient.get(PODS, "skipped", "default")
+    assert not skipped["metadata"].get("deletionTimestamp"), "skipped was evicted"

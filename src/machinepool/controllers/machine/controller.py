@@ -7,9 +7,13 @@ deleted one it waits for its pre-drain hooks, cordons and drains the Node (Evict
 honoured, until ``spec.deletion.nodeDrainTimeoutSeconds``), waits for the Node's volumes to be
 detached (until ``nodeVolumeDetachTimeoutSeconds``), waits for its pre-terminate hooks,
 deletes the infra machine and waits for it, deletes the Node (unless
-``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer. While its Cluster or the Machine
-itself is paused it only reports so (the Paused condition). Machines not controlled by a
-MachinePool are left to whoever owns them.
+``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer; as upstream, the drain and the
+volume wait are skipped once the infra machine is gone or going, and the Node is left alone
+(no pre-drain hooks, drain, volume wait or Node deletion) while the Cluster is being deleted.
+While its Cluster or the Machine itself is paused it only reports so (the Paused condition).
+A Machine whose Cluster does not exist is retried with backoff and left untouched, as upstream
+leaves it. Machines not controlled by a MachinePool are left to whoever owns them. Upstream's
+v1beta1 conditions go in ``status.deprecated.v1beta1`` beside the v1beta2 ones.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from machinepool.runtime import (
     Conflict,
     ContractResolver,
     Controller,
+    ExpectedError,
     IndexFunc,
     Informer,
     Manager,
@@ -117,9 +122,25 @@ def _node_inputs(node: Obj) -> tuple[object, ...]:
     return (*node_inputs(node), dig(node, "status", "volumesAttached"))
 
 
-def _cluster_paused(cluster: Obj) -> tuple[object, ...]:
-    """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``)."""
-    return (bool(dig(cluster, "spec", "paused")),)
+def _cluster_inputs(cluster: Obj) -> tuple[object, ...]:
+    """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``): whether
+    it is paused, and whether it is being deleted (the Node is then left alone)."""
+    return (
+        bool(dig(cluster, "spec", "paused")),
+        bool(dig(cluster, "metadata", "deletionTimestamp")),
+    )
+
+
+class ClusterNotFound(ExpectedError):
+    """The Machine's Cluster does not exist (yet). Upstream's Machine controller fails the
+    reconcile then, before the finalizer or any condition, and retries with backoff; so do
+    we, and the Cluster's creation brings the Machine back sooner."""
+
+
+class InfraMachineLost(ExpectedError):
+    """The infra machine or the Node of a live, provisioned Machine is gone: the conditions and
+    failure fields say so, and the reconcile fails as upstream's does (retried with backoff,
+    ``observedGeneration`` left behind)."""
 
 
 class MachineReconciler:
@@ -146,11 +167,12 @@ class MachineReconciler:
         self.reader = OwnReader(self.client, MACHINES, self.machines)
         # Only this controller writes a pool Machine's status.
         self.controller.watch(self.machines, inputs=metadata_and_spec)
-        # Pausing or resuming a Cluster wakes its pool Machines: the Paused condition says so
-        # at once, and a deletion held while paused resumes without waiting for a resync
-        # (upstream's Machine controller waits for one).
+        # Pausing, resuming or deleting a Cluster wakes its pool Machines: the Paused
+        # condition says so at once, a deletion held while paused resumes, and one waiting for
+        # hooks or a drain lets the Node be, without waiting for a resync (upstream's Machine
+        # controller waits for one).
         self.clusters = await self.cache.get_informer(CLUSTERS)
-        self.controller.watch(self.clusters, self._cluster_mapper, _cluster_paused)
+        self.controller.watch(self.clusters, self._cluster_mapper, _cluster_inputs)
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         prefix = f"{dig(cluster, 'metadata', 'namespace')}/{dig(cluster, 'metadata', 'name')}/"
@@ -201,6 +223,12 @@ class MachineReconciler:
         machine = await self.reader.get(key)
         if machine is None or not _pool_owned(machine):
             return Result()
+        cluster_name = str(dig(machine, "spec", "clusterName", default=""))
+        cluster = self.clusters.get(cluster_name, key.namespace)
+        if cluster is None:
+            raise ClusterNotFound(
+                f"Cluster {key.namespace}/{cluster_name} of Machine {key} does not exist"
+            )
         # A MachineHealthCheck and the pool's remediation write conditions here too: a status
         # patch that loses its lock to them (or to the pool's apply of the Machine's version)
         # is rebased onto their write, keeping their conditions (runtime.patch).
@@ -210,19 +238,18 @@ class MachineReconciler:
             machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
             await patch_on_exit(patcher, machine)
             return Result()
-        cluster_name = str(dig(machine, "spec", "clusterName", default=""))
-        cluster = self.clusters.get(cluster_name, key.namespace)
         if set_paused_condition(machine, cluster, "Machine"):
             # Paused: nothing but the condition. Not paused, the condition goes out with the
             # rest of the status on exit.
             await patch_on_exit(patcher, machine)
             return Result()
-        scope = Scope(self, machine)
+        scope = Scope(self, machine, cluster)
         # A chain: the deletion and the Node bookkeeping both need what observe found.
         phases = DELETE_PHASES if is_deleting(machine) else NORMAL_PHASES
         outcome = await run_phases(scope, phases, chain=True)
         set_up_to_date(machine)
         status.set_phase(machine)
+        status.set_v1beta1_ready(machine)
         await patch_on_exit(patcher, machine, outcome)
         return outcome.settle(scope.text)
 
@@ -253,6 +280,47 @@ async def observe(scope: Scope) -> Result:
         node = nodes.by_provider_id(str(pid))
     scope.node = node
     return Result()
+
+
+async def report_v1beta1(scope: Scope) -> Result:
+    """Upstream's v1beta1 InfrastructureReady and NodeHealthy from what observe found, and
+    the v1beta1 failure fields of a live Machine whose provisioned infra machine is gone."""
+    machine, infra_machine = scope.machine, scope.infra_machine
+    status.set_v1beta1_infrastructure_ready(machine, infra_machine)
+    status.set_v1beta1_node_healthy(machine, infra_machine, scope.node)
+    if _infra_machine_lost(scope):
+        ref = machine["spec"]["infrastructureRef"]
+        v1beta1 = ensure(machine, "status", "deprecated", "v1beta1")
+        v1beta1["failureReason"] = c.INVALID_CONFIGURATION_ERROR
+        v1beta1["failureMessage"] = (
+            f"Machine infrastructure resource {ref['kind']} {scope.key.namespace}/{ref['name']}"
+            " has been deleted after provisioning was completed"
+        )
+    return Result()
+
+
+def _infra_machine_lost(scope: Scope) -> bool:
+    """A live Machine's infra machine is gone after it was provisioned."""
+    return (
+        scope.infra_machine_not_found
+        and not is_deleting(scope.machine)
+        and bool(dig(scope.machine, "status", "initialization", "infrastructureProvisioned"))
+    )
+
+
+def _lost(scope: Scope) -> list[str]:
+    """What a live Machine lost that upstream fails its reconcile for: its provisioned infra
+    machine, or the Node its nodeRef names."""
+    machine, lost = scope.machine, []
+    if _infra_machine_lost(scope):
+        ref = machine["spec"]["infrastructureRef"]
+        lost.append(
+            f"could not find {ref_text(str(ref['kind']), scope.key.namespace, str(ref['name']))}"
+        )
+    name = dig(machine, "status", "nodeRef", "name")
+    if scope.node is None and name and dig(machine, "spec", "providerID"):
+        lost.append(f"no matching Node for its nodeRef {name}")
+    return lost
 
 
 def _copy_placement(machine: Obj, infra_machine: Obj | None) -> None:
@@ -294,6 +362,9 @@ async def reconcile_normal(scope: Scope) -> Result:
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
     status.set_machine_conditions(machine, scope.infra_machine, node)
     wait = status.set_node_conditions(machine, node, now())
+    lost = _lost(scope)
+    if lost:
+        raise InfraMachineLost(f"{scope.text}: {'; '.join(lost)}")
     return Result(requeue_after=wait) if wait else Result()
 
 
@@ -360,13 +431,6 @@ PRE_TERMINATE = _Hook(
 )
 
 
-def _v1beta1_conditions(machine: Obj) -> list[Obj]:
-    conditions: list[Obj] = ensure(machine, "status", "deprecated", "v1beta1").setdefault(
-        "conditions", []
-    )
-    return conditions
-
-
 def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     """Whether ``hook``'s annotations hold the deletion; if so, say which ones and since when.
 
@@ -377,12 +441,12 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     annotations = dig(machine, "metadata", "annotations", default={})
     hooks = sorted(k for k in annotations if k.startswith(hook.prefix))
     if not hooks:
-        set_v1beta1_condition(_v1beta1_conditions(machine), hook.v1beta1_condition, True)
+        set_v1beta1_condition(status.v1beta1_conditions(machine), hook.v1beta1_condition, True)
         return False
     log.info(f"waiting for {hook.name} hooks", machine=str(scope.key), hooks=",".join(hooks))
     ensure(machine, "status", "deletion").setdefault(hook.started, format_time(now()))
     set_v1beta1_condition(
-        _v1beta1_conditions(machine),
+        status.v1beta1_conditions(machine),
         hook.v1beta1_condition,
         False,
         c.V1BETA1_WAITING_EXTERNAL_HOOK_REASON,
@@ -395,9 +459,21 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     return True
 
 
+def _node_deletion_allowed(scope: Scope) -> bool:
+    """Whether the deletion may touch the Node (its pre-drain hooks, drain, volume wait and
+    the Node's deletion), as upstream's ``isDeleteNodeAllowed`` decides it for a pool
+    Machine: not while the Cluster is being deleted (the workload cluster goes as a whole),
+    nor for a Machine that never had a Node. Upstream also leaves the Node when no
+    control-plane Machine is left; that rule is not applied here (see
+    docs/upstream-differences.md)."""
+    if dig(scope.cluster, "metadata", "deletionTimestamp"):
+        return False
+    return scope.node is not None or bool(dig(scope.machine, "status", "nodeRef", "name"))
+
+
 async def reconcile_delete(scope: Scope) -> Result:
-    """Upstream's deletion sequence: pre-drain hooks, drain and volume detach (only for a
-    Machine with a Node), pre-terminate hooks, the infra machine, then the Node."""
+    """Upstream's deletion sequence: pre-drain hooks, drain and volume detach (only while
+    the Node may be touched), pre-terminate hooks, the infra machine, then the Node."""
     machine = scope.machine
     if deleted_for_move(machine):
         # clusterctl move deletes the source copy; the Machine lives on in the target
@@ -406,14 +482,21 @@ async def reconcile_delete(scope: Scope) -> Result:
         _deleting(scope, c.DELETION_COMPLETED_REASON, "moved by clusterctl")
         return Result()
     wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-    if scope.node is not None or dig(machine, "status", "nodeRef", "name"):
+    node_allowed = _node_deletion_allowed(scope)
+    if not node_allowed and scope.node is not None:
+        log.info(
+            "leaving the Node of a deleted Machine alone: its Cluster is being deleted",
+            node=str(dig(scope.node, "metadata", "name")),
+            machine=str(scope.key),
+        )
+    if node_allowed:
         if _waiting_for_hooks(scope, PRE_DRAIN):
             return Result()
-        if scope.node is not None and _drain_allowed(machine):
+        if scope.node is not None and _drain_allowed(machine, scope.infra_machine):
             draining = await _drain(scope, wclient, scope.node)
             if draining is not None:
                 return draining
-        if scope.node is not None and _volume_detach_allowed(machine):
+        if scope.node is not None and _volume_detach_allowed(machine, scope.infra_machine):
             detaching = await _wait_for_volumes(scope, wclient, scope.node)
             if detaching is not None:
                 return detaching
@@ -422,16 +505,28 @@ async def reconcile_delete(scope: Scope) -> Result:
     if scope.infra_machine is not None:
         await _delete_infra_machine(scope)
         return Result()  # the infra machine's delete event brings us back
-    await _delete_node(scope, wclient)
+    if scope.infra_machine_not_found:
+        status.set_v1beta1_infrastructure_deleted(machine)
+    if node_allowed:
+        await _delete_node(scope, wclient)
     _drop_finalizer(machine)
     _deleting(scope, c.DELETION_COMPLETED_REASON, "")
     return Result()
 
 
-def _drain_allowed(machine: Obj) -> bool:
-    """Not excluded by annotation, and not once the pre-terminate hooks were waited for (by
-    then the drain had its turn: upstream does not go back to it)."""
+def _infra_machine_going(infra_machine: Obj | None) -> bool:
+    """The infra machine is gone or being deleted: its instance is going away with the pods
+    and volumes on it, so upstream neither drains its Node nor waits for volumes there."""
+    return infra_machine is None or bool(dig(infra_machine, "metadata", "deletionTimestamp"))
+
+
+def _drain_allowed(machine: Obj, infra_machine: Obj | None) -> bool:
+    """Not excluded by annotation, not once the pre-terminate hooks were waited for (by
+    then the drain had its turn: upstream does not go back to it), and not once the infra
+    machine is gone or going."""
     if c.EXCLUDE_NODE_DRAINING_ANNOTATION in dig(machine, "metadata", "annotations", default={}):
+        return False
+    if _infra_machine_going(infra_machine):
         return False
     return not dig(machine, "status", "deletion", PRE_TERMINATE.started)
 
@@ -451,7 +546,7 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         if not result.done:
             _deleting(scope, c.DRAINING_NODE_REASON, result.message())
             set_v1beta1_condition(
-                _v1beta1_conditions(machine),
+                status.v1beta1_conditions(machine),
                 c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
                 False,
                 c.V1BETA1_DRAINING_REASON,
@@ -461,16 +556,19 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
             wait = min(DRAIN_RETRY, left, result.skippable_in or DRAIN_RETRY)
             return Result(requeue_after=max(0.5, wait))
     set_v1beta1_condition(
-        _v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
+        status.v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
     )
     return None
 
 
-def _volume_detach_allowed(machine: Obj) -> bool:
-    """Not excluded by annotation, not once the pre-terminate hooks were waited for, and not
-    past ``nodeVolumeDetachTimeoutSeconds`` since the wait began."""
+def _volume_detach_allowed(machine: Obj, infra_machine: Obj | None) -> bool:
+    """Not excluded by annotation, not once the pre-terminate hooks were waited for, not
+    once the infra machine is gone or going, and not past ``nodeVolumeDetachTimeoutSeconds``
+    since the wait began."""
     annotations = dig(machine, "metadata", "annotations", default={})
     if c.EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION in annotations:
+        return False
+    if _infra_machine_going(infra_machine):
         return False
     if dig(machine, "status", "deletion", PRE_TERMINATE.started):
         return False
@@ -489,7 +587,7 @@ async def _wait_for_volumes(scope: Scope, wclient: Client, node: Obj) -> Result 
     start = ensure(machine, "status", "deletion").setdefault(
         "waitForNodeVolumeDetachStartTime", format_time(now())
     )
-    v1beta1 = _v1beta1_conditions(machine)
+    v1beta1 = status.v1beta1_conditions(machine)
     if not any(cond.get("type") == c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION for cond in v1beta1):
         set_v1beta1_condition(
             v1beta1,
@@ -547,5 +645,5 @@ def _drop_finalizer(machine: Obj) -> None:
     ]
 
 
-NORMAL_PHASES: tuple[Phase[Scope], ...] = (observe, reconcile_normal)
-DELETE_PHASES: tuple[Phase[Scope], ...] = (observe, reconcile_delete)
+NORMAL_PHASES: tuple[Phase[Scope], ...] = (observe, report_v1beta1, reconcile_normal)
+DELETE_PHASES: tuple[Phase[Scope], ...] = (observe, report_v1beta1, reconcile_delete)

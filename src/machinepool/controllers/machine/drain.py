@@ -3,7 +3,9 @@
 Called by ``controller`` while a pool-owned Machine is being deleted. One call evicts what it
 can and reports what is left; the caller comes back later (a PDB that answers 429 today may
 allow the eviction tomorrow). DaemonSet pods and mirror pods are left alone, as kubectl drain
-and upstream do.
+and upstream do, and so are pods whose ``cluster.x-k8s.io/drain`` label says ``skip``; a pod
+labelled ``wait-completed`` is not evicted either, but the drain waits until it has left the
+Node (its workload finishes and removes it), as upstream's drain does.
 
 On an unreachable Node (Ready Unknown) no kubelet will ever confirm a pod's end, so, as
 upstream's drain does there, evictions ask for a 1-second grace period and pods whose
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from machinepool.api import constants as c
 from machinepool.api.meta import dig, parse_time
 from machinepool.runtime import NODES, PODS, Client, NotFound, Obj, TooManyRequests
 
@@ -33,6 +36,8 @@ class DrainResult:
     """``ns/name`` of pods not gone yet."""
     blocked: list[str] = field(default_factory=list)
     """Eviction refusals (PDB or otherwise), one message per pod."""
+    completing: list[str] = field(default_factory=list)
+    """``ns/name`` of pods labelled ``wait-completed``: not evicted, waited for."""
     skippable_in: float | None = None
     """Seconds until the first pod waited for on an unreachable Node stops being waited for
     (``None`` when there is none): the caller need not come back later than that."""
@@ -50,6 +55,11 @@ class DrainResult:
 
     def message(self) -> str:
         parts = [f"Draining Node: {len(self.remaining)} pods remaining"]
+        if self.completing:
+            shown = ", ".join(self.completing[:3])
+            parts.append(
+                f"waiting for completion: {shown}" + (" ..." if len(self.completing) > 3 else "")
+            )
         if self.blocked:
             shown = "; ".join(self.blocked[:3])
             parts.append(f"evictions refused: {shown}" + (" ..." if len(self.blocked) > 3 else ""))
@@ -64,6 +74,24 @@ def should_evict(pod: Obj) -> bool:
     return not any(
         isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("controller") for o in owners
     )
+
+
+SKIP, WAIT_COMPLETED, DRAIN = "Skip", "WaitCompleted", "Drain"
+
+
+def drain_behaviour(pod: Obj) -> str:
+    """What the pod's ``cluster.x-k8s.io/drain`` label asks of a drain (pure): ``Skip``,
+    ``WaitCompleted`` or, without the label or with a value it does not know, ``Drain``.
+    Values are read as upstream reads them: case aside, and ``wait-completed`` with or
+    without its dash."""
+    value = dig(pod, "metadata", "labels", default={}).get(c.POD_DRAIN_LABEL)
+    if not isinstance(value, str):
+        return DRAIN
+    if value.lower() == SKIP.lower():
+        return SKIP
+    if value.replace("-", "", 1).lower() == WAIT_COMPLETED.lower():
+        return WAIT_COMPLETED
+    return DRAIN
 
 
 async def cordon(client: Client, node: Obj) -> None:
@@ -108,8 +136,14 @@ async def drain(client: Client, node: Obj, at: datetime) -> DrainResult:
         wait = seconds_until_skipped(pod, at) if unreachable else None
         if wait is not None and wait <= 0:
             continue  # its kubelet is gone and will never confirm the end
+        behaviour = drain_behaviour(pod)
+        if behaviour == SKIP:
+            continue
         ns, name = dig(pod, "metadata", "namespace"), dig(pod, "metadata", "name")
         result.remaining.append(f"{ns}/{name}")
+        if behaviour == WAIT_COMPLETED:
+            result.completing.append(f"{ns}/{name}")
+            continue  # its owner ends it; the drain only waits
         if dig(pod, "metadata", "deletionTimestamp"):
             result.soonest(wait)
             continue  # already going; wait for it

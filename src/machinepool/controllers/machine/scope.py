@@ -19,6 +19,8 @@ class Scope:
     """Client, caches, recorder, dynamic watches."""
     machine: Obj
     """The Machine (a private copy; phases mutate it). Set by controller."""
+    cluster: Obj
+    """Its Cluster, from the cache (read-only). Set by controller."""
     node: Obj | None = None
     """Its workload Node, found by nodeRef name or providerID. Set by observe."""
     infra_machine: Obj | None = None

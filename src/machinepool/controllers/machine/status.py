@@ -1,5 +1,6 @@
 """Conditions of a pool-owned Machine from its Node (NodeReady, Ready, Available), UpToDate,
-and its phase.
+its v1beta1 conditions (upstream still writes them in ``status.deprecated.v1beta1``, and
+v1beta1 clients read a Machine's readiness there), and its phase.
 
 Pure functions (unit-tested in tests/unit/test_core_machine_status.py), called by
 ``controller`` on every reconcile of a Machine that is not being deleted. The MachinePool
@@ -12,7 +13,12 @@ import math
 from datetime import datetime
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
+from machinepool.api.conditions import (
+    mirror_v1beta1,
+    set_condition,
+    set_v1beta1_condition,
+    set_v1beta1_summary,
+)
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import node_available, node_ready, node_ready_since
 from machinepool.runtime import Obj
@@ -235,3 +241,151 @@ def set_phase(machine: Obj) -> None:
         status["phase"] = "Provisioned"
     else:
         status["phase"] = "Provisioning"
+
+
+# --- v1beta1 -------------------------------------------------------------------------------
+
+
+def v1beta1_conditions(machine: Obj) -> list[Obj]:
+    """``status.deprecated.v1beta1.conditions`` of ``machine``, created if missing."""
+    holder = ensure(machine, "status", "deprecated", "v1beta1")
+    conditions = holder.get("conditions")
+    if not isinstance(conditions, list):
+        conditions = holder["conditions"] = []
+    return conditions
+
+
+def infra_provisioned(infra_machine: Obj | None) -> bool:
+    """Whether the infra machine says it is provisioned: ``status.initialization.provisioned``
+    (v1beta2 contract) or ``status.ready`` (v1beta1)."""
+    provisioned = dig(infra_machine, "status", "initialization", "provisioned")
+    if provisioned is None:
+        provisioned = dig(infra_machine, "status", "ready")
+    return provisioned is True
+
+
+def set_v1beta1_infrastructure_ready(machine: Obj, infra_machine: Obj | None) -> None:
+    """The v1beta1 InfrastructureReady: the infra machine's Ready mirrored, else whether it is
+    provisioned (not: ``WaitingForInfrastructure``, or ``Deleting`` once the Machine is).
+    Without an infra machine it is left as it was, as upstream leaves it, until the deletion
+    finds it gone (``set_v1beta1_infrastructure_deleted``)."""
+    if infra_machine is None:
+        return
+    deleting = bool(dig(machine, "metadata", "deletionTimestamp"))
+    mirror_v1beta1(
+        v1beta1_conditions(machine),
+        c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
+        infra_machine,
+        infra_provisioned(infra_machine),
+        c.V1BETA1_DELETING_REASON
+        if deleting
+        else c.V1BETA1_WAITING_FOR_INFRASTRUCTURE_FALLBACK_REASON,
+    )
+
+
+def set_v1beta1_infrastructure_deleted(machine: Obj) -> None:
+    """InfrastructureReady False, ``Deleted``: the deletion found the infra machine gone."""
+    set_v1beta1_condition(
+        v1beta1_conditions(machine),
+        c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
+        False,
+        c.V1BETA1_DELETED_REASON,
+        "",
+        c.SEVERITY_INFO,
+    )
+
+
+_NODE_PRESSURES = ("MemoryPressure", "DiskPressure", "PIDPressure")
+
+
+def _v1beta1_node_health(node: Obj) -> tuple[str, str]:
+    """Upstream's v1beta1 reading of a Node's health: False when Ready is False or a pressure
+    is True, Unknown only when all four are Unknown, True otherwise (a Node that reports
+    nothing counts as healthy); the message names each condition that is not as it should be,
+    in the Node's order."""
+    bad = unknown = 0
+    parts: list[str] = []
+    for cond in dig(node, "status", "conditions", default=[]):
+        if not isinstance(cond, dict):
+            continue
+        type_, word = cond.get("type"), cond.get("status")
+        good = "True" if type_ == "Ready" else "False"
+        if (type_ != "Ready" and type_ not in _NODE_PRESSURES) or word == good:
+            continue
+        parts.append(f"Node condition {type_} is {word}")
+        if word == "Unknown":
+            unknown += 1
+        else:
+            bad += 1
+    message = ". ".join(parts)
+    if bad:
+        return "False", message
+    return ("True" if unknown < 4 else "Unknown"), message
+
+
+def set_v1beta1_node_healthy(machine: Obj, infra_machine: Obj | None, node: Obj | None) -> None:
+    """The v1beta1 NodeHealthy, with upstream's reasons and severities: no providerID yet
+    (``WaitingForNodeRef``), no Node yet (``NodeProvisioning``) or no more (``NodeNotFound``,
+    an Error), the infra machine going (``Deleting``), else the Node's own conditions. A
+    deleted Machine whose Node is gone keeps what it said last."""
+    conditions = v1beta1_conditions(machine)
+    type_ = c.V1BETA1_NODE_HEALTHY_CONDITION
+    deleting = bool(dig(machine, "metadata", "deletionTimestamp"))
+    if not dig(machine, "spec", "providerID"):
+        set_v1beta1_condition(
+            conditions, type_, False, c.V1BETA1_WAITING_FOR_NODE_REF_REASON, "", c.SEVERITY_INFO
+        )
+    elif node is None:
+        if deleting:
+            return
+        if dig(machine, "status", "nodeRef", "name"):
+            set_v1beta1_condition(
+                conditions, type_, False, c.V1BETA1_NODE_NOT_FOUND_REASON, "", c.SEVERITY_ERROR
+            )
+        else:
+            set_v1beta1_condition(
+                conditions,
+                type_,
+                False,
+                c.V1BETA1_NODE_PROVISIONING_REASON,
+                "Waiting for a node with matching ProviderID to exist",
+                c.SEVERITY_WARNING,
+            )
+    elif infra_machine is None or dig(infra_machine, "metadata", "deletionTimestamp"):
+        set_v1beta1_condition(
+            conditions, type_, False, c.V1BETA1_DELETING_REASON, "", c.SEVERITY_INFO
+        )
+    else:
+        word, message = _v1beta1_node_health(node)
+        reason = "" if word == "True" else c.V1BETA1_NODE_CONDITIONS_FAILED_REASON
+        severity = c.SEVERITY_WARNING if word == "False" else ""
+        set_v1beta1_condition(conditions, type_, word, reason, message, severity)
+
+
+_V1BETA1_READY_INPUTS = (
+    c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
+    c.V1BETA1_BOOTSTRAP_READY_CONDITION,
+    c.V1BETA1_HEALTH_CHECK_SUCCEEDED_CONDITION,
+    c.V1BETA1_OWNER_REMEDIATED_CONDITION,
+    c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
+)
+"""What upstream's v1beta1 Ready of a Machine sums up, in its order of precedence
+(infrastructure problems first; NodeHealthy is not among them)."""
+
+_V1BETA1_PROVISIONING_STEPS = (
+    c.V1BETA1_BOOTSTRAP_READY_CONDITION,
+    c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
+)
+
+
+def set_v1beta1_ready(machine: Obj) -> None:
+    """The v1beta1 Ready summary, on every reconcile that gets past pausing; while a live
+    Machine has no providerID its message counts the provisioning steps done."""
+    counting = not dig(machine, "metadata", "deletionTimestamp") and not dig(
+        machine, "spec", "providerID"
+    )
+    set_v1beta1_summary(
+        v1beta1_conditions(machine),
+        _V1BETA1_READY_INPUTS,
+        steps=_V1BETA1_PROVISIONING_STEPS if counting else (),
+    )

@@ -10,7 +10,7 @@ the user brought their own data.
 from __future__ import annotations
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import is_deleting, ref_text
 from machinepool.controllers.machinepool import external, status
@@ -76,7 +76,7 @@ def _v1beta1(scope: Scope, created: bool, config: dict[str, object] | None = Non
     if config is None:
         set_v1beta1_condition(conditions, c.V1BETA1_BOOTSTRAP_READY_CONDITION, True)
         return
-    status.mirror_v1beta1(
+    mirror_v1beta1(
         conditions,
         c.V1BETA1_BOOTSTRAP_READY_CONDITION,
         config,

@@ -9,7 +9,7 @@ that disappears after having been provisioned is a terminal failure, as upstream
 from __future__ import annotations
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_v1beta1_condition
+from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import is_deleting, ref_text
 from machinepool.controllers.machinepool import external, status
@@ -53,7 +53,7 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
         return Result()
     ready = infra_ready(infra)
     init["infrastructureProvisioned"] = ready
-    status.mirror_v1beta1(
+    mirror_v1beta1(
         status.v1beta1_conditions(mp),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
         infra,

@@ -18,7 +18,7 @@ from machinepool.api.conditions import (
     get_condition,
     is_true,
     set_condition,
-    set_v1beta1_condition,
+    set_v1beta1_summary,
 )
 from machinepool.api.meta import dig, ensure
 from machinepool.controllers.common import is_deleting
@@ -26,8 +26,6 @@ from machinepool.runtime import Obj
 
 INVALID_REFERENCE_REASON = "InvalidReference"
 """A reference that cannot be used: not set, kind not served, or controlled by another owner."""
-
-_SEVERITY_RANK = {c.SEVERITY_ERROR: 3, c.SEVERITY_WARNING: 2, c.SEVERITY_INFO: 1}
 
 
 def v1beta1_conditions(mp: Obj) -> list[Obj]:
@@ -47,72 +45,14 @@ def v1beta2_conditions(mp: Obj) -> list[Obj]:
     return conditions
 
 
-def _source_v1beta1_ready(source: Obj) -> Obj | None:
-    """A referenced object's Ready condition as upstream's mirror reads it: from
-    ``status.deprecated.v1beta1.conditions`` when the object has that list, else from
-    ``status.conditions`` (v1beta1 or v1beta2 style; a v1beta2 one has no severity)."""
-    deprecated = dig(source, "status", "deprecated", "v1beta1", "conditions", default=None)
-    conditions = deprecated if deprecated is not None else dig(source, "status", "conditions")
-    return get_condition(conditions if isinstance(conditions, list) else [], c.READY_CONDITION)
-
-
-def mirror_v1beta1(
-    conditions: list[Obj], type_: str, source: Obj, ready: bool, fallback_reason: str
-) -> bool:
-    """Copy ``source``'s v1beta1 Ready condition as ``type_``; without one, derive it from
-    ``ready`` (False: ``fallback_reason``, severity Info), as upstream's SetMirror does."""
-    cond = _source_v1beta1_ready(source)
-    if cond is not None and cond.get("status") in ("True", "False", "Unknown"):
-        return set_v1beta1_condition(
-            conditions,
-            type_,
-            str(cond["status"]),
-            str(cond.get("reason") or ""),
-            str(cond.get("message") or ""),
-            str(cond.get("severity") or ""),
-        )
-    if ready:
-        return set_v1beta1_condition(conditions, type_, True)
-    return set_v1beta1_condition(conditions, type_, False, fallback_reason, "", c.SEVERITY_INFO)
-
-
-def v1beta1_summary(conditions: list[Obj], types: tuple[str, ...]) -> Obj:
-    """The v1beta1 Ready summary of ``types``: True when all are; otherwise the most severe
-    False one (first in ``types`` on ties), else the first Unknown."""
-    present = [cond for t in types if (cond := get_condition(conditions, t)) is not None]
-    if not present or all(cond.get("status") == "True" for cond in present):
-        return {"status": "True", "reason": "", "message": "", "severity": ""}
-    falses = [cond for cond in present if cond.get("status") == "False"]
-    pick = (
-        max(falses, key=lambda cond: _SEVERITY_RANK.get(str(cond.get("severity")), 0))
-        if falses
-        else next(cond for cond in present if cond.get("status") != "True")
-    )
-    return {
-        "status": pick.get("status"),
-        "reason": pick.get("reason") or "",
-        "message": pick.get("message") or "",
-        "severity": pick.get("severity") or "",
-    }
-
-
 def set_v1beta1_ready(mp: Obj) -> None:
-    conditions = v1beta1_conditions(mp)
-    summary = v1beta1_summary(
-        conditions,
+    set_v1beta1_summary(
+        v1beta1_conditions(mp),
         (
             c.V1BETA1_BOOTSTRAP_READY_CONDITION,
             c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
             c.V1BETA1_REPLICAS_READY_CONDITION,
         ),
-    )
-    set_v1beta1_condition(
-        conditions,
-        c.V1BETA1_READY_CONDITION,
-        summary["status"],
-        summary["reason"],
-        summary["message"],
-        summary["severity"],
     )
 
 
