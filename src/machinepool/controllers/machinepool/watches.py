@@ -13,7 +13,7 @@ from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import InfraMachinePool
 from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
 from machinepool.controllers.common import group_of
 from machinepool.runtime import (
     IndexFunc,
@@ -159,9 +159,9 @@ def pool_inputs(mp: Obj) -> tuple[object, ...]:
     """What wakes a MachinePool's own reconcile: ``metadata_and_spec`` without
     ``spec.providerIDList``, which only this controller writes (copied from the infra pool,
     whose change already woke it)."""
-    spec = mp.get("spec") if isinstance(mp.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
-    rest = {k: v for k, v in spec.items() if k != "providerIDList"}
+    spec = MachinePoolView(mp).spec.raw or {}
+    written = MachinePoolSpecView.provider_id_list.key
+    rest = {k: v for k, v in spec.items() if k != written}
     return (*metadata_and_spec(mp)[:-1], rest)
 
 
