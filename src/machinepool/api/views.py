@@ -103,8 +103,8 @@ class Field(Generic[_T]):
     """One JSON field of a view: ``replicas = Field[int | None]()``.
 
     The attribute name is the model's field name, and the JSON key is what the models' alias
-    generator makes of it (``provider_id_list`` -> ``providerIDList``); ``key`` overrides it
-    where the model spells an alias out. Reading gives the stored value, unchecked: the
+    generator makes of it (``provider_id_list`` -> ``providerIDList``). Reading gives the
+    stored value, unchecked: the
     apiserver validated it against the CRD generated from the same model. An absent field
     reads as ``None`` (so ``_T`` includes ``None`` for fields the model makes optional). A
     field the model requires is typed without ``None``, as the apiserver stores no object
@@ -114,13 +114,11 @@ class Field(Generic[_T]):
     unset field out.
     """
 
-    def __init__(self, key: str = "") -> None:
-        self.key = key
-        self.name = ""
+    def __init__(self) -> None:
+        self.name = self.key = ""
 
     def __set_name__(self, owner: type[View], name: str) -> None:
-        self.name = name
-        self.key = self.key or camel(name)
+        self.name, self.key = name, camel(name)
 
     @overload
     def __get__(self, view: None, owner: type[View]) -> Self: ...
@@ -148,14 +146,12 @@ class Nested(Generic[_V]):
     is first assigned.
     """
 
-    def __init__(self, view: type[_V], key: str = "") -> None:
+    def __init__(self, view: type[_V]) -> None:
         self.view = view
-        self.key = key
-        self.name = ""
+        self.name = self.key = ""
 
     def __set_name__(self, owner: type[View], name: str) -> None:
-        self.name = name
-        self.key = self.key or camel(name)
+        self.name, self.key = name, camel(name)
 
     @overload
     def __get__(self, view: None, owner: type[View]) -> Self: ...
