@@ -104,14 +104,13 @@ class Field(Generic[_T]):
 
     The attribute name is the model's field name, and the JSON key is what the models' alias
     generator makes of it (``provider_id_list`` -> ``providerIDList``). Reading gives the
-    stored value, unchecked: the
-    apiserver validated it against the CRD generated from the same model. An absent field
-    reads as ``None`` (so ``_T`` includes ``None`` for fields the model makes optional). A
-    field the model requires is typed without ``None``, as the apiserver stores no object
-    without it; read through an optional parent that is absent (a ``configRef`` that is not
-    set) it is ``None`` all the same, so test the parent first (``if ref.name:``).
-    Assigning sets it; assigning ``None`` removes the key, as Go's ``omitempty`` leaves an
-    unset field out.
+    stored value, unchecked: the apiserver validated it against the CRD generated from the
+    same model. An absent field reads as ``None`` (so ``_T`` includes ``None`` for fields the
+    model makes optional). A field the model requires is typed without ``None``, as the
+    apiserver stores no object without it; read through an optional parent that is absent
+    (a ``configRef`` that is not set) it is ``None`` all the same, so test the parent first
+    (``if ref.name:``). Assigning sets it; assigning ``None`` removes the key, as Go's
+    ``omitempty`` leaves an unset field out.
     """
 
     def __init__(self) -> None:
