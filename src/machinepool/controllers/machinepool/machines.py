@@ -113,7 +113,11 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
     }
 
 
-def _contains(have: Any, want: Any) -> bool:
+_JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
+"""A JSON value as decoded (typed so that a view passed by mistake is a type error)."""
+
+
+def _contains(have: _JSON, want: _JSON) -> bool:
     """Whether ``have`` already holds everything in ``want`` (what apply would not change).
 
     An empty map or list wanted is held by an absent one: the apiserver drops empty
@@ -175,7 +179,7 @@ async def reconcile_machines(scope: Scope) -> Result:
             # the same value, and the Machine's status would need another write for the
             # generation. Beside upstream, whose Machine controller does not, it is ours.
             want["spec"].pop("version", None)
-        if existing is None or not _contains(existing, want):
+        if existing is None or not _contains(existing.raw, want):
             wanted.append((existing, want))
     # Independent writes: sent together, so a pool of new instances costs one round trip.
     outcomes = await asyncio.gather(
