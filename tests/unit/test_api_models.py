@@ -347,6 +347,6 @@ def test_times_round_trip_in_apiserver_format() -> None:
     ],
 )
 def test_wire_names_follow_kubernetes_spelling(field: str, wire: str) -> None:
-    from machinepool.api.meta import _camel
+    from machinepool.api.meta import camel
 
-    assert _camel(field) == wire
+    assert camel(field) == wire

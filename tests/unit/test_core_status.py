@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from machinepool.api import constants as c
+from machinepool.api.contract import InfraMachine, Referenced
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers import common
 from machinepool.controllers.machine import drain, volumes
 from machinepool.controllers.machine import status as machine_status
@@ -117,13 +119,13 @@ def test_phase(status_: Any, replicas: int, annotations: Any, deleting: bool, wa
     mp["metadata"]["annotations"] = annotations
     if deleting:
         mp["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    assert status.compute_phase(mp) == want
+    assert status.compute_phase(MachinePoolView(mp)) == want
 
 
 def test_counters_without_machines_follow_replicas_and_node_versions() -> None:
     mp = pool(replicas=2, nodeRefs=[{"name": "a"}, {"name": "b"}])
     nodes = {"a": node("a", "x://a"), "b": node("b", "x://b")}
-    status.set_replica_counters(mp, False, [], nodes)
+    status.set_replica_counters(MachinePoolView(mp), False, [], nodes)
     assert mp["status"]["readyReplicas"] == 2
     assert mp["status"]["availableReplicas"] == 2
     assert mp["status"]["upToDateReplicas"] == 2
@@ -149,7 +151,7 @@ def test_counters_with_machines_count_conditions() -> None:
         machine("True", "False", "v1.31.0"),
         machine("False", "False", "v1.30.0"),
     ]
-    status.set_replica_counters(mp, True, ms, {})
+    status.set_replica_counters(MachinePoolView(mp), True, [MachineView(m) for m in ms], {})
     assert (
         mp["status"]["readyReplicas"],
         mp["status"]["availableReplicas"],
@@ -163,7 +165,7 @@ def test_counters_with_machines_count_conditions() -> None:
 
 def test_replica_conditions() -> None:
     mp = pool(replicas=1, availableReplicas=1)
-    got = status.replica_conditions(mp)
+    got = status.replica_conditions(MachinePoolView(mp))
     assert got[c.SCALING_UP_CONDITION] == (
         "True",
         c.SCALING_UP_REASON,
@@ -177,7 +179,8 @@ def test_replica_conditions() -> None:
     )
     mp["spec"].pop("replicas")
     assert (
-        status.replica_conditions(mp)[c.AVAILABLE_CONDITION][1] == c.WAITING_FOR_REPLICAS_SET_REASON
+        status.replica_conditions(MachinePoolView(mp))[c.AVAILABLE_CONDITION][1]
+        == c.WAITING_FOR_REPLICAS_SET_REASON
     )
 
 
@@ -192,13 +195,17 @@ def test_ref_condition_cases() -> None:
         "is already controlled by X",
     )
     obj = {"status": {}}
-    assert status.ref_condition(status.RefFacts("K", obj, False), False, "status.x", False) == (
+    assert status.ref_condition(
+        status.RefFacts("K", Referenced(obj), False), False, "status.x", False
+    ) == (
         "False",
         c.NOT_READY_REASON,
         "K status.x is false",
     )
     obj = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Fine"}]}}
-    assert status.ref_condition(status.RefFacts("K", obj, False), False, "f", False)[:2] == (
+    assert status.ref_condition(status.RefFacts("K", Referenced(obj), False), False, "f", False)[
+        :2
+    ] == (
         "True",
         "Fine",
     )
@@ -207,7 +214,9 @@ def test_ref_condition_cases() -> None:
 
 def test_aggregate_machine_conditions_name_the_machines() -> None:
     ms = [
-        {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": s}]}}
+        MachineView(
+            {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": s}]}}
+        )
         for n, s in (("a", "True"), ("b", "False"), ("c", "False"))
     ]
     got = status.machine_conditions(True, ms)[c.MACHINES_READY_CONDITION]
@@ -245,14 +254,14 @@ def test_node_patch_keeps_foreign_marks_and_is_none_when_done() -> None:
         {"key": c.UNINITIALIZED_TAINT_KEY, "effect": "NoSchedule"},
         {"key": "mine", "effect": "NoExecute"},
     ]
-    patch = noderefs.desired_node_patch(n, mp)
+    patch = noderefs.desired_node_patch(n, MachinePoolView(mp))
     assert patch is not None
     assert patch["spec"]["taints"] == [{"key": "mine", "effect": "NoExecute"}]
     assert patch["metadata"]["resourceVersion"] == "7"
     assert "foreign" not in patch["metadata"]["annotations"]
     n["metadata"]["annotations"].update(patch["metadata"]["annotations"])
     n["spec"]["taints"] = patch["spec"]["taints"]
-    assert noderefs.desired_node_patch(n, mp) is None
+    assert noderefs.desired_node_patch(n, MachinePoolView(mp)) is None
 
 
 def test_desired_machine_hashes_long_pool_names_and_copies_template() -> None:
@@ -261,7 +270,7 @@ def test_desired_machine_hashes_long_pool_names_and_copies_template() -> None:
     mp["spec"]["template"]["metadata"] = {"labels": {"team": "a"}, "annotations": {"note": "x"}}
     mp["spec"]["template"]["spec"]["deletion"] = {"nodeDrainTimeoutSeconds": 3}
     infra = {"apiVersion": "infra.example/v1", "kind": "FooMachine", "metadata": {"name": "m"}}
-    got = machines.desired_machine(mp, infra, node("n", "x://n"))
+    got = machines.desired_machine(MachinePoolView(mp), InfraMachine(infra), node("n", "x://n"))
     assert got["metadata"]["labels"][c.POOL_NAME_LABEL].startswith("hash_")
     assert got["metadata"]["labels"]["team"] == "a"
     assert got["metadata"]["annotations"] == {"note": "x"}
@@ -279,11 +288,11 @@ def test_desired_machine_hashes_long_pool_names_and_copies_template() -> None:
 def test_node_deletion_timeout() -> None:
     mp = pool()
     mp["metadata"]["deletionTimestamp"] = "2000-01-01T00:00:00Z"
-    assert not delete.node_deletion_timed_out(mp)  # no timeout set
+    assert not delete.node_deletion_timed_out(MachinePoolView(mp))  # no timeout set
     mp["spec"]["template"]["spec"]["deletion"] = {"nodeDeletionTimeoutSeconds": 10}
-    assert delete.node_deletion_timed_out(mp)
+    assert delete.node_deletion_timed_out(MachinePoolView(mp))
     mp["spec"]["template"]["spec"]["deletion"] = {"nodeDeletionTimeoutSeconds": 0}
-    assert not delete.node_deletion_timed_out(mp)
+    assert not delete.node_deletion_timed_out(MachinePoolView(mp))
 
 
 def test_drain_skips_daemonset_and_mirror_pods() -> None:
@@ -389,7 +398,7 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
         "metadata": {"name": "m"},
         "spec": {"providerID": "x://m"},
     }
-    got = machines.desired_machine(pool(), infra, None)
+    got = machines.desired_machine(MachinePoolView(pool()), InfraMachine(infra), None)
     assert got["metadata"]["finalizers"] == [c.MACHINE_FINALIZER]
     assert got["spec"]["providerID"] == "x://m"
     assert "version" not in got["spec"], "no Node yet: no kubelet version"

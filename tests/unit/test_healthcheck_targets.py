@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from machinepool.api.meta import format_time
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.machinehealthcheck.selector import matches
 from machinepool.controllers.machinehealthcheck.targets import (
     Health,
@@ -149,30 +150,34 @@ def test_selector_terms() -> None:
     assert not matches({"matchExpressions": [{"key": "zone", "operator": "Bogus"}]}, labels)
 
 
-def _marked(owner: str, health: str) -> Obj:
-    return {
-        "status": {
-            "conditions": [
-                {"type": "OwnerRemediated", "status": owner},
-                {"type": "HealthCheckSucceeded", "status": health},
-            ]
+def _marked(owner: str, health: str) -> MachineView:
+    return MachineView(
+        {
+            "status": {
+                "conditions": [
+                    {"type": "OwnerRemediated", "status": owner},
+                    {"type": "HealthCheckSucceeded", "status": health},
+                ]
+            }
         }
-    }
+    )
 
 
 def test_only_still_unhealthy_marked_machines_are_remediated() -> None:
     assert marked(_marked("False", "False"))
     assert not marked(_marked("False", "True"))  # recovered before its turn
     assert not marked(_marked("True", "False"))
-    assert not marked({})
+    assert not marked(MachineView({}))
 
 
 def test_in_flight_bound_from_annotation() -> None:
     key = "machinepool.cluster.x-k8s.io/max-in-flight-remediations"
 
-    def pool(value: str | None, replicas: int = 10) -> Obj:
+    def pool(value: str | None, replicas: int = 10) -> MachinePoolView:
         annotations = {} if value is None else {key: value}
-        return {"metadata": {"annotations": annotations}, "spec": {"replicas": replicas}}
+        return MachinePoolView(
+            {"metadata": {"annotations": annotations}, "spec": {"replicas": replicas}}
+        )
 
     assert max_in_flight(pool(None)) == 1
     assert max_in_flight(pool("3")) == 3

@@ -16,6 +16,7 @@ Callers pass the ``conditions`` list of a status dict and get back whether anyth
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from machinepool.api import constants as c
@@ -104,7 +105,7 @@ def remove_condition(conditions: list[Condition], type_: str) -> bool:
     return False
 
 
-def _source_v1beta1_ready(source: dict[str, Any]) -> Condition | None:
+def v1beta1_ready_of(source: Mapping[str, Any]) -> Condition | None:
     """A referenced object's Ready condition as upstream's mirror reads it: from
     ``status.deprecated.v1beta1.conditions`` when the object has that list, else from
     ``status.conditions`` (v1beta1 or v1beta2 style; a v1beta2 one has no severity)."""
@@ -119,7 +120,7 @@ def _source_v1beta1_ready(source: dict[str, Any]) -> Condition | None:
 def mirror_v1beta1(
     conditions: list[Condition],
     type_: str,
-    source: dict[str, Any],
+    source: Mapping[str, Any],
     ready: bool,
     fallback_reason: str,
 ) -> bool:
@@ -128,7 +129,7 @@ def mirror_v1beta1(
     SetMirror with a fallback value does. Used for what an object says of the objects it
     references: a MachinePool of its bootstrap config and infra pool, a Machine of its infra
     machine."""
-    cond = _source_v1beta1_ready(source)
+    cond = v1beta1_ready_of(source)
     if cond is not None and cond.get("status") in (TRUE, FALSE, UNKNOWN):
         return set_v1beta1_condition(
             conditions,

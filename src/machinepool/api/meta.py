@@ -40,6 +40,7 @@ __all__ = [
     "TemplateMeta",
     "Time",
     "V1Beta1Condition",
+    "camel",
     "deleted_for_move",
     "dig",
     "ensure",
@@ -77,7 +78,7 @@ _DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 DNS1123Subdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=_DNS1123_SUBDOMAIN)]
 
 
-def dig(obj: Any, *path: str, default: Any = None) -> Any:
+def dig(obj: Mapping[str, Any] | None, *path: str, default: Any = None) -> Any:
     """``obj[path[0]][path[1]]...`` or ``default`` when any step is missing or not a dict.
 
     Objects come from users and providers: every read tolerates a wrong shape. The one
@@ -197,7 +198,7 @@ def _fraction(value: int, scale: int) -> str:
 _ACRONYMS = frozenset({"id", "uid", "uuid", "api", "ca", "ip", "ips", "url", "tls", "cidr", "dns"})
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
     """snake_case to the Kubernetes JSON spelling.
 
     Digits stay as written (``v1beta1``) and acronyms after the first word are upper-cased
@@ -220,7 +221,7 @@ class K8sModel(BaseModel):
     """
 
     model_config = ConfigDict(
-        alias_generator=_camel,
+        alias_generator=camel,
         populate_by_name=True,
         extra="allow",
         use_attribute_docstrings=True,

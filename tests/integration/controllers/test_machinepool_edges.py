@@ -11,6 +11,7 @@ from tests.support import eventually
 from tests.support.resources import CLUSTERS, MACHINE_POOLS
 
 from machinepool.api import constants as c
+from machinepool.api.views import MachinePoolView
 from machinepool.controllers.machinepool.delete import node_deletion_timed_out
 from machinepool.runtime import NODES, SECRETS
 
@@ -176,7 +177,9 @@ async def test_node_deletion_timeout_leaves_nodes_behind(env: Env) -> None:
     assert "Waiting for" in cond(mp, c.DELETING_CONDITION)["message"]
     # Retire t0 (see the next test), so that only the timeout keeps it.
     await _retire_while_deleting(env, "pool", [])
-    await eventually(lambda: node_deletion_timed_out(mp), "the node-deletion timeout", within=10)
+    await eventually(
+        lambda: node_deletion_timed_out(MachinePoolView(mp)), "the node-deletion timeout", within=10
+    )
     await env.client.patch(TEST_POOLS, "pool", {"metadata": {"finalizers": None}}, env.namespace)
     assert await env.pools.until("pool", lambda o: o is None) is None
     assert await env.wclient.get(NODES, "t0"), "the Node outlived the timeout"

@@ -14,7 +14,9 @@ from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.contract import InfraMachinePool
 from machinepool.api.meta import dig, ensure
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView
 from machinepool.controllers import machinehealthcheck
 from machinepool.controllers.machinehealthcheck.controller import EVENT_TEMPLATE_NOT_SUPPORTED
 from machinepool.controllers.machinepool import MachinePoolReconciler
@@ -264,9 +266,14 @@ async def test_a_mark_that_loses_an_optimistic_lock_is_retried(
     cache = ClusterCache(client)
     reconciler = MachinePoolReconciler(mgr, cache)
     mp = {"metadata": {"name": "pool", "namespace": namespace, "uid": "u"}, "spec": {}}
-    scope = Scope(reconciler, mp, {}, infra_pool={"status": {"infrastructureMachineKind": "X"}})
+    scope = Scope(
+        reconciler,
+        MachinePoolView(mp),
+        ClusterView({}),
+        infra_pool=InfraMachinePool({"status": {"infrastructureMachineKind": "X"}}),
+    )
     try:
-        scope.machines = [stale]
+        scope.machines = [MachineView(stale)]
         # Raised, so the runtime retries with backoff; dropped, nothing would retry it.
         with pytest.raises(Conflict):
             await reconcile_remediation(scope)
@@ -274,7 +281,7 @@ async def test_a_mark_that_loses_an_optimistic_lock_is_retried(
         assert not machine["metadata"].get("deletionTimestamp")
 
         # The retry reads the newer copy, and remediates.
-        scope.machines = [machine]
+        scope.machines = [MachineView(machine)]
         await reconcile_remediation(scope)
         with pytest.raises(NotFound):
             await client.get(MACHINES, "m0", namespace)

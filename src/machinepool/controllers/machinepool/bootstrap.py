@@ -11,30 +11,22 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
-from machinepool.api.meta import dig, ensure
-from machinepool.controllers.common import is_deleting, ref_text
+from machinepool.api.contract import BootstrapConfig
+from machinepool.controllers.common import ref_text
 from machinepool.controllers.machinepool import external, status
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import ExpectedError, NotFound, Result
 
 
-def data_secret_created(config: dict[str, object]) -> bool:
-    """Whether a bootstrap config reports its data secret as created (either contract)."""
-    return bool(
-        dig(config, "status", "initialization", "dataSecretCreated")
-        or dig(config, "status", "ready") is True
-    )
-
-
 async def reconcile_bootstrap(scope: Scope) -> Result:
     """Own the bootstrap config and take its data secret's name into the template."""
     mp = scope.mp
-    bootstrap = ensure(mp, "spec", "template", "spec", "bootstrap")
-    ref = bootstrap.get("configRef")
-    init = ensure(mp, "status", "initialization")
-    if not isinstance(ref, dict) or not ref.get("name"):
-        if bootstrap.get("dataSecretName") is not None:
-            init["bootstrapDataSecretCreated"] = True
+    bootstrap = mp.spec.template.spec.bootstrap
+    ref = bootstrap.config_ref
+    init = mp.status.initialization
+    if not ref.name:
+        if bootstrap.data_secret_name is not None:
+            init.bootstrap_data_secret_created = True
             _v1beta1(scope, True)
             return Result()
         scope.bootstrap_problem = (
@@ -42,9 +34,9 @@ async def reconcile_bootstrap(scope: Scope) -> Result:
             " set one of them"
         )
         raise ReferenceProblem(f"{scope.text}: {scope.bootstrap_problem}")
-    text = ref_text(str(ref.get("kind")), scope.namespace, str(ref.get("name")))
+    text = ref_text(str(ref.kind), scope.namespace, ref.name)
     try:
-        config = await external.get_and_adopt(scope, ref)
+        config = BootstrapConfig(await external.get_and_adopt(scope, ref))
     except NotFound as exc:
         scope.bootstrap_config_not_found = True
         raise ReferenceProblem(f"could not find {text} for {scope.text}") from exc
@@ -52,26 +44,26 @@ async def reconcile_bootstrap(scope: Scope) -> Result:
         scope.bootstrap_problem = str(exc)
         raise
     scope.bootstrap_config = config
-    external.copy_failures(scope, config, str(ref.get("kind")))
-    if is_deleting(config):
+    external.copy_failures(scope, config, str(ref.kind))
+    if config.deleting:
         return Result()
-    created = data_secret_created(config)
+    created = config.data_secret_created
     _v1beta1(scope, created, config)
     if not created:
         # The old dataSecretName stays: instances keep joining with it until a new one exists.
-        init["bootstrapDataSecretCreated"] = False
+        init.bootstrap_data_secret_created = False
         return Result()
-    secret = dig(config, "status", "dataSecretName")
+    secret = config.data_secret_name
     if not secret:
         raise ExpectedError(
             f"{text} reports its data secret created but status.dataSecretName is empty"
         )
-    bootstrap["dataSecretName"] = str(secret)
-    init["bootstrapDataSecretCreated"] = True
+    bootstrap.data_secret_name = secret
+    init.bootstrap_data_secret_created = True
     return Result()
 
 
-def _v1beta1(scope: Scope, created: bool, config: dict[str, object] | None = None) -> None:
+def _v1beta1(scope: Scope, created: bool, config: BootstrapConfig | None = None) -> None:
     conditions = status.v1beta1_conditions(scope.mp)
     if config is None:
         set_v1beta1_condition(conditions, c.V1BETA1_BOOTSTRAP_READY_CONDITION, True)
@@ -79,7 +71,7 @@ def _v1beta1(scope: Scope, created: bool, config: dict[str, object] | None = Non
     mirror_v1beta1(
         conditions,
         c.V1BETA1_BOOTSTRAP_READY_CONDITION,
-        config,
+        config.raw,
         created,
         c.V1BETA1_WAITING_FOR_DATA_SECRET_FALLBACK_REASON,
     )

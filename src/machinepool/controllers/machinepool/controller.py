@@ -16,11 +16,10 @@ import contextlib
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
-from machinepool.api.meta import dig, ensure
+from machinepool.api.views import ClusterView, MachinePoolView
 from machinepool.controllers.common import (
     WorkloadNodes,
     ensure_cluster_owner,
-    is_deleting,
     node_inputs,
     set_paused_condition,
 )
@@ -161,31 +160,32 @@ class MachinePoolReconciler:
     async def reconcile(self, key: ObjectKey) -> Result:
         # From the cache, as upstream reads, but never older than our own last write: the
         # patch on exit is a diff against this copy (see runtime.OwnReader).
-        mp = await self.reader.get(key)
-        if mp is None:
+        obj = await self.reader.get(key)
+        if obj is None:
             return Result()
-        ensure(mp, "status")
-        patcher = Patcher(self.client, MACHINE_POOLS, mp, on_patched=self.reader.wrote)
-        cluster_name = str(dig(mp, "spec", "clusterName", default=""))
+        obj.setdefault("status", {})
+        patcher = Patcher(self.client, MACHINE_POOLS, obj, on_patched=self.reader.wrote)
+        mp = MachinePoolView(obj)
+        cluster_name = mp.spec.cluster_name or ""
         cluster = self.clusters.get(cluster_name, key.namespace)
         if cluster is None:
             _report_missing_cluster(mp, key.namespace, cluster_name)
-            await patch_on_exit(patcher, mp)
+            await patch_on_exit(patcher, obj)
             return Result()  # the Cluster watch brings us back when it appears
-        finalizers = dig(mp, "metadata", "finalizers", default=[])
-        if not is_deleting(mp) and c.MACHINE_POOL_FINALIZER not in finalizers:
-            mp["metadata"]["finalizers"] = [*finalizers, c.MACHINE_POOL_FINALIZER]
-            await patch_on_exit(patcher, mp)
+        finalizers = mp.metadata.finalizers or []
+        if not mp.deleting and c.MACHINE_POOL_FINALIZER not in finalizers:
+            mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
+            await patch_on_exit(patcher, obj)
             return Result()
         if _set_paused(mp, cluster):
-            await patch_on_exit(patcher, mp)
+            await patch_on_exit(patcher, obj)
             return Result()
-        scope = Scope(self, mp, cluster)
+        scope = Scope(self, mp, ClusterView(cluster))
         # Independent phases: a missing bootstrap config does not keep Nodes from being
         # counted, so every phase runs and every condition is current.
         outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
         update_status(scope)
-        await patch_on_exit(patcher, mp, outcome)
+        await patch_on_exit(patcher, obj, outcome)
         return outcome.settle(scope.text)
 
 
@@ -195,8 +195,8 @@ def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
         informer.add_indexer(name, fn)
 
 
-def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase[Scope]]:
-    if is_deleting(mp):
+def _phases(mp: MachinePoolView, machines_up_to_date: bool) -> list[Phase[Scope]]:
+    if mp.deleting:
         return [set_owner_and_labels, reconcile_delete]
     phases: list[Phase[Scope]] = [
         set_owner_and_labels,
@@ -211,18 +211,18 @@ def _phases(mp: Obj, machines_up_to_date: bool) -> list[Phase[Scope]]:
 
 async def set_owner_and_labels(scope: Scope) -> Result:
     """Label the MachinePool with its Cluster's name and make the Cluster an owner."""
-    ensure_cluster_owner(scope.mp, scope.cluster)
+    ensure_cluster_owner(scope.mp.raw, scope.cluster.raw)
     return Result()
 
 
-def _set_paused(mp: Obj, cluster: Obj) -> bool:
+def _set_paused(mp: MachinePoolView, cluster: Obj) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused). Not
     paused, the condition is written with the rest of the status (see
     ``set_paused_condition``)."""
-    return set_paused_condition(mp, cluster, "MachinePool")
+    return set_paused_condition(mp.raw, cluster, "MachinePool")
 
 
-def _report_missing_cluster(mp: Obj, namespace: str, name: str) -> None:
+def _report_missing_cluster(mp: MachinePoolView, namespace: str, name: str) -> None:
     message = (
         f"Cluster {namespace}/{name} does not exist; create it, or recreate this MachinePool"
         f" with spec.clusterName naming an existing Cluster"
@@ -251,7 +251,7 @@ def update_status(scope: Scope) -> None:
     values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
     status.apply_conditions(mp, values)
     status.set_v1beta1_ready(mp)
-    mp["status"]["phase"] = status.compute_phase(mp)
+    mp.status.phase = status.compute_phase(mp)
 
 
 def _referenced_nodes(scope: Scope) -> dict[str, Obj]:
@@ -259,7 +259,7 @@ def _referenced_nodes(scope: Scope) -> dict[str, Obj]:
     if scope.nodes is None:
         return {}
     found: dict[str, Obj] = {}
-    for ref in dig(scope.mp, "status", "nodeRefs", default=[]):
+    for ref in scope.mp.status.node_refs or []:
         name = str(ref.get("name")) if isinstance(ref, dict) else ""
         node = scope.nodes.by_name(name) if name else None
         if node is not None:
@@ -269,35 +269,32 @@ def _referenced_nodes(scope: Scope) -> dict[str, Obj]:
 
 def _ref_conditions(scope: Scope) -> dict[str, tuple[str, str, str]]:
     mp = scope.mp
-    tspec = dig(mp, "spec", "template", "spec", default={})
-    init = dig(mp, "status", "initialization", default={})
-    bootstrap_ref = dig(tspec, "bootstrap", "configRef")
-    infra_ref = dig(tspec, "infrastructureRef", default={})
+    tspec = mp.spec.template.spec
+    init = mp.status.initialization
+    bootstrap_ref = tspec.bootstrap.config_ref
     bootstrap = status.RefFacts(
-        str(dig(bootstrap_ref, "kind", default="")),
+        bootstrap_ref.kind or "",
         scope.bootstrap_config,
         scope.bootstrap_config_not_found,
         scope.bootstrap_problem,
     )
     infra = status.RefFacts(
-        str(infra_ref.get("kind", "")),
+        tspec.infrastructure_ref.kind or "",
         scope.infra_pool,
         scope.infra_pool_not_found,
         scope.infra_problem,
     )
-    deleting = is_deleting(mp)
+    data_secret_created = bool(init.bootstrap_data_secret_created)
+    provisioned = bool(init.infrastructure_provisioned)
     return {
         c.BOOTSTRAP_CONFIG_READY_CONDITION: status.ref_condition(
             bootstrap,
-            bool(init.get("bootstrapDataSecretCreated")),
+            data_secret_created,
             "status.initialization.dataSecretCreated",
-            deleting and bool(init.get("bootstrapDataSecretCreated")),
-            defined=bool(bootstrap_ref) or bool(scope.bootstrap_problem),
+            mp.deleting and data_secret_created,
+            defined=bool(bootstrap_ref.raw) or bool(scope.bootstrap_problem),
         ),
         c.INFRASTRUCTURE_READY_CONDITION: status.ref_condition(
-            infra,
-            bool(init.get("infrastructureProvisioned")),
-            "status.initialization.provisioned",
-            bool(init.get("infrastructureProvisioned")),
+            infra, provisioned, "status.initialization.provisioned", provisioned
         ),
     }

@@ -15,17 +15,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 from machinepool.api import constants as c
+from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.meta import deleted_for_move, dig, parse_time
+from machinepool.api.views import MachinePoolView, ReferenceView
 from machinepool.controllers.common import now, ref_text
 from machinepool.controllers.machinepool import external, noderefs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
-from machinepool.runtime import Obj, Result
+from machinepool.runtime import Result
 
 
-def node_deletion_timed_out(mp: Obj) -> bool:
+def node_deletion_timed_out(mp: MachinePoolView) -> bool:
     """Whether ``nodeDeletionTimeoutSeconds`` (non-zero) passed since deletion began (pure)."""
-    stamp = dig(mp, "metadata", "deletionTimestamp")
-    timeout = dig(mp, "spec", "template", "spec", "deletion", "nodeDeletionTimeoutSeconds")
+    stamp = mp.metadata.deletion_timestamp
+    timeout = mp.spec.template.spec.deletion.node_deletion_timeout_seconds
     if not stamp or not isinstance(timeout, int) or timeout == 0:
         return False
     try:
@@ -39,22 +41,19 @@ async def reconcile_delete(scope: Scope) -> Result:
     """Take the pool apart: its Machines, its bootstrap and infrastructure objects, the Nodes
     it no longer backs; then let it go."""
     mp = scope.mp
-    if deleted_for_move(mp):
+    if deleted_for_move(mp.raw):
         # clusterctl move: the pool lives on in the target cluster with what it owns.
-        finalizers = dig(mp, "metadata", "finalizers", default=[])
-        mp["metadata"]["finalizers"] = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
+        _release(mp)
         scope.deleting_message = "Moved by clusterctl"
         return Result()
-    refs = [
-        (dig(mp, "spec", "template", "spec", "bootstrap", "configRef"), False),
-        (dig(mp, "spec", "template", "spec", "infrastructureRef"), True),
-    ]
+    tspec = mp.spec.template.spec
+    refs = [(tspec.bootstrap.config_ref, False), (tspec.infrastructure_ref, True)]
     remaining: list[str] = []
     for ref, is_infra in refs:
-        if not isinstance(ref, dict) or not ref.get("name"):
+        if not ref.name:
             continue
         if await _delete_ref(scope, ref, is_infra):
-            remaining.append(ref_text(str(ref.get("kind")), scope.namespace, str(ref["name"])))
+            remaining.append(ref_text(str(ref.kind), scope.namespace, ref.name))
     if remaining:
         scope.deleting_message = "Waiting for " + " and ".join(remaining) + " to be deleted"
         return Result()
@@ -62,24 +61,27 @@ async def reconcile_delete(scope: Scope) -> Result:
         scope.deleting_message = "Node deletion timeout passed; leaving Nodes behind"
     else:
         scope.deleting_message = "Deleting retired Nodes"
-        listed = {str(p) for p in dig(mp, "spec", "providerIDList", default=[]) or []}
-        await noderefs.delete_retired_nodes(
-            scope, dig(mp, "status", "nodeRefs", default=[]), listed
-        )
-    finalizers = dig(mp, "metadata", "finalizers", default=[])
-    mp["metadata"]["finalizers"] = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
+        listed = set(mp.spec.provider_id_list or [])
+        await noderefs.delete_retired_nodes(scope, mp.status.node_refs or [], listed)
+    _release(mp)
     scope.deleting_message = "Deletion completed"
     return Result()
 
 
-async def _delete_ref(scope: Scope, ref: Obj, is_infra: bool) -> bool:
+def _release(mp: MachinePoolView) -> None:
+    """Drop our finalizer: the MachinePool may go."""
+    finalizers = mp.metadata.finalizers or []
+    mp.metadata.finalizers = [f for f in finalizers if f != c.MACHINE_POOL_FINALIZER]
+
+
+async def _delete_ref(scope: Scope, ref: ReferenceView, is_infra: bool) -> bool:
     """Delete the referenced object; whether it still exists."""
     try:
         resource = await external.resolve(scope, ref)
     except ReferenceProblem:
         return False  # its kind is not served, so no such object can exist
     informer = await scope.reconciler.watch_referenced_kind(resource)
-    obj = informer.get(str(ref["name"]), scope.namespace)
+    obj = informer.get(ref.name, scope.namespace)
     if obj is None:
         if is_infra:
             scope.infra_pool_not_found = True
@@ -87,14 +89,13 @@ async def _delete_ref(scope: Scope, ref: Obj, is_infra: bool) -> bool:
             scope.bootstrap_config_not_found = True
         return False
     if is_infra:
-        scope.infra_pool = obj
-        replicas = dig(obj, "status", "replicas")
-        if isinstance(replicas, int):
-            scope.mp["status"]["replicas"] = replicas
+        infra = scope.infra_pool = InfraMachinePool(obj)
+        if infra.replicas is not None:
+            scope.mp.status.replicas = infra.replicas
     else:
-        scope.bootstrap_config = obj
+        scope.bootstrap_config = BootstrapConfig(obj)
     if not dig(obj, "metadata", "deletionTimestamp"):
         await scope.reconciler.client.delete(
-            resource, str(ref["name"]), scope.namespace, uid=dig(obj, "metadata", "uid")
+            resource, ref.name, scope.namespace, uid=dig(obj, "metadata", "uid")
         )
     return True

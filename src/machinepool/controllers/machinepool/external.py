@@ -10,15 +10,17 @@ and only when something is missing.
 from __future__ import annotations
 
 from machinepool.api import constants as c
+from machinepool.api.contract import Referenced
 from machinepool.api.meta import dig
+from machinepool.api.views import MachinePoolView, ReferenceView
 from machinepool.controllers.common import ref_text
-from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope, deprecated_v1beta1
+from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Resource
 
 
-async def resolve(scope: Scope, ref: Obj) -> Resource:
+async def resolve(scope: Scope, ref: ReferenceView) -> Resource:
     """The served resource of a ``{apiGroup, kind}`` reference; a ReferenceProblem if none."""
-    group, kind = str(ref.get("apiGroup") or ""), str(ref.get("kind") or "")
+    group, kind = ref.api_group or "", ref.kind or ""
     try:
         return await scope.reconciler.resolver.resolve(group, kind)
     except NotFound as exc:
@@ -28,7 +30,7 @@ async def resolve(scope: Scope, ref: Obj) -> Resource:
         ) from exc
 
 
-async def get_and_adopt(scope: Scope, ref: Obj) -> Obj:
+async def get_and_adopt(scope: Scope, ref: ReferenceView) -> Obj:
     """The referenced object, adopted by the MachinePool.
 
     Raises ``NotFound`` when it does not exist and ``ReferenceProblem`` when it cannot be used
@@ -36,7 +38,7 @@ async def get_and_adopt(scope: Scope, ref: Obj) -> Obj:
     """
     resource = await resolve(scope, ref)
     informer = await scope.reconciler.watch_referenced_kind(resource)
-    name = str(ref.get("name") or "")
+    name = ref.name or ""
     text = ref_text(resource.kind, scope.namespace, name)
     obj = informer.get(name, scope.namespace)
     if obj is None:
@@ -50,20 +52,20 @@ async def get_and_adopt(scope: Scope, ref: Obj) -> Obj:
     return await _adopt(scope, resource, obj)
 
 
-def _other_controller(obj: Obj, mp: Obj) -> str:
-    uid = dig(mp, "metadata", "uid")
+def _other_controller(obj: Obj, mp: MachinePoolView) -> str:
+    uid = mp.metadata.uid
     for ref in dig(obj, "metadata", "ownerReferences", default=[]):
         if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") != uid:
             return f"{ref.get('kind')} {ref.get('name')}"
     return ""
 
 
-def _owner_ref(mp: Obj) -> Obj:
+def _owner_ref(mp: MachinePoolView) -> Obj:
     return {
-        "apiVersion": mp.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+        "apiVersion": mp.api_version or f"{c.CLUSTER_GROUP}/{c.V1BETA2}",
         "kind": "MachinePool",
-        "name": dig(mp, "metadata", "name"),
-        "uid": dig(mp, "metadata", "uid"),
+        "name": mp.metadata.name,
+        "uid": mp.metadata.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -74,7 +76,7 @@ async def _adopt(scope: Scope, resource: Resource, obj: Obj) -> Obj:
     refs = [r for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
     want = _owner_ref(scope.mp)
     mine = [r for r in refs if r.get("uid") == want["uid"]]
-    cluster_name = str(dig(scope.mp, "spec", "clusterName", default=""))
+    cluster_name = scope.mp.spec.cluster_name or ""
     labels = meta.get("labels") or {}
     patch: Obj = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
     if not mine or any(r != want for r in mine) or len(mine) > 1:
@@ -93,23 +95,17 @@ async def _adopt(scope: Scope, resource: Resource, obj: Obj) -> Obj:
         return obj
 
 
-def copy_failures(scope: Scope, obj: Obj, kind: str) -> None:
+def copy_failures(scope: Scope, obj: Referenced, kind: str) -> None:
     """Carry a referenced object's terminal failure into the MachinePool's v1beta1 status.
 
-    Reads ``status.failureReason``/``failureMessage`` (v1beta1 contract) or their
-    ``status.deprecated.v1beta1`` home. Upstream means to do this but its nil checks are
-    inverted, so it never does; this does what was intended.
+    Upstream means to do this but its nil checks are inverted, so it never does; this does
+    what was intended.
     """
-    status: Obj = obj["status"] if isinstance(obj.get("status"), dict) else {}
-    reason = status.get("failureReason") or dig(status, "deprecated", "v1beta1", "failureReason")
-    message = status.get("failureMessage") or dig(status, "deprecated", "v1beta1", "failureMessage")
-    if not reason and not message:
-        return
-    v1 = deprecated_v1beta1(scope.mp)
+    reason, message = obj.failure_reason, obj.failure_message
+    v1 = scope.mp.status.v1beta1
     if reason:
-        v1["failureReason"] = str(reason)
+        v1.failure_reason = reason
     if message:
-        name = dig(obj, "metadata", "name", default="")
-        v1["failureMessage"] = (
-            f"Failure detected from referenced resource {kind} {name!r}: {message}"
+        v1.failure_message = (
+            f"Failure detected from referenced resource {kind} {obj.name!r}: {message}"
         )[:10240]

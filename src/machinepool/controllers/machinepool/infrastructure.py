@@ -10,35 +10,27 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
-from machinepool.api.meta import dig, ensure
-from machinepool.controllers.common import is_deleting, ref_text
+from machinepool.api.contract import InfraMachinePool
+from machinepool.api.views import ReferenceView
+from machinepool.controllers.common import ref_text
 from machinepool.controllers.machinepool import external, status
 from machinepool.controllers.machinepool.scope import (
     ReferenceProblem,
     Scope,
-    deprecated_v1beta1,
     set_v1beta1_counters,
 )
-from machinepool.runtime import NotFound, Obj, Result
-
-
-def infra_ready(infra: Obj) -> bool:
-    return bool(
-        dig(infra, "status", "ready") is True
-        or dig(infra, "status", "initialization", "provisioned") is True
-    )
+from machinepool.runtime import NotFound, Result
 
 
 async def reconcile_infrastructure(scope: Scope) -> Result:
     """Own the infrastructure pool and copy its provider IDs, replicas and readiness."""
     mp = scope.mp
-    ref = dig(mp, "spec", "template", "spec", "infrastructureRef")
-    if not isinstance(ref, dict) or not ref.get("name"):
+    ref = mp.spec.template.spec.infrastructure_ref
+    if not ref.name:
         scope.infra_problem = "spec.template.spec.infrastructureRef is not set; set it"
         raise ReferenceProblem(f"{scope.text}: {scope.infra_problem}")
-    init = ensure(mp, "status", "initialization")
     try:
-        infra = await external.get_and_adopt(scope, ref)
+        infra = InfraMachinePool(await external.get_and_adopt(scope, ref))
     except NotFound as exc:
         scope.infra_pool_not_found = True
         _not_found(scope, ref)
@@ -48,15 +40,15 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
         _incorrect_ref(scope, str(exc))
         raise
     scope.infra_pool = infra
-    external.copy_failures(scope, infra, str(ref.get("kind")))
-    if is_deleting(infra):
+    external.copy_failures(scope, infra, str(ref.kind))
+    if infra.deleting:
         return Result()
-    ready = infra_ready(infra)
-    init["infrastructureProvisioned"] = ready
+    ready = infra.provisioned
+    mp.status.initialization.infrastructure_provisioned = ready
     mirror_v1beta1(
         status.v1beta1_conditions(mp),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
-        infra,
+        infra.raw,
         ready,
         c.V1BETA1_WAITING_FOR_INFRASTRUCTURE_FALLBACK_REASON,
     )
@@ -67,37 +59,32 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
     return Result()
 
 
-def _copy_from_provider(scope: Scope, infra: Obj) -> None:
+def _copy_from_provider(scope: Scope, infra: InfraMachinePool) -> None:
     mp = scope.mp
-    raw_ids = dig(infra, "spec", "providerIDList", default=[])
-    provider_ids = [str(p) for p in raw_ids] if isinstance(raw_ids, list) else []
-    replicas = dig(infra, "status", "replicas")
-    if isinstance(replicas, int):
-        mp["status"]["replicas"] = replicas
-    if not provider_ids and mp["status"].get("replicas", 0) != 0:
+    provider_ids = infra.provider_id_list
+    if infra.replicas is not None:
+        mp.status.replicas = infra.replicas
+    if not provider_ids and mp.status.replicas:
         return  # the provider has instances but has not listed them yet
     scope.provider_ids_observed = True
-    if (dig(mp, "spec", "providerIDList", default=[]) or []) == provider_ids:
+    if (mp.spec.provider_id_list or []) == provider_ids:
         return
-    if provider_ids:
-        mp["spec"]["providerIDList"] = provider_ids
-    else:  # left out when empty, as upstream's omitempty list is
-        mp["spec"].pop("providerIDList", None)
-    replicas = int(mp["status"].get("replicas") or 0)
-    set_v1beta1_counters(mp, ready=0, available=0, unavailable=replicas)
+    # Left out when empty, as upstream's omitempty list is.
+    mp.spec.provider_id_list = provider_ids or None
+    set_v1beta1_counters(mp, ready=0, available=0, unavailable=mp.status.replicas or 0)
 
 
-def _not_found(scope: Scope, ref: Obj) -> None:
+def _not_found(scope: Scope, ref: ReferenceView) -> None:
     mp = scope.mp
-    text = ref_text(str(ref.get("kind")), scope.namespace, str(ref.get("name")))
-    if dig(mp, "status", "initialization", "infrastructureProvisioned"):
-        v1 = deprecated_v1beta1(mp)
-        v1["failureReason"] = "InvalidConfiguration"
-        v1["failureMessage"] = (
+    text = ref_text(str(ref.kind), scope.namespace, str(ref.name))
+    if mp.status.initialization.infrastructure_provisioned:
+        v1 = mp.status.v1beta1
+        v1.failure_reason = "InvalidConfiguration"
+        v1.failure_message = (
             f"MachinePool infrastructure resource {text} has been deleted after being ready"
         )
-    kind, name = ref.get("kind"), ref.get("name")
-    _incorrect_ref(scope, f"could not find infra reference of kind {kind} with name {name}")
+    message = f"could not find infra reference of kind {ref.kind} with name {ref.name}"
+    _incorrect_ref(scope, message)
 
 
 def _incorrect_ref(scope: Scope, message: str) -> None:

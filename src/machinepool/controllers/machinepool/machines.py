@@ -20,9 +20,11 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
+from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import dig
-from machinepool.controllers.common import group_of, is_deleting, set_up_to_date
+from machinepool.api.views import MachinePoolView, MachineView, ObjectView
+from machinepool.controllers.common import group_of, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Result
@@ -31,79 +33,77 @@ from machinepool.runtime.patch import Patcher
 FIELD_MANAGER = "machinepool-controller"
 
 
-def pool_labels(mp: Obj) -> dict[str, str]:
+def pool_labels(mp: MachinePoolView) -> dict[str, str]:
     """The labels that tie Machines and infra machines to ``mp``."""
     return {
-        c.POOL_NAME_LABEL: pool_name_label_value(str(dig(mp, "metadata", "name", default=""))),
-        c.CLUSTER_NAME_LABEL: str(dig(mp, "spec", "clusterName", default="")),
+        c.POOL_NAME_LABEL: pool_name_label_value(mp.metadata.name or ""),
+        c.CLUSTER_NAME_LABEL: mp.spec.cluster_name or "",
     }
 
 
-def _matches(obj: Obj, namespace: str, labels: dict[str, str]) -> bool:
-    have = dig(obj, "metadata", "labels", default={})
-    return dig(obj, "metadata", "namespace") == namespace and all(
-        have.get(k) == v for k, v in labels.items()
-    )
+def _matches(obj: ObjectView, namespace: str, labels: dict[str, str]) -> bool:
+    have = obj.metadata.labels or {}
+    return obj.metadata.namespace == namespace and all(have.get(k) == v for k, v in labels.items())
 
 
-def _controlled_elsewhere(machine: Obj, mp: Obj) -> bool:
-    uid = dig(mp, "metadata", "uid")
-    refs = dig(machine, "metadata", "ownerReferences", default=[])
+def _controlled_elsewhere(machine: MachineView, mp: MachinePoolView) -> bool:
+    uid = mp.metadata.uid
+    refs = machine.metadata.owner_references or []
     return any(isinstance(r, dict) and r.get("controller") and r.get("uid") != uid for r in refs)
 
 
-def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
+def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj | None) -> Obj:
     """The Machine that mirrors ``infra_machine`` (pure; unit-tested)."""
-    meta = mp.get("metadata") or {}
-    template_meta = dig(mp, "spec", "template", "metadata", default={})
+    meta = mp.metadata
+    template = mp.spec.template
     labels = {
-        **c.inherited_labels(meta.get("labels")),
-        **(template_meta.get("labels") or {}),
+        **c.inherited_labels(meta.labels),
+        **(template.metadata.labels or {}),
         **pool_labels(mp),
     }
+    infra = infra_machine.raw
     spec: Obj = {
-        "clusterName": dig(mp, "spec", "clusterName", default=""),
+        "clusterName": mp.spec.cluster_name or "",
         "bootstrap": {"dataSecretName": ""},
         "infrastructureRef": {
-            "apiGroup": group_of(str(infra_machine.get("apiVersion", ""))),
-            "kind": infra_machine.get("kind", ""),
-            "name": dig(infra_machine, "metadata", "name"),
+            "apiGroup": group_of(str(infra.get("apiVersion", ""))),
+            "kind": infra.get("kind", ""),
+            "name": dig(infra, "metadata", "name"),
         },
     }
     # The providerID and failure domain the Machine controller would copy from the infra
     # machine, sent in the create so the Machine needs no spec write of its own.
-    provider_id = dig(infra_machine, "spec", "providerID")
-    if provider_id:
-        spec["providerID"] = str(provider_id)
-    failure_domain = dig(infra_machine, "spec", "failureDomain")
-    if failure_domain:
-        spec["failureDomain"] = str(failure_domain)
+    if infra_machine.provider_id:
+        spec["providerID"] = infra_machine.provider_id
+    if infra_machine.failure_domain:
+        spec["failureDomain"] = infra_machine.failure_domain
     version = dig(node, "status", "nodeInfo", "kubeletVersion")
     if version:
         spec["version"] = str(version)
     # Not upstream: the pool's deletion limits and minReadySeconds travel with each Machine so
     # that draining a pool Machine honours the pool's nodeDrainTimeoutSeconds.
-    template_spec = dig(mp, "spec", "template", "spec", default={})
-    for key in ("deletion", "minReadySeconds"):
-        if template_spec.get(key) is not None:
-            spec[key] = template_spec[key]
+    template_spec = template.spec
+    if template_spec.deletion.raw is not None:
+        spec["deletion"] = template_spec.deletion.raw
+    if template_spec.min_ready_seconds is not None:
+        spec["minReadySeconds"] = template_spec.min_ready_seconds
     return {
         "apiVersion": f"{c.CLUSTER_GROUP}/{c.V1BETA2}",
         "kind": "Machine",
         "metadata": {
-            "name": dig(infra_machine, "metadata", "name"),
-            "namespace": meta.get("namespace"),
+            "name": dig(infra, "metadata", "name"),
+            "namespace": meta.namespace,
             "labels": labels,
-            "annotations": dict(template_meta.get("annotations") or {}),
+            "annotations": dict(template.metadata.annotations or {}),
             # The Machine controller's finalizer, in the create as upstream's MachineSet
             # does: one request instead of a create and a patch for each new Machine.
             "finalizers": [c.MACHINE_FINALIZER],
             "ownerReferences": [
                 {
-                    "apiVersion": mp.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+                    "apiVersion": mp.api_version or f"{c.CLUSTER_GROUP}/{c.V1BETA2}",
                     "kind": "MachinePool",
-                    "name": meta.get("name"),
-                    "uid": meta.get("uid"),
+                    "name": meta.name,
+                    "uid": meta.uid,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -113,7 +113,11 @@ def desired_machine(mp: Obj, infra_machine: Obj, node: Obj | None) -> Obj:
     }
 
 
-def _contains(have: Any, want: Any) -> bool:
+_JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
+"""A JSON value as decoded (typed so that a view passed by mistake is a type error)."""
+
+
+def _contains(have: _JSON, want: _JSON) -> bool:
     """Whether ``have`` already holds everything in ``want`` (what apply would not change).
 
     An empty map or list wanted is held by an absent one: the apiserver drops empty
@@ -142,41 +146,40 @@ async def reconcile_machines(scope: Scope) -> Result:
     labels = pool_labels(scope.mp)
     member_key = watches.pool_member_key(scope.mp)
     scope.machines = [
-        m
+        machine
         for m in r.machines.by_index(watches.BY_MEMBER_LABELS, member_key)
-        if _matches(m, scope.namespace, labels) and not _controlled_elsewhere(m, scope.mp)
+        if _matches(machine := MachineView(m), scope.namespace, labels)
+        and not _controlled_elsewhere(machine, scope.mp)
     ]
-    kind = dig(scope.infra_pool, "status", "infrastructureMachineKind")
-    if not kind or scope.infra_pool is None or is_deleting(scope.mp):
+    infra_pool = scope.infra_pool
+    kind = infra_pool.infrastructure_machine_kind if infra_pool is not None else ""
+    if not kind or infra_pool is None or scope.mp.deleting:
         return Result()
-    resource = await r.client.resource(str(scope.infra_pool.get("apiVersion", "")), str(kind))
+    resource = await r.client.resource(str(infra_pool.raw.get("apiVersion", "")), kind)
     informer = await r.watch_infra_machine_kind(resource)
     infra_machines = [
         m
         for m in informer.by_index(watches.BY_MEMBER_LABELS, member_key)
-        if _matches(m, scope.namespace, labels)
+        if _matches(ObjectView(m), scope.namespace, labels)
     ]
-    by_name = {str(dig(m, "metadata", "name")): m for m in scope.machines}
-    wanted: list[tuple[Obj | None, Obj]] = []
-    for infra_machine in infra_machines:
-        existing = by_name.get(str(dig(infra_machine, "metadata", "name")))
-        if existing is not None and is_deleting(existing):
+    by_name = {m.metadata.name: m for m in scope.machines}
+    wanted: list[tuple[MachineView | None, Obj]] = []
+    for obj in infra_machines:
+        infra_machine = InfraMachine(obj)
+        existing = by_name.get(infra_machine.name)
+        if existing is not None and existing.deleting:
             continue
-        pid = dig(infra_machine, "spec", "providerID")
-        node = scope.nodes.by_provider_id(str(pid)) if pid and scope.nodes else None
+        pid = infra_machine.provider_id
+        node = scope.nodes.by_provider_id(pid) if pid and scope.nodes else None
         want = desired_machine(scope.mp, infra_machine, node)
-        if (
-            existing is not None
-            and not r.machines_up_to_date
-            and not dig(existing, "spec", "version")
-        ):
+        if existing is not None and not r.machines_up_to_date and not existing.spec.version:
             # A Machine created before its Node joined gets its version from our Machine
             # controller, with the nodeRef the same Node brings (one spec write and one status
             # write that observes it); applied from here as well, the two would race to write
             # the same value, and the Machine's status would need another write for the
             # generation. Beside upstream, whose Machine controller does not, it is ours.
             want["spec"].pop("version", None)
-        if existing is None or not _contains(existing, want):
+        if existing is None or not _contains(existing.raw, want):
             wanted.append((existing, want))
     # Independent writes: sent together, so a pool of new instances costs one round trip.
     outcomes = await asyncio.gather(
@@ -192,9 +195,9 @@ async def reconcile_machines(scope: Scope) -> Result:
         elif isinstance(applied, BaseException):
             raise applied
         elif existing is None:
-            scope.machines.append(applied)
+            scope.machines.append(MachineView(applied))
         else:
-            scope.machines[scope.machines.index(existing)] = applied
+            scope.machines[scope.machines.index(existing)] = MachineView(applied)
     if errors:
         raise ExceptionGroup("; ".join(errors), causes)
     return Result()
@@ -205,13 +208,14 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
     beside upstream, whose Machine controller does not (ours writes it in its own status)."""
     client = scope.reconciler.client
     stale = []
-    for i, machine in enumerate(scope.machines):
+    for i, view in enumerate(scope.machines):
+        machine = view.raw
         updated = {**machine, "status": dict(machine.get("status") or {})}
         updated["status"]["conditions"] = [
             dict(x) for x in updated["status"].get("conditions") or []
         ]
         set_up_to_date(updated)
-        if updated["status"]["conditions"] != dig(machine, "status", "conditions", default=[]):
+        if updated["status"]["conditions"] != (view.status.conditions or []):
             stale.append((i, machine, updated))
     outcomes = await asyncio.gather(
         *(Patcher(client, MACHINES, machine).patch(updated) for _, machine, updated in stale),
@@ -226,7 +230,7 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
-            scope.machines[i] = outcome
+            scope.machines[i] = MachineView(outcome)
     if errors:
         raise ExceptionGroup("failed to set UpToDate on pool Machines", errors)
     return Result()

@@ -16,10 +16,10 @@ from datetime import datetime
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
 from machinepool.api.meta import dig
+from machinepool.api.views import MachinePoolView
 from machinepool.controllers.common import (
     WorkloadNodes,
     is_controlled_by,
-    is_deleting,
     is_paused,
     node_available,
     node_ready,
@@ -78,18 +78,17 @@ def match_nodes(
     return result
 
 
-def desired_node_patch(node: Obj, mp: Obj) -> Obj | None:
+def desired_node_patch(node: Obj, mp: MachinePoolView) -> Obj | None:
     """The merge patch that marks ``node`` as ``mp``'s, or ``None`` if it already is (pure).
 
     Adds the four ownership annotations and drops the uninitialized taint; every other
     annotation and taint is kept.
     """
-    meta = mp.get("metadata") or {}
     want = {
-        c.NODE_CLUSTER_NAME_ANNOTATION: str(dig(mp, "spec", "clusterName", default="")),
-        c.NODE_CLUSTER_NAMESPACE_ANNOTATION: str(meta.get("namespace", "")),
+        c.NODE_CLUSTER_NAME_ANNOTATION: mp.spec.cluster_name or "",
+        c.NODE_CLUSTER_NAMESPACE_ANNOTATION: mp.metadata.namespace or "",
         c.NODE_OWNER_KIND_ANNOTATION: "MachinePool",
-        c.NODE_OWNER_NAME_ANNOTATION: str(meta.get("name", "")),
+        c.NODE_OWNER_NAME_ANNOTATION: mp.metadata.name or "",
     }
     have = dig(node, "metadata", "annotations", default={})
     patch: Obj = {}
@@ -112,15 +111,11 @@ def _by_provider_id(nodes: WorkloadNodes, provider_ids: list[str]) -> dict[str, 
     return {pid: node for pid, node in found.items() if node is not None}
 
 
-def _ready_replicas(mp: Obj) -> int:
-    return int(dig(mp, "status", "deprecated", "v1beta1", "readyReplicas", default=0) or 0)
-
-
 def _refs_still_valid(scope: Scope) -> bool:
     nodes = scope.nodes
     if nodes is None:
         return False
-    for ref in dig(scope.mp, "status", "nodeRefs", default=[]):
+    for ref in scope.mp.status.node_refs or []:
         node = nodes.by_name(str(ref.get("name")))
         if node is None or dig(node, "metadata", "uid") != ref.get("uid"):
             return False
@@ -130,11 +125,11 @@ def _refs_still_valid(scope: Scope) -> bool:
 async def reconcile_node_refs(scope: Scope) -> Result:
     """Match provider IDs to workload Nodes and count the Ready and available ones."""
     mp = scope.mp
-    replicas = int(dig(mp, "status", "replicas", default=0) or 0)
-    ready = _ready_replicas(mp)
-    node_refs = dig(mp, "status", "nodeRefs", default=[])
+    replicas = mp.status.replicas or 0
+    ready = mp.status.v1beta1.ready_replicas or 0
+    node_refs = mp.status.node_refs or []
     conditions = status.v1beta1_conditions(mp)
-    available = int(dig(mp, "status", "deprecated", "v1beta1", "availableReplicas", default=0) or 0)
+    available = mp.status.v1beta1.available_replicas or 0
     # Unlike upstream, a pool with ready-but-not-yet-available Nodes takes the full path, so
     # the minReadySeconds requeue actually updates availableReplicas.
     if (
@@ -149,15 +144,15 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         set_v1beta1_counters(mp, ready=ready, available=available, unavailable=0)
         await patch_nodes(scope, node_refs)  # only Nodes still missing our marks
         return requeue_for_min_ready_seconds(scope)
-    provider_ids = [str(p) for p in dig(mp, "spec", "providerIDList", default=[])]
-    if not provider_ids and dig(mp, "spec", "replicas") != 0:
+    provider_ids = list(mp.spec.provider_id_list or [])
+    if not provider_ids and mp.spec.replicas != 0:
         return Result()  # no instances listed yet
     await delete_retired_nodes(scope, node_refs, set(provider_ids))
     if scope.nodes is None:
         if not provider_ids and not node_refs:
             return Result()  # an empty pool: nothing to match, nothing to retire
         raise ExpectedError(f"cannot read the Nodes of workload cluster {scope.cluster_key}")
-    min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
+    min_ready = mp.spec.template.spec.min_ready_seconds or 0
     found = match_nodes(provider_ids, _by_provider_id(scope.nodes, provider_ids), min_ready, now())
     if not found.refs and provider_ids:
         return Result()  # a Node event brings us back when one registers
@@ -165,14 +160,15 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         mp, ready=found.ready, available=found.available, unavailable=replicas - found.available
     )
     if found.refs != node_refs:
-        if found.refs:
-            mp["status"]["nodeRefs"] = found.refs
-        else:  # left out when empty, as upstream's omitempty list is
-            mp["status"].pop("nodeRefs", None)
+        # Left out when empty, as upstream's omitempty list is.
+        mp.status.node_refs = found.refs or None
         names = ", ".join(str(r["name"]) for r in found.refs[:10])
         more = f" and {len(found.refs) - 10} more" if len(found.refs) > 10 else ""
         await scope.reconciler.recorder.event(
-            mp, "Normal", "SuccessfulSetNodeRefs", f"Set {len(found.refs)} nodeRefs: {names}{more}"
+            mp.raw,
+            "Normal",
+            "SuccessfulSetNodeRefs",
+            f"Set {len(found.refs)} nodeRefs: {names}{more}",
         )
     await patch_nodes(scope, found.refs)
     if replicas != found.ready or len(found.refs) != found.ready:
@@ -195,12 +191,12 @@ def requeue_for_min_ready_seconds(scope: Scope) -> Result:
     Nodes send no event when minReadySeconds pass, so this is the one timer the count needs.
     """
     mp = scope.mp
-    min_ready = int(dig(mp, "spec", "template", "spec", "minReadySeconds", default=0) or 0)
+    min_ready = mp.spec.template.spec.min_ready_seconds or 0
     if min_ready <= 0 or scope.nodes is None or scope.has_machine_pool_machines:
         return Result()
     at = now()
     waits: list[float] = []
-    for pid in dig(mp, "spec", "providerIDList", default=[]):
+    for pid in mp.spec.provider_id_list or []:
         since = node_ready_since(scope.nodes.by_provider_id(str(pid)))
         if since is None:
             continue
@@ -247,12 +243,12 @@ def _left_to_machines(scope: Scope) -> set[str]:
     if scope.reconciler.machines_up_to_date:
         return set()
     return {
-        str(dig(m, "spec", "providerID"))
+        str(m.spec.provider_id)
         for m in scope.machines
-        if dig(m, "spec", "providerID")
-        and is_controlled_by(m, scope.mp)
-        and not is_deleting(m)
-        and not is_paused(m, None)
+        if m.spec.provider_id
+        and is_controlled_by(m.raw, scope.mp.raw)
+        and not m.deleting
+        and not is_paused(m.raw, None)
     }
 
 
@@ -276,14 +272,17 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     for (name, _), outcome in zip(due, outcomes, strict=True):
         if isinstance(outcome, BaseException) and not isinstance(outcome, NotFound):
             await r.recorder.event(
-                scope.mp, "Warning", "FailedSetNodeRef", f"Failed to patch Node {name}: {outcome}"
+                scope.mp.raw,
+                "Warning",
+                "FailedSetNodeRef",
+                f"Failed to patch Node {name}: {outcome}",
             )
             failed = failed or outcome
     if failed is not None:
         raise failed
 
 
-async def _patch_node(client: Client, name: str, patch: Obj, mp: Obj) -> None:
+async def _patch_node(client: Client, name: str, patch: Obj, mp: MachinePoolView) -> None:
     """Patch a Node; on a stale resourceVersion re-read it once and patch what is still due."""
     try:
         await client.patch(NODES, name, patch)

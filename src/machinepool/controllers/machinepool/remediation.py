@@ -30,10 +30,9 @@ import copy
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition
 from machinepool.api.kinds import MACHINES
-from machinepool.api.meta import dig
-from machinepool.controllers.common import is_deleting
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import Conflict, NotFound, Obj, Result
+from machinepool.runtime import Conflict, NotFound, Result
 from machinepool.runtime.patch import Patcher
 
 __all__ = [
@@ -47,28 +46,25 @@ __all__ = [
 DEFAULT_MAX_IN_FLIGHT = 1
 
 
-def _is_false(machine: Obj, type_: str) -> bool:
-    cond = get_condition(dig(machine, "status", "conditions", default=[]), type_)
+def _is_false(machine: MachineView, type_: str) -> bool:
+    cond = get_condition(machine.status.conditions, type_)
     return cond is not None and cond.get("status") == "False"
 
 
-def marked(machine: Obj) -> bool:
+def marked(machine: MachineView) -> bool:
     """Marked for remediation by its owner and still failing its health check."""
     return _is_false(machine, c.OWNER_REMEDIATED_CONDITION) and _is_false(
         machine, c.HEALTH_CHECK_SUCCEEDED_CONDITION
     )
 
 
-def max_in_flight(mp: Obj) -> int:
+def max_in_flight(mp: MachinePoolView) -> int:
     """The bound from the annotation (see the module docstring); bad values fall back to 1."""
-    raw = str(
-        dig(mp, "metadata", "annotations", default={}).get(
-            c.MAX_IN_FLIGHT_REMEDIATIONS_ANNOTATION, ""
-        )
-    ).strip()
+    annotations = mp.metadata.annotations or {}
+    raw = str(annotations.get(c.MAX_IN_FLIGHT_REMEDIATIONS_ANNOTATION, "")).strip()
     if raw.endswith("%") and raw[:-1].isdigit():
-        replicas = dig(mp, "spec", "replicas", default=1)
-        return max(1, int(raw[:-1]) * int(replicas) // 100)
+        replicas = mp.spec.replicas
+        return max(1, int(raw[:-1]) * (1 if replicas is None else replicas) // 100)
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
     return DEFAULT_MAX_IN_FLIGHT
@@ -79,10 +75,10 @@ async def reconcile_remediation(scope: Scope) -> Result:
     if not scope.has_machine_pool_machines:
         return Result()
     marks = [m for m in scope.machines if _is_false(m, c.OWNER_REMEDIATED_CONDITION)]
-    in_flight = [m for m in marks if is_deleting(m)]
+    in_flight = [m for m in marks if m.deleting]
     waiting = sorted(
-        (m for m in marks if not is_deleting(m) and marked(m)),
-        key=lambda m: (_marked_at(m), str(dig(m, "metadata", "name"))),
+        (m for m in marks if not m.deleting and marked(m)),
+        key=lambda m: (_marked_at(m), m.metadata.name),
     )
     room = max(0, max_in_flight(scope.mp) - len(in_flight))
     now_victims, deferred = waiting[:room], waiting[room:]
@@ -109,14 +105,15 @@ async def reconcile_remediation(scope: Scope) -> Result:
     return Result()
 
 
-def _marked_at(machine: Obj) -> str:
-    cond = get_condition(
-        dig(machine, "status", "conditions", default=[]), c.OWNER_REMEDIATED_CONDITION
-    )
+def _marked_at(machine: MachineView) -> str:
+    cond = get_condition(machine.status.conditions, c.OWNER_REMEDIATED_CONDITION)
     return str((cond or {}).get("lastTransitionTime") or "")
 
 
-async def _set_owner_remediated(scope: Scope, machine: Obj, reason: str, message: str) -> Obj:
+async def _set_owner_remediated(
+    scope: Scope, view: MachineView, reason: str, message: str
+) -> MachineView:
+    machine = view.raw
     updated = copy.deepcopy(machine)
     conditions = updated.setdefault("status", {}).setdefault("conditions", [])
     if not set_condition(
@@ -125,29 +122,27 @@ async def _set_owner_remediated(scope: Scope, machine: Obj, reason: str, message
         False,
         reason,
         message,
-        dig(machine, "metadata", "generation"),
+        view.metadata.generation,
     ):
-        return machine
+        return view
     # Not rebased: a newer copy may no longer be marked, and the deletion rests on this read.
     patcher = Patcher(scope.reconciler.client, MACHINES, machine, rebase=False)
-    return await patcher.patch(updated)
+    return MachineView(await patcher.patch(updated))
 
 
-async def _defer(scope: Scope, machine: Obj, message: str) -> None:
+async def _defer(scope: Scope, machine: MachineView, message: str) -> None:
     await _set_owner_remediated(scope, machine, c.REMEDIATION_DEFERRED_REASON, message)
 
 
-async def _remediate(scope: Scope, machine: Obj) -> None:
+async def _remediate(scope: Scope, machine: MachineView) -> None:
     """Say why first (the provider reads the reason: no scale-down), then delete."""
-    name = str(dig(machine, "metadata", "name"))
+    name = machine.metadata.name
     machine = await _set_owner_remediated(
         scope, machine, c.MACHINE_DELETING_REASON, "Machine is deleting"
     )
-    await scope.reconciler.client.delete(
-        MACHINES, name, scope.namespace, uid=dig(machine, "metadata", "uid")
-    )
+    await scope.reconciler.client.delete(MACHINES, name, scope.namespace, uid=machine.metadata.uid)
     await scope.reconciler.recorder.event(
-        scope.mp,
+        scope.mp.raw,
         "Normal",
         "RemediatingMachine",
         f"deleting unhealthy Machine {name} (marked by a health check); "
@@ -160,9 +155,7 @@ def remediating_condition(scope: Scope) -> dict[str, tuple[str, str, str]]:
     if not scope.has_machine_pool_machines:
         return {}
     names = sorted(
-        str(dig(m, "metadata", "name"))
-        for m in scope.machines
-        if _is_false(m, c.OWNER_REMEDIATED_CONDITION)
+        m.metadata.name for m in scope.machines if _is_false(m, c.OWNER_REMEDIATED_CONDITION)
     )
     if not names:
         return {c.REMEDIATING_CONDITION: ("False", c.NOT_REMEDIATING_REASON, "")}

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from machinepool.api.meta import dig, ensure
+from machinepool.api.contract import BootstrapConfig, InfraMachinePool
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView
 from machinepool.controllers.common import WorkloadNodes
-from machinepool.runtime import ExpectedError, Obj, ObjectKey, TerminalError
+from machinepool.runtime import ExpectedError, ObjectKey, TerminalError
 
 if TYPE_CHECKING:
     from machinepool.controllers.machinepool.controller import MachinePoolReconciler
@@ -32,17 +33,18 @@ class Scope:
 
     reconciler: MachinePoolReconciler
     """The reconciler: client, caches, event recorder and dynamic watches."""
-    mp: Obj
-    """The MachinePool being reconciled (a private copy; phases mutate it). Set by controller."""
-    cluster: Obj
+    mp: MachinePoolView
+    """The MachinePool being reconciled (a private copy; phases mutate it through the view,
+    and the patch on exit diffs ``mp.raw``). Set by controller."""
+    cluster: ClusterView
     """Its Cluster. Set by controller."""
-    bootstrap_config: Obj | None = None
+    bootstrap_config: BootstrapConfig | None = None
     """The bootstrap config once fetched and adopted. Set by bootstrap."""
     bootstrap_config_not_found: bool = False
     """The configRef names nothing. Set by bootstrap (and delete)."""
     bootstrap_problem: str = ""
     """Why the bootstrap config cannot be used, for the condition. Set by bootstrap."""
-    infra_pool: Obj | None = None
+    infra_pool: InfraMachinePool | None = None
     """The infrastructure pool once fetched and adopted. Set by infrastructure (and delete)."""
     infra_pool_not_found: bool = False
     """The infrastructureRef names nothing. Set by infrastructure (and delete)."""
@@ -52,14 +54,14 @@ class Scope:
     """The workload cluster's Nodes; ``None`` when unreadable. Set by infrastructure."""
     provider_ids_observed: bool = False
     """providerIDList was copied from a ready infra pool this pass. Set by infrastructure."""
-    machines: list[Obj] = field(default_factory=list)
+    machines: list[MachineView] = field(default_factory=list)
     """MachinePool Machines (pool and cluster labels, ours or uncontrolled). Set by machines."""
     deleting_message: str = ""
     """What deletion waits for, for the Deleting condition. Set by delete."""
 
     @property
     def key(self) -> ObjectKey:
-        return ObjectKey.of(self.mp)
+        return ObjectKey.of(self.mp.raw)
 
     @property
     def namespace(self) -> str:
@@ -67,33 +69,24 @@ class Scope:
 
     @property
     def cluster_key(self) -> ObjectKey:
-        return ObjectKey(self.namespace, str(dig(self.mp, "spec", "clusterName", default="")))
+        return ObjectKey(self.namespace, self.mp.spec.cluster_name or "")
 
     @property
     def has_machine_pool_machines(self) -> bool:
         """The provider opted into MachinePool Machines (infrastructureMachineKind is set)."""
-        return bool(dig(self.infra_pool, "status", "infrastructureMachineKind"))
+        return self.infra_pool is not None and bool(self.infra_pool.infrastructure_machine_kind)
 
     @property
     def text(self) -> str:
         return f"MachinePool {self.key}"
 
 
-def deprecated_v1beta1(mp: Obj) -> Obj:
-    """``status.deprecated.v1beta1`` of ``mp``, created if missing."""
-    return ensure(mp, "status", "deprecated", "v1beta1")
-
-
-def set_v1beta1_counters(mp: Obj, *, ready: int, available: int, unavailable: int) -> None:
+def set_v1beta1_counters(
+    mp: MachinePoolView, *, ready: int, available: int, unavailable: int
+) -> None:
     """The deprecated v1beta1 replica counters; a zero is left out, as upstream's ``omitempty``
     int32 fields are."""
-    v1 = deprecated_v1beta1(mp)
-    for key, value in (
-        ("readyReplicas", ready),
-        ("availableReplicas", available),
-        ("unavailableReplicas", unavailable),
-    ):
-        if value:
-            v1[key] = value
-        else:
-            v1.pop(key, None)
+    v1 = mp.status.v1beta1
+    v1.ready_replicas = ready or None
+    v1.available_replicas = available or None
+    v1.unavailable_replicas = unavailable or None

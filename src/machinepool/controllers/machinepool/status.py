@@ -20,32 +20,33 @@ from machinepool.api.conditions import (
     set_condition,
     set_v1beta1_summary,
 )
-from machinepool.api.meta import dig, ensure
-from machinepool.controllers.common import is_deleting
+from machinepool.api.contract import Referenced
+from machinepool.api.core_v1beta2 import MachinePoolPhase
+from machinepool.api.meta import dig
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.runtime import Obj
 
 INVALID_REFERENCE_REASON = "InvalidReference"
 """A reference that cannot be used: not set, kind not served, or controlled by another owner."""
 
 
-def v1beta1_conditions(mp: Obj) -> list[Obj]:
+def v1beta1_conditions(mp: MachinePoolView) -> list[Obj]:
     """``status.deprecated.v1beta1.conditions`` of ``mp``, created if missing."""
-    holder = ensure(mp, "status", "deprecated", "v1beta1")
-    conditions = holder.get("conditions")
-    if not isinstance(conditions, list):
-        conditions = holder["conditions"] = []
+    v1 = mp.status.v1beta1
+    conditions = v1.conditions
+    if conditions is None:
+        conditions = v1.conditions = []
     return conditions
 
 
-def v1beta2_conditions(mp: Obj) -> list[Obj]:
-    status = ensure(mp, "status")
-    conditions = status.get("conditions")
-    if not isinstance(conditions, list):
-        conditions = status["conditions"] = []
+def v1beta2_conditions(mp: MachinePoolView) -> list[Obj]:
+    conditions = mp.status.conditions
+    if conditions is None:
+        conditions = mp.status.conditions = []
     return conditions
 
 
-def set_v1beta1_ready(mp: Obj) -> None:
+def set_v1beta1_ready(mp: MachinePoolView) -> None:
     set_v1beta1_summary(
         v1beta1_conditions(mp),
         (
@@ -84,15 +85,16 @@ def aggregate_versions(versions: list[str]) -> list[Obj]:
 
 
 def set_replica_counters(
-    mp: Obj, has_machines: bool, machines: list[Obj], nodes_by_name: dict[str, Obj]
+    mp: MachinePoolView,
+    has_machines: bool,
+    machines: list[MachineView],
+    nodes_by_name: dict[str, Obj],
 ) -> None:
     """The v1beta2 counters and versions, as upstream computes them."""
-    status = ensure(mp, "status")
+    status = mp.status
     if not has_machines:
-        replicas = status.get("replicas")
-        status["readyReplicas"] = replicas
-        status["availableReplicas"] = replicas
-        status["upToDateReplicas"] = dig(mp, "spec", "replicas")
+        status.ready_replicas = status.available_replicas = status.replicas
+        status.up_to_date_replicas = mp.spec.replicas
         versions = [
             str(
                 dig(
@@ -103,55 +105,40 @@ def set_replica_counters(
                     default="",
                 )
             )
-            for ref in status.get("nodeRefs") or []
+            for ref in status.node_refs or []
             if isinstance(ref, dict)
         ]
-        _set_or_drop(status, "versions", aggregate_versions(versions) or None)
-        for key in ("readyReplicas", "availableReplicas", "upToDateReplicas"):
-            _set_or_drop(status, key, status.get(key))
+        status.versions = aggregate_versions(versions) or None
         return
 
     def count(type_: str) -> int:
-        return sum(1 for m in machines if is_true(dig(m, "status", "conditions"), type_))
+        return sum(1 for m in machines if is_true(m.status.conditions, type_))
 
-    status["readyReplicas"] = count(c.READY_CONDITION)
-    status["availableReplicas"] = count(c.AVAILABLE_CONDITION)
-    status["upToDateReplicas"] = count(c.UP_TO_DATE_CONDITION)
+    status.ready_replicas = count(c.READY_CONDITION)
+    status.available_replicas = count(c.AVAILABLE_CONDITION)
+    status.up_to_date_replicas = count(c.UP_TO_DATE_CONDITION)
     # A Machine's Node knows best what it runs (upstream prefers it to the Machine's spec).
-    versions = [
-        str(
-            dig(m, "status", "nodeInfo", "kubeletVersion", default="")
-            or dig(m, "spec", "version", default="")
-        )
-        for m in machines
-    ]
-    _set_or_drop(status, "versions", aggregate_versions(versions) or None)
-
-
-def _set_or_drop(holder: Obj, key: str, value: Any) -> None:
-    if value is None:
-        holder.pop(key, None)
-    else:
-        holder[key] = value
+    versions = [m.status.node_info.kubelet_version or m.spec.version or "" for m in machines]
+    status.versions = aggregate_versions(versions) or None
 
 
 # --- phase ---------------------------------------------------------------------------------
 
 
-def compute_phase(mp: Obj) -> str:
+def compute_phase(mp: MachinePoolView) -> MachinePoolPhase:
     """The phase, by upstream's rules (later rules win). Never ``Failed``: upstream's v1beta2
     API deprecates it ("won't be set anymore by controllers"); a terminal failure shows in
     ``status.deprecated.v1beta1.failureReason``/``failureMessage`` and the conditions."""
-    status: Obj = mp["status"] if isinstance(mp.get("status"), dict) else {}
-    phase = str(status.get("phase") or "") or c.PHASE_PENDING
-    init: Obj = dig(status, "initialization", default={})
-    provisioned = bool(init.get("infrastructureProvisioned"))
-    if init.get("bootstrapDataSecretCreated") and not provisioned:
+    status = mp.status
+    phase = status.phase or c.PHASE_PENDING
+    init = status.initialization
+    provisioned = bool(init.infrastructure_provisioned)
+    if init.bootstrap_data_secret_created and not provisioned:
         phase = c.PHASE_PROVISIONING
-    if status.get("nodeRefs"):
+    if status.node_refs:
         phase = c.PHASE_PROVISIONED
-    desired = dig(mp, "spec", "replicas")
-    ready = int(dig(status, "deprecated", "v1beta1", "readyReplicas", default=0) or 0)
+    desired = mp.spec.replicas
+    ready = status.v1beta1.ready_replicas or 0
     if provisioned and isinstance(desired, int):
         if desired == ready:
             phase = c.PHASE_RUNNING
@@ -159,14 +146,13 @@ def compute_phase(mp: Obj) -> str:
             phase = c.PHASE_SCALING
         else:
             phase = c.PHASE_SCALING_UP if desired > ready else c.PHASE_SCALING_DOWN
-    if is_deleting(mp):
+    if mp.deleting:
         phase = c.PHASE_DELETING
     return phase
 
 
-def _managed_externally(mp: Obj) -> bool:
-    annotations = dig(mp, "metadata", "annotations", default={})
-    value = annotations.get(c.REPLICAS_MANAGED_BY_ANNOTATION)
+def _managed_externally(mp: MachinePoolView) -> bool:
+    value = (mp.metadata.annotations or {}).get(c.REPLICAS_MANAGED_BY_ANNOTATION)
     return value is not None and value != "false"  # exactly upstream's test: "False" manages
 
 
@@ -178,7 +164,7 @@ class RefFacts:
     """What the phases learned about one referenced object, for its condition."""
 
     kind: str
-    obj: Obj | None
+    obj: Referenced | None
     not_found: bool
     problem: str = ""
 
@@ -202,12 +188,8 @@ def ref_condition(
     if facts.problem:
         return "False", INVALID_REFERENCE_REASON, facts.problem
     if facts.obj is not None:
-        cond = get_condition(dig(facts.obj, "status", "conditions", default=[]), c.READY_CONDITION)
-        if (
-            cond is not None
-            and "severity" not in cond
-            and cond.get("status") in ("True", "False", "Unknown")
-        ):
+        cond = facts.obj.ready_condition
+        if cond is not None and cond.get("status") in ("True", "False", "Unknown"):
             reason = str(cond.get("reason") or "")
             if not reason:
                 reason = c.READY_REASON if cond["status"] == "True" else c.NOT_READY_REASON
@@ -223,7 +205,7 @@ def ref_condition(
 
 
 def _aggregate(
-    machines: list[Obj], type_: str, reasons: tuple[str, str, str], what: str
+    machines: list[MachineView], type_: str, reasons: tuple[str, str, str], what: str
 ) -> tuple[str, str, str]:
     """Aggregate a Machine condition over ``machines`` into (status, reason, message)."""
     true_reason, false_reason, unknown_reason = reasons
@@ -231,9 +213,9 @@ def _aggregate(
         return "True", c.NO_REPLICAS_REASON, ""
     falses, unknowns = [], []
     for m in machines:
-        cond = get_condition(dig(m, "status", "conditions", default=[]), type_)
+        cond = get_condition(m.status.conditions, type_)
         status = cond.get("status") if cond else "Unknown"
-        name = str(dig(m, "metadata", "name"))
+        name = m.metadata.name
         if status == "False":
             falses.append(name)
         elif status != "True":
@@ -252,12 +234,11 @@ def _names_message(names: list[str], state: str) -> str:
     return f"{noun} {shown} {verb} {state}"
 
 
-def replica_conditions(mp: Obj) -> dict[str, tuple[str, str, str]]:
+def replica_conditions(mp: MachinePoolView) -> dict[str, tuple[str, str, str]]:
     """Available, ScalingUp and ScalingDown from the counters (pure)."""
-    desired = dig(mp, "spec", "replicas")
-    status: Obj = mp["status"] if isinstance(mp.get("status"), dict) else {}
-    current = int(status.get("replicas") or 0)
-    available = int(status.get("availableReplicas") or 0)
+    desired = mp.spec.replicas
+    current = mp.status.replicas or 0
+    available = mp.status.available_replicas or 0
     out: dict[str, tuple[str, str, str]] = {}
     if not isinstance(desired, int):
         waiting = ("Unknown", c.WAITING_FOR_REPLICAS_SET_REASON, "Waiting for spec.replicas set")
@@ -266,7 +247,7 @@ def replica_conditions(mp: Obj) -> dict[str, tuple[str, str, str]]:
             c.SCALING_UP_CONDITION: waiting,
             c.SCALING_DOWN_CONDITION: waiting,
         }
-    if is_deleting(mp):
+    if mp.deleting:
         out[c.AVAILABLE_CONDITION] = ("False", c.DELETING_REASON, "MachinePool is being deleted")
     elif available >= desired:
         out[c.AVAILABLE_CONDITION] = ("True", c.AVAILABLE_REASON, "")
@@ -295,7 +276,9 @@ def replica_conditions(mp: Obj) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def machine_conditions(has_machines: bool, machines: list[Obj]) -> dict[str, tuple[str, str, str]]:
+def machine_conditions(
+    has_machines: bool, machines: list[MachineView]
+) -> dict[str, tuple[str, str, str]]:
     """MachinesReady and MachinesUpToDate; only with MachinePool Machines (Remediating:
     ``remediation.remediating_condition``)."""
     if not has_machines:
@@ -316,16 +299,16 @@ def machine_conditions(has_machines: bool, machines: list[Obj]) -> dict[str, tup
     }
 
 
-def deleting_condition(mp: Obj, waiting_for: str) -> tuple[str, str, str]:
-    if not is_deleting(mp):
+def deleting_condition(mp: MachinePoolView, waiting_for: str) -> tuple[str, str, str]:
+    if not mp.deleting:
         return "False", c.NOT_DELETING_REASON, ""
     return "True", c.DELETING_REASON, waiting_for or "Deletion in progress"
 
 
-def apply_conditions(mp: Obj, values: dict[str, tuple[str, str, str]]) -> None:
+def apply_conditions(mp: MachinePoolView, values: dict[str, tuple[str, str, str]]) -> None:
     """Write v1beta2 conditions in the MachinePool's condition order."""
     conditions = v1beta2_conditions(mp)
-    generation = dig(mp, "metadata", "generation")
+    generation = mp.metadata.generation
     for type_ in c.MACHINE_POOL_CONDITIONS:
         if type_ in values:
             status, reason, message = values[type_]

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
+from machinepool.api.contract import InfraMachinePool
 from machinepool.api.meta import dig
+from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
 from machinepool.controllers.common import group_of
 from machinepool.runtime import (
     IndexFunc,
@@ -38,42 +40,47 @@ def _ns(obj: Obj) -> str:
     return str(dig(obj, "metadata", "namespace", default=""))
 
 
-def _cluster(obj: Obj) -> str:
-    return str(dig(obj, "spec", "clusterName", default=""))
+def _cluster_key(mp: MachinePoolView) -> str:
+    return f"{mp.metadata.namespace or ''}/{mp.spec.cluster_name or ''}"
+
+
+def _cluster_prefix(mp: MachinePoolView) -> str:
+    return _cluster_key(mp) + "/"
 
 
 def ref_key(namespace: str, group: str, kind: str, name: str) -> str:
     return f"{namespace}/{group}/{kind}/{name}"
 
 
-def _by_cluster(mp: Obj) -> list[str]:
-    return [f"{_ns(mp)}/{_cluster(mp)}"]
+def _by_cluster(obj: Obj) -> list[str]:
+    return [_cluster_key(MachinePoolView(obj))]
 
 
-def _by_ref(mp: Obj) -> list[str]:
-    spec = dig(mp, "spec", "template", "spec", default={})
-    refs = [dig(spec, "bootstrap", "configRef"), spec.get("infrastructureRef")]
+def _by_ref(obj: Obj) -> list[str]:
+    mp = MachinePoolView(obj)
+    spec = mp.spec.template.spec
+    namespace = mp.metadata.namespace or ""
     return [
-        ref_key(_ns(mp), str(r.get("apiGroup")), str(r.get("kind")), str(r.get("name")))
-        for r in refs
-        if isinstance(r, dict) and r.get("name")
+        ref_key(namespace, str(r.api_group), str(r.kind), r.name)
+        for r in (spec.bootstrap.config_ref, spec.infrastructure_ref)
+        if r.name
     ]
 
 
-def _by_pool_label(mp: Obj) -> list[str]:
-    name = str(dig(mp, "metadata", "name", default=""))
-    return [f"{_ns(mp)}/{_cluster(mp)}/{pool_name_label_value(name)}"]
+def _by_pool_label(obj: Obj) -> list[str]:
+    return [pool_member_key(MachinePoolView(obj))]
 
 
-def _by_provider_id(mp: Obj) -> list[str]:
-    ids = dig(mp, "spec", "providerIDList", default=[])
-    prefix = f"{_ns(mp)}/{_cluster(mp)}/"
-    return [prefix + str(p) for p in ids if p] if isinstance(ids, list) else []
+def _by_provider_id(obj: Obj) -> list[str]:
+    mp = MachinePoolView(obj)
+    prefix = _cluster_prefix(mp)
+    return [prefix + p for p in mp.spec.provider_id_list or [] if p]
 
 
-def _by_node_name(mp: Obj) -> list[str]:
-    refs = dig(mp, "status", "nodeRefs", default=[])
-    prefix = f"{_ns(mp)}/{_cluster(mp)}/"
+def _by_node_name(obj: Obj) -> list[str]:
+    mp = MachinePoolView(obj)
+    prefix = _cluster_prefix(mp)
+    refs = mp.status.node_refs or []
     return [prefix + str(r.get("name")) for r in refs if isinstance(r, dict) and r.get("name")]
 
 
@@ -94,15 +101,15 @@ def member_labels(obj: Obj) -> list[str]:
     return [f"{_ns(obj)}/{cluster}/{pool}"] if cluster and pool else []
 
 
-def pool_member_key(mp: Obj) -> str:
-    """The ``BY_MEMBER_LABELS`` value of ``mp``'s Machines and infra machines."""
-    return _by_pool_label(mp)[0]
+def pool_member_key(mp: MachinePoolView) -> str:
+    """The ``BY_MEMBER_LABELS`` value of ``mp``'s Machines and infra machines (and
+    ``BY_POOL_LABEL`` of ``mp``)."""
+    return _cluster_prefix(mp) + pool_name_label_value(mp.metadata.name or "")
 
 
 def infra_provider_ids(obj: Obj) -> list[str]:
     """Index an infra pool under each providerID it lists, namespaced."""
-    ids = dig(obj, "spec", "providerIDList", default=[])
-    return [f"{_ns(obj)}/{p}" for p in ids if p] if isinstance(ids, list) else []
+    return [f"{_ns(obj)}/{p}" for p in InfraMachinePool(obj).provider_id_list if p]
 
 
 COUNTED_CONDITIONS = (
@@ -124,17 +131,18 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
     drain progress) change none of this, so they do not wake the pool (in a rollout they
     were most of its reconciles).
     """
-    meta = machine.get("metadata") or {}
+    view = MachineView(machine)
+    meta = view.metadata
     statuses: dict[object, object] = {}
-    for cond in dig(machine, "status", "conditions", default=[]):
+    for cond in view.status.conditions or []:
         if isinstance(cond, dict):
             statuses[cond.get("type")] = cond.get("status")
     return (
-        meta.get("labels"),
-        meta.get("annotations"),
-        meta.get("ownerReferences"),
-        meta.get("deletionTimestamp"),
-        machine.get("spec"),
+        meta.labels,
+        meta.annotations,
+        meta.owner_references,
+        meta.deletion_timestamp,
+        view.spec.raw,
         tuple(statuses.get(t) for t in COUNTED_CONDITIONS),
     )
 
@@ -151,9 +159,9 @@ def pool_inputs(mp: Obj) -> tuple[object, ...]:
     """What wakes a MachinePool's own reconcile: ``metadata_and_spec`` without
     ``spec.providerIDList``, which only this controller writes (copied from the infra pool,
     whose change already woke it)."""
-    spec = mp.get("spec") if isinstance(mp.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
-    rest = {k: v for k, v in spec.items() if k != "providerIDList"}
+    spec = MachinePoolView(mp).spec.raw or {}
+    written = MachinePoolSpecView.provider_id_list.key
+    rest = {k: v for k, v in spec.items() if k != written}
     return (*metadata_and_spec(mp)[:-1], rest)
 
 

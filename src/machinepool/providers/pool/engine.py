@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
+from machinepool.api.views import ClusterView, MachinePoolView
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.machines import (
     InfraMachineReconciler,
@@ -188,19 +189,18 @@ def _machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
     )
 
 
-def _machine_pool_to_pool(env: EngineEnv, mp: Obj) -> list[ObjectKey]:
-    spec = (mp.get("spec") or {}).get("template", {}).get("spec") or {}
-    ref = spec.get("infrastructureRef") or {}
-    if ref.get("kind") != env.provider.pool_resource.kind:
+def _machine_pool_to_pool(env: EngineEnv, obj: Obj) -> list[ObjectKey]:
+    mp = MachinePoolView(obj)
+    ref = mp.spec.template.spec.infrastructure_ref
+    if ref.kind != env.provider.pool_resource.kind:
         return []
-    return [ObjectKey(str(mp["metadata"].get("namespace", "")), str(ref.get("name", "")))]
+    return [ObjectKey(mp.metadata.namespace or "", ref.name or "")]
 
 
 def _cluster_to_pools(env: EngineEnv, cluster: Obj) -> list[ObjectKey]:
-    namespace = str(cluster["metadata"].get("namespace", ""))
-    name = cluster["metadata"].get("name")
+    meta = ClusterView(cluster).metadata
     keys = []
-    for mp in env.machine_pools.list(namespace):
-        if (mp.get("spec") or {}).get("clusterName") == name:
+    for mp in env.machine_pools.list(meta.namespace or ""):
+        if MachinePoolView(mp).spec.cluster_name == meta.name:
             keys.extend(_machine_pool_to_pool(env, mp))
     return keys

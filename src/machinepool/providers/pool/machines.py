@@ -62,8 +62,8 @@ def _deleting(obj: Obj) -> bool:
 
 async def _create(scope: PoolScope, instance: Instance) -> Obj:
     env = scope.env
-    assert scope.machine_pool is not None
-    mp_meta = scope.machine_pool["metadata"]
+    mp = scope.machine_pool
+    assert mp is not None
     pool_meta = scope.pool["metadata"]
     body: Obj = {
         "apiVersion": env.provider.machine_resource.api_version,
@@ -73,8 +73,8 @@ async def _create(scope: PoolScope, instance: Instance) -> Obj:
             "namespace": scope.namespace,
             "labels": {
                 **c.inherited_labels(pool_meta.get("labels")),
-                c.CLUSTER_NAME_LABEL: str(scope.machine_pool["spec"].get("clusterName", "")),
-                c.POOL_NAME_LABEL: c.pool_name_label_value(str(mp_meta["name"])),
+                c.CLUSTER_NAME_LABEL: mp.spec.cluster_name or "",
+                c.POOL_NAME_LABEL: c.pool_name_label_value(mp.metadata.name),
             },
             "ownerReferences": [
                 {
@@ -137,10 +137,8 @@ async def _release(scope: PoolScope, name: str, machine: Obj) -> None:
     env = scope.env
     owner = scope.machines.get(name)
     if owner is not None:
-        if not _deleting(owner):
-            await env.client.delete(
-                MACHINES, name, scope.namespace, uid=owner["metadata"].get("uid")
-            )
+        if not owner.deleting:
+            await env.client.delete(MACHINES, name, scope.namespace, uid=owner.metadata.uid)
         return
     await env.client.delete(
         env.provider.machine_resource, name, scope.namespace, uid=machine["metadata"].get("uid")

@@ -8,6 +8,7 @@ import contextlib
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView, ObjectView
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.runtime import (
     NODES,
@@ -56,10 +57,11 @@ async def load_owner(scope: PoolScope) -> Result:
         scope.block("WaitingForOwner", f"MachinePool {ref.get('name')} not found")
         scope.halt = True
         return Result()
-    scope.machine_pool = mp
+    scope.machine_pool = MachinePoolView(mp)
     cluster_key = scope.cluster_key
     assert cluster_key is not None
-    scope.cluster = env.clusters.get(cluster_key.name, cluster_key.namespace)
+    cluster = env.clusters.get(cluster_key.name, cluster_key.namespace)
+    scope.cluster = ClusterView(cluster) if cluster is not None else None
     paused = _paused(scope)
     reason = c.PAUSED_REASON if paused else c.NOT_PAUSED_REASON
     set_condition(scope.conditions, c.PAUSED_CONDITION, paused, reason)
@@ -71,13 +73,10 @@ async def load_owner(scope: PoolScope) -> Result:
 
 
 def _paused(scope: PoolScope) -> bool:
-    if scope.cluster is not None and (scope.cluster.get("spec") or {}).get("paused"):
+    if scope.cluster is not None and scope.cluster.spec.paused:
         return True
-    for obj in (scope.pool, scope.machine_pool):
-        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-        if c.PAUSED_ANNOTATION in annotations:
-            return True
-    return False
+    owners = [ObjectView(scope.pool), *([scope.machine_pool] if scope.machine_pool else [])]
+    return any(c.PAUSED_ANNOTATION in (obj.metadata.annotations or {}) for obj in owners)
 
 
 async def list_instances(scope: PoolScope) -> Result:
@@ -92,7 +91,7 @@ async def list_instances(scope: PoolScope) -> Result:
     for name in scope.infra_machines:
         ref = f"{scope.namespace}/{infra_kind}/{name}"
         for machine in env.machines.by_index(INFRA_REF_INDEX, ref):
-            scope.machines[name] = machine
+            scope.machines[name] = MachineView(machine)
     return Result()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.views import ObjectView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
@@ -103,8 +104,12 @@ def _counts(scope: PoolScope) -> dict[str, Any]:
             continue
         if scope.template_hash and instance.template_hash != scope.template_hash:
             outdated += 1
-        for obj in (scope.machines.get(instance.id), scope.infra_machines.get(instance.id)):
-            if obj is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
-                deleting += 1
-                break
+        machine, infra_machine = (
+            scope.machines.get(instance.id),
+            scope.infra_machines.get(instance.id),
+        )
+        if (machine is not None and machine.deleting) or (
+            infra_machine is not None and ObjectView(infra_machine).deleting
+        ):
+            deleting += 1
     return {"outdated": outdated, "deleting": deleting}

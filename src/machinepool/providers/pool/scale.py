@@ -12,11 +12,12 @@ import base64
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.api.views import MachinePoolView, ObjectView
 from machinepool.providers.pool.plan import Member, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
-from machinepool.runtime import SECRETS, NotFound, Obj, Result, gather_bounded
+from machinepool.runtime import SECRETS, NotFound, Result, gather_bounded
 
 __all__ = ["act", "decide"]
 
@@ -26,9 +27,8 @@ _BOOTING_REQUEUE = 2.0
 async def decide(scope: PoolScope) -> Result:
     """Desired count, strategy and template hash; invalid input blocks with a clear message."""
     assert scope.machine_pool is not None
-    spec = scope.machine_pool["spec"]
-    replicas = spec.get("replicas")
-    replicas = 1 if replicas is None else int(replicas)
+    spec = scope.machine_pool.spec
+    replicas = 1 if spec.replicas is None else spec.replicas
     if replicas < 0:
         scope.block(
             "InvalidReplicas",
@@ -45,14 +45,13 @@ async def decide(scope: PoolScope) -> Result:
         replicas = _observed_size(scope)
         await _write_back_replicas(scope, replicas)
     scope.replicas = replicas
-    version = str((spec.get("template", {}).get("spec") or {}).get("version") or "")
+    version = spec.template.spec.version or ""
     scope.template_hash, _ = scope.env.provider.template(scope.pool, version)
     return Result()
 
 
-def _externally_managed(mp: Obj) -> bool:
-    annotations = (mp.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(c.REPLICAS_MANAGED_BY_ANNOTATION)
+def _externally_managed(mp: MachinePoolView) -> bool:
+    value = (mp.metadata.annotations or {}).get(c.REPLICAS_MANAGED_BY_ANNOTATION)
     return value is not None and value != "false"  # exactly upstream's test: "False" manages
 
 
@@ -67,19 +66,21 @@ def _observed_size(scope: PoolScope) -> int:
 async def _write_back_replicas(scope: PoolScope, replicas: int) -> None:
     """Something else owns the size: report it in MachinePool.spec.replicas, never change it."""
     assert scope.machine_pool is not None
-    if scope.machine_pool["spec"].get("replicas") == replicas:
+    if scope.machine_pool.spec.replicas == replicas:
         return
-    meta = scope.machine_pool["metadata"]
     await scope.env.client.patch(
-        MACHINE_POOLS, meta["name"], {"spec": {"replicas": replicas}}, scope.namespace
+        MACHINE_POOLS,
+        scope.machine_pool.metadata.name,
+        {"spec": {"replicas": replicas}},
+        scope.namespace,
     )
 
 
 def _member_deleting(scope: PoolScope, name: str) -> bool:
-    for obj in (scope.machines.get(name), scope.infra_machines.get(name)):
-        if obj is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return True
-    return False
+    machine, infra_machine = scope.machines.get(name), scope.infra_machines.get(name)
+    return (machine is not None and machine.deleting) or (
+        infra_machine is not None and ObjectView(infra_machine).deleting
+    )
 
 
 def _members(scope: PoolScope) -> list[Member]:
@@ -89,7 +90,7 @@ def _members(scope: PoolScope) -> list[Member]:
         if instance.state is InstanceState.TERMINATED:
             continue
         machine = scope.machines.get(instance.id)
-        annotations = ((machine or {}).get("metadata") or {}).get("annotations") or {}
+        annotations = (machine.metadata.annotations if machine else None) or {}
         deleting = _member_deleting(scope, instance.id)
         members.append(
             Member(
@@ -112,7 +113,7 @@ def _failure_domains(scope: PoolScope) -> list[str]:
     assert scope.machine_pool is not None
     assert scope.backend is not None
     offered = list(scope.backend.failure_domains())
-    wanted = list(scope.machine_pool["spec"].get("failureDomains") or [])
+    wanted = list(scope.machine_pool.spec.failure_domains or [])
     if not wanted:
         return offered
     unknown = [fd for fd in wanted if fd not in offered]
@@ -187,15 +188,12 @@ async def _delete_machine(scope: PoolScope, name: str) -> None:
     """Scale-down goes through the owner Machine: core drains the Node, then deletes the infra
     machine, whose finalizer terminates the instance."""
     machine = scope.machines[name]
-    await scope.env.client.delete(
-        MACHINES, name, scope.namespace, uid=machine["metadata"].get("uid")
-    )
+    await scope.env.client.delete(MACHINES, name, scope.namespace, uid=machine.metadata.uid)
 
 
 async def _bootstrap_data(scope: PoolScope) -> tuple[bytes, str] | None:
     assert scope.machine_pool is not None
-    template = scope.machine_pool["spec"].get("template", {}).get("spec") or {}
-    name = (template.get("bootstrap") or {}).get("dataSecretName")
+    name = scope.machine_pool.spec.template.spec.bootstrap.data_secret_name
     if not name:
         return None
     try:
@@ -222,8 +220,7 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
         )
         return
     payload, version_tag = data
-    spec = scope.machine_pool["spec"]
-    version = str((spec.get("template", {}).get("spec") or {}).get("version") or "")
+    version = scope.machine_pool.spec.template.spec.version or ""
     template_hash, attributes = scope.env.provider.template(scope.pool, version)
     next_index = max((i.index for i in scope.instances), default=0) + 1
     specs = [

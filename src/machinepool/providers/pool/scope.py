@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
@@ -44,9 +45,9 @@ class PoolScope:
     key: ObjectKey
     pool: Obj
     """The infra pool, mutated by phases and patched once on exit."""
-    machine_pool: Obj | None = None
+    machine_pool: MachinePoolView | None = None
     """The owning MachinePool (observe.load_owner)."""
-    cluster: Obj | None = None
+    cluster: ClusterView | None = None
     """Its Cluster (observe.load_owner)."""
     backend: Backend | None = None
     """observe.load_owner."""
@@ -54,7 +55,7 @@ class PoolScope:
     """Every instance of the pool, terminated ones included (observe.list_instances)."""
     infra_machines: dict[str, Obj] = field(default_factory=dict)
     """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
-    machines: dict[str, Obj] = field(default_factory=dict)
+    machines: dict[str, MachineView] = field(default_factory=dict)
     """Owner Machines by infra machine name (observe.list_instances)."""
     ready_ids: set[str] | None = None
     """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
@@ -93,7 +94,7 @@ class PoolScope:
     def cluster_key(self) -> ObjectKey | None:
         if self.machine_pool is None:
             return None
-        return ObjectKey(self.namespace, str(self.machine_pool["spec"].get("clusterName", "")))
+        return ObjectKey(self.namespace, self.machine_pool.spec.cluster_name or "")
 
     def block(self, reason: str, message: str) -> None:
         self.blocked.append((reason, message))

@@ -1,0 +1,157 @@
+"""The fields the Cluster API contract lets the core read from objects it references.
+
+A MachinePool names a bootstrap config and an infrastructure pool of any provider; the core
+does not own their kinds, only the contract: which fields they carry, where, and what they
+mean (upstream's ``internal/contract`` plays this part for Go). ``InfraMachinePool`` and
+``BootstrapConfig`` wrap such an object and give those fields typed names, so controllers say
+``pool.provisioned`` instead of spelling two status paths and their fallbacks.
+
+Unlike the views of our own kinds (``machinepool.api.views``), these objects were validated
+against someone else's schema, or none: every accessor checks the type it finds and reads a
+wrong one as absent, so one provider's odd object cannot fail a reconcile. Nothing here
+writes: the provider owns these fields.
+
+Which version of a referenced kind speaks the contract is ``machinepool.runtime.contract``'s
+concern (it needs the apiserver); this module only reads objects already fetched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from machinepool.api.conditions import Condition, get_condition, v1beta1_ready_of
+from machinepool.api.constants import READY_CONDITION
+from machinepool.api.meta import dig
+
+__all__ = ["BootstrapConfig", "InfraMachine", "InfraMachinePool", "Referenced"]
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _text(value: object) -> str:
+    """A value a message or a copy carries as text; absent or empty reads as ``""``."""
+    return str(value) if value else ""
+
+
+def _conditions(value: object) -> list[Condition]:
+    return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+
+
+class Referenced:
+    """What every referenced object may carry, whatever its role."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.raw = obj
+        """The object as read; the reference's informer owns it, so it is not changed."""
+
+    @property
+    def name(self) -> str:
+        return _string(dig(self.raw, "metadata", "name"))
+
+    @property
+    def deleting(self) -> bool:
+        return bool(dig(self.raw, "metadata", "deletionTimestamp"))
+
+    @property
+    def ready_condition(self) -> Condition | None:
+        """The v1beta2 ``Ready`` condition in ``status.conditions``; one with a severity is a
+        v1beta1 condition in the old place, not this."""
+        cond = get_condition(_conditions(dig(self.raw, "status", "conditions")), READY_CONDITION)
+        return None if cond is None or "severity" in cond else cond
+
+    @property
+    def v1beta1_ready_condition(self) -> Condition | None:
+        """The v1beta1 ``Ready`` condition, as upstream's mirror reads it: from
+        ``status.deprecated.v1beta1.conditions`` when the object has that list, else from
+        ``status.conditions`` (a v1beta2 condition there serves, without severity)."""
+        return v1beta1_ready_of(self.raw)
+
+    @property
+    def failure_reason(self) -> str:
+        """A terminal failure (v1beta1 contract ``status.failureReason``, or its v1beta2 home
+        ``status.deprecated.v1beta1.failureReason``); empty when there is none."""
+        return self._failure("failureReason")
+
+    @property
+    def failure_message(self) -> str:
+        """The failure's description, from the same places as ``failure_reason``."""
+        return self._failure("failureMessage")
+
+    def _failure(self, key: str) -> str:
+        return _text(dig(self.raw, "status", key)) or _text(
+            dig(self.raw, "status", "deprecated", "v1beta1", key)
+        )
+
+
+class InfraMachinePool(Referenced):
+    """An infrastructure machine pool (``spec.template.spec.infrastructureRef``)."""
+
+    __slots__ = ()
+
+    @property
+    def provisioned(self) -> bool:
+        """Ready for the MachinePool: ``status.initialization.provisioned`` (v1beta2 contract)
+        or ``status.ready`` (v1beta1); both must be the boolean true."""
+        return (
+            dig(self.raw, "status", "initialization", "provisioned") is True
+            or dig(self.raw, "status", "ready") is True
+        )
+
+    @property
+    def provider_id_list(self) -> list[str]:
+        """``spec.providerIDList``: the provider IDs of the pool's instances, as listed."""
+        ids = dig(self.raw, "spec", "providerIDList")
+        return [str(p) for p in ids] if isinstance(ids, list) else []
+
+    @property
+    def replicas(self) -> int | None:
+        """``status.replicas``: how many instances the provider has; ``None`` if unreported."""
+        replicas = dig(self.raw, "status", "replicas")
+        return replicas if isinstance(replicas, int) else None
+
+    @property
+    def infrastructure_machine_kind(self) -> str:
+        """``status.infrastructureMachineKind``: set when the provider opts into MachinePool
+        Machines (one infra machine, and so one Machine, per instance)."""
+        return _text(dig(self.raw, "status", "infrastructureMachineKind"))
+
+
+class InfraMachine(Referenced):
+    """One instance's infrastructure machine, of the kind its pool names in
+    ``status.infrastructureMachineKind``; the MachinePool makes a Machine for each."""
+
+    __slots__ = ()
+
+    @property
+    def provider_id(self) -> str:
+        """``spec.providerID``, equal to its Node's once the instance joined."""
+        return _text(dig(self.raw, "spec", "providerID"))
+
+    @property
+    def failure_domain(self) -> str:
+        """``spec.failureDomain``: where the instance runs."""
+        return _text(dig(self.raw, "spec", "failureDomain"))
+
+
+class BootstrapConfig(Referenced):
+    """A bootstrap config (``spec.template.spec.bootstrap.configRef``)."""
+
+    __slots__ = ()
+
+    @property
+    def data_secret_created(self) -> bool:
+        """``status.initialization.dataSecretCreated`` (v1beta2 contract) or ``status.ready``
+        (v1beta1): the data Secret exists."""
+        return bool(dig(self.raw, "status", "initialization", "dataSecretCreated")) or (
+            dig(self.raw, "status", "ready") is True
+        )
+
+    @property
+    def data_secret_name(self) -> str:
+        """``status.dataSecretName``: the Secret holding the bootstrap data."""
+        return _text(dig(self.raw, "status", "dataSecretName"))

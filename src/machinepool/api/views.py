@@ -1,0 +1,338 @@
+"""Typed views of our own kinds over their raw JSON: ``MachinePoolView(obj).spec.replicas``.
+
+Controllers read objects from informer caches and write them back through ``runtime.Patcher``
+as plain dicts. A view gives such a dict typed, named fields without copying or validating
+it: ``pool.spec.provider_id_list`` is the list stored at ``obj["spec"]["providerIDList"]``,
+typed ``list[str] | None``, and ``pool.spec.provider_ids`` is an error ``mypy --strict``
+reports. Assigning through a view writes into the same dict, so the Patcher's snapshot and
+merge patch see every change as before. Why views rather than generated TypedDicts, and what
+they cost: docs/architecture.md, "Typed access to objects".
+
+Each view names the pydantic model it mirrors (``MODEL``); a field takes the model's field
+name and its JSON spelling comes from the models' own alias generator, so a view cannot
+spell a field differently from the CRD (tests/unit/test_api_views.py holds every view to its
+model). Views cover what the controllers use, not every field: add one when a controller
+needs it.
+
+Objects referenced by contract (bootstrap configs, infra pools of any provider) are not
+ours to type this way: ``machinepool.api.contract`` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
+
+from machinepool.api import core_v1beta2 as v1beta2
+from machinepool.api.meta import (
+    ContractVersionedObjectReference,
+    K8sModel,
+    ObjectMeta,
+    TemplateMeta,
+    camel,
+    dig,
+    ensure,
+)
+
+__all__ = [
+    "BootstrapView",
+    "ClusterSpecView",
+    "ClusterView",
+    "Field",
+    "MachineDeletionView",
+    "MachinePoolInitializationView",
+    "MachinePoolSpecView",
+    "MachinePoolStatusView",
+    "MachinePoolV1Beta1View",
+    "MachinePoolView",
+    "MachineSpecView",
+    "MachineStatusView",
+    "MachineTemplateView",
+    "MachineView",
+    "Nested",
+    "NodeInfoView",
+    "ObjectMetaView",
+    "ObjectView",
+    "ReferenceView",
+    "TemplateMetaView",
+    "View",
+]
+
+_T = TypeVar("_T")
+_V = TypeVar("_V", bound="View")
+_ABSENT: Mapping[str, Any] = MappingProxyType({})
+
+
+class View:
+    """A typed window onto the dict at ``path`` inside the raw object ``root``.
+
+    Reading never creates anything: a step that is missing (or not a dict) reads as absent,
+    as ``meta.dig`` does. Writing creates the path on the way, as ``meta.ensure`` does. The
+    path is walked from the root on every access, so a view stays right when a phase
+    replaces a whole sub-object.
+    """
+
+    __slots__ = ("_path", "_root")
+    MODEL: ClassVar[type[K8sModel]]
+    """The model whose fields this view mirrors."""
+
+    def __init__(self, root: dict[str, Any], path: tuple[str, ...] = ()) -> None:
+        self._root = root
+        self._path = path
+
+    @property
+    def raw(self) -> dict[str, Any] | None:
+        """The dict this view reads, as stored (``None`` when absent), for code that works
+        on raw JSON: copying a sub-object whole, or telling ``{}`` from nothing."""
+        holder = self._holder()
+        return holder if isinstance(holder, dict) else None
+
+    def _holder(self) -> Mapping[str, Any]:
+        holder = dig(self._root, *self._path) if self._path else self._root
+        return holder if isinstance(holder, dict) else _ABSENT
+
+    def _ensure(self) -> dict[str, Any]:
+        return ensure(self._root, *self._path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({'.'.join(self._path) or '<root>'})"
+
+
+class Field(Generic[_T]):
+    """One JSON field of a view: ``replicas = Field[int | None]()``.
+
+    The attribute name is the model's field name, and the JSON key is what the models' alias
+    generator makes of it (``provider_id_list`` -> ``providerIDList``). Reading gives the
+    stored value, unchecked: the apiserver validated it against the CRD generated from the
+    same model. An absent field reads as ``None`` (so ``_T`` includes ``None`` for fields the
+    model makes optional). A field the model requires is typed without ``None``, as the
+    apiserver stores no object without it; read through an optional parent that is absent
+    (a ``configRef`` that is not set) it is ``None`` all the same, so test the parent first
+    (``if ref.name:``). Assigning sets it; assigning ``None`` removes the key, as Go's
+    ``omitempty`` leaves an unset field out.
+    """
+
+    def __init__(self) -> None:
+        self.name = self.key = ""
+
+    def __set_name__(self, owner: type[View], name: str) -> None:
+        self.name, self.key = name, camel(name)
+
+    @overload
+    def __get__(self, view: None, owner: type[View]) -> Self: ...
+    @overload
+    def __get__(self, view: View, owner: type[View]) -> _T: ...
+    def __get__(self, view: View | None, owner: type[View]) -> Self | _T:
+        if view is None:
+            return self
+        # Trusted, not checked: see the class docstring.
+        return cast(_T, view._holder().get(self.key))
+
+    def __set__(self, view: View, value: _T) -> None:
+        if value is not None:
+            view._ensure()[self.key] = value
+            return
+        holder = view._holder()
+        if isinstance(holder, dict):
+            holder.pop(self.key, None)
+
+
+class Nested(Generic[_V]):
+    """A sub-object of a view, itself a view: ``spec = Nested(MachinePoolSpecView)``.
+
+    Reading it creates nothing; the sub-object appears in the raw dict when a field of it
+    is first assigned.
+    """
+
+    def __init__(self, view: type[_V]) -> None:
+        self.view = view
+        self.name = self.key = ""
+
+    def __set_name__(self, owner: type[View], name: str) -> None:
+        self.name, self.key = name, camel(name)
+
+    @overload
+    def __get__(self, view: None, owner: type[View]) -> Self: ...
+    @overload
+    def __get__(self, view: View, owner: type[View]) -> _V: ...
+    def __get__(self, view: View | None, owner: type[View]) -> Self | _V:
+        if view is None:
+            return self
+        return self.view(view._root, (*view._path, self.key))
+
+
+# --- metadata and references ---------------------------------------------------------------
+
+
+class ObjectMetaView(View):
+    """``metadata``; the lists are the stored ones, so appending to them writes the object."""
+
+    MODEL = ObjectMeta
+    name = Field[str]()
+    namespace = Field[str]()
+    uid = Field[str]()
+    resource_version = Field[str]()
+    generation = Field[int | None]()
+    deletion_timestamp = Field[str | None]()
+    labels = Field[dict[str, str] | None]()
+    annotations = Field[dict[str, str] | None]()
+    owner_references = Field[list[dict[str, Any]] | None]()
+    finalizers = Field[list[str] | None]()
+
+
+class TemplateMetaView(View):
+    MODEL = TemplateMeta
+    labels = Field[dict[str, str] | None]()
+    annotations = Field[dict[str, str] | None]()
+
+
+class ReferenceView(View):
+    """A ``{apiGroup, kind, name}`` reference; its version comes from the CRD's contract label."""
+
+    MODEL = ContractVersionedObjectReference
+    api_group = Field[str]()
+    kind = Field[str]()
+    name = Field[str]()
+
+
+class ObjectView(View):
+    """A whole object of one of our kinds."""
+
+    metadata = Nested(ObjectMetaView)
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        super().__init__(obj)
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The object itself, for what works on raw objects (patches, events, conditions)."""
+        return self._root
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.metadata.deletion_timestamp)
+
+
+# --- MachinePool and Machine ----------------------------------------------------------------
+
+
+class BootstrapView(View):
+    MODEL = v1beta2.Bootstrap
+    config_ref = Nested(ReferenceView)
+    data_secret_name = Field[str | None]()
+
+
+class MachineDeletionView(View):
+    MODEL = v1beta2.MachineDeletionSpec
+    node_drain_timeout_seconds = Field[int | None]()
+    node_volume_detach_timeout_seconds = Field[int | None]()
+    node_deletion_timeout_seconds = Field[int | None]()
+
+
+class MachineSpecView(View):
+    """A Machine's spec, or the template spec of every machine of a pool."""
+
+    MODEL = v1beta2.MachineSpec
+    cluster_name = Field[str]()
+    bootstrap = Nested(BootstrapView)
+    infrastructure_ref = Nested(ReferenceView)
+    version = Field[str | None]()
+    provider_id = Field[str | None]()
+    failure_domain = Field[str | None]()
+    min_ready_seconds = Field[int | None]()
+    deletion = Nested(MachineDeletionView)
+
+
+class MachineTemplateView(View):
+    MODEL = v1beta2.MachineTemplateSpec
+    metadata = Nested(TemplateMetaView)
+    spec = Nested(MachineSpecView)
+
+
+class MachinePoolSpecView(View):
+    MODEL = v1beta2.MachinePoolSpec
+    cluster_name = Field[str]()
+    replicas = Field[int | None]()
+    template = Nested(MachineTemplateView)
+    provider_id_list = Field[list[str] | None]()
+    failure_domains = Field[list[str] | None]()
+
+
+class MachinePoolInitializationView(View):
+    MODEL = v1beta2.MachinePoolInitializationStatus
+    infrastructure_provisioned = Field[bool | None]()
+    bootstrap_data_secret_created = Field[bool | None]()
+
+
+class MachinePoolV1Beta1View(View):
+    """``status.deprecated.v1beta1``: what v1beta1 clients still read."""
+
+    MODEL = v1beta2.MachinePoolV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    failure_reason = Field[str | None]()
+    failure_message = Field[str | None]()
+    ready_replicas = Field[int | None]()
+    available_replicas = Field[int | None]()
+    unavailable_replicas = Field[int | None]()
+
+
+class _MachinePoolDeprecatedView(View):
+    MODEL = v1beta2.MachinePoolDeprecatedStatus
+    v1beta1 = Nested(MachinePoolV1Beta1View)
+
+
+class MachinePoolStatusView(View):
+    MODEL = v1beta2.MachinePoolStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(MachinePoolInitializationView)
+    node_refs = Field[list[dict[str, Any]] | None]()
+    replicas = Field[int | None]()
+    ready_replicas = Field[int | None]()
+    available_replicas = Field[int | None]()
+    up_to_date_replicas = Field[int | None]()
+    versions = Field[list[dict[str, Any]] | None]()
+    phase = Field[v1beta2.MachinePoolPhase | None]()
+    observed_generation = Field[int | None]()
+    deprecated = Nested(_MachinePoolDeprecatedView)
+
+    @property
+    def v1beta1(self) -> MachinePoolV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
+
+
+class MachinePoolView(ObjectView):
+    """A MachinePool: ``cluster.x-k8s.io/v1beta2``, the hub version."""
+
+    MODEL = v1beta2.MachinePool
+    api_version = Field[str]()
+    spec = Nested(MachinePoolSpecView)
+    status = Nested(MachinePoolStatusView)
+
+
+class NodeInfoView(View):
+    MODEL = v1beta2.NodeSystemInfo
+    kubelet_version = Field[str | None]()
+
+
+class MachineStatusView(View):
+    MODEL = v1beta2.MachineStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    node_info = Nested(NodeInfoView)
+
+
+class MachineView(ObjectView):
+    MODEL = v1beta2.Machine
+    spec = Nested(MachineSpecView)
+    status = Nested(MachineStatusView)
+
+
+class ClusterSpecView(View):
+    MODEL = v1beta2.ClusterSpec
+    paused = Field[bool | None]()
+
+
+class ClusterView(ObjectView):
+    MODEL = v1beta2.Cluster
+    spec = Nested(ClusterSpecView)

@@ -1,0 +1,206 @@
+"""Typed views (``machinepool.api.views``) and contract accessors (``machinepool.api.contract``).
+
+Views mirror the pydantic models the CRDs are generated from: these tests hold every view
+field to its model's field name and JSON spelling, check that views read and write the very
+dict the Patcher diffs, and that ``mypy --strict`` rejects a misspelt field.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mypy import api as mypy_api
+from pydantic import BaseModel
+
+from machinepool.api import contract, views
+from machinepool.api.views import Field, MachinePoolView, Nested, View
+from machinepool.runtime.patch import merge_patch
+
+REPO = Path(__file__).resolve().parents[2]
+
+VIEWS = [
+    cls
+    for _, cls in inspect.getmembers(views, inspect.isclass)
+    if issubclass(cls, View) and "MODEL" in vars(cls)
+]
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model inside ``Annotated[Model | None, ...]``, if there is one."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _model_of(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [m for a in typing.get_args(annotation) if (m := _model_of(a)) is not None]
+        return found[0] if found else None
+    is_model = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return annotation if is_model else None
+
+
+def _fields(view: type[View]) -> dict[str, Field[Any] | Nested[Any]]:
+    found: dict[str, Field[Any] | Nested[Any]] = {}
+    for klass in reversed(view.__mro__):
+        for name, attr in vars(klass).items():
+            if isinstance(attr, (Field, Nested)):
+                found[name] = attr
+    return found
+
+
+@pytest.mark.parametrize("view", VIEWS, ids=lambda v: v.__name__)
+def test_every_view_field_is_its_models_field_spelt_as_on_the_wire(view: type[View]) -> None:
+    model = view.MODEL
+    for name, attr in _fields(view).items():
+        assert name in model.model_fields, f"{view.__name__}.{name}: not a field of {model}"
+        info = model.model_fields[name]
+        assert attr.key == (info.alias or name), f"{view.__name__}.{name}"
+        if isinstance(attr, Nested):
+            assert _model_of(info.annotation) is attr.view.MODEL, f"{view.__name__}.{name}"
+
+
+def test_views_cover_the_core_kinds() -> None:
+    covered = {v.MODEL.__name__ for v in VIEWS}
+
+    assert {"MachinePool", "Machine", "Cluster", "ObjectMeta"} <= covered
+
+
+def _pool() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"clusterName": "c", "replicas": 3, "template": {"spec": {}}},
+        "status": {},
+    }
+
+
+def test_reading_creates_nothing() -> None:
+    obj = _pool()
+    before = copy.deepcopy(obj)
+    pool = MachinePoolView(obj)
+
+    assert pool.spec.replicas == 3
+    assert pool.spec.provider_id_list is None
+    assert pool.status.initialization.infrastructure_provisioned is None
+    assert pool.spec.template.spec.bootstrap.config_ref.name is None
+    assert pool.status.v1beta1.raw is None
+    assert obj == before
+
+
+def test_writes_land_in_the_dict_the_patcher_diffs() -> None:
+    obj = _pool()
+    snapshot = copy.deepcopy(obj)
+    pool = MachinePoolView(obj)
+
+    pool.spec.provider_id_list = ["x://1"]
+    pool.status.initialization.infrastructure_provisioned = True
+    pool.status.v1beta1.ready_replicas = 0 or None  # omitempty: a zero is left out
+    pool.spec.replicas = None
+
+    assert merge_patch(snapshot, obj) == {
+        "spec": {"providerIDList": ["x://1"], "replicas": None},
+        "status": {"initialization": {"infrastructureProvisioned": True}},
+    }
+
+
+def test_a_view_follows_a_replaced_sub_object() -> None:
+    obj = _pool()
+    pool = MachinePoolView(obj)
+    status = pool.status
+
+    obj["status"] = {"replicas": 2}
+
+    assert status.replicas == 2
+
+
+def test_contract_reads_either_contract_version_and_tolerates_odd_shapes() -> None:
+    v1beta1 = contract.InfraMachinePool({"status": {"ready": True, "replicas": 2}})
+    v1beta2 = contract.InfraMachinePool({"status": {"initialization": {"provisioned": True}}})
+    odd = contract.InfraMachinePool({"spec": {"providerIDList": "x://1"}, "status": "ready"})
+
+    assert v1beta1.provisioned
+    assert v1beta2.provisioned
+    assert (v1beta1.replicas, v1beta2.replicas) == (2, None)
+    assert (odd.provisioned, odd.provider_id_list, odd.replicas) == (False, [], None)
+    assert odd.infrastructure_machine_kind == ""
+
+
+def test_contract_bootstrap_config_and_failures() -> None:
+    config = contract.BootstrapConfig(
+        {
+            "metadata": {"name": "cfg"},
+            "status": {
+                "initialization": {"dataSecretCreated": True},
+                "dataSecretName": "cfg-data",
+                "deprecated": {"v1beta1": {"failureReason": "Broken"}},
+            },
+        }
+    )
+
+    assert config.data_secret_created
+    assert config.data_secret_name == "cfg-data"
+    assert (config.failure_reason, config.failure_message) == ("Broken", "")
+    assert not contract.BootstrapConfig({"status": {"ready": "true"}}).data_secret_created
+
+
+def test_a_v1beta1_condition_in_status_conditions_is_not_the_ready_condition() -> None:
+    ready = {"type": "Ready", "status": "False", "severity": "Error"}
+    obj = contract.InfraMachinePool({"status": {"conditions": [ready]}})
+
+    assert obj.ready_condition is None
+    assert obj.v1beta1_ready_condition == ready
+
+
+SNIPPET = """
+from machinepool.api.contract import InfraMachinePool
+from machinepool.api.views import MachinePoolView
+
+
+def misspelt(pool: MachinePoolView, infra: InfraMachinePool) -> None:
+    pool.spec.replica = 3
+    print(pool.status.initialization.infrastructureProvisioned)
+    pool.status.ready_replicas = "3"
+    print(infra.provider_ids)
+
+
+def spelt_right(pool: MachinePoolView, infra: InfraMachinePool) -> int:
+    pool.spec.provider_id_list = infra.provider_id_list
+    return pool.status.ready_replicas or 0
+"""
+
+
+@pytest.mark.timeout(300)
+def test_mypy_strict_rejects_a_misspelt_field(tmp_path: Path) -> None:
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(textwrap.dedent(SNIPPET))
+
+    out, err, status = mypy_api.run(
+        [
+            "--strict",
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--cache-dir",
+            str(REPO / ".mypy_cache"),
+            str(snippet),
+        ]
+    )
+
+    assert status == 1, err or out
+    # (line in the snippet, error code, what the message names); wording varies by version.
+    found = [
+        (int(line.split(":")[1]), line.rsplit("[", 1)[1].rstrip("]"), line)
+        for line in out.splitlines()
+        if ": error: " in line
+    ]
+    expected = [
+        (7, "attr-defined", '"replica"'),
+        (8, "attr-defined", '"infrastructureProvisioned"'),
+        (9, "assignment", '"str"'),
+        (10, "attr-defined", '"provider_ids"'),
+    ]
+    assert [(n, code) for n, code, _ in found] == [(n, code) for n, code, _ in expected], out
+    for (_, _, line), (_, _, name) in zip(found, expected, strict=True):
+        assert name in line
