@@ -204,7 +204,9 @@ async def _create_without_nodes(side: Side, pool: str) -> None:
     async def booting() -> bool:
         return len(await cloud.instances(side.namespace, pool)) == 2
 
-    await eventually(booting, within=LATE_BOOT / 2, interval=0.2)
+    # Until both exist, leaving the first-created 10 s of its boot to have its kubelet stopped
+    # (half the boot was too little for two creates on a loaded two-core machine).
+    await eventually(booting, within=LATE_BOOT - 10, interval=0.2)
     for instance in await cloud.instances(side.namespace, pool):
         await _kubelet(side, instance.id, "stopped")
 
