@@ -72,6 +72,16 @@ class System(Changes):
             if (m["metadata"].get("labels") or {}).get("cluster.x-k8s.io/pool-name") == pool
         ]
 
+    def node_of(self, machine: str) -> Obj | None:
+        """The Node of pool Machine ``machine``, matched by providerID as the core matches
+        it: a Node is named after its instance's hostname, never after the instance or its
+        Machine."""
+        obj = self.watched["machines"].get(machine, self.namespace) or {}
+        pid = (obj.get("spec") or {}).get("providerID")
+        if not pid:
+            return None
+        return next((n for n in self.nodes.list() if n["spec"].get("providerID") == pid), None)
+
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [
             n

@@ -56,10 +56,12 @@ async def test_failed_instance_is_replaced(system: System) -> None:
     await system.create_pool("workers", 2)
     await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
     victim = system.machines("workers")[0]["metadata"]["name"]
+    victim_node = system.node_of(victim)
+    assert victim_node is not None
     await system.cloud.fail_instance(system.namespace, victim)
     await system.until(
         lambda: (
-            victim not in {n["metadata"]["name"] for n in system.nodes.list()}
+            system.nodes.get(victim_node["metadata"]["name"]) is None
             and victim not in {m["metadata"]["name"] for m in system.machines("workers")}
             and system.pool_running("workers", 2)
         ),
@@ -115,7 +117,9 @@ async def test_delete_machine_annotation_picks_the_victim(system: System) -> Non
         ),
         "scaled to 2 by removing the annotated Machine",
     )
-    assert {n["metadata"]["name"] for n in system.nodes.list()} == survivors
+    # What a user compares: the Nodes left are those the surviving Machines' nodeRefs name.
+    refs = {m["status"]["nodeRef"]["name"] for m in system.machines("workers")}
+    assert {n["metadata"]["name"] for n in system.nodes.list()} == refs
 
 
 async def test_deleting_the_machine_pool_leaves_nothing_behind(system: System) -> None:

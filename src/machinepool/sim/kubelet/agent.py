@@ -1,7 +1,9 @@
 """The node simulator's controller: one reconcile per simulated instance.
 
 For a running instance it joins the workload cluster with the bootstrap data the instance
-booted with (``join.py``), registers the Node, heartbeats Ready, and runs the pods bound to it:
+booted with (``join.py``), registers the Node under the name its JoinConfiguration gives (the
+instance's hostname unless ``nodeRegistration.name`` says otherwise), heartbeats Ready, and
+runs the pods bound to it:
 pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
 drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
 NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
@@ -12,6 +14,10 @@ heartbeat is older than the node monitor grace period its Node's conditions turn
 kube-controller-manager's node lifecycle controller (which the local workload clusters do not
 run) would write them. Wired by
 ``machinepool.sim.kubelet.setup``.
+
+A Node is found again by its spec.providerID (an index of the workload Node informer), never by
+a name made from the instance: its name came from the bootstrap data at join, and a name held
+by another instance's Node is not taken over (that instance does not join, and says why).
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ from machinepool.sim.records import InstanceRecord, user_data
 __all__ = ["KubeletSimulator"]
 
 NODE_NAME_INDEX = "kubelet-sim.nodeName"
+"""Index of the workload Pod informer: spec.nodeName."""
+PROVIDER_ID_INDEX = "kubelet-sim.providerID"
+"""Index of the workload Node informer: spec.providerID, how an instance finds its Node."""
 log = get_logger(__name__)
 
 
@@ -79,6 +88,7 @@ class KubeletSimulator:
         self._unjoined: set[ObjectKey] = set()
         self._replaying = False
         self._node_keys: dict[str, ObjectKey] = {}
+        """Instance record by the name of its Node, for pod events (pods name their Node)."""
         self._pod_watches: set[ObjectKey] = set()
 
     def follow_records(self) -> None:
@@ -121,7 +131,6 @@ class KubeletSimulator:
         record = InstanceRecord.from_secret(secret)
         if not record.cluster:
             return None
-        self._node_keys[record.id] = key
         now = datetime.now(UTC)
         state = record.state_at(now)
         if state == "pending":
@@ -136,23 +145,27 @@ class KubeletSimulator:
         self, record: InstanceRecord, secret: Obj, state: str, now: datetime
     ) -> Result | None:
         cluster = ObjectKey(record.namespace, record.cluster)
-        nodes = await self.cluster_cache.get_informer(cluster, NODES)
-        node = nodes.get(record.id)
+        node = node_of(await self.cluster_cache.get_informer(cluster, NODES), record)
         if state == "terminated":
             await self._delete_node(record)
             return None
         if state == "failed":
             if node is not None and _ready(node):
-                await self._post_status(record, ready=False, now=now, reason="InstanceFailed")
+                await self._post_status(
+                    record, _name(node), ready=False, now=now, reason="InstanceFailed"
+                )
             return None
         if record.kubelet_stopped:
             return await self._silent(record, node, now)
         if node is None:
             return await self._join(record, secret, now)
-        self._unjoined.discard(ObjectKey(record.namespace, record.id))
+        name = _name(node)
+        key = ObjectKey(record.namespace, record.id)
+        self._node_keys[name] = key
+        self._unjoined.discard(key)
         if _needs_heartbeat(node, now, self.heartbeat):
-            await self._post_status(record, ready=True, now=now)
-        await self._run_pods(cluster, record.id, now)
+            await self._post_status(record, name, ready=True, now=now)
+        await self._run_pods(cluster, name, now)
         return Result(requeue_after=self._next_look(record, now))
 
     def _next_look(self, record: InstanceRecord, now: datetime) -> float:
@@ -177,7 +190,7 @@ class KubeletSimulator:
             )
             with contextlib.suppress(NotFound):
                 await client.patch(
-                    NODES, record.id, node_unknown_status(node, now), subresource="status"
+                    NODES, _name(node), node_unknown_status(node, now), subresource="status"
                 )
         return None
 
@@ -196,6 +209,7 @@ class KubeletSimulator:
                 return Result(requeue_after=0.2)
         try:
             join = parse_join(user_data(secret))
+            name = join.node_name(record.hostname, record.meta_data())
             await verify_join(join, await self._admin_kubeconfig(cluster))
         except (InvalidBootstrapData, JoinRejected) as exc:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
@@ -204,18 +218,34 @@ class KubeletSimulator:
         # Registered with its status, as kubelet does (it sets the status before creating
         # its Node): one write per joining Node instead of a create and a status patch.
         body = {
-            **node_object(record, list(join.taints), join.node_labels),
-            **node_status(record, ready=True, now=now),
+            **node_object(record, name, list(join.taints), join.node_labels),
+            **node_status(record, name, ready=True, now=now),
         }
         try:
             created: Obj | None = await client.create(NODES, body)
         except AlreadyExists:
             created = None
+            taken = await _holder(client, name)
+            if taken is not None and taken != record.provider_id:
+                log.warning(
+                    "instance cannot join: its Node name belongs to another instance's Node",
+                    instance=record.id,
+                    node=name,
+                    holder=taken,
+                )
+                return Result(requeue_after=self.retry)
         self._unjoined.discard(key)
+        self._node_keys[name] = key
         if created is None or not _ready(created):
-            await self._post_status(record, ready=True, now=now)
+            await self._post_status(record, name, ready=True, now=now)
         await self._watch_pods(cluster)
-        log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
+        log.info(
+            "node joined",
+            node=name,
+            instance=record.id,
+            cluster=str(cluster),
+            token_id=join.token_id,
+        )
         return Result(requeue_after=self._next_look(record, now))
 
     async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
@@ -225,26 +255,33 @@ class KubeletSimulator:
         return loaded
 
     async def _post_status(
-        self, record: InstanceRecord, *, ready: bool, now: datetime, reason: str = ""
+        self, record: InstanceRecord, name: str, *, ready: bool, now: datetime, reason: str = ""
     ) -> None:
         client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
-        status = node_status(record, ready, now, reason)
+        status = node_status(record, name, ready, now, reason)
         with contextlib.suppress(NotFound):
-            await client.patch(NODES, record.id, status, subresource="status")
+            await client.patch(NODES, name, status, subresource="status")
 
     async def _delete_node(self, record: InstanceRecord) -> None:
         cluster = ObjectKey(record.namespace, record.cluster)
-        self._node_keys.pop(record.id, None)
         try:
             client = await self.cluster_cache.get_client(cluster)
             nodes = await self.cluster_cache.get_informer(cluster, NODES)
         except ClusterNotConnected:
             return  # the cluster is gone, and its Nodes with it
-        node = nodes.get(record.id)
-        if node is None or (node.get("spec") or {}).get("providerID") != record.provider_id:
+        node = node_of(nodes, record)
+        if node is None:
             return
-        log.info("deleting the Node of a terminated instance", node=record.id, cluster=str(cluster))
-        await client.delete(NODES, record.id, uid=node["metadata"].get("uid"))
+        name = _name(node)
+        self._node_keys.pop(name, None)
+        log.info(
+            "deleting the Node of a terminated instance",
+            node=name,
+            instance=record.id,
+            cluster=str(cluster),
+        )
+        with contextlib.suppress(NotFound):
+            await client.delete(NODES, name, uid=node["metadata"].get("uid"))
 
     # -- pods -----------------------------------------------------------------------------
 
@@ -286,6 +323,31 @@ class KubeletSimulator:
                         meta["namespace"],
                         subresource="status",
                     )
+
+
+def node_of(nodes: Informer, record: InstanceRecord) -> Obj | None:
+    """``record``'s Node in the workload Node informer ``nodes``: the one with its providerID."""
+    try:
+        found = nodes.by_index(PROVIDER_ID_INDEX, record.provider_id)
+    except KeyError:  # a new informer (first look, or rebuilt after a kubeconfig change)
+        with contextlib.suppress(ValueError):
+            nodes.add_indexer(PROVIDER_ID_INDEX, field_indexer("spec.providerID"))
+        found = nodes.by_index(PROVIDER_ID_INDEX, record.provider_id)
+    return found[0] if found else None
+
+
+async def _holder(client: Any, name: str) -> str | None:
+    """The providerID of the Node ``name`` (None when it is gone), read fresh: a create that
+    found the name taken must know whose Node holds it before treating it as its own."""
+    try:
+        node = await client.get(NODES, name)
+    except NotFound:
+        return None
+    return str((node.get("spec") or {}).get("providerID") or "")
+
+
+def _name(node: Obj) -> str:
+    return str(node["metadata"]["name"])
 
 
 def _ready(node: Obj) -> bool:

@@ -1,8 +1,10 @@
 """What a simulated kubelet writes: its Node, the Node's status, and Running pod status.
 
-Pure builders; ``agent.py`` sends them. A Node registers with spec.providerID, the taints from
-its JoinConfiguration (kubeadm adds ``node.cluster.x-k8s.io/uninitialized:NoSchedule``),
-and reports the kubelet version the instance was created with.
+Pure builders; ``agent.py`` sends them. A Node registers under the name its JoinConfiguration
+gives (``JoinInfo.node_name``: ``nodeRegistration.name`` or the instance's hostname, never the
+instance id) with spec.providerID, the taints from its JoinConfiguration (kubeadm adds
+``node.cluster.x-k8s.io/uninitialized:NoSchedule``), and reports the kubelet version the
+instance was created with and the instance's addresses.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ def _capacity(record: InstanceRecord) -> dict[str, str]:
 
 
 def node_object(
-    record: InstanceRecord, taints: list[dict[str, Any]], labels: dict[str, str]
+    record: InstanceRecord, name: str, taints: list[dict[str, Any]], labels: dict[str, str]
 ) -> Obj:
-    """The Node a kubelet registers for ``record``."""
+    """The Node named ``name`` a kubelet registers for ``record``; its hostname label is the
+    name, as kubelet sets it from the hostname override kubeadm passes."""
     taint_list = [dict(t) for t in taints]
     if not any(t.get("key") == c.UNINITIALIZED_TAINT_KEY for t in taint_list):
         taint_list.append(
@@ -37,10 +40,10 @@ def node_object(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": record.id,
+            "name": name,
             "labels": {
                 **labels,
-                "kubernetes.io/hostname": record.id,
+                "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "topology.kubernetes.io/zone": record.failure_domain,
@@ -80,8 +83,10 @@ def node_unknown_status(node: Obj, now: Any) -> Obj:
     return {"status": {"conditions": conditions}}
 
 
-def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "") -> Obj:
-    """Node status with a Ready condition (heartbeat ``now``) and the kubelet version."""
+def node_status(record: InstanceRecord, name: str, ready: bool, now: Any, reason: str = "") -> Obj:
+    """Status of ``record``'s Node ``name``: a Ready condition (heartbeat ``now``), the
+    kubelet version, and the addresses (the private IP; the name as Hostname, as kubelet
+    reports its hostname override)."""
     stamp = format_time(now)
     condition = {
         "type": "Ready",
@@ -107,7 +112,14 @@ def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "")
             "conditions": [*pressure, condition],
             "capacity": _capacity(record),
             "allocatable": _capacity(record),
-            "addresses": [{"type": "Hostname", "address": record.id}],
+            "addresses": [
+                *(
+                    [{"type": "InternalIP", "address": record.private_ip}]
+                    if record.private_ip
+                    else []
+                ),
+                {"type": "Hostname", "address": name},
+            ],
             "nodeInfo": {
                 "kubeletVersion": record.version,
                 "kubeProxyVersion": record.version,
