@@ -11,7 +11,13 @@ import pytest
 
 from machinepool.api import constants as c
 from machinepool.sim.kubelet import InvalidBootstrapData, parse_join
-from machinepool.sim.kubelet.node import node_object, node_status
+from machinepool.sim.kubelet.node import (
+    lease_age,
+    node_lease,
+    node_lease_renewal,
+    node_object,
+    node_status,
+)
 from machinepool.sim.records import InstanceRecord
 
 JOIN = """apiVersion: kubeadm.k8s.io/v1beta4
@@ -176,3 +182,22 @@ def test_a_node_name_that_cannot_be_rendered_or_used_is_refused(data: bytes, mes
     r = record()
     with pytest.raises(InvalidBootstrapData, match=message):
         parse_join(data).node_name(r.hostname, r.meta_data())
+
+
+def test_a_node_lease_is_held_and_owned_by_its_node_and_ages_from_its_renewal() -> None:
+    node = {"metadata": {"name": HOSTNAME, "uid": "u-7"}}
+    now = datetime(2025, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)
+    lease = node_lease(node, now, 40)
+    assert lease["metadata"]["namespace"] == "kube-node-lease"
+    assert lease["metadata"]["name"] == HOSTNAME
+    assert lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": HOSTNAME, "uid": "u-7"}
+    ]
+    assert lease["spec"] == {
+        "holderIdentity": HOSTNAME,
+        "leaseDurationSeconds": 40,
+        "renewTime": "2025-01-01T00:00:00.250000Z",
+    }
+    assert node_lease_renewal(HOSTNAME, now, 40)["spec"] == lease["spec"]
+    assert lease_age(lease, now + timedelta(seconds=3)) == pytest.approx(3.0)
+    assert lease_age(None, now) == float("inf")

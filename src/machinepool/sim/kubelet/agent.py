@@ -3,17 +3,19 @@
 For a running instance it joins the workload cluster with the bootstrap data the instance
 booted with (``join.py``), registers the Node under the name its JoinConfiguration gives (the
 instance's hostname unless ``nodeRegistration.name`` says otherwise), heartbeats Ready, and
-runs the pods bound to it:
-pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
-drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
-NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
-controller would, except when ``clusterctl move`` took the record away (it marks what it
-deletes): the instance runs on, tracked by the target management cluster. An instance whose
-kubelet was stopped (``SimCloud.stop_kubelet``) neither joins nor heartbeats; once its last
-heartbeat is older than the node monitor grace period its Node's conditions turn Unknown, as
+runs the pods bound to it: pending pods are reported Running and pods being deleted (evicted,
+drained) are let go, so drains and PodDisruptionBudgets behave as with a real kubelet. Like
+kubelet, it also keeps the Node's Lease in ``kube-node-lease`` (created when missing, owned by
+the Node) renewed every ``lease_renew_seconds``.
+
+A failed instance's Node turns NotReady; a terminated (or vanished) instance's Node is
+deleted, as a cloud node lifecycle controller would, except when ``clusterctl move`` took the
+record away (it marks what it deletes): the instance runs on, tracked by the target management
+cluster. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither joins,
+heartbeats nor renews its Lease; once the later of its last heartbeat and its Lease's renewal
+is older than the node monitor grace period, its Node's conditions turn Unknown, as
 kube-controller-manager's node lifecycle controller (which the local workload clusters do not
-run) would write them. Wired by
-``machinepool.sim.kubelet.setup``.
+run) would write them. Wired by ``machinepool.sim.kubelet.setup``.
 
 A Node is found again by its spec.providerID (an index of the workload Node informer), never by
 a name made from the instance: its name came from the bootstrap data at join, and a name held
@@ -29,6 +31,7 @@ from typing import Any
 
 from machinepool.api.meta import deleted_for_move
 from machinepool.runtime import (
+    LEASES,
     NODES,
     PODS,
     SECRETS,
@@ -48,6 +51,10 @@ from machinepool.runtime import (
 from machinepool.sim.kubelet.join import JoinRejected, verify_join
 from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
 from machinepool.sim.kubelet.node import (
+    NODE_LEASE_NAMESPACE,
+    lease_age,
+    node_lease,
+    node_lease_renewal,
     node_object,
     node_status,
     node_unknown_status,
@@ -76,13 +83,22 @@ class KubeletSimulator:
         heartbeat_seconds: float = 30.0,
         retry_seconds: float = 5.0,
         node_monitor_grace_seconds: float = 50.0,
+        lease_renew_seconds: float = 10.0,
+        lease_duration_seconds: int = 40,
     ) -> None:
+        """``lease_renew_seconds`` 0: no Node Leases (every other setting as
+        ``KubeletOptions`` says)."""
         self.client = client
         self.records = records
         self.cluster_cache = cluster_cache
         self.heartbeat = heartbeat_seconds
         self.retry = retry_seconds
         self.grace = node_monitor_grace_seconds
+        self.lease_renew = lease_renew_seconds
+        self.lease_duration = lease_duration_seconds
+        self._renewed: dict[ObjectKey, datetime] = {}
+        """When this process last renewed each instance's Node Lease (none after a restart:
+        the first look renews, as a restarted kubelet does)."""
         self.controller: Controller | None = None
         self._gone: dict[ObjectKey, InstanceRecord] = {}
         self._unjoined: set[ObjectKey] = set()
@@ -124,6 +140,7 @@ class KubeletSimulator:
     async def reconcile(self, key: ObjectKey) -> Result | None:
         secret = self.records.get_key(key)
         if secret is None:
+            self._renewed.pop(key, None)
             gone = self._gone.pop(key, None)
             if gone is not None:
                 await self._delete_node(gone)
@@ -147,9 +164,10 @@ class KubeletSimulator:
         cluster = ObjectKey(record.namespace, record.cluster)
         node = node_of(await self.cluster_cache.get_informer(cluster, NODES), record)
         if state == "terminated":
+            self._renewed.pop(ObjectKey(record.namespace, record.id), None)
             await self._delete_node(record)
             return None
-        if state == "failed":
+        if state == "failed":  # a broken machine: its kubelet renews nothing any more
             if node is not None and _ready(node):
                 await self._post_status(
                     record, _name(node), ready=False, now=now, reason="InstanceFailed"
@@ -165,14 +183,50 @@ class KubeletSimulator:
         self._unjoined.discard(key)
         if _needs_heartbeat(node, now, self.heartbeat):
             await self._post_status(record, name, ready=True, now=now)
+        await self._renew_lease(record, node, now)
         await self._run_pods(cluster, name, now)
         return Result(requeue_after=self._next_look(record, now))
 
     def _next_look(self, record: InstanceRecord, now: datetime) -> float:
-        """The next heartbeat, or the moment the instance breaks if that comes first."""
+        """The next heartbeat or Lease renewal, or the moment the instance breaks if that
+        comes first."""
+        period = min(self.heartbeat, self.lease_renew) if self.lease_renew > 0 else self.heartbeat
         if record.fail_at is None:
-            return self.heartbeat
-        return min(self.heartbeat, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
+            return period
+        return min(period, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
+
+    async def _renew_lease(self, record: InstanceRecord, node: Obj, now: datetime) -> None:
+        """Renew the Node's Lease when a period has passed since this process last did: one
+        merge patch (kubelet sends an update), or a create when it has none (a new Node, or
+        one whose Lease went with an earlier Node of the same name)."""
+        key = ObjectKey(record.namespace, record.id)
+        last = self._renewed.get(key)
+        if self.lease_renew <= 0 or (
+            last is not None and (now - last).total_seconds() < self.lease_renew * 0.8
+        ):
+            return
+        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        name = _name(node)
+        renewal = node_lease_renewal(name, now, self.lease_duration)
+        try:
+            await client.patch(LEASES, name, renewal, NODE_LEASE_NAMESPACE)
+        except NotFound:
+            with contextlib.suppress(AlreadyExists):  # created meanwhile: renewed next time
+                lease = node_lease(node, now, self.lease_duration)
+                await client.create(LEASES, lease, NODE_LEASE_NAMESPACE)
+        self._renewed[key] = now
+
+    async def _lease_age(self, record: InstanceRecord, node: Obj, now: datetime) -> float:
+        """Seconds since the Node's Lease was renewed, read fresh (a silent kubelet is looked
+        at twice: when it stops and when its grace period ends); infinite without one."""
+        if self.lease_renew <= 0:
+            return float("inf")
+        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        try:
+            lease = await client.get(LEASES, _name(node), NODE_LEASE_NAMESPACE)
+        except NotFound:
+            return float("inf")
+        return lease_age(lease, now)
 
     async def _silent(
         self, record: InstanceRecord, node: Obj | None, now: datetime
@@ -181,7 +235,7 @@ class KubeletSimulator:
         monitor's verdict (every condition Unknown), once."""
         if node is None:
             return None  # never joins; a change of the record brings us back
-        age = _heartbeat_age(node, now)
+        age = min(_heartbeat_age(node, now), await self._lease_age(record, node, now))
         if age < self.grace:
             return Result(requeue_after=self.grace - age + 0.1)
         if _ready_status(node) != "Unknown":
@@ -238,6 +292,8 @@ class KubeletSimulator:
         self._node_keys[name] = key
         if created is None or not _ready(created):
             await self._post_status(record, name, ready=True, now=now)
+        if created is not None:  # else the next look renews, with the Node from the cache
+            await self._renew_lease(record, created, now)
         await self._watch_pods(cluster)
         log.info(
             "node joined",

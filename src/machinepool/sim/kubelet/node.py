@@ -1,14 +1,17 @@
-"""What a simulated kubelet writes: its Node, the Node's status, and Running pod status.
+"""What a simulated kubelet writes: its Node, the Node's status, its Lease, and Running pods.
 
 Pure builders; ``agent.py`` sends them. A Node registers under the name its JoinConfiguration
 gives (``JoinInfo.node_name``: ``nodeRegistration.name`` or the instance's hostname, never the
 instance id) with spec.providerID, the taints from its JoinConfiguration (kubeadm adds
 ``node.cluster.x-k8s.io/uninitialized:NoSchedule``), and reports the kubelet version the
-instance was created with and the instance's addresses.
+instance was created with and the instance's addresses. Its heartbeat is a Lease named after
+the Node in ``kube-node-lease``, owned by the Node (so garbage collection removes it with the
+Node), as kubelet keeps it.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from machinepool.api import constants as c
@@ -17,7 +20,62 @@ from machinepool.api.meta import format_time
 from machinepool.runtime import Obj
 from machinepool.sim.records import InstanceRecord
 
-__all__ = ["node_object", "node_status", "node_unknown_status", "pod_running_status"]
+__all__ = [
+    "NODE_LEASE_NAMESPACE",
+    "lease_age",
+    "node_lease",
+    "node_lease_renewal",
+    "node_object",
+    "node_status",
+    "node_unknown_status",
+    "pod_running_status",
+]
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+"""Where kubelets keep their Node Leases (the apiserver creates the namespace)."""
+
+
+def _micro_time(now: datetime) -> str:
+    """A Lease's MicroTime: UTC with microseconds, as the apiserver stores renewTime."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_lease(node: Obj, now: datetime, duration_seconds: int) -> Obj:
+    """The Lease a kubelet creates for its ``node`` when it has none: held by the Node's name,
+    renewed ``now``, owned by the Node (its uid too, so a Lease of an earlier Node of the
+    same name goes with that Node)."""
+    meta = node["metadata"]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
+            ],
+        },
+        **node_lease_renewal(meta["name"], now, duration_seconds),
+    }
+
+
+def node_lease_renewal(name: str, now: datetime, duration_seconds: int) -> Obj:
+    """The merge patch that renews Node ``name``'s Lease ``now``."""
+    return {
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": duration_seconds,
+            "renewTime": _micro_time(now),
+        }
+    }
+
+
+def lease_age(lease: Obj | None, now: datetime) -> float:
+    """Seconds since ``lease`` was renewed (infinite without a Lease or a renewTime)."""
+    renewed = ((lease or {}).get("spec") or {}).get("renewTime")
+    if not renewed:
+        return float("inf")
+    return (now - datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))).total_seconds()
 
 
 def _capacity(record: InstanceRecord) -> dict[str, str]:
