@@ -54,6 +54,8 @@ class Side:
     client: Client
     workload: Client
     namespace: str
+    node_names: dict[str, str] = field(default_factory=dict)
+    """Each Node name and address seen, and what it is said as (``replacements``)."""
     infra_uids: dict[str, str] = field(default_factory=dict)
     """The infra pool UID of each pool, as last read: instance names keep carrying it after
     the infra pool is gone."""
@@ -90,12 +92,14 @@ class Side:
         out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
         # A Node's name and address come from the address the cloud gave its instance, which
         # differs between the sides: both are said as the instance's (itself normalised below).
+        # Nodes seen earlier count too: a nodeRef or a message can outlive its Node.
         for node in await self.pool_nodes(pool):
             instance = _instance_of(node)
-            out[node["metadata"]["name"]] = f"NODE-OF-{instance}"
+            self.node_names[node["metadata"]["name"]] = f"NODE-OF-{instance}"
             for address in (node.get("status") or {}).get("addresses") or []:
                 if address.get("type") == "InternalIP":
-                    out[str(address["address"])] = f"IP-OF-{instance}"
+                    self.node_names[str(address["address"])] = f"IP-OF-{instance}"
+        out.update(self.node_names)
         # Once the infra pool is deleted (infra-deleted), the UID remembered earlier serves.
         with contextlib.suppress(NotFound):
             infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)

@@ -195,6 +195,8 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
     await system.until(lambda: first_instance() is not None, "the first instance is created")
     stuck = first_instance()
     assert stuck is not None
+    stuck_pid = InstanceRecord.from_secret(secrets.get(stuck, system.namespace) or {}).provider_id
+    assert stuck_pid
     await system.cloud.stop_kubelet(system.namespace, stuck)
 
     def replaced() -> bool:
@@ -209,9 +211,6 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
         "NodeStartupTimeout",
     ) in journal.machine_conditions
     # It never joined, so no Node ever named it; nor does any now carry its providerID.
-    stuck_secret = secrets.get(stuck, system.namespace)
-    stuck_pid = InstanceRecord.from_secret(stuck_secret).provider_id if stuck_secret else ""
-    assert stuck_pid
     assert stuck_pid not in {n["spec"].get("providerID") for n in system.nodes.list()}
 
 
