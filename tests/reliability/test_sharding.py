@@ -43,11 +43,13 @@ SHARD, DRAIN = shard_label(RING), shard_drain_label(RING)
 LEASE_DURATION = 15.0
 KINDS = ("machinepools", "kubeadmconfigs", "simmachinepools", "machines", "simmachines")
 OBJECT = re.compile(r"/namespaces/([^/]+)/(" + "|".join(KINDS) + r")/([^/]+)")
-MOVE_BOUND = LEASE_DURATION + 15.0
+MOVE_BOUND = 2 * LEASE_DURATION + 10.0
 """The ring leader notices a silent shard Lease one lease duration after it last saw it
 change (up to a retry period late), then relabels the dead replica's Clusters at once (four
-at a time, each Cluster's objects together); 15 s of slack for a loaded two-core machine.
-Measured 17.1 s at eb09722 (35.7 s before the relabel went parallel)."""
+at a time, each Cluster's objects together). Measured 17.1 s on an idle machine at eb09722
+(35.7 s before the relabel went parallel) but 31.6 s in a CI run with the whole suite on two
+cores, so the bound leaves a second lease duration of slack. It still fails when the leader
+never notices the silent Lease (the killed replica cannot delete its own)."""
 
 
 def _label_only(req: Request) -> bool:
