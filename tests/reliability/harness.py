@@ -325,6 +325,14 @@ class World(Changes):
     def nodes(self) -> list[Obj]:
         return self.objects("nodes")
 
+    def node_of(self, machine: str) -> Obj | None:
+        """The Node of pool Machine ``machine``, matched by providerID as the core matches
+        it (a Node is named after its instance's hostname, never after the Machine)."""
+        pid = ((self.get("machines", machine) or {}).get("spec") or {}).get("providerID")
+        if not pid:
+            return None
+        return next((n for n in self.nodes() if n["spec"].get("providerID") == pid), None)
+
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [
             n for n in self.nodes() if node_ready(n) and (version is None or _version(n) == version)
