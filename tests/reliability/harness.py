@@ -263,6 +263,9 @@ class World(Changes):
     ready_samples: list[tuple[float, int]] = field(default_factory=list)
     seen_records: dict[str, InstanceRecord] = field(default_factory=dict)
     """Every instance record ever seen, by id (records are pruned once terminated)."""
+    pool_by_provider_id: dict[str, str] = field(default_factory=dict)
+    """The pool of every instance ever seen: a Node is named after its instance's hostname,
+    so its pool is known only through its providerID."""
     patience = WAIT
 
     @classmethod
@@ -298,6 +301,7 @@ class World(Changes):
         if secret.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance":
             record = InstanceRecord.from_secret(secret)
             self.seen_records[record.id] = record
+            self.pool_by_provider_id[record.provider_id] = record.pool
 
     def _sample(self, *_: Obj) -> None:
         self.ready_samples.append((time.monotonic(), len(self.ready_nodes())))
@@ -324,6 +328,10 @@ class World(Changes):
 
     def nodes(self) -> list[Obj]:
         return self.objects("nodes")
+
+    def pool_of(self, node: Obj) -> str | None:
+        """The pool whose instance ``node`` runs on, if its instance was seen."""
+        return self.pool_by_provider_id.get(str((node.get("spec") or {}).get("providerID", "")))
 
     def node_of(self, machine: str) -> Obj | None:
         """The Node of pool Machine ``machine``, matched by providerID as the core matches

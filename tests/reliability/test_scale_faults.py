@@ -47,7 +47,6 @@ from tests.reliability.harness import (
     check_pools_converged,
     failure_streaks,
     judge_victims,
-    node_ready,
     roll,
     storms,
 )
@@ -166,10 +165,6 @@ async def _kill_forever(proc: ControllerProcess, rng: random.Random) -> None:
         proc.crash_and_restart()
 
 
-def _pool_of(node: dict[str, Any]) -> str:
-    return str(node["metadata"]["name"]).rsplit("-", 2)[0]
-
-
 def _peak_requests(log: list[Request], window: float = 10.0) -> int:
     starts = sorted(r.started for r in log)
     peak, lo = 0, 0
@@ -211,9 +206,10 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         if controller.was_down(at):
             return
         ready: dict[str, int] = dict.fromkeys(pools, 0)
-        for node in world.nodes():
-            if node_ready(node) and _pool_of(node) in ready:
-                ready[_pool_of(node)] += 1
+        for node in world.ready_nodes():
+            pool = world.pool_of(node)
+            if pool in ready:
+                ready[pool] += 1
         floor_dips.extend(f"{p}: Ready {n} < {replicas}" for p, n in ready.items() if n < replicas)
 
     background: list[asyncio.Task[None]] = []
