@@ -791,8 +791,9 @@ def _writes_table(result: dict[str, Any], limit: int = 12) -> str:
 def scale_section(results: dict[str, Any], command: str) -> str:
     ceiling = results.get("ceiling") or {}
     per_s = ceiling.get("writes_per_s")
+    titles = "; ".join(entry["title"] for entry in results["scenarios"].values())
     text = [
-        "## Scale: side by side with upstream",
+        f"## Scale, {titles}: side by side with upstream",
         "",
         f"Run {results['when']} on git {results['commit']}: `{command}`",
         "",
@@ -947,13 +948,16 @@ async def main(argv: list[str]) -> int:
         if args.ceiling_writes:
             scaled["ceiling"] = await asyncio.to_thread(write_ceiling, args.ceiling_writes)
             print(f"write ceiling: {scaled['ceiling']}", flush=True)
+        # Each scenario keeps its own section, so running one leaves the others' figures
+        # (with their own command and revision) in place.
         for sc in scale_scenarios(args):
             entry: dict[str, Any] = {"title": sc.title}
             for core in cores:
                 workdir = base / f"scale-{sc.key}-{core}"
                 entry[core] = await scale_scenario(core, sc, args, workdir, binary)
-            scaled["scenarios"][sc.key] = entry
-        save("scale", scaled, scale_section(scaled, command), load)
+            one = {**scaled, "scenarios": {sc.key: entry}}
+            save(f"scale-{sc.key}", one, scale_section(one, command), load)
+            load = load_now()
     return 0
 
 

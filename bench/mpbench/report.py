@@ -121,7 +121,7 @@ def update_results(section: str, body: str, commands: Sequence[str]) -> None:
         if found is not None:
             blocks[name] = found.group(0)
     blocks[section] = block
-    order = ["convergence", "latency", "scale"]
+    order = ["convergence", "latency", "scale-a", "scale-b", "scale-c", "scale"]
     ordered = [blocks[n] for n in order if n in blocks]
     ordered += [b for n, b in blocks.items() if n not in order]
     RESULTS.write_text(_header(commands) + "\n" + "\n\n".join(ordered) + "\n")
