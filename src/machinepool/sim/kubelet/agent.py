@@ -14,8 +14,10 @@ record away (it marks what it deletes): the instance runs on, tracked by the tar
 cluster. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither joins,
 heartbeats nor renews its Lease; once the later of its last heartbeat and its Lease's renewal
 is older than the node monitor grace period, its Node's conditions turn Unknown, as
-kube-controller-manager's node lifecycle controller (which the local workload clusters do not
-run) would write them. Wired by ``machinepool.sim.kubelet.setup``.
+kube-controller-manager's node lifecycle controller would write them (the local workload
+clusters run that controller only when started with ``controlplane.PodLifecycle``; with it, a
+grace period longer than the controller's leaves the verdict to the real one). Wired by
+``machinepool.sim.kubelet.setup``.
 
 A Node is found again by its spec.providerID (an index of the workload Node informer), never by
 a name made from the instance: its name came from the bootstrap data at join, and a name held
