@@ -75,9 +75,10 @@ class PodLifecycle:
 
     Off by default (``ControlPlane.start_workload(name)``): the node lifecycle controller
     judges every Node by its heartbeats and Lease renewals, and the benchmarks run the node
-    simulator without Leases, where it would turn every Node Unknown. Without it, new Nodes
-    keep the ``node.kubernetes.io/not-ready`` taint admission gives them, so nothing
-    schedules; tests and tools that need Pods scheduled or evicted ask for this instead.
+    simulator without Leases, where it would turn every Node Unknown. The scheduler comes
+    with it: without that controller new Nodes keep the ``node.kubernetes.io/not-ready``
+    taint admission gives them, and a scheduler would place nothing. Tests and tools that
+    need Pods scheduled or evicted ask for both.
 
     The defaults are kube-controller-manager's own. A test that stops a kubelet shortens
     them so the Node turns Unknown in seconds; the grace period must stay well above the
