@@ -178,9 +178,18 @@ async def test_scale_down_moves_a_deployment_within_its_budget(system: System) -
             )
 
         await system.until(moved, "the victim's Pods on the other Nodes, and it gone", DRAIN_WAIT)
-        assert journal.fewest_healthy >= REPLICAS - MAX_UNAVAILABLE, journal.fewest_healthy
-        assert journal.evicted >= first_pods, (journal.evicted, first_pods)
-        assert journal.on_victim_when_it_went == [], journal.on_victim_when_it_went
+        floor = REPLICAS - MAX_UNAVAILABLE
+        assert journal.fewest_healthy >= floor, (
+            f"the Deployment fell to {journal.fewest_healthy} healthy Pods; its budget keeps "
+            f"{floor}"
+        )
+        assert journal.evicted >= first_pods, (
+            f"Pods of {node_name} that did not go through the Eviction API: "
+            f"{sorted(first_pods - journal.evicted)}"
+        )
+        assert journal.on_victim_when_it_went == [], (
+            f"Pods still bound to {node_name} when it was deleted: {journal.on_victim_when_it_went}"
+        )
         final = pods.list("default")
         assert not first_pods & {p["metadata"]["name"] for p in final}
         assert all(
