@@ -494,7 +494,9 @@ async def scale_step(
         )[:5],
         unmet_pools=sorted(target.names - target.met)[:10],
         writes_all=total,
-        writes_per_node=total / changed if changed else None,
+        # Only a finished step has a cost per Node: one cut off by the timeout has written
+        # ahead for Nodes that do not exist yet (every instance and its record, for example).
+        writes_per_node=total / changed if changed and figures["wall_s"] is not None else None,
         writes_per_s=total / max(elapsed - t0, 1e-9),
         writes_by_resource=dict(list(writes_by_resource(own).items())[:25]),
         core_peak_rss_mib=after.core.peak_rss_bytes / 2**20,
