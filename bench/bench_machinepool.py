@@ -115,6 +115,7 @@ async def start_run(
             INFRA_USER,
             args.heartbeat_seconds,
             args.infra_concurrency,
+            lease_seconds=args.lease_seconds,
         )
         started.append(infra)
         core_kc = env.kubeconfig_for(CORE_USER)
@@ -880,6 +881,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=300.0,
         help="node simulator status period [300: kubelet's nodeStatusReportFrequency]",
+    )
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=0.0,
+        help="simulated kubelets' Node Lease renewal period [0: no Leases; kubelet's is 10]",
     )
     p.add_argument(
         "--infra-concurrency",

@@ -8,7 +8,8 @@ Two runs, each on a fresh local control plane of the same binaries:
   provider with boot delay 0; ``--pool-size`` replicas each), with the node simulator
   (``--components kubelet``) in a process of its own beside the core and the rest of the
   infra process. Once every Node is Ready, the node simulator's CPU over ``--window`` seconds
-  and its RSS are what it costs to keep them Ready (its status period: ``--heartbeat-seconds``).
+  and its RSS are what it costs to keep them Ready (its status period: ``--heartbeat-seconds``;
+  its Node Leases, off by default: ``--lease-seconds``, one write per Node per period).
 - **kwok** (``sigs.k8s.io/kwok``, built from the Go module proxy into
   ``~/.cache/machinepool/kwok/<version>/``, nothing committed): the same number of Nodes
   created by the driver with kwok's annotation, kwok with its defaults (Node leases of 40 s,
@@ -109,6 +110,7 @@ async def run_ours(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             INFRA_USER,
             args.heartbeat_seconds,
             components="bootstrap,sim",
+            lease_seconds=args.lease_seconds,
         )
         kubelet = procs.infra(
             env.kubeconfig_for(KUBELET_USER),
@@ -116,6 +118,7 @@ async def run_ours(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             KUBELET_USER,
             args.heartbeat_seconds,
             components="kubelet",
+            lease_seconds=args.lease_seconds,
             name="kubelet",
         )
         core = procs.ours_core(env.kubeconfig_for(CORE_USER), workdir, CORE_USER)
@@ -224,6 +227,8 @@ def section(results: dict[str, Any], command: str) -> str:
     table = report.table(rows, upstream=True).replace(
         "| figure | ours | upstream | ours / upstream |", "| figure | ours | kwok | ours / kwok |"
     )
+    lease_s = float(results.get("lease_s") or 0)
+    leases = f"Node Leases renewed every {lease_s:g} s" if lease_s else "no Node Leases"
     return "\n".join(
         [
             f"## Node simulator beside kwok {results['kwok_version']}",
@@ -231,7 +236,7 @@ def section(results: dict[str, Any], command: str) -> str:
             f"Run {results['when']} on git {results['commit']}: `{command}`",
             "",
             f"Ours: the node simulator process alone, status every {results['heartbeat_s']:.0f}"
-            " s and no Node leases. kwok: its defaults (Node leases of 40 s, status every 10-20"
+            f" s and {leases}. kwok: its defaults (Node leases of 40 s, status every 10-20"
             " minutes). The writes row is what each sends to keep its Nodes Ready.",
             "",
             table,
@@ -252,6 +257,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="measured seconds; cover ours' status period [360]",
     )
     p.add_argument("--heartbeat-seconds", type=float, default=300.0)
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=0.0,
+        help="simulated kubelets' Node Lease renewal period [0: no Leases; kubelet's is 10]",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="to get every Node Ready [900]")
     p.add_argument("--kwok-version", default="v0.7.0")
     p.add_argument("--workdir", type=Path)
@@ -270,6 +281,7 @@ async def main(argv: list[str]) -> int:
         "commit": dict(report.machine_info())["machinepool"].removeprefix("git "),
         "kwok_version": args.kwok_version,
         "heartbeat_s": args.heartbeat_seconds,
+        "lease_s": args.lease_seconds,
     }
     results["ours"] = await run_ours(args, base / "ours")
     results["kwok"] = await run_kwok(args, base / "kwok", binary)

@@ -113,7 +113,11 @@ async def run_one(shards: int, args: argparse.Namespace) -> Run:
                         client, cluster_name(i), NAMESPACE, workloads[i % len(workloads)]
                     )
                 infra = procs.infra(
-                    env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
+                    env.kubeconfig_for(INFRA_USER),
+                    workdir,
+                    INFRA_USER,
+                    args.heartbeat_seconds,
+                    lease_seconds=args.lease_seconds,
                 )
                 kubeconfig = env.kubeconfig_for(CORE_USER)
                 for i in range(shards):
@@ -194,6 +198,12 @@ def main() -> None:
     parser.add_argument("--shards", default="1,2,3", help="comma-separated replica counts")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=40.0)
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=0.0,
+        help="simulated kubelets' Node Lease renewal period [0: no Leases; kubelet's is 10]",
+    )
     args = parser.parse_args()
     args.workloads = args.workloads or args.clusters
     runs = []

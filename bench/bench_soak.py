@@ -251,7 +251,11 @@ async def soak(args: argparse.Namespace, workdir: Path) -> Outcome:
         async with client, workload:
             await env.install(client, "ours")
             infra = procs.infra(
-                env.kubeconfig_for(INFRA_USER), workdir, INFRA_USER, args.heartbeat_seconds
+                env.kubeconfig_for(INFRA_USER),
+                workdir,
+                INFRA_USER,
+                args.heartbeat_seconds,
+                lease_seconds=args.lease_seconds,
             )
             core = procs.ours_core(env.kubeconfig_for(CORE_USER), workdir, CORE_USER)
             processes = [core, infra]
@@ -389,6 +393,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--step-timeout", type=float, default=300.0, help="seconds per step [300]")
     p.add_argument(
         "--heartbeat-seconds", type=float, default=40.0, help="node simulator status period [40]"
+    )
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=0.0,
+        help="simulated kubelets' Node Lease renewal period [0: no Leases; kubelet's is 10]",
     )
     p.add_argument("--workdir", type=Path, help="keep logs here [a temporary folder]")
     p.add_argument("--no-results", action="store_true", help="do not rewrite bench/RESULTS.md")

@@ -4,6 +4,9 @@
 - ``client``: an async raw-JSON client for the management cluster.
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``workload``: a fresh workload cluster (its own kube-apiserver on the shared etcd).
+- ``workload_pods``: ``None``, or the ``PodLifecycle`` the ``workload`` is started with; a test
+  module whose Pods must be scheduled, replaced or evicted as in a user's cluster overrides it
+  (the scheduler, and the node lifecycle, pod GC, Deployment and ReplicaSet controllers).
 - ``crds``: every CRD machinepool generates, installed once and Established.
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
@@ -32,7 +35,7 @@ from tests.support import wait_established
 from tests.support.tasks import TaskTracker, cancel, describe
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane, WorkloadCluster
+from machinepool.controlplane import ControlPlane, PodLifecycle, WorkloadCluster
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,9 +125,18 @@ async def namespace(client: Client) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def workload(control_plane: ControlPlane) -> Iterator[WorkloadCluster]:
+def workload_pods() -> PodLifecycle | None:
+    """No scheduler and no node lifecycle controller: most tests need no Pods scheduled, and
+    the node lifecycle controller would judge Nodes by Leases that not every test renews."""
+    return None
+
+
+@pytest.fixture
+def workload(
+    control_plane: ControlPlane, workload_pods: PodLifecycle | None
+) -> Iterator[WorkloadCluster]:
     name = f"w-{uuid.uuid4().hex[:8]}"
-    cluster = control_plane.start_workload(name)
+    cluster = control_plane.start_workload(name, pods=workload_pods)
     try:
         yield cluster
     finally:

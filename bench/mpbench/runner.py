@@ -1,14 +1,15 @@
 """The benchmark's own controller process: the shared infrastructure, and a fallback core.
 
     python bench/mpbench/runner.py --components bootstrap,sim,kubelet --kubeconfig K \
-        --metrics-bind-address A [--heartbeat-seconds 300]
+        --metrics-bind-address A [--heartbeat-seconds 300] [--lease-seconds 0]
 
 Wires the named components onto one Manager as ``machinepool.app.process.build`` does (each
 package's ``setup(mgr, cluster_cache, options)``), without webhooks or leader election, and
 runs it until SIGTERM. ``procs`` runs the shared infrastructure (bootstrap, Sim provider, node
 simulator) with it, the heartbeat set to kubelet's default nodeStatusReportFrequency (5
-minutes) and ``--concurrency`` applied to every controller at once; and runs our core with it
-only when ``machinepool.app`` does not import, saying so.
+minutes), Node Leases off unless ``--lease-seconds`` asks for them (kubelet renews every 10 s:
+one write per Node each time) and ``--concurrency`` applied to every controller at once; and
+runs our core with it only when ``machinepool.app`` does not import, saying so.
 
 With ``MPBENCH_MEMDUMP=DIR`` in its environment it traces allocations (``tracemalloc``, 10
 frames) and, on each SIGUSR1, writes ``DIR/<pid>-<n>.tracemalloc`` (a snapshot, to compare with
@@ -57,7 +58,10 @@ def _setups(args: argparse.Namespace) -> list[Setup]:
         )
 
     workers = {"concurrency": args.concurrency} if args.concurrency else {}
-    heartbeat = kubelet.KubeletOptions(kubelet_heartbeat_seconds=args.heartbeat_seconds)
+    heartbeat = kubelet.KubeletOptions(
+        kubelet_heartbeat_seconds=args.heartbeat_seconds,
+        kubelet_lease_renew_seconds=args.lease_seconds,
+    )
     table: dict[str, list[Setup]] = {
         "core": [partial(machinepool.setup, **workers), partial(machine.setup, **workers)],
         "bootstrap": [
@@ -119,6 +123,7 @@ def main() -> None:
     p.add_argument("--name", default="machinepool-controller")
     p.add_argument("--metrics-bind-address", dest="bind", default="127.0.0.1:0")
     p.add_argument("--heartbeat-seconds", type=float, default=300.0)
+    p.add_argument("--lease-seconds", type=float, default=0.0, help="Node Lease renewal [0: off]")
     p.add_argument("--concurrency", type=int, default=0, help="workers per controller [0: default]")
     args = p.parse_args()
     configure_logging(logging.WARNING)

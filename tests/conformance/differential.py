@@ -54,6 +54,8 @@ class Side:
     client: Client
     workload: Client
     namespace: str
+    node_names: dict[str, str] = field(default_factory=dict)
+    """Each Node name and address seen, and what it is said as (``replacements``)."""
     infra_uids: dict[str, str] = field(default_factory=dict)
     """The infra pool UID of each pool, as last read: instance names keep carrying it after
     the infra pool is gone."""
@@ -69,20 +71,35 @@ class Side:
             for m in (await self.client.list(MACHINES, self.namespace)).items
             if (m["metadata"].get("labels") or {}).get("cluster.x-k8s.io/pool-name") == pool
         ]
-        nodes = [
-            n
-            for n in (await self.workload.list(NODES)).items
-            if n["metadata"]["name"].startswith(f"{pool}-")
-        ]
+        nodes = await self.pool_nodes(pool)
         return {
             "MachinePool": mp,
             "Machines": sorted(machines, key=lambda m: m["metadata"]["name"]),
-            "Nodes": sorted(nodes, key=lambda n: n["metadata"]["name"]),
+            "Nodes": sorted(nodes, key=_instance_of),
         }
+
+    async def pool_nodes(self, pool: str) -> list[Obj]:
+        """The pool's Nodes, known by providerID (``<scheme>:///[<zone>/]<instance>``): a
+        Node is named after its instance's hostname, which says nothing of the pool."""
+        return [
+            n
+            for n in (await self.workload.list(NODES)).items
+            if _instance_of(n).startswith(f"{pool}-")
+        ]
 
     async def replacements(self, pool: str) -> dict[str, str]:
         """Strings that differ between the sides only by construction, and what they become."""
         out = {self.namespace: "NAMESPACE", WATCH_FILTER + "=" + self.name: "WATCH-FILTER"}
+        # A Node's name and address come from the address the cloud gave its instance, which
+        # differs between the sides: both are said as the instance's (itself normalised below).
+        # Nodes seen earlier count too: a nodeRef or a message can outlive its Node.
+        for node in await self.pool_nodes(pool):
+            instance = _instance_of(node)
+            self.node_names[node["metadata"]["name"]] = f"NODE-OF-{instance}"
+            for address in (node.get("status") or {}).get("addresses") or []:
+                if address.get("type") == "InternalIP":
+                    self.node_names[str(address["address"])] = f"IP-OF-{instance}"
+        out.update(self.node_names)
         # Once the infra pool is deleted (infra-deleted), the UID remembered earlier serves.
         with contextlib.suppress(NotFound):
             infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
@@ -90,6 +107,10 @@ class Side:
         if pool in self.infra_uids:
             out[f"{pool}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
         return out
+
+
+def _instance_of(node: Obj) -> str:
+    return str((node.get("spec") or {}).get("providerID") or "").rpartition("/")[2]
 
 
 # -- upstream's access -----------------------------------------------------------------------

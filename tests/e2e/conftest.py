@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from tests.support import Changes
 from tests.support.builders import VERSION, create_pool
@@ -31,6 +32,7 @@ from machinepool.runtime import (
     Obj,
 )
 from machinepool.sim import SimCloud
+from machinepool.sim.kubelet import KubeletOptions
 
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""
@@ -71,6 +73,16 @@ class System(Changes):
             for m in items
             if (m["metadata"].get("labels") or {}).get("cluster.x-k8s.io/pool-name") == pool
         ]
+
+    def node_of(self, machine: str) -> Obj | None:
+        """The Node of pool Machine ``machine``, matched by providerID as the core matches
+        it: a Node is named after its instance's hostname, never after the instance or its
+        Machine."""
+        obj = self.watched["machines"].get(machine, self.namespace) or {}
+        pid = (obj.get("spec") or {}).get("providerID")
+        if not pid:
+            return None
+        return next((n for n in self.nodes.list() if n["spec"].get("providerID") == pid), None)
 
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [
@@ -134,9 +146,22 @@ def _node_ready(node: Obj) -> bool:
     return False
 
 
+@pytest.fixture
+def kubelet_options() -> KubeletOptions:
+    """The node simulator's settings for ``system``; a test module overrides this fixture to
+    change them. A stopped kubelet's Node turns Unknown 5 s after its last heartbeat or Lease
+    renewal (kube-controller-manager's default is 50 s): health-check tests wait less,
+    nothing else is affected. Leases are renewed every 10 s, kubelet's default."""
+    return KubeletOptions(kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0)
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def system(
-    client: Client, namespace: str, workload: WorkloadCluster, crds: list[str]
+    client: Client,
+    namespace: str,
+    workload: WorkloadCluster,
+    crds: list[str],
+    kubelet_options: KubeletOptions,
 ) -> AsyncIterator[System]:
     from machinepool import bootstrap
     from machinepool.bootstrap import kubeadm
@@ -157,13 +182,7 @@ async def system(
         sim.setup,
     ):
         await setup(mgr, cache)
-    # A stopped kubelet's Node turns Unknown 5 s after its last heartbeat (kube-controller-
-    # manager's default is 50 s): health-check tests wait less, nothing else is affected.
-    await kubelet.setup(
-        mgr,
-        cache,
-        kubelet.KubeletOptions(kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0),
-    )
+    await kubelet.setup(mgr, cache, kubelet_options)
     await mgr.start()
     workload_client = await Client.from_kubeconfig(workload.kubeconfig)
     nodes = Informer(workload_client, NODES)

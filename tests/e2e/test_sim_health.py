@@ -27,6 +27,7 @@ from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
 from machinepool.cli import timeline
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
+from machinepool.sim import InstanceRecord
 
 UNHEALTHY_NODE = [
     {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},
@@ -151,6 +152,8 @@ async def test_not_ready_node_is_replaced(system: System, journal: Journal) -> N
     await _health_check(system, "heal")
     await system.until(lambda: _healthy(system, "heal", 2), "both targets healthy")
     victim = sorted(m["metadata"]["name"] for m in system.machines("heal"))[0]
+    victim_node = system.node_of(victim)
+    assert victim_node is not None
     await system.cloud.stop_kubelet(system.namespace, victim)
 
     def replaced() -> bool:
@@ -169,7 +172,7 @@ async def test_not_ready_node_is_replaced(system: System, journal: Journal) -> N
         ),
         "Remediating back to False",
     )
-    assert victim not in {n["metadata"]["name"] for n in system.nodes.list()}
+    assert system.nodes.get(victim_node["metadata"]["name"]) is None
     assert journal.deleted("heal") == [victim]
 
 
@@ -192,6 +195,8 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
     await system.until(lambda: first_instance() is not None, "the first instance is created")
     stuck = first_instance()
     assert stuck is not None
+    stuck_pid = InstanceRecord.from_secret(secrets.get(stuck, system.namespace) or {}).provider_id
+    assert stuck_pid
     await system.cloud.stop_kubelet(system.namespace, stuck)
 
     def replaced() -> bool:
@@ -205,7 +210,8 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
         "False",
         "NodeStartupTimeout",
     ) in journal.machine_conditions
-    assert stuck not in {n["metadata"]["name"] for n in system.nodes.list()}
+    # It never joined, so no Node ever named it; nor does any now carry its providerID.
+    assert stuck_pid not in {n["spec"].get("providerID") for n in system.nodes.list()}
 
 
 async def test_three_of_five_unhealthy_at_forty_percent_remediates_none(

@@ -56,10 +56,12 @@ async def test_failed_instance_is_replaced(system: System) -> None:
     await system.create_pool("workers", 2)
     await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes")
     victim = system.machines("workers")[0]["metadata"]["name"]
+    victim_node = system.node_of(victim)
+    assert victim_node is not None
     await system.cloud.fail_instance(system.namespace, victim)
     await system.until(
         lambda: (
-            victim not in {n["metadata"]["name"] for n in system.nodes.list()}
+            system.nodes.get(victim_node["metadata"]["name"]) is None
             and victim not in {m["metadata"]["name"] for m in system.machines("workers")}
             and system.pool_running("workers", 2)
         ),
@@ -115,7 +117,9 @@ async def test_delete_machine_annotation_picks_the_victim(system: System) -> Non
         ),
         "scaled to 2 by removing the annotated Machine",
     )
-    assert {n["metadata"]["name"] for n in system.nodes.list()} == survivors
+    # What a user compares: the Nodes left are those the surviving Machines' nodeRefs name.
+    refs = {m["status"]["nodeRef"]["name"] for m in system.machines("workers")}
+    assert {n["metadata"]["name"] for n in system.nodes.list()} == refs
 
 
 async def test_deleting_the_machine_pool_leaves_nothing_behind(system: System) -> None:
@@ -256,11 +260,14 @@ async def test_scale_down_cordons_evicts_within_the_pdb_then_deletes_the_node(
     timeout = {"spec": {"template": {"spec": {"deletion": {"nodeDrainTimeoutSeconds": 8}}}}}
     await system.client.patch(MACHINE_POOLS, "workers", timeout, system.namespace)
     victim = sorted(m["metadata"]["name"] for m in system.machines("workers"))[0]
+    victim_node = system.node_of(victim)
+    assert victim_node is not None
+    node_name = victim_node["metadata"]["name"]  # its hostname, not the Machine's name
     wl = system.workload_client
     guard = {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
     await wl.create(PDBS, {"metadata": {"name": "guard"}, "spec": guard}, "default")
     for name, app in (("plain", "plain"), ("guarded-a", "guarded"), ("guarded-b", "guarded")):
-        await wl.create(PODS, _pod(name, victim, app), "default")
+        await wl.create(PODS, _pod(name, node_name, app), "default")
 
     async def one_disruption_allowed() -> bool:
         pdb = await wl.get(PDBS, "guard", "default")
@@ -272,8 +279,9 @@ async def test_scale_down_cordons_evicts_within_the_pdb_then_deletes_the_node(
 
     def on_node(node: Obj) -> None:
         cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-        if node["metadata"]["name"] == victim and cordoned and ("cordoned", victim) not in story:
-            story.append(("cordoned", victim))
+        event = ("cordoned", node_name)
+        if node["metadata"]["name"] == node_name and cordoned and event not in story:
+            story.append(event)
 
     def on_pod(pod: Obj, gone: bool = False) -> None:
         event = ("evicted", pod["metadata"]["name"])
@@ -294,13 +302,13 @@ async def test_scale_down_cordons_evicts_within_the_pdb_then_deletes_the_node(
         await system.client.patch(MACHINES, victim, annotation, system.namespace)
         await system.scale("workers", 1)
         await system.until(
-            lambda: ("deleted", victim) in story and system.pool_running("workers", 1),
+            lambda: ("deleted", node_name) in story and system.pool_running("workers", 1),
             "the victim's Node drained and deleted",
         )
     finally:
         await pods.stop()
-    gone = story.index(("deleted", victim))
-    assert story[0] == ("cordoned", victim), story
+    gone = story.index(("deleted", node_name))
+    assert story[0] == ("cordoned", node_name), story
     evicted = {name for event, name in story[:gone] if event == "evicted"}
     assert "plain" in evicted, story
     assert len(evicted & {"guarded-a", "guarded-b"}) == 1, story

@@ -54,8 +54,12 @@ async def test_a_joining_node_costs_its_machine_and_node_few_writes(system: Syst
     def record(kind: str) -> FuncHandler:
         def note(obj: Obj) -> None:
             meta = obj.get("metadata") or {}
-            if str(meta.get("name", "")).startswith("counted"):
-                seen.setdefault(f"{kind}/{meta['name']}", set()).add(meta["resourceVersion"])
+            # A Node is the pool's by its providerID (sim:///<zone>/<instance>): its name is
+            # the instance's hostname, which says nothing of the pool.
+            pid = str((obj.get("spec") or {}).get("providerID") or "")
+            ident = pid.rpartition("/")[2] if kind == "Node" else str(meta.get("name", ""))
+            if ident.startswith("counted"):
+                seen.setdefault(f"{kind}/{ident}", set()).add(meta["resourceVersion"])
 
         def update(old: Obj, new: Obj) -> None:
             if kind == "Node" and _node_marks(old) == _node_marks(new):

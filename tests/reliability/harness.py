@@ -264,8 +264,8 @@ class World(Changes):
     seen_records: dict[str, InstanceRecord] = field(default_factory=dict)
     """Every instance record ever seen, by id (records are pruned once terminated)."""
     pool_by_provider_id: dict[str, str] = field(default_factory=dict)
-    """The pool of every instance ever seen, by providerID: how the core matches a Node to its
-    instance, whatever the Node is named."""
+    """The pool of every instance ever seen: a Node is named after its instance's hostname,
+    so its pool is known only through its providerID."""
     patience = WAIT
 
     @classmethod
@@ -332,6 +332,14 @@ class World(Changes):
     def pool_of(self, node: Obj) -> str | None:
         """The pool whose instance ``node`` runs on, if its instance was seen."""
         return self.pool_by_provider_id.get(str((node.get("spec") or {}).get("providerID", "")))
+
+    def node_of(self, machine: str) -> Obj | None:
+        """The Node of pool Machine ``machine``, matched by providerID as the core matches
+        it (a Node is named after its instance's hostname, never after the Machine)."""
+        pid = ((self.get("machines", machine) or {}).get("spec") or {}).get("providerID")
+        if not pid:
+            return None
+        return next((n for n in self.nodes() if n["spec"].get("providerID") == pid), None)
 
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [

@@ -579,6 +579,8 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
 
             await eventually(healthy, within=180)
             victim = sorted(m["metadata"]["name"] for m in _pool_machines(world, pool))[0]
+            victim_node = world.node_of(victim)
+            assert victim_node is not None
             await SimCloud(client).stop_kubelet(ns, victim)
             await world.until(
                 lambda: (
@@ -587,7 +589,7 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
                 ),
                 f"{victim} marked by upstream, remediated by us, replaced",
             )
-            assert [d.name for d in world.deleted_nodes] == [victim]
+            assert [d.name for d in world.deleted_nodes] == [victim_node["metadata"]["name"]]
         finally:
             await world.stop()
             for name in ("heal-providers", "heal-kubelet", "ours-core"):

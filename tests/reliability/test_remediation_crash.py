@@ -81,9 +81,11 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
         await world.until(lambda: healthy(3), "3 healthy targets")
         machines = sorted(m["metadata"]["name"] for m in world.objects("machines"))
         victim, spared = machines[0], set(machines[1:])
+        victim_node = world.node_of(victim)
+        assert victim_node is not None
         await SimCloud(env.client).stop_kubelet(env.namespace, victim)
         await world.until(
-            lambda: _status(world.get("nodes", victim), "Ready") == "Unknown",
+            lambda: _status(world.node_of(victim), "Ready") == "Unknown",
             f"{victim}'s Node Unknown after the grace period",
         )
         kills = asyncio.create_task(chaos_kills(controller, KILLS * scale, rng, max_delay=2.0))
@@ -99,7 +101,7 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
         await world.until(world.settled(name, 3, VERSION), "settled after the last kill")
         assert check_converged(world, name, 3, VERSION) == []
         assert deleted_machines == [victim], deleted_machines
-        assert [d.name for d in world.deleted_nodes] == [victim]
+        assert [d.name for d in world.deleted_nodes] == [victim_node["metadata"]["name"]]
         assert spared <= {m["metadata"]["name"] for m in world.objects("machines")}
         assert controller.kills == KILLS * scale
     finally:

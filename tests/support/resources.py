@@ -28,6 +28,7 @@ __all__ = [
     "CLUSTERS",
     "CLUSTER_ROLES",
     "CLUSTER_ROLE_BINDINGS",
+    "DEPLOYMENTS",
     "KUBEADM_CONFIGS",
     "MACHINES",
     "MACHINE_HEALTH_CHECKS",
@@ -46,3 +47,4 @@ CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "Clu
 CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")

@@ -11,7 +11,13 @@ import pytest
 
 from machinepool.api import constants as c
 from machinepool.sim.kubelet import InvalidBootstrapData, parse_join
-from machinepool.sim.kubelet.node import node_object, node_status
+from machinepool.sim.kubelet.node import (
+    lease_age,
+    node_lease,
+    node_lease_renewal,
+    node_object,
+    node_status,
+)
 from machinepool.sim.records import InstanceRecord
 
 JOIN = """apiVersion: kubeadm.k8s.io/v1beta4
@@ -85,6 +91,8 @@ def record(**kw: object) -> InstanceRecord:
         "bootstrap_version": "data@1",
         "forced_state": "",
         "attributes": {"instanceType": "sim.small"},
+        "private_ip": "10.0.1.23",
+        "hostname": "ip-10-0-1-23.sim.internal",
     }
     base.update(kw)
     return InstanceRecord(**base)  # type: ignore[arg-type]
@@ -101,14 +109,20 @@ def test_state_follows_the_boot_clock_and_forced_states() -> None:
 
 def test_node_registers_provider_id_taint_and_version() -> None:
     r = record()
-    node = node_object(r, [], {"role": "worker"})
+    node = node_object(r, "ip-10-0-1-23.sim.internal", [], {"role": "worker"})
+    assert node["metadata"]["name"] == "ip-10-0-1-23.sim.internal"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "ip-10-0-1-23.sim.internal"
     assert node["spec"]["providerID"] == r.provider_id
     assert node["spec"]["taints"] == [
         {"key": c.UNINITIALIZED_TAINT_KEY, "effect": c.UNINITIALIZED_TAINT_EFFECT}
     ]
     assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-a"
-    status = node_status(r, True, r.boot_at)["status"]
+    status = node_status(r, "ip-10-0-1-23.sim.internal", True, r.boot_at)["status"]
     assert status["nodeInfo"]["kubeletVersion"] == "v1.34.0"
+    assert status["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.1.23"},
+        {"type": "Hostname", "address": "ip-10-0-1-23.sim.internal"},
+    ]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     # A kubelet reports the pressure conditions beside Ready; upstream's Machine NodeHealthy
     # is Unknown without them.
@@ -118,5 +132,72 @@ def test_node_registers_provider_id_taint_and_version() -> None:
         "DiskPressure": "False",
         "PIDPressure": "False",
     }
-    unready = node_status(r, False, r.boot_at)["status"]["conditions"]
+    unready = node_status(r, "n", False, r.boot_at)["status"]["conditions"]
     assert {c["type"]: c["status"] for c in unready}["Ready"] == "False"
+
+
+def named(name: str, header: str = "## template: jinja\n") -> bytes:
+    """Bootstrap data whose JoinConfiguration sets nodeRegistration.name to ``name``."""
+    join = JOIN.replace("nodeRegistration:\n", f"nodeRegistration:\n  name: '{name}'\n")
+    return header.encode() + cloud_config(join).split(b"\n", 1)[1]
+
+
+HOSTNAME = "ip-10-0-1-23.sim.internal"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        '{{ ds.meta_data["local_hostname"] }}',  # ours (the demo, the bench) and CAPZ's
+        "{{ ds.meta_data.local_hostname }}",  # CAPA's
+        "{{ local_hostname }}",  # CAPV's and CAPO's
+        "{{v1.local_hostname}}",
+    ],
+)
+def test_a_templated_node_name_is_rendered_from_the_instance_metadata(template: str) -> None:
+    r = record(hostname="ip-10-0-9-9.sim.internal")
+    info = parse_join(named(template))
+    assert info.node_name(r.hostname, r.meta_data()) == "ip-10-0-9-9.sim.internal"
+
+
+def test_the_node_is_named_after_the_hostname_unless_the_join_names_it() -> None:
+    r = record()
+    assert parse_join(cloud_config(JOIN)).node_name(r.hostname, r.meta_data()) == HOSTNAME
+    assert parse_join(named("worker-1")).node_name(r.hostname, r.meta_data()) == "worker-1"
+    ided = parse_join(named("w-{{ ds.meta_data.instance_id }}"))
+    assert ided.node_name(r.hostname, r.meta_data()) == "w-pool-abcde-1"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # cloud-init renders nothing without the header: the braces stay, kubeadm refuses them
+        (named("{{ ds.meta_data.local_hostname }}", header=""), "not a valid Node name"),
+        (named("{{ ds.meta_data.no_such_key }}"), "has no 'no_such_key'"),
+        (named("{{ ds.meta_data.local_hostname | upper }}"), "variable look-ups only"),
+        (named("Worker_1"), "not a valid Node name"),
+    ],
+)
+def test_a_node_name_that_cannot_be_rendered_or_used_is_refused(data: bytes, message: str) -> None:
+    r = record()
+    with pytest.raises(InvalidBootstrapData, match=message):
+        parse_join(data).node_name(r.hostname, r.meta_data())
+
+
+def test_a_node_lease_is_held_and_owned_by_its_node_and_ages_from_its_renewal() -> None:
+    node = {"metadata": {"name": HOSTNAME, "uid": "u-7"}}
+    now = datetime(2025, 1, 1, 0, 0, 0, 250000, tzinfo=UTC)
+    lease = node_lease(node, now, 40)
+    assert lease["metadata"]["namespace"] == "kube-node-lease"
+    assert lease["metadata"]["name"] == HOSTNAME
+    assert lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": HOSTNAME, "uid": "u-7"}
+    ]
+    assert lease["spec"] == {
+        "holderIdentity": HOSTNAME,
+        "leaseDurationSeconds": 40,
+        "renewTime": "2025-01-01T00:00:00.250000Z",
+    }
+    assert node_lease_renewal(HOSTNAME, now, 40)["spec"] == lease["spec"]
+    assert lease_age(lease, now + timedelta(seconds=3)) == pytest.approx(3.0)
+    assert lease_age(None, now) == float("inf")

@@ -33,6 +33,8 @@ def record() -> r.InstanceRecord:
         bootstrap_version="7",
         forced_state="",
         attributes={"instanceType": "sim.small"},
+        private_ip="10.0.1.23",
+        hostname="ip-10-0-1-23.sim.internal",
     )
 
 
@@ -50,6 +52,7 @@ def test_a_written_record_reads_back_whole() -> None:
         "extra": "yes",
     }
     assert meta["ownerReferences"] == [OWNER]
+    assert meta["annotations"][r.ADDRESS_ANNOTATION] == "10.0.1.23"
     assert r.InstanceRecord.from_secret(secret) == record()
     assert r.user_data(secret) == b"#cloud-config"
 
@@ -100,3 +103,40 @@ def test_the_sim_provider_exports_only_its_controller_side() -> None:
     }
     assert {"SimCloud", "Faults", "FaultsWatch", "InstanceRecord"} <= set(sim.__all__)
     assert all(hasattr(sim, name) for name in sim.__all__)
+
+
+def test_a_record_from_before_hostnames_reads_back_named_as_its_nodes_were() -> None:
+    """Records written before the cloud allocated addresses have none; their Nodes were
+    named after the instance id, which is what their hostname reads back as."""
+    old = dataclasses.replace(record(), private_ip="", hostname="")
+    read = r.InstanceRecord.from_secret(
+        r.instance_secret(old, userdata=b"", labels={}, owner=OWNER)
+    )
+    assert (read.private_ip, read.hostname) == ("", "pool-abcde-3")
+
+
+def test_an_address_is_stable_for_an_instance_and_never_one_in_use() -> None:
+    first = r.allocate_address("ns", "pool-abcde-3", lambda _ip: False)
+    assert first == r.allocate_address("ns", "pool-abcde-3", lambda _ip: False)
+    assert first.startswith("10.")
+    assert r.hostname_of(first) == f"ip-{first.replace('.', '-')}.sim.internal"
+    used = {first}
+    second = r.allocate_address("ns", "pool-abcde-3", used.__contains__)
+    assert second != first
+    asked: list[str] = []
+
+    def busy_for_a_while(ip: str) -> bool:
+        asked.append(ip)
+        return len(asked) < 300  # 300 candidates in a row cross a .255/.0 boundary
+
+    chosen = r.allocate_address("ns", "pool-abcde-3", busy_for_a_while)
+    assert chosen == asked[-1]
+    assert not [ip for ip in asked if ip.endswith((".0", ".255"))]
+
+
+def test_the_metadata_service_answers_what_cloud_init_templates_ask() -> None:
+    meta = record().meta_data()
+    assert meta["local_hostname"] == "ip-10-0-1-23.sim.internal"
+    assert meta["instance_id"] == "pool-abcde-3"
+    assert meta["local_ipv4"] == "10.0.1.23"
+    assert meta["availability_zone"] == "zone-b"

@@ -1,7 +1,8 @@
 """Local Kubernetes control planes for development, tests, demos and benchmarks.
 
 ``ControlPlane`` runs etcd, a management kube-apiserver and kube-controller-manager on
-loopback; ``ControlPlane.start_workload`` adds workload clusters on the same etcd.
+loopback; ``ControlPlane.start_workload`` adds workload clusters on the same etcd (with
+``pods=PodLifecycle()``, ones whose Pods are scheduled and evicted as in a user's cluster).
 ``find_binaries`` locates (or builds from Go modules) the binaries they run.
 """
 
@@ -11,13 +12,14 @@ from machinepool.controlplane.binaries import (
     find_binaries,
     optional_binary,
 )
-from machinepool.controlplane.cluster import ControlPlane, WorkloadCluster
+from machinepool.controlplane.cluster import ControlPlane, PodLifecycle, WorkloadCluster
 from machinepool.controlplane.process import ProcessFailed
 
 __all__ = [
     "KUBERNETES_VERSION",
     "BinariesNotFound",
     "ControlPlane",
+    "PodLifecycle",
     "ProcessFailed",
     "WorkloadCluster",
     "find_binaries",

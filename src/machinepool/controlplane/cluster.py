@@ -4,7 +4,10 @@ The management cluster is etcd, a kube-apiserver and a kube-controller-manager (
 collector, namespaces, ServiceAccounts). A workload cluster is one more kube-apiserver on the
 same etcd under its own ``--etcd-prefix``, with its own CA, bootstrap-token authentication
 (so simulated nodes join as real kubeadm nodes do) and its own controller-manager (token
-cleaner, garbage collector, namespaces, ServiceAccounts). Every process listens on a free
+cleaner, garbage collector, namespaces, ServiceAccounts, PodDisruptionBudget status). A
+workload cluster started with ``PodLifecycle`` is one a user's Pods can live in: its
+controller-manager also runs the node lifecycle, pod garbage collector, Deployment and
+ReplicaSet controllers, and a kube-scheduler binds its Pods. Every process listens on a free
 loopback port; everything lives in one work directory.
 
 Used by the pytest fixtures, the ``machinepool up`` / ``demo`` commands and the benchmarks.
@@ -14,18 +17,20 @@ The methods block: call them from the thread that owns the cluster (children are
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import ssl
 import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from machinepool.controlplane.binaries import find_binaries
+from machinepool.controlplane.binaries import BinariesNotFound, find_binaries
 from machinepool.controlplane.process import (
     Process,
     ProcessFailed,
@@ -54,6 +59,49 @@ _WORKLOAD_CONTROLLERS = (
     "serviceaccount-token-controller",
     "token-cleaner-controller",
 )
+_POD_LIFECYCLE_CONTROLLERS = (
+    "deployment-controller",
+    "node-lifecycle-controller",  # Ready Unknown and unreachable taints; lifts not-ready
+    "pod-garbage-collector-controller",
+    "replicaset-controller",
+)
+
+
+@dataclass(frozen=True)
+class PodLifecycle:
+    """What a workload cluster runs, beyond its API, for Pods to live in it as in a user's
+    cluster: a kube-scheduler, and the node lifecycle, pod garbage collector, Deployment and
+    ReplicaSet controllers in its controller-manager.
+
+    Off by default (``ControlPlane.start_workload(name)``): the node lifecycle controller
+    judges every Node by its heartbeats and Lease renewals, and the benchmarks run the node
+    simulator without Leases, where it would turn every Node Unknown. The scheduler comes
+    with it: without that controller new Nodes keep the ``node.kubernetes.io/not-ready``
+    taint admission gives them, and a scheduler would place nothing. Tests and tools that
+    need Pods scheduled or evicted ask for both.
+
+    The defaults are kube-controller-manager's own. A test that stops a kubelet shortens
+    them so the Node turns Unknown in seconds; the grace period must stay well above the
+    period at which the kubelets renew their Leases, or healthy Nodes turn Unknown too.
+    """
+
+    node_monitor_grace_seconds: float = 50.0
+    """``--node-monitor-grace-period``: how long a Node may go without a heartbeat or Lease
+    renewal before its Ready condition turns Unknown and it is tainted unreachable."""
+    node_monitor_period_seconds: float = 5.0
+    """``--node-monitor-period``: how often the node lifecycle controller checks."""
+
+    def kcm_args(self) -> tuple[str, ...]:
+        """The controller-manager flags that tune the node lifecycle controller."""
+        return (
+            f"--node-monitor-grace-period={_duration(self.node_monitor_grace_seconds)}",
+            f"--node-monitor-period={_duration(self.node_monitor_period_seconds)}",
+        )
+
+
+def _duration(seconds: float) -> str:
+    """A Go duration for a number of seconds (milliseconds kept)."""
+    return f"{round(seconds * 1000)}ms"
 
 
 def _b64(data: bytes) -> str:
@@ -146,6 +194,7 @@ class _ApiServerCluster:
         etcd_prefix: str,
         controllers: tuple[str, ...],
         extra_args: tuple[str, ...] = (),
+        kcm_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.dir = workdir
@@ -154,6 +203,7 @@ class _ApiServerCluster:
         self._etcd_prefix = etcd_prefix
         self._controllers = controllers
         self._extra_args = extra_args
+        self._kcm_args = kcm_args
         self.pki = _Pki(workdir / "pki", name)
         self._port_file = workdir / "port"
         self.port = remembered_port(self._port_file)
@@ -215,6 +265,7 @@ class _ApiServerCluster:
             f"--root-ca-file={self.pki.ca_crt}",
             "--use-service-account-credentials=false",
             "--concurrent-gc-syncs=5",
+            *self._kcm_args,
         ]
 
     def _ready(self) -> bool:
@@ -272,7 +323,82 @@ class _ApiServerCluster:
 
 
 class WorkloadCluster(_ApiServerCluster):
-    """A workload cluster's API: nodes join it with bootstrap tokens."""
+    """A workload cluster's API: nodes join it with bootstrap tokens. With ``pods`` (a
+    ``PodLifecycle``), its controller-manager runs the controllers Pods need and a
+    kube-scheduler (``scheduler``) binds them."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        binaries: Path,
+        etcd_url: str,
+        etcd_prefix: str,
+        pods: PodLifecycle | None = None,
+    ) -> None:
+        controllers: tuple[str, ...] = _WORKLOAD_CONTROLLERS
+        kcm_args: tuple[str, ...] = ()
+        if pods is not None:
+            controllers = tuple(sorted({*controllers, *_POD_LIFECYCLE_CONTROLLERS}))
+            kcm_args = pods.kcm_args()
+        super().__init__(
+            name,
+            workdir,
+            binaries,
+            etcd_url,
+            etcd_prefix,
+            controllers,
+            ("--enable-bootstrap-token-auth",),
+            kcm_args,
+        )
+        self.pods = pods
+        self.scheduler: Process | None = None
+
+    def _scheduler_argv(self, binary: Path) -> list[str]:
+        """kube-scheduler under its own identity (in system:masters, as the controller-manager
+        is), no leader election, its health endpoint on a free loopback port."""
+        identity = pki.issue(self.pki.ca, "system:kube-scheduler", organization="system:masters")
+        kubeconfig = self.dir / "scheduler.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(self.pki.kubeconfig(self.url, "kube-scheduler", identity))
+        )
+        kubeconfig.chmod(0o600)
+        return [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+        ]
+
+    def start(self) -> None:
+        """Start the apiserver and controller-manager, and the scheduler when Pods live here.
+
+        ``BinariesNotFound`` when Pods should but no kube-scheduler was built."""
+        scheduler = None
+        if self.pods is not None:
+            scheduler = self._binaries / "kube-scheduler"
+            if not os.access(scheduler, os.X_OK):
+                raise BinariesNotFound(
+                    f"no kube-scheduler in {self._binaries}: run hack/controlplane/build.sh "
+                    "(it builds one), or add one to KUBEBUILDER_ASSETS"
+                )
+        super().start()
+        if scheduler is not None:
+            self.scheduler = Process(
+                f"{self.name}-kube-scheduler", self._scheduler_argv(scheduler), self.dir
+            )
+            self.scheduler.start()
+
+    def stop(self) -> None:
+        stop_all(list(self.processes()))
+
+    def processes(self) -> Iterator[Process]:
+        yield from super().processes()
+        if self.scheduler is not None:
+            yield self.scheduler
 
     @property
     def ca_cert_pem(self) -> bytes:
@@ -437,8 +563,14 @@ class ControlPlane:
     def restart_apiserver(self) -> None:
         self.management.restart_apiserver()
 
-    def start_workload(self, name: str) -> WorkloadCluster:
-        """Start a workload cluster's kube-apiserver (and controller-manager) on shared etcd."""
+    def start_workload(self, name: str, *, pods: PodLifecycle | None = None) -> WorkloadCluster:
+        """Start a workload cluster's kube-apiserver (and controller-manager) on shared etcd.
+
+        ``pods``: also the controllers and the scheduler Pods need, for a cluster whose Pods
+        are scheduled, replaced and evicted as in a user's (see ``PodLifecycle``):
+
+        >>> cp.start_workload("w", pods=PodLifecycle(node_monitor_grace_seconds=10))
+        """
         if name in self.workloads:
             raise ValueError(f"workload cluster {name!r} already started")
         assert self._binaries is not None
@@ -448,8 +580,7 @@ class ControlPlane:
             self._binaries,
             self.etcd_url,
             f"/workload/{name}",
-            _WORKLOAD_CONTROLLERS,
-            ("--enable-bootstrap-token-auth",),
+            pods,
         )
         try:
             workload.start()

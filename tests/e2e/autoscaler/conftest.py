@@ -5,10 +5,12 @@
   hack/autoscaler/build.sh can give the binary, and are left out with a one-line note
   otherwise; ``pytest -m autoscaler tests/e2e/autoscaler`` keeps them, failing loudly without it.
 - ``workload_client``: an async client on the test's workload cluster (admin).
-- ``scheduler``: a kube-scheduler for the test's workload cluster, plus a kube-controller-manager
-  running the node lifecycle controller (which lifts the not-ready taint new Nodes get) and the
-  disruption controller (PodDisruptionBudget status, which the autoscaler reads);
-  both stopped afterwards. Yields the scheduler and the controller-manager.
+- ``workload_pods``: every test here has its workload cluster started with ``PodLifecycle()``
+  (kube-controller-manager's defaults): a kube-scheduler binds the Pods the autoscaler plans
+  for, the node lifecycle controller lifts the not-ready taint new Nodes get, and the
+  disruption controller fills the PodDisruptionBudget status the autoscaler reads.
+- ``scheduler``: that workload cluster's processes (kube-apiserver, kube-controller-manager,
+  kube-scheduler), for the waits that fail at once, with their logs, when one of them exits.
 - ``autoscaler_binary``: the built cluster-autoscaler (session; builds once).
 - ``machineset_crd``: the MachineSet stand-in the clusterapi provider needs to start.
 - ``node_group_webhooks``: the MachinePool webhook server, registered only for MachinePools
@@ -31,20 +33,12 @@ import pytest_asyncio
 from tests.support.resources import MACHINE_POOLS
 
 from machinepool.api.features import FeatureGates
-from machinepool.controlplane import ControlPlane, WorkloadCluster
+from machinepool.controlplane import ControlPlane, PodLifecycle, WorkloadCluster
 from machinepool.controlplane.process import Process
 from machinepool.runtime import CRDS, ApiError, Client, FuncHandler, Obj
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
-from .harness import (
-    MACHINESET_CRD,
-    autoscaler_argv,
-    build_autoscaler,
-    control_plane_binary,
-    node_lifecycle_argv,
-    scheduler_argv,
-    start,
-)
+from .harness import MACHINESET_CRD, autoscaler_argv, build_autoscaler, start
 from .pools import WEBHOOK_LABEL
 
 
@@ -55,18 +49,13 @@ async def workload_client(workload: WorkloadCluster) -> AsyncIterator[Client]:
 
 
 @pytest.fixture
-def scheduler(workload: WorkloadCluster, tmp_path: Path) -> Iterator[list[Process]]:
-    kubeconfig = workload.kubeconfig
-    procs: list[Process] = []
-    try:
-        scheduler_bin = control_plane_binary("kube-scheduler")
-        procs.append(start("kube-scheduler", scheduler_argv(scheduler_bin, kubeconfig), tmp_path))
-        kcm_bin = control_plane_binary("kube-controller-manager")
-        procs.append(start("node-lifecycle", node_lifecycle_argv(kcm_bin, kubeconfig), tmp_path))
-        yield procs
-    finally:
-        for proc in procs:
-            proc.stop()
+def workload_pods() -> PodLifecycle:
+    return PodLifecycle()
+
+
+@pytest.fixture
+def scheduler(workload: WorkloadCluster) -> list[Process]:
+    return list(workload.processes())
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,19 @@
 """Processes and helpers for running the upstream cluster-autoscaler against machinepool.
 
-Used by the fixtures in ``conftest.py``: a kube-scheduler for a workload cluster (so that pending
-Pods get bound to the Nodes the node simulator registers) and cluster-autoscaler itself, with
-the clusterapi cloud provider pointed at the management cluster (where the MachinePools live)
-and the workload cluster (where the Nodes and Pods live). Both run as supervised children of the
-test process (``machinepool.controlplane.process.Process``): they die with it.
+Used by the fixtures in ``conftest.py``: cluster-autoscaler itself, with the clusterapi cloud
+provider pointed at the management cluster (where the MachinePools live) and the workload
+cluster (where the Nodes and Pods live), run as a supervised child of the test process
+(``machinepool.controlplane.process.Process``): it dies with it. The workload cluster's
+kube-scheduler and node lifecycle controller come with the cluster itself
+(``ControlPlane.start_workload(..., pods=PodLifecycle())``).
 
-The binaries are built, never downloaded: kube-scheduler by ``hack/controlplane/build.sh`` and
-cluster-autoscaler by ``hack/autoscaler/build.sh``. A build that fails raises ``BuildFailed``
-with the script's own explanation, so a test that needs the binary fails loudly.
+The binary is built, never downloaded, by ``hack/autoscaler/build.sh``. A build that fails
+raises ``BuildFailed`` with the script's own explanation, so a test that needs it fails loudly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support import watch_until
 
 from machinepool.api import constants as c
-from machinepool.controlplane import find_binaries
 from machinepool.controlplane.process import Process, free_port
 from machinepool.runtime import Client, Obj, Resource
 
@@ -52,54 +50,6 @@ def build_autoscaler() -> Path:
             f"{result.stderr.strip()}"
         )
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def control_plane_binary(name: str) -> Path:
-    """kube-scheduler or kube-controller-manager, built beside the control-plane binaries."""
-    path = find_binaries() / name
-    if not os.access(path, os.X_OK):
-        raise BuildFailed(
-            f"no {name} in {path.parent}: run hack/controlplane/build.sh (it builds one), "
-            f"or add {name} to KUBEBUILDER_ASSETS"
-        )
-    return path
-
-
-def scheduler_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
-    """kube-scheduler for one workload cluster: no leader election, health on a free port."""
-    kubeconfig = str(workload_kubeconfig)
-    return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={free_port()}",
-        "--v=2",
-    ]
-
-
-def node_lifecycle_argv(binary: Path, workload_kubeconfig: Path) -> list[str]:
-    """A kube-controller-manager running the node lifecycle and disruption controllers for a
-    workload (the latter fills PodDisruptionBudget status, which cluster-autoscaler reads
-    before it drains a Node).
-
-    The local workload control plane runs no node lifecycle controller, so the
-    ``node.kubernetes.io/not-ready:NoSchedule`` taint that admission puts on every new Node is
-    never lifted and nothing can be scheduled. In a real cluster this controller lifts it once
-    the kubelet reports Ready (and taints Nodes whose kubelet stops reporting), which is what
-    both the scheduler and cluster-autoscaler expect.
-    """
-    return [
-        str(binary),
-        f"--kubeconfig={workload_kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        "--secure-port=0",
-        "--controllers=node-lifecycle-controller,disruption-controller",
-        "--use-service-account-credentials=false",
-    ]
 
 
 def autoscaler_argv(

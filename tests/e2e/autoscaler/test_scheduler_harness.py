@@ -1,10 +1,11 @@
-"""The autoscaler harness's kube-scheduler against a real workload cluster.
+"""The kube-scheduler of a workload cluster started with ``PodLifecycle`` (as every autoscaler
+test's is), against that real workload cluster.
 
 cluster-autoscaler scales up for Pods the scheduler marked unschedulable and scales down Nodes
 whose Pods fit elsewhere, so the scenarios rely on a real scheduler binding Pods by their
-requests against Node allocatable. These tests pin that behaviour on a bare workload cluster
-(no controllers): a Pod that fits is bound, one that fits nowhere stays Pending with
-``PodScheduled=False/Unschedulable``, the signal the autoscaler acts on.
+requests against Node allocatable. These tests pin that behaviour on a workload cluster
+without machinepool's controllers: a Pod that fits is bound, one that fits nowhere stays
+Pending with ``PodScheduled=False/Unschedulable``, the signal the autoscaler acts on.
 
 The harness's autoscaler command line and node-group annotations have no test of their own:
 restating them here could not fail. The scenarios (test_cluster_autoscaler.py,

@@ -5,7 +5,13 @@ current faults; the pool engine calls it. Creation is idempotent: the engine pic
 instance id, the record is created under that name, and a second create of the same id
 returns the existing instance (the "creation record" is the instance itself, written in one
 atomic request) when it asks for the same pool, zone and template, and fails otherwise. A
-zone listed short of capacity in the faults refuses creates with ``CapacityError``.
+zone listed short of capacity in the faults refuses creates with ``CapacityError``. Each new
+instance gets a private address free in its namespace and the hostname made from it
+(``machinepool.sim.records.allocate_address``), which its Node is named after. "Free" is as the
+records informer shows it: two creates in flight at once could both pick one address only if
+their instances hash within a few addresses of each other in 16 million; should it happen, the
+second instance's kubelet finds its Node name taken and does not join (it says so), and a
+health check replaces it, as on a cloud that handed out one address twice.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from machinepool.sim.records import (
     STATE_ANNOTATION,
     TERMINATED,
     InstanceRecord,
+    allocate_address,
+    hostname_of,
     instance_secret,
     provider_id,
 )
@@ -66,6 +74,8 @@ class SimBackend:
     ``records`` gives the pool's instance records (an informer's view, or a fresh list;
     records of other pools are ignored); ``owner`` is the ownerReference every record carries
     (the SimMachinePool), so garbage collection removes records a crash left behind.
+    ``address_taken`` [the pool's own records] says whether a private address is in use in the
+    namespace, whichever pool holds it (``PoolRecords.address_taken``).
     """
 
     def __init__(
@@ -82,6 +92,7 @@ class SimBackend:
         zones: tuple[str, ...],
         limits: RequestLimits | None = None,
         rng: random.Random | None = None,
+        address_taken: Callable[[str], bool] | None = None,
     ) -> None:
         self.client = client
         self._records = records
@@ -94,6 +105,10 @@ class SimBackend:
         self.zones = zones
         self._limits = limits or RequestLimits()
         self._rng = rng or random.Random()
+        self._address_taken = address_taken or self._taken_in_pool
+
+    def _taken_in_pool(self, address: str) -> bool:
+        return any(r.private_ip == address for r in self._records())
 
     def failure_domains(self) -> Mapping[str, int | None]:
         return {zone: self.settings.capacity for zone in self.zones}
@@ -115,6 +130,7 @@ class SimBackend:
             )
         now = now_utc()
         boot_at, will_fail, fail_at = self.settings.fate(now, self._rng)
+        address = allocate_address(self.namespace, spec.instance_id, self._address_taken)
         record = InstanceRecord(
             namespace=self.namespace,
             id=spec.instance_id,
@@ -132,6 +148,8 @@ class SimBackend:
             forced_state="",
             attributes=dict(spec.attributes),
             fail_at=fail_at,
+            private_ip=address,
+            hostname=hostname_of(address),
         )
         try:
             secret = instance_secret(

@@ -74,6 +74,7 @@ class SimProvider:
             faults=await self._faults(namespace),
             zones=self.zones,
             limits=self._limits,
+            address_taken=lambda address: self.pool_records.address_taken(namespace, address),
         )
 
     def template(self, pool: Obj, version: str) -> tuple[str, Mapping[str, str]]:
@@ -89,7 +90,8 @@ class SimProvider:
         return SIM_INSTANCE_TYPES.get(kind) or SIM_INSTANCE_TYPES[DEFAULT_SIM_INSTANCE_TYPE]
 
     def instance_id(self, pool: Obj, index: int) -> str:
-        """``<pool>-<uid prefix>-<ordinal>``: also the SimMachine, Machine and Node name."""
+        """``<pool>-<uid prefix>-<ordinal>``: also the SimMachine and Machine name (not the
+        Node's: a Node is named after the instance's hostname, as on a real cloud)."""
         meta = pool["metadata"]
         uid = str(meta.get("uid", ""))[:5]
         return f"{str(meta['name'])[:_MAX_NAME_PREFIX]}-{uid}-{index}"

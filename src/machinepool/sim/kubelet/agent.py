@@ -1,17 +1,27 @@
 """The node simulator's controller: one reconcile per simulated instance.
 
 For a running instance it joins the workload cluster with the bootstrap data the instance
-booted with (``join.py``), registers the Node, heartbeats Ready, and runs the pods bound to it:
-pending pods are reported Running and pods being deleted (evicted, drained) are let go, so
-drains and PodDisruptionBudgets behave as with a real kubelet. A failed instance's Node turns
-NotReady; a terminated (or vanished) instance's Node is deleted, as a cloud node lifecycle
-controller would, except when ``clusterctl move`` took the record away (it marks what it
-deletes): the instance runs on, tracked by the target management cluster. An instance whose
-kubelet was stopped (``SimCloud.stop_kubelet``) neither joins nor heartbeats; once its last
-heartbeat is older than the node monitor grace period its Node's conditions turn Unknown, as
-kube-controller-manager's node lifecycle controller (which the local workload clusters do not
-run) would write them. Wired by
+booted with (``join.py``), registers the Node under the name its JoinConfiguration gives (the
+instance's hostname unless ``nodeRegistration.name`` says otherwise), heartbeats Ready, and
+runs the pods bound to it: pending pods are reported Running and pods being deleted (evicted,
+drained) are let go, so drains and PodDisruptionBudgets behave as with a real kubelet. Like
+kubelet, it also keeps the Node's Lease in ``kube-node-lease`` (created when missing, owned by
+the Node) renewed every ``lease_renew_seconds``.
+
+A failed instance's Node turns NotReady; a terminated (or vanished) instance's Node is
+deleted, as a cloud node lifecycle controller would, except when ``clusterctl move`` took the
+record away (it marks what it deletes): the instance runs on, tracked by the target management
+cluster. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither joins,
+heartbeats nor renews its Lease; once the later of its last heartbeat and its Lease's renewal
+is older than the node monitor grace period, its Node's conditions turn Unknown, as
+kube-controller-manager's node lifecycle controller would write them (the local workload
+clusters run that controller only when started with ``controlplane.PodLifecycle``; with it, a
+grace period longer than the controller's leaves the verdict to the real one). Wired by
 ``machinepool.sim.kubelet.setup``.
+
+A Node is found again by its spec.providerID (an index of the workload Node informer), never by
+a name made from the instance: its name came from the bootstrap data at join, and a name held
+by another instance's Node is not taken over (that instance does not join, and says why).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 
 from machinepool.api.meta import deleted_for_move
 from machinepool.runtime import (
+    LEASES,
     NODES,
     PODS,
     SECRETS,
@@ -42,6 +53,10 @@ from machinepool.runtime import (
 from machinepool.sim.kubelet.join import JoinRejected, verify_join
 from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
 from machinepool.sim.kubelet.node import (
+    NODE_LEASE_NAMESPACE,
+    lease_age,
+    node_lease,
+    node_lease_renewal,
     node_object,
     node_status,
     node_unknown_status,
@@ -52,6 +67,9 @@ from machinepool.sim.records import InstanceRecord, user_data
 __all__ = ["KubeletSimulator"]
 
 NODE_NAME_INDEX = "kubelet-sim.nodeName"
+"""Index of the workload Pod informer: spec.nodeName."""
+PROVIDER_ID_INDEX = "kubelet-sim.providerID"
+"""Index of the workload Node informer: spec.providerID, how an instance finds its Node."""
 log = get_logger(__name__)
 
 
@@ -67,18 +85,28 @@ class KubeletSimulator:
         heartbeat_seconds: float = 30.0,
         retry_seconds: float = 5.0,
         node_monitor_grace_seconds: float = 50.0,
+        lease_renew_seconds: float = 10.0,
+        lease_duration_seconds: int = 40,
     ) -> None:
+        """``lease_renew_seconds`` 0: no Node Leases (every other setting as
+        ``KubeletOptions`` says)."""
         self.client = client
         self.records = records
         self.cluster_cache = cluster_cache
         self.heartbeat = heartbeat_seconds
         self.retry = retry_seconds
         self.grace = node_monitor_grace_seconds
+        self.lease_renew = lease_renew_seconds
+        self.lease_duration = lease_duration_seconds
+        self._renewed: dict[ObjectKey, datetime] = {}
+        """When this process last renewed each instance's Node Lease (none after a restart:
+        the first look renews, as a restarted kubelet does)."""
         self.controller: Controller | None = None
         self._gone: dict[ObjectKey, InstanceRecord] = {}
         self._unjoined: set[ObjectKey] = set()
         self._replaying = False
         self._node_keys: dict[str, ObjectKey] = {}
+        """Instance record by the name of its Node, for pod events (pods name their Node)."""
         self._pod_watches: set[ObjectKey] = set()
 
     def follow_records(self) -> None:
@@ -114,6 +142,7 @@ class KubeletSimulator:
     async def reconcile(self, key: ObjectKey) -> Result | None:
         secret = self.records.get_key(key)
         if secret is None:
+            self._renewed.pop(key, None)
             gone = self._gone.pop(key, None)
             if gone is not None:
                 await self._delete_node(gone)
@@ -121,7 +150,6 @@ class KubeletSimulator:
         record = InstanceRecord.from_secret(secret)
         if not record.cluster:
             return None
-        self._node_keys[record.id] = key
         now = datetime.now(UTC)
         state = record.state_at(now)
         if state == "pending":
@@ -136,30 +164,71 @@ class KubeletSimulator:
         self, record: InstanceRecord, secret: Obj, state: str, now: datetime
     ) -> Result | None:
         cluster = ObjectKey(record.namespace, record.cluster)
-        nodes = await self.cluster_cache.get_informer(cluster, NODES)
-        node = nodes.get(record.id)
+        node = node_of(await self.cluster_cache.get_informer(cluster, NODES), record)
         if state == "terminated":
+            self._renewed.pop(ObjectKey(record.namespace, record.id), None)
             await self._delete_node(record)
             return None
-        if state == "failed":
+        if state == "failed":  # a broken machine: its kubelet renews nothing any more
             if node is not None and _ready(node):
-                await self._post_status(record, ready=False, now=now, reason="InstanceFailed")
+                await self._post_status(
+                    record, _name(node), ready=False, now=now, reason="InstanceFailed"
+                )
             return None
         if record.kubelet_stopped:
             return await self._silent(record, node, now)
         if node is None:
             return await self._join(record, secret, now)
-        self._unjoined.discard(ObjectKey(record.namespace, record.id))
+        name = _name(node)
+        key = ObjectKey(record.namespace, record.id)
+        self._node_keys[name] = key
+        self._unjoined.discard(key)
         if _needs_heartbeat(node, now, self.heartbeat):
-            await self._post_status(record, ready=True, now=now)
-        await self._run_pods(cluster, record.id, now)
+            await self._post_status(record, name, ready=True, now=now)
+        await self._renew_lease(record, node, now)
+        await self._run_pods(cluster, name, now)
         return Result(requeue_after=self._next_look(record, now))
 
     def _next_look(self, record: InstanceRecord, now: datetime) -> float:
-        """The next heartbeat, or the moment the instance breaks if that comes first."""
+        """The next heartbeat or Lease renewal, or the moment the instance breaks if that
+        comes first."""
+        period = min(self.heartbeat, self.lease_renew) if self.lease_renew > 0 else self.heartbeat
         if record.fail_at is None:
-            return self.heartbeat
-        return min(self.heartbeat, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
+            return period
+        return min(period, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
+
+    async def _renew_lease(self, record: InstanceRecord, node: Obj, now: datetime) -> None:
+        """Renew the Node's Lease when a period has passed since this process last did: one
+        merge patch (kubelet sends an update), or a create when it has none (a new Node, or
+        one whose Lease went with an earlier Node of the same name)."""
+        key = ObjectKey(record.namespace, record.id)
+        last = self._renewed.get(key)
+        if self.lease_renew <= 0 or (
+            last is not None and (now - last).total_seconds() < self.lease_renew * 0.8
+        ):
+            return
+        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        name = _name(node)
+        renewal = node_lease_renewal(name, now, self.lease_duration)
+        try:
+            await client.patch(LEASES, name, renewal, NODE_LEASE_NAMESPACE)
+        except NotFound:
+            with contextlib.suppress(AlreadyExists):  # created meanwhile: renewed next time
+                lease = node_lease(node, now, self.lease_duration)
+                await client.create(LEASES, lease, NODE_LEASE_NAMESPACE)
+        self._renewed[key] = now
+
+    async def _lease_age(self, record: InstanceRecord, node: Obj, now: datetime) -> float:
+        """Seconds since the Node's Lease was renewed, read fresh (a silent kubelet is looked
+        at twice: when it stops and when its grace period ends); infinite without one."""
+        if self.lease_renew <= 0:
+            return float("inf")
+        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        try:
+            lease = await client.get(LEASES, _name(node), NODE_LEASE_NAMESPACE)
+        except NotFound:
+            return float("inf")
+        return lease_age(lease, now)
 
     async def _silent(
         self, record: InstanceRecord, node: Obj | None, now: datetime
@@ -168,7 +237,7 @@ class KubeletSimulator:
         monitor's verdict (every condition Unknown), once."""
         if node is None:
             return None  # never joins; a change of the record brings us back
-        age = _heartbeat_age(node, now)
+        age = min(_heartbeat_age(node, now), await self._lease_age(record, node, now))
         if age < self.grace:
             return Result(requeue_after=self.grace - age + 0.1)
         if _ready_status(node) != "Unknown":
@@ -177,7 +246,7 @@ class KubeletSimulator:
             )
             with contextlib.suppress(NotFound):
                 await client.patch(
-                    NODES, record.id, node_unknown_status(node, now), subresource="status"
+                    NODES, _name(node), node_unknown_status(node, now), subresource="status"
                 )
         return None
 
@@ -196,6 +265,7 @@ class KubeletSimulator:
                 return Result(requeue_after=0.2)
         try:
             join = parse_join(user_data(secret))
+            name = join.node_name(record.hostname, record.meta_data())
             await verify_join(join, await self._admin_kubeconfig(cluster))
         except (InvalidBootstrapData, JoinRejected) as exc:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
@@ -204,18 +274,36 @@ class KubeletSimulator:
         # Registered with its status, as kubelet does (it sets the status before creating
         # its Node): one write per joining Node instead of a create and a status patch.
         body = {
-            **node_object(record, list(join.taints), join.node_labels),
-            **node_status(record, ready=True, now=now),
+            **node_object(record, name, list(join.taints), join.node_labels),
+            **node_status(record, name, ready=True, now=now),
         }
         try:
             created: Obj | None = await client.create(NODES, body)
         except AlreadyExists:
             created = None
+            taken = await _holder(client, name)
+            if taken is not None and taken != record.provider_id:
+                log.warning(
+                    "instance cannot join: its Node name belongs to another instance's Node",
+                    instance=record.id,
+                    node=name,
+                    holder=taken,
+                )
+                return Result(requeue_after=self.retry)
         self._unjoined.discard(key)
+        self._node_keys[name] = key
         if created is None or not _ready(created):
-            await self._post_status(record, ready=True, now=now)
+            await self._post_status(record, name, ready=True, now=now)
+        if created is not None:  # else the next look renews, with the Node from the cache
+            await self._renew_lease(record, created, now)
         await self._watch_pods(cluster)
-        log.info("node joined", node=record.id, cluster=str(cluster), token_id=join.token_id)
+        log.info(
+            "node joined",
+            node=name,
+            instance=record.id,
+            cluster=str(cluster),
+            token_id=join.token_id,
+        )
         return Result(requeue_after=self._next_look(record, now))
 
     async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
@@ -225,26 +313,33 @@ class KubeletSimulator:
         return loaded
 
     async def _post_status(
-        self, record: InstanceRecord, *, ready: bool, now: datetime, reason: str = ""
+        self, record: InstanceRecord, name: str, *, ready: bool, now: datetime, reason: str = ""
     ) -> None:
         client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
-        status = node_status(record, ready, now, reason)
+        status = node_status(record, name, ready, now, reason)
         with contextlib.suppress(NotFound):
-            await client.patch(NODES, record.id, status, subresource="status")
+            await client.patch(NODES, name, status, subresource="status")
 
     async def _delete_node(self, record: InstanceRecord) -> None:
         cluster = ObjectKey(record.namespace, record.cluster)
-        self._node_keys.pop(record.id, None)
         try:
             client = await self.cluster_cache.get_client(cluster)
             nodes = await self.cluster_cache.get_informer(cluster, NODES)
         except ClusterNotConnected:
             return  # the cluster is gone, and its Nodes with it
-        node = nodes.get(record.id)
-        if node is None or (node.get("spec") or {}).get("providerID") != record.provider_id:
+        node = node_of(nodes, record)
+        if node is None:
             return
-        log.info("deleting the Node of a terminated instance", node=record.id, cluster=str(cluster))
-        await client.delete(NODES, record.id, uid=node["metadata"].get("uid"))
+        name = _name(node)
+        self._node_keys.pop(name, None)
+        log.info(
+            "deleting the Node of a terminated instance",
+            node=name,
+            instance=record.id,
+            cluster=str(cluster),
+        )
+        with contextlib.suppress(NotFound):
+            await client.delete(NODES, name, uid=node["metadata"].get("uid"))
 
     # -- pods -----------------------------------------------------------------------------
 
@@ -286,6 +381,31 @@ class KubeletSimulator:
                         meta["namespace"],
                         subresource="status",
                     )
+
+
+def node_of(nodes: Informer, record: InstanceRecord) -> Obj | None:
+    """``record``'s Node in the workload Node informer ``nodes``: the one with its providerID."""
+    try:
+        found = nodes.by_index(PROVIDER_ID_INDEX, record.provider_id)
+    except KeyError:  # a new informer (first look, or rebuilt after a kubeconfig change)
+        with contextlib.suppress(ValueError):
+            nodes.add_indexer(PROVIDER_ID_INDEX, field_indexer("spec.providerID"))
+        found = nodes.by_index(PROVIDER_ID_INDEX, record.provider_id)
+    return found[0] if found else None
+
+
+async def _holder(client: Any, name: str) -> str | None:
+    """The providerID of the Node ``name`` (None when it is gone), read fresh: a create that
+    found the name taken must know whose Node holds it before treating it as its own."""
+    try:
+        node = await client.get(NODES, name)
+    except NotFound:
+        return None
+    return str((node.get("spec") or {}).get("providerID") or "")
+
+
+def _name(node: Obj) -> str:
+    return str(node["metadata"]["name"])
 
 
 def _ready(node: Obj) -> bool:

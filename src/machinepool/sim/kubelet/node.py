@@ -1,12 +1,17 @@
-"""What a simulated kubelet writes: its Node, the Node's status, and Running pod status.
+"""What a simulated kubelet writes: its Node, the Node's status, its Lease, and Running pods.
 
-Pure builders; ``agent.py`` sends them. A Node registers with spec.providerID, the taints from
-its JoinConfiguration (kubeadm adds ``node.cluster.x-k8s.io/uninitialized:NoSchedule``),
-and reports the kubelet version the instance was created with.
+Pure builders; ``agent.py`` sends them. A Node registers under the name its JoinConfiguration
+gives (``JoinInfo.node_name``: ``nodeRegistration.name`` or the instance's hostname, never the
+instance id) with spec.providerID, the taints from its JoinConfiguration (kubeadm adds
+``node.cluster.x-k8s.io/uninitialized:NoSchedule``), and reports the kubelet version the
+instance was created with and the instance's addresses. Its heartbeat is a Lease named after
+the Node in ``kube-node-lease``, owned by the Node (so garbage collection removes it with the
+Node), as kubelet keeps it.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from machinepool.api import constants as c
@@ -15,7 +20,62 @@ from machinepool.api.meta import format_time
 from machinepool.runtime import Obj
 from machinepool.sim.records import InstanceRecord
 
-__all__ = ["node_object", "node_status", "node_unknown_status", "pod_running_status"]
+__all__ = [
+    "NODE_LEASE_NAMESPACE",
+    "lease_age",
+    "node_lease",
+    "node_lease_renewal",
+    "node_object",
+    "node_status",
+    "node_unknown_status",
+    "pod_running_status",
+]
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+"""Where kubelets keep their Node Leases (the apiserver creates the namespace)."""
+
+
+def _micro_time(now: datetime) -> str:
+    """A Lease's MicroTime: UTC with microseconds, as the apiserver stores renewTime."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_lease(node: Obj, now: datetime, duration_seconds: int) -> Obj:
+    """The Lease a kubelet creates for its ``node`` when it has none: held by the Node's name,
+    renewed ``now``, owned by the Node (its uid too, so a Lease of an earlier Node of the
+    same name goes with that Node)."""
+    meta = node["metadata"]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}
+            ],
+        },
+        **node_lease_renewal(meta["name"], now, duration_seconds),
+    }
+
+
+def node_lease_renewal(name: str, now: datetime, duration_seconds: int) -> Obj:
+    """The merge patch that renews Node ``name``'s Lease ``now``."""
+    return {
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": duration_seconds,
+            "renewTime": _micro_time(now),
+        }
+    }
+
+
+def lease_age(lease: Obj | None, now: datetime) -> float:
+    """Seconds since ``lease`` was renewed (infinite without a Lease or a renewTime)."""
+    renewed = ((lease or {}).get("spec") or {}).get("renewTime")
+    if not renewed:
+        return float("inf")
+    return (now - datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))).total_seconds()
 
 
 def _capacity(record: InstanceRecord) -> dict[str, str]:
@@ -25,9 +85,10 @@ def _capacity(record: InstanceRecord) -> dict[str, str]:
 
 
 def node_object(
-    record: InstanceRecord, taints: list[dict[str, Any]], labels: dict[str, str]
+    record: InstanceRecord, name: str, taints: list[dict[str, Any]], labels: dict[str, str]
 ) -> Obj:
-    """The Node a kubelet registers for ``record``."""
+    """The Node named ``name`` a kubelet registers for ``record``; its hostname label is the
+    name, as kubelet sets it from the hostname override kubeadm passes."""
     taint_list = [dict(t) for t in taints]
     if not any(t.get("key") == c.UNINITIALIZED_TAINT_KEY for t in taint_list):
         taint_list.append(
@@ -37,10 +98,10 @@ def node_object(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": record.id,
+            "name": name,
             "labels": {
                 **labels,
-                "kubernetes.io/hostname": record.id,
+                "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "topology.kubernetes.io/zone": record.failure_domain,
@@ -80,8 +141,10 @@ def node_unknown_status(node: Obj, now: Any) -> Obj:
     return {"status": {"conditions": conditions}}
 
 
-def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "") -> Obj:
-    """Node status with a Ready condition (heartbeat ``now``) and the kubelet version."""
+def node_status(record: InstanceRecord, name: str, ready: bool, now: Any, reason: str = "") -> Obj:
+    """Status of ``record``'s Node ``name``: a Ready condition (heartbeat ``now``), the
+    kubelet version, and the addresses (the private IP; the name as Hostname, as kubelet
+    reports its hostname override)."""
     stamp = format_time(now)
     condition = {
         "type": "Ready",
@@ -107,7 +170,14 @@ def node_status(record: InstanceRecord, ready: bool, now: Any, reason: str = "")
             "conditions": [*pressure, condition],
             "capacity": _capacity(record),
             "allocatable": _capacity(record),
-            "addresses": [{"type": "Hostname", "address": record.id}],
+            "addresses": [
+                *(
+                    [{"type": "InternalIP", "address": record.private_ip}]
+                    if record.private_ip
+                    else []
+                ),
+                {"type": "Hostname", "address": name},
+            ],
             "nodeInfo": {
                 "kubeletVersion": record.version,
                 "kubeProxyVersion": record.version,

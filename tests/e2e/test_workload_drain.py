@@ -1,0 +1,212 @@
+"""End to end: a user's Deployment on a pool's Nodes stays available while the pool shrinks.
+
+The workload cluster runs as a user's does (``PodLifecycle``): the Deployment and ReplicaSet
+controllers create the Pods, the real kube-scheduler binds them, the disruption controller keeps
+the PodDisruptionBudget's status and the node lifecycle controller taints a cordoned Node. When
+the pool scales down, deleting the victim's Machine cordons its Node and evicts its Pods through
+the Eviction API, one at a time as the budget allows; the ReplicaSet replaces each and the
+scheduler places the replacement on a Node that stays. Only then does the Node go.
+
+Checked as a user would, from watches rather than samples: the Deployment never had fewer
+healthy Pods than its budget allows, the victim's Pods were evicted (not deleted behind the
+budget's back, nor collected after their Node vanished), and every Pod ends on a surviving Node.
+
+The node simulator confirms a Pod's end as soon as it is asked to stop (``sim/kubelet/agent.py``,
+``_run_pods``, deletes with grace 0): it does not honour ``terminationGracePeriodSeconds``, so
+no termination grace period is exercised here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.e2e.conftest import System
+from tests.support import eventually
+from tests.support.resources import DEPLOYMENTS, MACHINES
+
+from machinepool.api import constants as c
+from machinepool.controlplane import PodLifecycle
+from machinepool.runtime import PDBS, PODS, FuncHandler, Informer, Obj
+
+APP = "web"
+REPLICAS = 6
+"""Two Pods on each of the pool's three Nodes."""
+MAX_UNAVAILABLE = 1
+DRAIN_WAIT = 240.0
+"""Bound of the scale-down: each eviction the budget refuses is retried by the Machine
+controller 20 s later, and the victim's two Pods can only go one after the other."""
+
+
+@pytest.fixture
+def workload_pods() -> PodLifecycle:
+    return PodLifecycle()
+
+
+def _deployment() -> Obj:
+    """``REPLICAS`` Pods spread one apart at most across the schedulable Nodes: a tainted
+    (cordoned, not yet ready) Node is not counted, so evicted Pods may go to the others."""
+    labels = {"app": APP}
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": labels},
+        "nodeTaintsPolicy": "Honor",
+    }
+    container = {
+        "name": APP,
+        "image": "registry.invalid/web:1",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    return {
+        "metadata": {"name": APP},
+        "spec": {
+            "replicas": REPLICAS,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "topologySpreadConstraints": [spread],
+                },
+            },
+        },
+    }
+
+
+def _ready(pod: Obj) -> bool:
+    return any(
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _healthy(pod: Obj) -> bool:
+    """What the disruption controller counts: Ready, and not on its way out."""
+    return _ready(pod) and not pod["metadata"].get("deletionTimestamp")
+
+
+def _evicted(pod: Obj) -> bool:
+    """Whether the Eviction API ended it: the apiserver marks such a Pod before deleting it
+    (the pod garbage collector and the taint manager mark theirs with other reasons)."""
+    return any(
+        cond.get("type") == "DisruptionTarget" and cond.get("reason") == "EvictionByEvictionAPI"
+        for cond in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+class PodJournal:
+    """What the Pod and Node watches showed while the pool shrank."""
+
+    def __init__(self, pods: Informer, victim_node: str) -> None:
+        self.pods = pods
+        self.victim_node = victim_node
+        self.fewest_healthy = len(self.healthy())
+        self.evicted: set[str] = set()
+        self.on_victim_when_it_went: list[str] | None = None
+
+    def healthy(self) -> list[Obj]:
+        return [p for p in self.pods.list("default") if _healthy(p)]
+
+    def on_pod(self, pod: Obj) -> None:
+        self.fewest_healthy = min(self.fewest_healthy, len(self.healthy()))
+        if _evicted(pod):
+            self.evicted.add(pod["metadata"]["name"])
+
+    def on_node_deleted(self, node: Obj) -> None:
+        if node["metadata"]["name"] == self.victim_node:
+            self.on_victim_when_it_went = [
+                p["metadata"]["name"]
+                for p in self.pods.list("default")
+                if p["spec"].get("nodeName") == self.victim_node
+            ]
+
+
+async def test_scale_down_moves_a_deployment_within_its_budget(system: System) -> None:
+    await system.create_pool("workers", 3)
+    await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes")
+    # Until the core lifts its uninitialized taint and the node lifecycle controller the
+    # not-ready one, a Node takes no Pods and the spread would skip it.
+    await system.until(
+        lambda: all(not n["spec"].get("taints") for n in system.nodes.list()),
+        "every Node schedulable",
+    )
+    wl = system.workload_client
+    pods = system.follow(Informer(wl, PODS, namespaces=("default",)))
+    await pods.start()
+    try:
+        await pods.wait_synced()
+        budget = {"maxUnavailable": MAX_UNAVAILABLE, "selector": {"matchLabels": {"app": APP}}}
+        await wl.create(PDBS, {"metadata": {"name": APP}, "spec": budget}, "default")
+        await wl.create(DEPLOYMENTS, _deployment(), "default")
+        await system.until(
+            lambda: len([p for p in pods.list("default") if _healthy(p)]) == REPLICAS,
+            f"{REPLICAS} Pods of the Deployment scheduled and Ready",
+        )
+        placed = _pods_by_node(pods)
+        assert sorted(len(v) for v in placed.values()) == [2, 2, 2], placed
+
+        async def one_disruption_allowed() -> bool:
+            pdb = await wl.get(PDBS, APP, "default")
+            return bool((pdb.get("status") or {}).get("disruptionsAllowed") == MAX_UNAVAILABLE)
+
+        await eventually(one_disruption_allowed, "the disruption controller allows one eviction")
+
+        victim = sorted(m["metadata"]["name"] for m in system.machines("workers"))[0]
+        victim_node = system.node_of(victim)
+        assert victim_node is not None
+        node_name = victim_node["metadata"]["name"]
+        first_pods = set(placed[node_name])
+        journal = PodJournal(pods, node_name)
+        pods.add_handler(
+            FuncHandler(journal.on_pod, lambda _o, p: journal.on_pod(p), journal.on_pod)
+        )
+        system.nodes.add_handler(FuncHandler(delete=journal.on_node_deleted))
+
+        annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+        await system.client.patch(MACHINES, victim, annotation, system.namespace)
+        await system.scale("workers", 2)
+
+        def moved() -> bool:
+            survivors = {n["metadata"]["name"] for n in system.nodes.list()}
+            healthy = [p for p in pods.list("default") if _healthy(p)]
+            return (
+                system.nodes.get(node_name) is None
+                and system.pool_running("workers", 2)
+                and len(healthy) == REPLICAS
+                and all(p["spec"]["nodeName"] in survivors for p in healthy)
+            )
+
+        await system.until(moved, "the victim's Pods on the other Nodes, and it gone", DRAIN_WAIT)
+        floor = REPLICAS - MAX_UNAVAILABLE
+        assert journal.fewest_healthy >= floor, (
+            f"the Deployment fell to {journal.fewest_healthy} healthy Pods; its budget keeps "
+            f"{floor}"
+        )
+        assert journal.evicted >= first_pods, (
+            f"Pods of {node_name} that did not go through the Eviction API: "
+            f"{sorted(first_pods - journal.evicted)}"
+        )
+        assert journal.on_victim_when_it_went == [], (
+            f"Pods still bound to {node_name} when it was deleted: {journal.on_victim_when_it_went}"
+        )
+        final = pods.list("default")
+        assert not first_pods & {p["metadata"]["name"] for p in final}
+        assert all(
+            ref["kind"] == "ReplicaSet" for p in final for ref in p["metadata"]["ownerReferences"]
+        )
+
+        async def available() -> bool:
+            status = (await wl.get(DEPLOYMENTS, APP, "default")).get("status") or {}
+            return status.get("availableReplicas") == REPLICAS
+
+        await eventually(available, f"the Deployment reporting {REPLICAS} available")
+    finally:
+        await pods.stop()
+
+
+def _pods_by_node(pods: Informer) -> dict[str, list[str]]:
+    placed: dict[str, list[str]] = {}
+    for pod in pods.list("default"):
+        placed.setdefault(pod["spec"].get("nodeName") or "", []).append(pod["metadata"]["name"])
+    return placed
