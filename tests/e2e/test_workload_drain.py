@@ -11,12 +11,16 @@ Checked as a user would, from watches rather than samples: the Deployment never 
 healthy Pods than its budget allows, the victim's Pods were evicted (not deleted behind the
 budget's back, nor collected after their Node vanished), and every Pod ends on a surviving Node.
 
-The node simulator confirms a Pod's end as soon as it is asked to stop (``sim/kubelet/agent.py``,
-``_run_pods``, deletes with grace 0): it does not honour ``terminationGracePeriodSeconds``, so
-no termination grace period is exercised here.
+A second scenario holds the drain with what a kubelet and a user's controllers hold it with: a
+Pod whose containers take seconds to stop within their ``terminationGracePeriodSeconds``
+(``STOP_SECONDS_ANNOTATION`` tells the node simulator how long), one that ignores SIGTERM and
+is killed when its grace period ends, and one whose finalizer keeps the object after its
+containers are gone. The Node may only go once all three are gone.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from tests.e2e.conftest import System
@@ -24,8 +28,10 @@ from tests.support import eventually
 from tests.support.resources import DEPLOYMENTS, MACHINES
 
 from machinepool.api import constants as c
+from machinepool.api.conditions import get_condition
 from machinepool.controlplane import PodLifecycle
 from machinepool.runtime import PDBS, PODS, FuncHandler, Informer, Obj
+from machinepool.sim.kubelet.node import STOP_SECONDS_ANNOTATION
 
 APP = "web"
 REPLICAS = 6
@@ -210,3 +216,144 @@ def _pods_by_node(pods: Informer) -> dict[str, list[str]]:
     for pod in pods.list("default"):
         placed.setdefault(pod["spec"].get("nodeName") or "", []).append(pod["metadata"]["name"])
     return placed
+
+
+HOLD_FINALIZER = "example.com/hold"
+SLOW_STOP_SECONDS = 4
+"""The ``slow`` Pod's containers exit this long after they are asked to stop."""
+STUBBORN_GRACE_SECONDS = 3
+"""The ``stubborn`` Pod ignores SIGTERM: it is killed when this grace period ends."""
+
+
+def _pinned_pod(name: str, node: str, *, grace: int, stop: int | None = None) -> Obj:
+    """A bare Pod bound to ``node`` (no scheduler involved), tolerating the cordon's taint."""
+    meta: Obj = {"name": name}
+    if stop is not None:
+        meta["annotations"] = {STOP_SECONDS_ANNOTATION: str(stop)}
+    return {
+        "metadata": meta,
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": grace,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+        },
+    }
+
+
+class EndJournal:
+    """When each Pod was seen asked to stop and seen gone, the exit code its kubelet reported,
+    and which Pods were still bound to the victim when its Node was deleted."""
+
+    def __init__(self, pods: Informer, victim_node: str) -> None:
+        self.pods = pods
+        self.victim_node = victim_node
+        self.asked: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.exit_codes: dict[str, int] = {}
+        self.on_victim_when_it_went: list[str] | None = None
+
+    def on_pod(self, pod: Obj) -> None:
+        name = pod["metadata"]["name"]
+        if pod["metadata"].get("deletionTimestamp"):
+            self.asked.setdefault(name, time.monotonic())
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (status.get("state") or {}).get("terminated")
+            if ended:
+                self.exit_codes[name] = int(ended["exitCode"])
+
+    def on_pod_deleted(self, pod: Obj) -> None:
+        self.on_pod(pod)
+        self.gone.setdefault(pod["metadata"]["name"], time.monotonic())
+
+    def lived(self, name: str) -> float:
+        """Seconds from the stop asked to the object gone, as the watch saw them."""
+        return self.gone[name] - self.asked[name]
+
+    def on_node_deleted(self, node: Obj) -> None:
+        if node["metadata"]["name"] == self.victim_node:
+            self.on_victim_when_it_went = sorted(
+                p["metadata"]["name"]
+                for p in self.pods.list("default")
+                if p["spec"].get("nodeName") == self.victim_node
+            )
+
+
+async def test_drain_waits_for_grace_periods_and_finalizers(system: System) -> None:
+    await system.create_pool("holders", 2)
+    await system.until(lambda: system.pool_running("holders", 2), "2 Ready nodes")
+    victim = sorted(m["metadata"]["name"] for m in system.machines("holders"))[0]
+    victim_node = system.node_of(victim)
+    assert victim_node is not None
+    node_name = victim_node["metadata"]["name"]
+    wl = system.workload_client
+    pods = system.follow(Informer(wl, PODS, namespaces=("default",)))
+    await pods.start()
+    try:
+        await pods.wait_synced()
+        journal = EndJournal(pods, node_name)
+        pods.add_handler(
+            FuncHandler(journal.on_pod, lambda _o, p: journal.on_pod(p), journal.on_pod_deleted)
+        )
+        system.nodes.add_handler(FuncHandler(delete=journal.on_node_deleted))
+        slow = _pinned_pod("slow", node_name, grace=30, stop=SLOW_STOP_SECONDS)
+        stubborn = _pinned_pod("stubborn", node_name, grace=STUBBORN_GRACE_SECONDS, stop=600)
+        held = _pinned_pod("held", node_name, grace=30)
+        held["metadata"]["finalizers"] = [HOLD_FINALIZER]
+        for pod in (slow, stubborn, held):
+            await wl.create(PODS, pod, "default")
+        await system.until(
+            lambda: (
+                all((p.get("status") or {}).get("phase") == "Running" for p in pods.list("default"))
+                and len(pods.list("default")) == 3
+            ),
+            "the three Pods Running on the victim's Node",
+        )
+
+        annotation = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+        await system.client.patch(MACHINES, victim, annotation, system.namespace)
+        await system.scale("holders", 1)
+
+        def drain_waits_for_held() -> bool:
+            machine = system.watched["machines"].get(victim, system.namespace) or {}
+            deleting = get_condition(
+                (machine.get("status") or {}).get("conditions"), c.DELETING_CONDITION
+            )
+            message = str((deleting or {}).get("message") or "")
+            return (
+                "slow" in journal.gone
+                and "stubborn" in journal.gone
+                and journal.exit_codes.get("held") == 0
+                and "waiting for deletion: default/held" in message
+            )
+
+        await system.until(
+            drain_waits_for_held,
+            "the stopping Pods gone and the drain waiting for the held one",
+            DRAIN_WAIT,
+        )
+        assert system.nodes.get(node_name) is not None, "the Node went while a Pod was held"
+        assert journal.on_victim_when_it_went is None
+
+        await wl.patch(PODS, "held", {"metadata": {"finalizers": None}}, "default")
+        await system.until(
+            lambda: system.nodes.get(node_name) is None and system.pool_running("holders", 1),
+            "the held Pod released, the victim's Node gone and the pool at 1",
+            DRAIN_WAIT,
+        )
+        assert journal.on_victim_when_it_went == [], (
+            f"Pods still bound to {node_name} when it was deleted: {journal.on_victim_when_it_went}"
+        )
+        # Lower bounds only: a loaded machine can make a stop slower, never faster.
+        assert journal.lived("slow") >= SLOW_STOP_SECONDS - 0.5, (
+            f"the slow Pod went {journal.lived('slow'):.1f}s after it was asked to stop; its"
+            f" containers take {SLOW_STOP_SECONDS}s"
+        )
+        assert journal.exit_codes.get("slow") == 0, journal.exit_codes
+        assert journal.lived("stubborn") >= STUBBORN_GRACE_SECONDS - 0.5, (
+            f"the stubborn Pod went {journal.lived('stubborn'):.1f}s after it was asked to stop;"
+            f" its grace period is {STUBBORN_GRACE_SECONDS}s"
+        )
+        assert journal.exit_codes.get("stubborn") == 137, journal.exit_codes
+    finally:
+        await pods.stop()

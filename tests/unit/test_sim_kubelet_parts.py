@@ -12,11 +12,14 @@ import pytest
 from machinepool.api import constants as c
 from machinepool.sim.kubelet import InvalidBootstrapData, parse_join
 from machinepool.sim.kubelet.node import (
+    STOP_SECONDS_ANNOTATION,
     lease_age,
     node_lease,
     node_lease_renewal,
     node_object,
     node_status,
+    pod_stopped_status,
+    pod_stops_at,
 )
 from machinepool.sim.records import InstanceRecord
 
@@ -201,3 +204,51 @@ def test_a_node_lease_is_held_and_owned_by_its_node_and_ages_from_its_renewal() 
     assert node_lease_renewal(HOSTNAME, now, 40)["spec"] == lease["spec"]
     assert lease_age(lease, now + timedelta(seconds=3)) == pytest.approx(3.0)
     assert lease_age(None, now) == float("inf")
+
+
+def _deleted_pod(grace: int, stop_seconds: str | None) -> dict[str, object]:
+    deleted_at = datetime(2026, 1, 1, tzinfo=UTC)
+    annotations = {} if stop_seconds is None else {STOP_SECONDS_ANNOTATION: stop_seconds}
+    return {
+        "metadata": {
+            "name": "web",
+            "annotations": annotations,
+            "deletionTimestamp": (deleted_at + timedelta(seconds=grace)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+            "deletionGracePeriodSeconds": grace,
+        },
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+    }
+
+
+def test_a_pod_without_a_stop_time_exits_when_asked() -> None:
+    asked = datetime(2026, 1, 1, tzinfo=UTC)
+    assert pod_stops_at(_deleted_pod(30, None)) == (asked, False)
+
+
+def test_a_pod_stops_after_its_stop_time_within_its_grace_period() -> None:
+    asked = datetime(2026, 1, 1, tzinfo=UTC)
+    assert pod_stops_at(_deleted_pod(30, "5")) == (asked + timedelta(seconds=5), False)
+
+
+def test_a_pod_that_outlasts_its_grace_period_is_killed_at_its_end() -> None:
+    asked = datetime(2026, 1, 1, tzinfo=UTC)
+    assert pod_stops_at(_deleted_pod(10, "600")) == (asked + timedelta(seconds=10), True)
+    assert pod_stops_at(_deleted_pod(0, "5")) == (asked, True)
+
+
+def test_a_pod_not_being_deleted_has_no_stop() -> None:
+    pod = _deleted_pod(30, "5")
+    del pod["metadata"]["deletionTimestamp"]  # type: ignore[attr-defined]
+    assert pod_stops_at(pod) is None
+
+
+def test_stopped_status_reports_sigkill_for_a_killed_pod() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    killed = pod_stopped_status(_deleted_pod(10, "600"), now, killed=True)["status"]
+    exited = pod_stopped_status(_deleted_pod(10, "1"), now, killed=False)["status"]
+    assert killed["phase"] == "Failed"
+    assert killed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    assert exited["phase"] == "Succeeded"
+    assert exited["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0

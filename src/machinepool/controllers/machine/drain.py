@@ -38,6 +38,9 @@ class DrainResult:
     """Eviction refusals (PDB or otherwise), one message per pod."""
     completing: list[str] = field(default_factory=list)
     """``ns/name`` of pods labelled ``wait-completed``: not evicted, waited for."""
+    terminating: list[str] = field(default_factory=list)
+    """``ns/name`` of pods being deleted that still exist: their containers are stopping
+    within their grace period, or a finalizer holds the object."""
     skippable_in: float | None = None
     """Seconds until the first pod waited for on an unreachable Node stops being waited for
     (``None`` when there is none): the caller need not come back later than that."""
@@ -59,6 +62,11 @@ class DrainResult:
             shown = ", ".join(self.completing[:3])
             parts.append(
                 f"waiting for completion: {shown}" + (" ..." if len(self.completing) > 3 else "")
+            )
+        if self.terminating:
+            shown = ", ".join(self.terminating[:3])
+            parts.append(
+                f"waiting for deletion: {shown}" + (" ..." if len(self.terminating) > 3 else "")
             )
         if self.blocked:
             shown = "; ".join(self.blocked[:3])
@@ -145,6 +153,7 @@ async def drain(client: Client, node: Obj, at: datetime) -> DrainResult:
             result.completing.append(f"{ns}/{name}")
             continue  # its owner ends it; the drain only waits
         if dig(pod, "metadata", "deletionTimestamp"):
+            result.terminating.append(f"{ns}/{name}")
             result.soonest(wait)
             continue  # already going; wait for it
         try:

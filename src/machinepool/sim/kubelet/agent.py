@@ -46,6 +46,7 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     ObjectKey,
+    PatchType,
     Result,
     field_indexer,
     get_logger,
@@ -61,6 +62,8 @@ from machinepool.sim.kubelet.node import (
     node_status,
     node_unknown_status,
     pod_running_status,
+    pod_stopped_status,
+    pod_stops_at,
 )
 from machinepool.sim.records import InstanceRecord, user_data
 
@@ -186,8 +189,9 @@ class KubeletSimulator:
         if _needs_heartbeat(node, now, self.heartbeat):
             await self._post_status(record, name, ready=True, now=now)
         await self._renew_lease(record, node, now)
-        await self._run_pods(cluster, name, now)
-        return Result(requeue_after=self._next_look(record, now))
+        next_stop = await self._run_pods(cluster, name, now)
+        look = self._next_look(record, now)
+        return Result(requeue_after=look if next_stop is None else min(look, next_stop + 0.05))
 
     def _next_look(self, record: InstanceRecord, now: datetime) -> float:
         """The next heartbeat or Lease renewal, or the moment the instance breaks if that
@@ -357,21 +361,23 @@ class KubeletSimulator:
         key = self._node_keys.get(str((pod.get("spec") or {}).get("nodeName") or ""))
         return [key] if key is not None else []
 
-    async def _run_pods(self, cluster: ObjectKey, node_name: str, now: datetime) -> None:
+    async def _run_pods(self, cluster: ObjectKey, node_name: str, now: datetime) -> float | None:
+        """Start pending pods and end deleted ones; returns the seconds until the next
+        container stops (``None`` when none is stopping)."""
         await self._watch_pods(cluster)
         pods = await self.cluster_cache.get_informer(cluster, PODS)
         client = await self.cluster_cache.get_client(cluster)
+        next_stop: float | None = None
         for pod in pods.by_index(NODE_NAME_INDEX, node_name):
             meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                # Containers "stopped": confirm the deletion, as a kubelet does.
-                await client.delete(
-                    PODS,
-                    meta["name"],
-                    meta["namespace"],
-                    uid=meta.get("uid"),
-                    grace_period_seconds=0,
-                )
+            stopping = pod_stops_at(pod)
+            if stopping is not None:
+                stops_at, killed = stopping
+                wait = (stops_at - now).total_seconds()
+                if wait > 0:  # still in its grace period, on its way out
+                    next_stop = wait if next_stop is None else min(next_stop, wait)
+                    continue
+                await self._end_pod(client, pod, now, killed)
             elif (pod.get("status") or {}).get("phase") in (None, "Pending"):
                 with contextlib.suppress(NotFound):
                     await client.patch(
@@ -381,6 +387,31 @@ class KubeletSimulator:
                         meta["namespace"],
                         subresource="status",
                     )
+        return next_stop
+
+    async def _end_pod(self, client: Any, pod: Obj, now: datetime, killed: bool) -> None:
+        """Its containers are gone: report the terminal status (once), then confirm the
+        deletion with grace 0, as a kubelet does. A finalizer keeps the object after that
+        until its owner removes it; the simulator only confirms again."""
+        meta = pod["metadata"]
+        with contextlib.suppress(NotFound):
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                await client.patch(
+                    PODS,
+                    meta["name"],
+                    pod_stopped_status(pod, now, killed),
+                    meta["namespace"],
+                    patch_type=PatchType.STRATEGIC,
+                    subresource="status",
+                )
+            if meta.get("deletionGracePeriodSeconds") != 0:
+                await client.delete(
+                    PODS,
+                    meta["name"],
+                    meta["namespace"],
+                    uid=meta.get("uid"),
+                    grace_period_seconds=0,
+                )
 
 
 def node_of(nodes: Informer, record: InstanceRecord) -> Obj | None:

@@ -11,17 +11,18 @@ Node), as kubelet keeps it.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from machinepool.api import constants as c
 from machinepool.api.infra_sim import DEFAULT_SIM_INSTANCE_TYPE, SIM_INSTANCE_TYPES
-from machinepool.api.meta import format_time
+from machinepool.api.meta import format_time, parse_time
 from machinepool.runtime import Obj
 from machinepool.sim.records import InstanceRecord
 
 __all__ = [
     "NODE_LEASE_NAMESPACE",
+    "STOP_SECONDS_ANNOTATION",
     "lease_age",
     "node_lease",
     "node_lease_renewal",
@@ -29,7 +30,14 @@ __all__ = [
     "node_status",
     "node_unknown_status",
     "pod_running_status",
+    "pod_stopped_status",
+    "pod_stops_at",
 ]
+
+STOP_SECONDS_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/stop-seconds"
+"""On a Pod: how many seconds its containers take to exit once asked to stop (0 when absent:
+they exit at once). The node simulator kills them when the Pod's grace period ends first, so
+a Pod that says more than its ``terminationGracePeriodSeconds`` is one that ignores SIGTERM."""
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 """Where kubelets keep their Node Leases (the apiserver creates the namespace)."""
@@ -216,6 +224,65 @@ def pod_running_status(pod: Obj, now: Any) -> Obj:
                     "started": True,
                     "restartCount": 0,
                     "state": {"running": {"startedAt": stamp}},
+                }
+                for ctr in containers
+            ],
+        }
+    }
+
+
+def pod_stops_at(pod: Obj) -> tuple[datetime, bool] | None:
+    """When the containers of a Pod being deleted are gone, and whether they were killed at
+    the end of its grace period rather than exiting by themselves (pure); ``None`` for a Pod
+    that is not being deleted.
+
+    The apiserver sets ``deletionTimestamp`` to the moment of deletion plus the grace period
+    it granted (``deletionGracePeriodSeconds``: the Pod's ``terminationGracePeriodSeconds``,
+    or what the delete or the eviction asked for), so the stop was asked for at their
+    difference, as a kubelet sends SIGTERM then.
+    """
+    meta = pod.get("metadata") or {}
+    stamp = meta.get("deletionTimestamp")
+    if not stamp:
+        return None
+    deadline = parse_time(str(stamp))
+    grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+    try:
+        takes = float((meta.get("annotations") or {}).get(STOP_SECONDS_ANNOTATION) or 0)
+    except ValueError:
+        takes = 0.0
+    asked = deadline - timedelta(seconds=grace)
+    if takes < grace:
+        return asked + timedelta(seconds=max(0.0, takes)), False
+    return deadline, True
+
+
+def pod_stopped_status(pod: Obj, now: datetime, killed: bool) -> Obj:
+    """The terminal status a kubelet reports once a deleted Pod's containers are gone: exit
+    code 0 for containers that exited when asked, 137 for ones killed at the end of the grace
+    period (SIGKILL), and the phase that follows from them."""
+    stamp = format_time(now)
+    code, reason = (137, "Error") if killed else (0, "Completed")
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ready = [
+        {"type": t, "status": "False", "lastTransitionTime": stamp}
+        for t in ("ContainersReady", "Ready")
+    ]
+    return {
+        "status": {
+            "phase": "Failed" if killed else "Succeeded",
+            "conditions": ready,
+            "containerStatuses": [
+                {
+                    "name": ctr.get("name", ""),
+                    "image": ctr.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {"exitCode": code, "reason": reason, "finishedAt": stamp}
+                    },
                 }
                 for ctr in containers
             ],
