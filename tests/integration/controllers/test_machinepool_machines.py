@@ -427,6 +427,36 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
     assert not kept["metadata"].get("deletionTimestamp"), "the pool deleted the Machine"
 
 
+async def test_no_machine_is_made_for_an_infra_machine_being_deleted(env: Env) -> None:
+    """An infra machine on its way out gets no new Machine: its own may have gone while the
+    pool's cache still shows it, and one made now would wait forever for a Node."""
+    pids = ["test:///going/0", "test:///going/1"]
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("infra")
+    await env.infra_provider_ids("infra", pids)
+    await env.infra_status("infra", ready=True, replicas=2, infrastructureMachineKind="TestMachine")
+    await env.infra_machine("leaving", "pool", pids[0], provisioned=True)
+    await _hold(env, TEST_MACHINES, "leaving")
+    await env.client.delete(TEST_MACHINES, "leaving", env.namespace)
+    await env.infra_machine("staying", "pool", pids[1], provisioned=True)
+    await env.machine_pool("pool", replicas=2, infra="infra", bootstrap="boot")
+    # The Machine of the other infra machine shows the pool's Machines phase ran; a spec
+    # change is a reconcile the test can see finish, after which nothing more is made.
+    await env.machines.until("staying", lambda m: m is not None)
+    mp = await env.client.patch(MACHINE_POOLS, "pool", {"spec": {"replicas": 3}}, env.namespace)
+    generation = mp["metadata"]["generation"]
+    await env.pool_until("pool", lambda o: o["status"].get("observedGeneration", 0) >= generation)
+    names = sorted(
+        m["metadata"]["name"] for m in (await env.client.list(MACHINES, env.namespace)).items
+    )
+    assert names == ["staying"], (
+        f"Machines {names}: one was made for an infra machine being deleted"
+    )
+    await env.client.patch(
+        TEST_MACHINES, "leaving", {"metadata": {"finalizers": None}}, env.namespace
+    )
+
+
 async def test_pool_machine_carries_upstreams_v1beta1_conditions(env: Env) -> None:
     """What a v1beta1 client reads in status.deprecated.v1beta1: the infra machine's
     readiness mirrored, the Node's health with upstream's reasons and severities, and the

@@ -169,6 +169,11 @@ async def reconcile_machines(scope: Scope) -> Result:
         existing = by_name.get(infra_machine.name)
         if existing is not None and existing.deleting:
             continue
+        if existing is None and infra_machine.deleting:
+            # On its way out, it needs no owner. Its Machine may have gone already while this
+            # cache still shows it: a Machine applied now would outlive it and wait for a
+            # Node that will never come.
+            continue
         pid = infra_machine.provider_id
         node = scope.nodes.by_provider_id(pid) if pid and scope.nodes else None
         want = desired_machine(scope.mp, infra_machine, node)
