@@ -1,11 +1,14 @@
-"""Who owns the size: a paused pool stands still; an external owner's size is reported back."""
+"""Who owns what: a paused pool stands still; an external owner's size is reported back; a
+pool Machine left without its infra machine and instance is released by the pool engine."""
 
 from __future__ import annotations
 
 from tests.e2e.conftest import System
-from tests.support.resources import MACHINE_POOLS
+from tests.support import eventually
+from tests.support.resources import MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
+from machinepool.runtime import CORE_EVENTS, Obj
 
 
 def _instances_alive(records: list[object]) -> int:
@@ -75,3 +78,57 @@ async def test_external_owner_size_is_copied_back_and_never_changed(system: Syst
     mp = system.machine_pool("external")
     assert mp is not None
     assert mp["status"]["phase"] in ("Running", "Scaling")
+
+
+async def test_a_pool_machine_without_infra_machine_or_instance_is_released(
+    system: System,
+) -> None:
+    """A pool Machine whose SimMachine and instance are both gone (deleted out of band, or
+    applied from a stale cache after they went) is deleted by the pool engine, which owns
+    the instances; the pool's other Machines are left alone."""
+    await system.create_pool("strays", 2)
+    await system.until(lambda: system.pool_running("strays", 2), "2 Ready nodes")
+    mp = system.machine_pool("strays")
+    assert mp is not None
+    kept = sorted(m["metadata"]["name"] for m in system.machines("strays"))
+    template = system.machines("strays")[0]
+    stray = {
+        "apiVersion": template["apiVersion"],
+        "kind": "Machine",
+        "metadata": {
+            "name": "strays-gone-99",
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": template["metadata"]["ownerReferences"],
+        },
+        "spec": {
+            "clusterName": template["spec"]["clusterName"],
+            "bootstrap": {"dataSecretName": ""},
+            "infrastructureRef": {
+                **template["spec"]["infrastructureRef"],
+                "name": "strays-gone-99",
+            },
+            "providerID": "sim:///zone-a/strays-gone-99",
+        },
+    }
+    await system.client.create(MACHINES, stray, system.namespace)
+
+    async def released() -> Obj | None:
+        events = await system.client.list(CORE_EVENTS, system.namespace)
+        return next(
+            (
+                e
+                for e in events.items
+                if e.get("reason") == "SuccessfulDelete"
+                and "Deleting Machine strays-gone-99" in str(e.get("message"))
+            ),
+            None,
+        )
+
+    event = await eventually(released, "the pool engine releasing the stray Machine")
+    assert "SimMachine strays-gone-99 and its instance are gone" in event["message"]
+    await system.until(
+        lambda: all(m["metadata"]["name"] != "strays-gone-99" for m in system.machines()),
+        "the stray Machine gone",
+    )
+    await system.until(lambda: system.pool_running("strays", 2), "still 2 Ready nodes")
+    assert sorted(m["metadata"]["name"] for m in system.machines("strays")) == kept

@@ -49,6 +49,7 @@ from machinepool.runtime import (
     Patcher,
     Phase,
     Result,
+    controller_owner,
     describe_error,
     metadata_and_spec,
     patch_on_exit,
@@ -183,10 +184,20 @@ async def start_engine(
 
 
 def _machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
+    """Through its infra machine; for a Machine whose infra machine the cache does not hold,
+    through its MachinePool (see ``machines._release_orphan``)."""
     provider = env.provider
-    return machine_to_pools(
+    keys = machine_to_pools(
         machine, env.infra_machines, provider.machine_resource.kind, provider.pool_resource.kind
     )
+    if keys:
+        return keys
+    owner = controller_owner(machine)
+    if owner is None or owner.get("kind") != "MachinePool":
+        return []
+    namespace = str((machine.get("metadata") or {}).get("namespace") or "")
+    mp = env.machine_pools.get(str(owner.get("name", "")), namespace)
+    return _machine_pool_to_pool(env, mp) if mp is not None else []
 
 
 def _machine_pool_to_pool(env: EngineEnv, obj: Obj) -> list[ObjectKey]:

@@ -8,12 +8,14 @@ controller does after draining the Node) terminates the instance before the obje
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move
+from machinepool.api.views import MachineView
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -53,6 +55,10 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     for name, machine in scope.infra_machines.items():
         if name not in live and not _deleting(machine):
             await _release(scope, name, machine)
+    for owner in scope.unbacked_machines:
+        name = owner.spec.infrastructure_ref.name
+        if not owner.deleting and name not in scope.infra_machines and name not in live:
+            await _release_orphan(scope, owner)
     return Result()
 
 
@@ -142,6 +148,35 @@ async def _release(scope: PoolScope, name: str, machine: Obj) -> None:
         return
     await env.client.delete(
         env.provider.machine_resource, name, scope.namespace, uid=machine["metadata"].get("uid")
+    )
+
+
+async def _release_orphan(scope: PoolScope, machine: MachineView) -> None:
+    """Delete a Machine of the pool whose infra machine and instance are both gone.
+
+    The core makes a pool Machine for each infra machine it sees; one whose infra machine
+    went before the Machine did (deleted out of band, or a Machine applied from a cache that
+    still showed a deleted infra machine) would wait for a Node forever, since the engine
+    releases instances only through their infra machines. The caches may lag a new infra
+    machine, so only one the API does not have either is taken for gone.
+    """
+    env = scope.env
+    name = machine.spec.infrastructure_ref.name
+    try:
+        await env.client.get(env.provider.machine_resource, name, scope.namespace)
+        return
+    except NotFound:
+        pass
+    with contextlib.suppress(NotFound):
+        await env.client.delete(
+            MACHINES, machine.metadata.name or "", scope.namespace, uid=machine.metadata.uid
+        )
+    await env.recorder.event(
+        scope.pool,
+        "Normal",
+        "SuccessfulDelete",
+        f"Deleting Machine {machine.metadata.name}: its {env.provider.machine_resource.kind}"
+        f" {name} and its instance are gone",
     )
 
 

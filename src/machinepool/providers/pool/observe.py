@@ -42,6 +42,8 @@ POOL_MEMBER_INDEX = "pool-engine.pool"
 """Infra machines by ``namespace/name`` of each infra pool that owns them."""
 INFRA_REF_INDEX = "pool-engine.infrastructureRef"
 """Machines by ``namespace/kind/name`` of their spec.infrastructureRef."""
+MACHINE_POOL_INDEX = "pool-engine.machinePool"
+"""Machines by ``namespace/name`` of the MachinePool that controls them."""
 
 
 async def load_owner(scope: PoolScope) -> Result:
@@ -92,6 +94,12 @@ async def list_instances(scope: PoolScope) -> Result:
         ref = f"{scope.namespace}/{infra_kind}/{name}"
         for machine in env.machines.by_index(INFRA_REF_INDEX, ref):
             scope.machines[name] = MachineView(machine)
+    if scope.machine_pool is not None:
+        owner = str(ObjectKey(scope.namespace, scope.machine_pool.metadata.name or ""))
+        for member in map(MachineView, env.machines.by_index(MACHINE_POOL_INDEX, owner)):
+            points_at = member.spec.infrastructure_ref
+            if points_at.kind == infra_kind and points_at.name not in scope.infra_machines:
+                scope.unbacked_machines.append(member)
     return Result()
 
 
@@ -118,6 +126,16 @@ def ensure_member_indexes(infra_machines: Informer, pool_kind: str, machines: In
         infra_machines.add_indexer(POOL_MEMBER_INDEX, owners)
     with contextlib.suppress(ValueError):
         machines.add_indexer(INFRA_REF_INDEX, _infrastructure_ref)
+    with contextlib.suppress(ValueError):
+        machines.add_indexer(MACHINE_POOL_INDEX, _controlling_machine_pool)
+
+
+def _controlling_machine_pool(machine: Obj) -> list[str]:
+    ref = controller_owner(machine)
+    if ref is None or ref.get("kind") != "MachinePool":
+        return []
+    namespace = str((machine.get("metadata") or {}).get("namespace") or "")
+    return [str(ObjectKey(namespace, str(ref.get("name", ""))))]
 
 
 def _infrastructure_ref(machine: Obj) -> list[str]:

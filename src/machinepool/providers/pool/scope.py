@@ -57,6 +57,9 @@ class PoolScope:
     """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
     machines: dict[str, MachineView] = field(default_factory=dict)
     """Owner Machines by infra machine name (observe.list_instances)."""
+    unbacked_machines: list[MachineView] = field(default_factory=list)
+    """The MachinePool's Machines whose infra machine of this provider is not in the cache
+    (observe.list_instances): new ones the cache has not caught up with, or orphans."""
     ready_ids: set[str] | None = None
     """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
     replicas: int = 0
