@@ -32,7 +32,7 @@ import re
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,24 @@ async def _kill_forever(proc: ControllerProcess, rng: random.Random) -> None:
         proc.crash_and_restart()
 
 
+async def _until_or_say_why(
+    world: World,
+    check: Callable[[], bool],
+    what: str,
+    want: dict[str, int],
+    *,
+    timeout: float,
+) -> None:
+    """``world.until``; on a timeout the failure also says what was still wrong (the first
+    problems ``check_pools_converged`` finds), since the processes are gone by the time
+    anyone reads it."""
+    try:
+        await world.until(check, what, timeout=timeout)
+    except AssertionError as exc:
+        problems = check_pools_converged(world, want, NEW_VERSION)
+        raise AssertionError(f"{exc}; still wrong: {problems[:10]}") from None
+
+
 def _peak_requests(log: list[Request], window: float = 10.0) -> int:
     starts = sorted(r.started for r in log)
     peak, lo = 0, 0
@@ -242,9 +260,11 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         )
         workload = cp.workloads["scale"]
         await asyncio.to_thread(workload.restart_apiserver)
-        await world.until(
+        await _until_or_say_why(
+            world,
             lambda: all(world.pool_running(p, replicas, NEW_VERSION) for p in pools),
             f"{nodes} Ready on {NEW_VERSION} under faults",
+            dict.fromkeys(pools, replicas),
             timeout=1800,
         )
         for task in background:
@@ -253,9 +273,11 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
         background = []
         await controller.wait_ready(timeout=300)
         want = dict.fromkeys(pools, replicas)
-        await world.until(
+        await _until_or_say_why(
+            world,
             lambda: not check_pools_converged(world, want, NEW_VERSION),
             "every pool converged with nothing lost",
+            want,
             timeout=600,
         )
         elapsed = time.monotonic() - started
