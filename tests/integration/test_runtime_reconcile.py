@@ -96,6 +96,56 @@ async def test_rapid_updates_coalesce_and_never_run_concurrently_per_key(
     assert reconciles < 500, f"{reconciles} reconciles for 1000 updates: no coalescing"
 
 
+async def test_a_change_goes_before_the_initial_backlog(
+    manager: Manager, client: Client, namespace: str
+) -> None:
+    """The priority queue against the real thing: a controller starts over 200 ConfigMaps,
+    queued at low priority as merely listed; a change made after it started (to the last one
+    listed) and an object created after it started are reconciled next, not after the
+    backlog. Issue 26: at 1,000 Nodes the backlog outlived a controller killed every few
+    seconds, and the pools still rolling waited behind it."""
+    names = [f"cm-{i:03}" for i in range(200)]
+    for start in range(0, len(names), 25):
+        await asyncio.gather(
+            *(
+                client.create(CONFIGMAPS, configmap(n, v="0"), namespace)
+                for n in names[start : start + 25]
+            )
+        )
+    informer = await manager.cache.get_informer(CONFIGMAPS, namespace)
+    workers = 2
+    gate = asyncio.Event()
+    order: list[tuple[str, str]] = []
+
+    async def reconcile(key: ObjectKey) -> None:
+        obj = informer.get_key(key) or {}
+        order.append((key.name, (obj.get("data") or {}).get("v", "<gone>")))
+        await gate.wait()  # the first keys hold every worker until the changes are queued
+
+    manager.new_controller("backlog", reconcile, concurrency=workers).watch(informer)
+    await manager.start()
+    await eventually(lambda: len(order) == workers)
+    changed, created = names[-1], "cm-new"
+    await client.patch(CONFIGMAPS, changed, {"data": {"v": "1"}}, namespace)
+    await client.create(CONFIGMAPS, configmap(created, v="1"), namespace)
+
+    def stored(name: str) -> str:
+        return ((informer.get(name, namespace) or {}).get("data") or {}).get("v", "")
+
+    # The informer queues an event's keys as it stores the object: once both are stored,
+    # both keys are waiting.
+    await eventually(lambda: stored(changed) == "1" and stored(created) == "1")
+    gate.set()
+    await eventually(lambda: (changed, "1") in order and (created, "1") in order)
+    for name in (changed, created):
+        at = order.index((name, "1"))
+        backlog_before = [n for n, _ in order[:at] if n not in (changed, created)]
+        assert len(backlog_before) <= workers * 2, (
+            f"{name} waited behind {len(backlog_before)} listed keys: {order[: at + 1]}"
+        )
+    await eventually(lambda: {n for n, _ in order} >= set(names))  # the backlog still runs
+
+
 async def test_failures_back_off_exponentially(client: Client, namespace: str) -> None:
     manager = Manager(client, bind_address=None)
     informer = await manager.cache.get_informer(CONFIGMAPS, namespace)

@@ -17,8 +17,8 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def on_add(self, obj: Obj) -> None:
-        self.calls.append(("add", obj["metadata"]["name"]))
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
+        self.calls.append(("listed" if initial else "add", obj["metadata"]["name"]))
 
     def on_update(self, old: Obj, new: Obj) -> None:
         self.calls.append(("update", new["metadata"]["name"]))
@@ -64,8 +64,9 @@ def test_adds_and_deletes_always_pass() -> None:
     inner = Recorder()
     events = PoolEvents(inner)
     events.on_add(pool())
+    events.on_add(pool(), initial=True)  # merely listed: the controller queues it low
     events.on_delete(pool())
-    assert inner.calls == [("add", "workers"), ("delete", "workers")]
+    assert inner.calls == [("add", "workers"), ("listed", "workers"), ("delete", "workers")]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import itertools
 import logging
 
 import pytest
+from tests.support import eventually
 
 from machinepool.runtime import (
     SECRETS,
@@ -352,3 +353,43 @@ async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:
     assert peak == 4, "never more than the bound in flight, and the bound is used"
     with pytest.raises(ValueError, match="limit"):
         await gather_bounded([], limit=0)
+
+
+def cm(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns"}}
+
+
+async def test_changes_go_before_listed_keys_and_a_retry_keeps_its_priority() -> None:
+    """A key merely listed waits behind a change seen later, also through a mapper; a listed
+    key that failed comes back after its backoff still behind changes."""
+    order: list[str] = []
+    failed_once: set[str] = set()
+    gate = asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> None:
+        order.append(key.name)
+        if key.name == "l1" and key.name not in failed_once:
+            failed_once.add(key.name)
+            raise RuntimeError("first try fails")
+        if key.name == "l2":
+            await gate.wait()  # holds the one worker while the test queues more
+
+    ctrl = Controller("c", reconcile, rate_limiter=ExponentialBackoff(base=0.001))
+    handler = ctrl.handler()
+    mapped = ctrl.handler(lambda obj: [ObjectKey("ns", "mapped")])
+    for name in ["l1", "l2", "l3"]:
+        handler.on_add(cm(name), initial=True)
+    task = asyncio.create_task(ctrl.run())
+    try:
+        waiting = "l2 holds the worker; l3 and l1's retry wait"
+        await eventually(lambda: order == ["l1", "l2"] and len(ctrl.queue) == 2, waiting)
+        handler.on_update(cm("l3"), cm("l3"))  # a change to a listed key raises it
+        mapped.on_delete(cm("other"))  # a change mapped to another key
+        handler.on_add(cm("new"))
+        gate.set()
+        await eventually(lambda: len(order) == 6, "every key reconciled")
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert order == ["l1", "l2", "l3", "mapped", "new", "l1"]

@@ -18,6 +18,7 @@ EXPECTED = {
     "ExpectedError", "is_expected", "describe_error",
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",
+    "LOW_PRIORITY", "NORMAL_PRIORITY",
     # informers
     "Informer", "InformerCache", "CacheScope", "EventHandler", "FuncHandler", "IndexFunc",
     "Transform", "OwnReader",

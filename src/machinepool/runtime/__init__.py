@@ -2,7 +2,7 @@
 
 Reproduces controller-runtime's semantics in asyncio: a raw-JSON API ``Client``; ``Informer``s
 (list + watch with bookmarks, re-list on 410) shared through an ``InformerCache``; a
-de-duplicating, rate-limited ``WorkQueue``; ``Controller``s with the Result/error contract;
+de-duplicating, rate-limited priority ``WorkQueue``; ``Controller``s with the Result/error contract;
 a ``Manager`` with Lease leader election, probes and Prometheus metrics; an ``EventRecorder``;
 structured logging; a ``ClusterCache`` of workload-cluster clients and informers; and the
 one shape of a reconcile (``run_phases``, ``patch_on_exit``, ``Outcome.settle``).
@@ -104,6 +104,8 @@ from machinepool.runtime.sharding import (
 )
 from machinepool.runtime.tls import CertReloader, ServingCert, self_signed
 from machinepool.runtime.workqueue import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
     ExponentialBackoff,
     QueueShutDown,
     RateLimiter,
@@ -118,10 +120,12 @@ __all__ = [
     "DRAIN_REQUESTED",
     "EVENTS",
     "LEASES",
+    "LOW_PRIORITY",
     "METRICS_READER_ROLE",
     "MUTATING_WEBHOOKS",
     "NAMESPACES",
     "NODES",
+    "NORMAL_PRIORITY",
     "PDBS",
     "PERSISTENT_VOLUMES",
     "PODS",

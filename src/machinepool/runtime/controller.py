@@ -25,6 +25,12 @@ raises anything else       retry with the key's exponential backoff (5 ms doubli
 
 A worker never dies: whatever one reconcile does, the worker logs it with the key, counts it
 and takes the next key.
+
+Priorities, as controller-runtime's priority queue: a key queued only because its object was
+listed (the initial sync when the controller starts, an informer's first list, the replay of
+an informer's contents to a new watch) waits at ``LOW_PRIORITY``; a change seen since (a watch
+add, update or delete, through any mapper) at ``NORMAL_PRIORITY``, so it is reconciled first.
+A key keeps the priority it was handed out with for its retry or ``requeue_after``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,13 @@ from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.ownwrites import OwnWrites
-from machinepool.runtime.workqueue import QueueShutDown, RateLimiter, WorkQueue
+from machinepool.runtime.workqueue import (
+    LOW_PRIORITY,
+    NORMAL_PRIORITY,
+    QueueShutDown,
+    RateLimiter,
+    WorkQueue,
+)
 
 if TYPE_CHECKING:
     from machinepool.runtime.sharding import Handover
@@ -132,6 +144,9 @@ class EnqueueHandler:
     most updates of a watched kind change nothing the reconcile reads (Node heartbeats,
     another controller's status fields), and each would cost a reconcile that finds nothing
     to do. Adds and deletes always pass.
+
+    An initial add (the object was merely listed) queues its keys at ``LOW_PRIORITY``; every
+    other event at ``NORMAL_PRIORITY``.
     """
 
     def __init__(
@@ -154,19 +169,26 @@ class EnqueueHandler:
         if self._own_writes is not None:
             self._own_writes.watch(resource.group, resource.kind)
 
-    def _enqueue(self, obj: Obj, echo: bool = False, change: Obj | None = None) -> None:
+    def _enqueue(
+        self,
+        obj: Obj,
+        echo: bool = False,
+        change: Obj | None = None,
+        priority: int = NORMAL_PRIORITY,
+    ) -> None:
         """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an
         update, the new one, also when the keys come from the old one)."""
         for key in self._mapper(obj):
             if self._arrived is not None and self._queue.is_processing(key):
                 self._arrived(key, change if change is not None else obj)
-            self._queue.add(key, echo=echo)
+            self._queue.add(key, echo=echo, priority=priority)
 
     def _echo(self, obj: Obj) -> bool:
         return self._own_writes is not None and self._own_writes.is_own(obj)
 
-    def on_add(self, obj: Obj) -> None:
-        self._enqueue(obj, self._echo(obj))
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
+        priority = LOW_PRIORITY if initial else NORMAL_PRIORITY
+        self._enqueue(obj, self._echo(obj), priority=priority)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         if self._inputs is not None and self._inputs(old) == self._inputs(new):
@@ -276,11 +298,12 @@ class Controller:
         """Run the workers until cancelled.
 
         On entry every object the watched informers hold is queued (the initial sync, as
-        after gaining leadership), so nothing that changed while stopped is missed.
+        after gaining leadership), so nothing that changed while stopped is missed; at low
+        priority, so changes seen from now on go first.
         """
         for informer, handler in self._watched:
             for obj in informer.list():
-                handler.on_add(obj)
+                handler.on_add(obj, initial=True)
         self._running.set()
         self.log.info("starting workers", concurrency=self.concurrency)
         try:
@@ -294,19 +317,20 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             try:
-                key = await self.queue.get()
+                key, priority = await self.queue.get_with_priority()
             except QueueShutDown:
                 return
             try:
-                await self._process(key)
+                await self._process(key, priority)
             except asyncio.CancelledError:
                 self._arrivals.pop(key, None)
                 self.queue.done(key)
-                self.queue.add(key)  # not finished: whoever runs next reconciles it
+                # not finished: whoever runs next reconciles it
+                self.queue.add(key, priority=priority)
                 raise
             self.queue.done(key)
 
-    async def _process(self, key: ObjectKey) -> None:
+    async def _process(self, key: ObjectKey, priority: int) -> None:
         log = self.log.bind(key=str(key))
         active = self.metrics.active_workers.labels(self.name)
         active.inc()
@@ -325,7 +349,7 @@ class Controller:
             took = time.monotonic() - started
             self.metrics.reconcile_time.labels(self.name).observe(took)
             self.metrics.queue_work.labels(self.name, self.name).observe(took)
-        self._settle(key, outcome, log)
+        self._settle(key, priority, outcome, log)
         self._arrivals.pop(key, None)
 
     async def _reconcile_unless_handed_over(self, key: ObjectKey) -> Result | None:
@@ -335,9 +359,14 @@ class Controller:
         return await self._reconcile(key)
 
     def _settle(
-        self, key: ObjectKey, outcome: Result | BaseException | None, log: KVLogger
+        self,
+        key: ObjectKey,
+        priority: int,
+        outcome: Result | BaseException | None,
+        log: KVLogger,
     ) -> None:
-        """Apply the Result/error contract (see the module docstring) to one outcome."""
+        """Apply the Result/error contract (see the module docstring) to one outcome; a retry
+        or requeue keeps the ``priority`` the key was handed out with."""
         match outcome:
             case TerminalError() as exc:
                 self.queue.forget(key)
@@ -348,12 +377,12 @@ class Controller:
             case Conflict() as exc:
                 # An optimistic lock lost to a newer write: routine, and the retry reads the
                 # newer copy. Logged quietly, retried with backoff like any error.
-                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
+                self._retry(key, priority)
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 log.info("object changed since it was read; retrying", error=str(exc))
             case BaseException() as exc:
-                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
+                self._retry(key, priority)
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 # Expected failures (API errors, unreachable clusters, cloud faults) are
@@ -367,15 +396,18 @@ class Controller:
                 )
             case Result(requeue_after=float() | int() as after) if after > 0:
                 self.queue.forget(key)
-                self.queue.add_after(key, float(after))
+                self.queue.add_after(key, float(after), priority=priority)
                 self._count("requeue_after")
             case Result() | None:
                 self.queue.forget(key)
                 self._count("success")
             case other:
-                self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key))
+                self._retry(key, priority)
                 self._count("error")
                 log.error("reconcile returned neither Result nor None", returned=repr(other))
+
+    def _retry(self, key: ObjectKey, priority: int) -> None:
+        self.queue.add_rate_limited(key, fold=self._only_echoes_arrived(key), priority=priority)
 
     def _count(self, result: str) -> None:
         self.metrics.reconcile_total.labels(self.name, result).inc()

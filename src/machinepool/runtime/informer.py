@@ -10,6 +10,12 @@ resourceVersion it saw (so an API server restart loses nothing); when that versi
 (410 Gone) it lists again and reports the difference as adds, updates and deletes. Failures
 back off exponentially (0.5 s to 30 s).
 
+An add says whether it comes from the initial list (``on_add(obj, initial=True)``: a
+stream's first list, or the replay of what the informer holds to a handler added later) or
+from a change seen since, as client-go's ``OnAdd(obj, isInInitialList)``; a controller
+queues the first kind at low priority. A re-list after 410 reports only what differs from
+the store, changes missed while the watch was down, so its adds are not initial ones.
+
 ``InformerCache`` hands out one shared informer per (resource, namespace, selector) and starts
 it on first use, so a controller can watch a kind it only learns at runtime (a bootstrap config
 kind named by a ref). The ``Manager`` owns one for the management cluster; ``ClusterCache``
@@ -45,7 +51,9 @@ IndexFunc = Callable[[Obj], Iterable[str]]
 class EventHandler(Protocol):
     """Receives an informer's changes. Called on the informer's task: keep it quick."""
 
-    def on_add(self, obj: Obj) -> None: ...
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
+        """``obj`` appeared; ``initial``: it was merely listed (see the module docstring)."""
+
     def on_update(self, old: Obj, new: Obj) -> None: ...
     def on_delete(self, obj: Obj) -> None: ...
 
@@ -66,7 +74,7 @@ class FuncHandler:
     update: Callable[[Obj, Obj], None] | None = None
     delete: Callable[[Obj], None] | None = None
 
-    def on_add(self, obj: Obj) -> None:
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
         if self.add:
             self.add(obj)
 
@@ -282,14 +290,14 @@ class Informer:
         self._indexes[name] = index
 
     def add_handler(self, handler: EventHandler) -> None:
-        """Subscribe ``handler``; objects already stored are replayed to it as adds. A
+        """Subscribe ``handler``; objects already stored are replayed to it as initial adds. A
         handler with a ``watching`` method (``WatchingHandler``) is told the resource first."""
         watching = getattr(handler, "watching", None)
         if callable(watching):
             watching(self.resource)
         self._handlers.append(handler)
         for obj in list(self._store.values()):
-            self._call(handler.on_add, obj)
+            self._call(handler.on_add, obj, initial=True)
 
     def remove_handler(self, handler: EventHandler) -> None:
         with contextlib.suppress(ValueError):
@@ -358,11 +366,12 @@ class Informer:
         for item in listed.items:
             obj = self._prepare(item)
             fresh[ObjectKey.of(obj)] = obj
+        initial = namespace in self._unsynced  # not a re-list after 410: see the module doc
         mine = [k for k in self._store if namespace is None or k.namespace == namespace]
         for key in [k for k in mine if k not in fresh]:
             self._delete(key, self._store[key])
         for key, obj in fresh.items():
-            self._upsert(key, obj)
+            self._upsert(key, obj, initial)
         self._versions[namespace] = listed.resource_version
         self._unsynced.discard(namespace)
         if not self._unsynced:
@@ -396,7 +405,7 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         return self._transform(obj) if self._transform is not None else obj
 
-    def _upsert(self, key: ObjectKey, obj: Obj) -> None:
+    def _upsert(self, key: ObjectKey, obj: Obj, initial: bool = False) -> None:
         old = self._store.get(key)
         if old is not None and _rv(old) == _rv(obj):
             return  # a re-list repeating what we have: nothing changed
@@ -405,7 +414,7 @@ class Informer:
             index.put(key, obj)
         for handler in list(self._handlers):
             if old is None:
-                self._call(handler.on_add, obj)
+                self._call(handler.on_add, obj, initial=initial)
             else:
                 self._call(handler.on_update, old, obj)
 
@@ -416,9 +425,9 @@ class Informer:
         for handler in list(self._handlers):
             self._call(handler.on_delete, obj)
 
-    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
+    def _call(self, fn: Callable[..., None], *args: Obj, **kwargs: bool) -> None:
         try:
-            fn(*args)
+            fn(*args, **kwargs)
         except Exception:
             self.log.exception("event handler failed", object=str(ObjectKey.of(args[-1])))
 

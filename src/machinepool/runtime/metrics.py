@@ -12,7 +12,8 @@ existing dashboards read them:
 - ``controller_runtime_reconcile_time_seconds{controller}`` (histogram)
 - ``controller_runtime_active_workers{controller}``,
   ``controller_runtime_max_concurrent_reconciles{controller}``
-- ``workqueue_depth{name,controller,priority}`` (priority always empty: one priority),
+- ``workqueue_depth{name,controller,priority}`` (priority always empty: keys of every
+  priority together; controller-runtime's priority queue has a series per priority),
   ``workqueue_adds_total{name,controller}``, ``workqueue_retries_total{name,controller}``,
   ``workqueue_queue_duration_seconds{name,controller}`` (histogram: time from add to a worker
   picking it up), ``workqueue_work_duration_seconds{name,controller}`` (histogram: time a

@@ -1,4 +1,4 @@
-"""The de-duplicating, rate-limited work queue that sits between watches and reconciles.
+"""The de-duplicating, rate-limited priority work queue that sits between watches and reconciles.
 
 Informer event handlers ``add`` keys; a ``Controller``'s workers ``get`` them, reconcile, and
 call ``done``. The queue reproduces client-go's guarantees, which controllers rely on:
@@ -17,8 +17,17 @@ call ``done``. The queue reproduces client-go's guarantees, which controllers re
   behave as in client-go. Without this, a failing reconcile that writes re-ran at the speed
   of its own writes (a retry storm: every ~70 ms per key while a workload cluster was down);
 - ``add_after`` schedules a key for later (a reconcile's ``requeue_after``); of several pending
-  delays for one key the earliest wins;
+  delays for one key the earliest wins (at the highest priority any of them asked for);
 - after ``shutdown`` nothing new is accepted and ``get`` raises ``QueueShutDown`` once empty.
+
+and, as controller-runtime's priority queue, priorities: a key is added with a ``priority``
+(``NORMAL_PRIORITY``, 0, unless said otherwise) and a worker always gets a key of the highest
+priority waiting, first come first served within one priority. A key added again while it
+waits keeps the higher of its priorities (raised, never lowered; a raised key goes to the
+back of its new priority). The controller queues what its informers hold when it starts at
+``LOW_PRIORITY``, so after a restart a change seen since is reconciled before the backlog of
+everything that was merely listed: at 1,000 Nodes that backlog outlived a controller killed
+every few seconds, and the pools still rolling waited behind it.
 
 Pure asyncio logic with no Kubernetes in it; its unit tests run in milliseconds.
 """
@@ -26,12 +35,20 @@ Pure asyncio logic with no Kubernetes in it; its unit tests run in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+NORMAL_PRIORITY: Final = 0
+"""The priority of an add that says none: an event seen while the controller runs."""
+LOW_PRIORITY: Final = -100
+"""The priority of a key queued only because it was listed (the initial sync on start, an
+informer's first list, a handler's replay of what an informer holds); controller-runtime's
+``handler.LowPriority`` has the same value."""
 
 
 class QueueShutDown(Exception):
@@ -103,18 +120,31 @@ class _NoHooks:
 
 
 class WorkQueue(Generic[K]):
-    """A de-duplicating FIFO of keys with per-key processing exclusion, delays and backoff.
+    """A de-duplicating priority queue of keys (FIFO within a priority) with per-key
+    processing exclusion, delays and backoff.
 
-    Typical worker loop (``Controller`` runs exactly this)::
+    Typical worker loop (``Controller`` runs this, passing the priority on as below)::
 
-        key = await queue.get()
+        key, priority = await queue.get_with_priority()
         try:
             await reconcile(key)
             queue.forget(key)
         except Exception:
-            queue.add_rate_limited(key)
+            queue.add_rate_limited(key, priority=priority)
         finally:
             queue.done(key)
+
+    A retry (``add_rate_limited``) and a requeue (``add_after``) keep the priority the key was
+    handed out with, as controller-runtime's controller does: a listed key that fails stays
+    behind real changes after its backoff, and a changed key that fails is not pushed behind
+    a backlog of listed ones. Priorities of one key merge only while it waits to be handed
+    out (the higher one wins); a pending delay keeps its own priority until it fires.
+
+    For example, a key listed first and a key changed later::
+
+        queue.add(listed, priority=LOW_PRIORITY)
+        queue.add(changed)
+        assert await queue.get() == changed
     """
 
     def __init__(
@@ -127,24 +157,29 @@ class WorkQueue(Generic[K]):
         self._limiter: RateLimiter[K] = rate_limiter or ExponentialBackoff[K]()
         self._hooks: QueueHooks = hooks or _NoHooks()
         self._clock = clock
-        self._queue: deque[K] = deque()
-        self._dirty: set[K] = set()  # waiting in _queue, or to re-queue when processing ends
+        # Ready keys: a heap of (-priority, order, key); an entry whose order is no longer
+        # the key's in _ready_order was superseded (raised, or handed out) and is skipped.
+        self._heap: list[tuple[int, int, K]] = []
+        self._ready_order: dict[K, int] = {}
+        self._order = itertools.count()
+        self._dirty: dict[K, int] = {}  # waiting, or to re-queue at done: -> its priority
         self._processing: set[K] = set()
         self._backing_off: set[K] = set()  # failed; a rate-limited retry is scheduled
         self._queued_at: dict[K, float] = {}
-        self._delayed: dict[K, tuple[float, asyncio.TimerHandle]] = {}
+        self._delayed: dict[K, tuple[float, int, asyncio.TimerHandle]] = {}
         self._wakeup = asyncio.Event()
         self._shutting_down = False
 
     def __len__(self) -> int:
-        """Keys ready to be handed out (the ``workqueue_depth`` metric)."""
-        return len(self._queue)
+        """Keys ready to be handed out, of every priority (the ``workqueue_depth`` metric)."""
+        return len(self._ready_order)
 
     def is_processing(self, key: K) -> bool:
         return key in self._processing
 
-    def add(self, key: K, *, echo: bool = False) -> None:
-        """Queue ``key`` now, unless it is already waiting.
+    def add(self, key: K, *, echo: bool = False, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``key`` now at ``priority``, unless it is already waiting; a key waiting at a
+        lower priority is raised to this one.
 
         ``echo``: the add comes from the controller's own write; it never runs a key that is
         backing off before its retry (see the module docstring).
@@ -153,40 +188,56 @@ class WorkQueue(Generic[K]):
             return
         if echo and key in self._backing_off and key not in self._processing:
             return  # its retry is scheduled and will read this version anyway
-        if key in self._dirty:
+        queued = self._dirty.get(key)
+        if queued is not None:
+            if priority > queued:
+                self._dirty[key] = priority
+                if key in self._ready_order:
+                    self._push(key, priority)  # supersedes its lower entry
             return
         self._hooks.added()
-        self._dirty.add(key)
+        self._dirty[key] = priority
         self._queued_at.setdefault(key, self._clock())
         if key in self._processing:
             return  # done() queues it again
-        self._queue.append(key)
-        self._hooks.depth(len(self._queue))
+        self._push(key, priority)
+
+    def _push(self, key: K, priority: int) -> None:
+        order = next(self._order)
+        self._ready_order[key] = order
+        heapq.heappush(self._heap, (-priority, order, key))
+        self._hooks.depth(len(self._ready_order))
         self._wakeup.set()
 
-    def add_after(self, key: K, delay: float) -> None:
-        """Queue ``key`` after ``delay`` seconds; an earlier pending delay for it wins."""
+    def add_after(self, key: K, delay: float, *, priority: int = NORMAL_PRIORITY) -> None:
+        """Queue ``key`` at ``priority`` after ``delay`` seconds; of several pending delays for
+        it the earliest wins, at the highest priority any of them asked for."""
         if self._shutting_down:
             return
         if delay <= 0:
-            self.add(key)
+            self.add(key, priority=priority)
             return
         due = self._clock() + delay
         pending = self._delayed.get(key)
         if pending is not None:
+            priority = max(priority, pending[1])
             if pending[0] <= due:
+                self._delayed[key] = (pending[0], priority, pending[2])
                 return
-            pending[1].cancel()
+            pending[2].cancel()
         handle = asyncio.get_running_loop().call_later(delay, self._fire, key)
-        self._delayed[key] = (due, handle)
+        self._delayed[key] = (due, priority, handle)
 
     def _fire(self, key: K) -> None:
-        self._delayed.pop(key, None)
+        pending = self._delayed.pop(key, None)
         self._backing_off.discard(key)
-        self.add(key)
+        self.add(key, priority=NORMAL_PRIORITY if pending is None else pending[1])
 
-    def add_rate_limited(self, key: K, *, fold: bool = False) -> None:
-        """Queue ``key`` after its backoff delay; each call doubles the next delay.
+    def add_rate_limited(
+        self, key: K, *, fold: bool = False, priority: int = NORMAL_PRIORITY
+    ) -> None:
+        """Queue ``key`` at ``priority`` after its backoff delay; each call doubles the next
+        delay. Pass the priority the key was handed out with (``get_with_priority``).
 
         ``fold``: for the key a worker holds, whose attempt failed and whose adds during
         the attempt were all echoes of its own writes: they wait for the same delay rather
@@ -194,10 +245,10 @@ class WorkQueue(Generic[K]):
         """
         self._hooks.retried()
         if fold and key in self._processing:
-            self._dirty.discard(key)
+            self._dirty.pop(key, None)
             self._queued_at.pop(key, None)
         self._backing_off.add(key)
-        self.add_after(key, self._limiter.when(key))
+        self.add_after(key, self._limiter.when(key), priority=priority)
 
     def forget(self, key: K) -> None:
         """Reset ``key``'s backoff; call after a successful reconcile."""
@@ -208,35 +259,48 @@ class WorkQueue(Generic[K]):
         return self._limiter.retries(key)
 
     async def get(self) -> K:
-        """Wait for the next key and mark it processing; ``done(key)`` must follow."""
-        while not self._queue:
+        """Wait for the next key (the oldest of the highest priority) and mark it
+        processing; ``done(key)`` must follow."""
+        key, _ = await self.get_with_priority()
+        return key
+
+    async def get_with_priority(self) -> tuple[K, int]:
+        """``get``, also saying the priority the key waited at: retries and requeues of it
+        pass that on."""
+        while not self._ready_order:
             if self._shutting_down:
                 raise QueueShutDown
             self._wakeup.clear()
             await self._wakeup.wait()
-        key = self._queue.popleft()
-        self._hooks.depth(len(self._queue))
+        while True:
+            negative, order, key = heapq.heappop(self._heap)
+            if self._ready_order.get(key) == order:
+                break
+        del self._ready_order[key]
+        if not self._ready_order:
+            self._heap.clear()  # only superseded entries are left
+        self._hooks.depth(len(self._ready_order))
         self._processing.add(key)
-        self._dirty.discard(key)
+        self._dirty.pop(key, None)
         queued = self._queued_at.pop(key, None)
         if queued is not None:
             self._hooks.waited(self._clock() - queued)
-        if self._queue:
+        if self._ready_order:
             self._wakeup.set()  # several workers may be waiting; let the next one in
-        return key
+        return key, -negative
 
     def done(self, key: K) -> None:
-        """Finish processing ``key``; queue it again if it was added meanwhile."""
+        """Finish processing ``key``; queue it again (at the highest priority it was added
+        with meanwhile) if it was added meanwhile."""
         self._processing.discard(key)
-        if key in self._dirty:
-            self._queue.append(key)
-            self._hooks.depth(len(self._queue))
-            self._wakeup.set()
+        priority = self._dirty.get(key)
+        if priority is not None:
+            self._push(key, priority)
 
     def shutdown(self) -> None:
         """Accept nothing more, drop pending delays, and release waiting ``get`` calls."""
         self._shutting_down = True
-        for _, handle in self._delayed.values():
+        for _, _, handle in self._delayed.values():
             handle.cancel()
         self._delayed.clear()
         self._wakeup.set()

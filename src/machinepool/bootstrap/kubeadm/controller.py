@@ -173,8 +173,8 @@ class PoolEvents:
     def __init__(self, inner: EventHandler) -> None:
         self._inner = inner
 
-    def on_add(self, obj: Obj) -> None:
-        self._inner.on_add(obj)
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
+        self._inner.on_add(obj, initial)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         if pool_inputs(old) != pool_inputs(new):
