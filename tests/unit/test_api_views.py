@@ -20,7 +20,7 @@ from mypy import api as mypy_api
 from pydantic import BaseModel
 
 from machinepool.api import contract, views
-from machinepool.api.views import Field, MachinePoolView, Nested, View
+from machinepool.api.views import ClusterView, Field, MachinePoolView, MachineView, Nested, View
 from machinepool.runtime.patch import merge_patch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +106,51 @@ def test_writes_land_in_the_dict_the_patcher_diffs() -> None:
     }
 
 
+def test_machine_views_read_through_absent_levels_and_write_the_same_dict() -> None:
+    obj: dict[str, Any] = {
+        "metadata": {"name": "m", "namespace": "ns", "finalizers": ["other"]},
+        "spec": {"clusterName": "c", "infrastructureRef": {"kind": "SimMachine", "name": "m"}},
+    }
+    snapshot = copy.deepcopy(obj)
+    machine = MachineView(obj)
+
+    assert machine.status.node_ref.name is None
+    assert machine.status.deletion.node_drain_start_time is None
+    assert machine.status.v1beta1.conditions is None
+    assert machine.spec.deletion.node_drain_timeout_seconds is None
+    assert obj == snapshot, "reading created nothing"
+
+    machine.status.node_ref.name = "n1"
+    machine.status.deletion.wait_for_pre_drain_hook_start_time = "2025-01-01T00:00:00Z"
+    machine.status.v1beta1.failure_reason = "InvalidConfiguration"
+    machine.status.initialization.infrastructure_provisioned = True
+    machine.status.phase = "Running"
+    machine.metadata.finalizers = []
+
+    assert merge_patch(snapshot, obj) == {
+        "metadata": {"finalizers": []},
+        "status": {
+            "nodeRef": {"name": "n1"},
+            "deletion": {"waitForPreDrainHookStartTime": "2025-01-01T00:00:00Z"},
+            "deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}},
+            "initialization": {"infrastructureProvisioned": True},
+            "phase": "Running",
+        },
+    }
+
+
+def test_cluster_view_reads_pause_and_deletion() -> None:
+    cluster = ClusterView(
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "metadata": {"deletionTimestamp": "t"}}
+    )
+
+    assert (cluster.api_version, cluster.spec.paused, cluster.deleting) == (
+        "cluster.x-k8s.io/v1beta2",
+        None,
+        True,
+    )
+
+
 def test_a_view_follows_a_replaced_sub_object() -> None:
     obj = _pool()
     pool = MachinePoolView(obj)
@@ -156,14 +201,15 @@ def test_a_v1beta1_condition_in_status_conditions_is_not_the_ready_condition() -
 
 SNIPPET = """
 from machinepool.api.contract import InfraMachinePool
-from machinepool.api.views import MachinePoolView
+from machinepool.api.views import MachinePoolView, MachineView
 
 
-def misspelt(pool: MachinePoolView, infra: InfraMachinePool) -> None:
+def misspelt(pool: MachinePoolView, infra: InfraMachinePool, machine: MachineView) -> None:
     pool.spec.replica = 3
     print(pool.status.initialization.infrastructureProvisioned)
     pool.status.ready_replicas = "3"
     print(infra.provider_ids)
+    print(machine.status.deletion.nodeDrainStartTime)
 
 
 def spelt_right(pool: MachinePoolView, infra: InfraMachinePool) -> int:
@@ -200,6 +246,7 @@ def test_mypy_strict_rejects_a_misspelt_field(tmp_path: Path) -> None:
         (8, "attr-defined", '"infrastructureProvisioned"'),
         (9, "assignment", '"str"'),
         (10, "attr-defined", '"provider_ids"'),
+        (11, "attr-defined", '"nodeDrainStartTime"'),
     ]
     assert [(n, code) for n, code, _ in found] == [(n, code) for n, code, _ in expected], out
     for (_, _, line), (_, _, name) in zip(found, expected, strict=True):

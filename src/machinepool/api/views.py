@@ -40,7 +40,10 @@ __all__ = [
     "ClusterSpecView",
     "ClusterView",
     "Field",
+    "MachineDeletionStatusView",
     "MachineDeletionView",
+    "MachineInitializationView",
+    "MachineNodeReferenceView",
     "MachinePoolInitializationView",
     "MachinePoolSpecView",
     "MachinePoolStatusView",
@@ -49,6 +52,7 @@ __all__ = [
     "MachineSpecView",
     "MachineStatusView",
     "MachineTemplateView",
+    "MachineV1Beta1View",
     "MachineView",
     "Nested",
     "NodeInfoView",
@@ -316,10 +320,56 @@ class NodeInfoView(View):
     kubelet_version = Field[str | None]()
 
 
+class MachineNodeReferenceView(View):
+    MODEL = v1beta2.MachineNodeReference
+    name = Field[str]()
+
+
+class MachineInitializationView(View):
+    MODEL = v1beta2.MachineInitializationStatus
+    infrastructure_provisioned = Field[bool | None]()
+
+
+class MachineDeletionStatusView(View):
+    """``status.deletion``: when each wait of a deletion began (timestamps as stored)."""
+
+    MODEL = v1beta2.MachineDeletionStatus
+    node_drain_start_time = Field[str | None]()
+    wait_for_node_volume_detach_start_time = Field[str | None]()
+    wait_for_pre_drain_hook_start_time = Field[str | None]()
+    wait_for_pre_terminate_hook_start_time = Field[str | None]()
+
+
+class MachineV1Beta1View(View):
+    """``status.deprecated.v1beta1`` of a Machine."""
+
+    MODEL = v1beta2.MachineV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    failure_reason = Field[str | None]()
+    failure_message = Field[str | None]()
+
+
+class _MachineDeprecatedView(View):
+    MODEL = v1beta2.MachineDeprecatedStatus
+    v1beta1 = Nested(MachineV1Beta1View)
+
+
 class MachineStatusView(View):
     MODEL = v1beta2.MachineStatus
     conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(MachineInitializationView)
+    node_ref = Nested(MachineNodeReferenceView)
     node_info = Nested(NodeInfoView)
+    addresses = Field[list[dict[str, Any]] | None]()
+    failure_domain = Field[str | None]()
+    phase = Field[v1beta2.MachinePhase | None]()
+    deletion = Nested(MachineDeletionStatusView)
+    deprecated = Nested(_MachineDeprecatedView)
+
+    @property
+    def v1beta1(self) -> MachineV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
 
 
 class MachineView(ObjectView):
@@ -335,4 +385,5 @@ class ClusterSpecView(View):
 
 class ClusterView(ObjectView):
     MODEL = v1beta2.Cluster
+    api_version = Field[str]()
     spec = Nested(ClusterSpecView)
