@@ -20,7 +20,15 @@ from mypy import api as mypy_api
 from pydantic import BaseModel
 
 from machinepool.api import contract, views
-from machinepool.api.views import ClusterView, Field, MachinePoolView, MachineView, Nested, View
+from machinepool.api.views import (
+    ClusterView,
+    Field,
+    KubeadmConfigView,
+    MachinePoolView,
+    MachineView,
+    Nested,
+    View,
+)
 from machinepool.runtime.patch import merge_patch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +74,7 @@ def test_every_view_field_is_its_models_field_spelt_as_on_the_wire(view: type[Vi
 def test_views_cover_the_core_kinds() -> None:
     covered = {v.MODEL.__name__ for v in VIEWS}
 
-    assert {"MachinePool", "Machine", "Cluster", "ObjectMeta"} <= covered
+    assert {"MachinePool", "Machine", "Cluster", "ObjectMeta", "KubeadmConfig"} <= covered
 
 
 def _pool() -> dict[str, Any]:
@@ -149,6 +157,37 @@ def test_cluster_view_reads_pause_and_deletion() -> None:
         None,
         True,
     )
+
+
+def test_kubeadm_config_status_and_cluster_readiness_through_views() -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "cfg", "uid": "u"}, "spec": {}}
+    snapshot = copy.deepcopy(obj)
+    config = KubeadmConfigView(obj)
+
+    assert config.status.initialization.data_secret_created is None
+    assert config.status.v1beta1.conditions is None
+    assert obj == snapshot
+    config.status.data_secret_name = "cfg"
+    config.status.initialization.data_secret_created = True
+    config.status.ready = True
+
+    assert merge_patch(snapshot, obj) == {
+        "status": {
+            "dataSecretName": "cfg",
+            "initialization": {"dataSecretCreated": True},
+            "ready": True,
+        }
+    }
+    cluster = ClusterView(
+        {
+            "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}},
+            "status": {"initialization": {"controlPlaneInitialized": True}},
+        }
+    )
+    endpoint = cluster.spec.control_plane_endpoint
+    assert (endpoint.host, endpoint.port) == ("10.0.0.1", 6443)
+    assert cluster.status.initialization.control_plane_initialized is True
+    assert cluster.status.initialization.infrastructure_provisioned is None
 
 
 def test_a_view_follows_a_replaced_sub_object() -> None:

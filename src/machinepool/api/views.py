@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
+from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
@@ -36,10 +37,17 @@ from machinepool.api.meta import (
 )
 
 __all__ = [
+    "APIEndpointView",
     "BootstrapView",
+    "ClusterInitializationView",
     "ClusterSpecView",
+    "ClusterStatusView",
     "ClusterView",
     "Field",
+    "KubeadmConfigInitializationView",
+    "KubeadmConfigStatusView",
+    "KubeadmConfigV1Beta1View",
+    "KubeadmConfigView",
     "MachineDeletionStatusView",
     "MachineDeletionView",
     "MachineInitializationView",
@@ -378,12 +386,75 @@ class MachineView(ObjectView):
     status = Nested(MachineStatusView)
 
 
+class APIEndpointView(View):
+    MODEL = v1beta2.APIEndpoint
+    host = Field[str | None]()
+    port = Field[int | None]()
+
+
 class ClusterSpecView(View):
     MODEL = v1beta2.ClusterSpec
     paused = Field[bool | None]()
+    control_plane_endpoint = Nested(APIEndpointView)
+
+
+class ClusterInitializationView(View):
+    MODEL = v1beta2.ClusterInitializationStatus
+    infrastructure_provisioned = Field[bool | None]()
+    control_plane_initialized = Field[bool | None]()
+
+
+class ClusterStatusView(View):
+    MODEL = v1beta2.ClusterStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(ClusterInitializationView)
 
 
 class ClusterView(ObjectView):
     MODEL = v1beta2.Cluster
     api_version = Field[str]()
     spec = Nested(ClusterSpecView)
+    status = Nested(ClusterStatusView)
+
+
+# --- KubeadmConfig (bootstrap.cluster.x-k8s.io) ---------------------------------------------
+# Its spec is read through the model (the bootstrap controller parses it whole to render the
+# join); its status is written through these.
+
+
+class KubeadmConfigInitializationView(View):
+    MODEL = bootstrap.KubeadmConfigInitializationStatus
+    data_secret_created = Field[bool | None]()
+
+
+class KubeadmConfigV1Beta1View(View):
+    """``status.deprecated.v1beta1`` of a KubeadmConfig."""
+
+    MODEL = bootstrap.KubeadmConfigV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class _KubeadmConfigDeprecatedView(View):
+    MODEL = bootstrap.KubeadmConfigDeprecatedStatus
+    v1beta1 = Nested(KubeadmConfigV1Beta1View)
+
+
+class KubeadmConfigStatusView(View):
+    MODEL = bootstrap.KubeadmConfigStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(KubeadmConfigInitializationView)
+    data_secret_name = Field[str | None]()
+    ready = Field[bool | None]()
+    deprecated = Nested(_KubeadmConfigDeprecatedView)
+
+    @property
+    def v1beta1(self) -> KubeadmConfigV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
+
+
+class KubeadmConfigView(ObjectView):
+    """A KubeadmConfig: ``bootstrap.cluster.x-k8s.io/v1beta2``."""
+
+    MODEL = bootstrap.KubeadmConfig
+    status = Nested(KubeadmConfigStatusView)
