@@ -27,6 +27,8 @@ from machinepool.api.views import (
     MachinePoolView,
     MachineView,
     Nested,
+    SimMachinePoolView,
+    SimMachineView,
     View,
 )
 from machinepool.runtime.patch import merge_patch
@@ -188,6 +190,39 @@ def test_kubeadm_config_status_and_cluster_readiness_through_views() -> None:
     assert (endpoint.host, endpoint.port) == ("10.0.0.1", 6443)
     assert cluster.status.initialization.control_plane_initialized is True
     assert cluster.status.initialization.infrastructure_provisioned is None
+
+
+def test_the_pool_engines_kinds_through_views() -> None:
+    obj: dict[str, Any] = {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+        "kind": "SimMachinePool",
+        "metadata": {"name": "p", "namespace": "ns", "finalizers": ["f"]},
+        "spec": {"template": {"image": "i"}},
+    }
+    snapshot = copy.deepcopy(obj)
+    pool = SimMachinePoolView(obj)
+
+    assert (pool.status.ready, pool.status.initialization, pool.spec.provider_id_list) == (
+        None,
+        None,
+        None,
+    )
+    pool.spec.provider_id_list = ["sim:///ns/i-1"]
+    pool.status.replicas = 1
+    pool.status.initialization = {"provisioned": True}
+    pool.metadata.finalizers = None
+
+    assert merge_patch(snapshot, obj) == {
+        "metadata": {"finalizers": None},
+        "spec": {"providerIDList": ["sim:///ns/i-1"]},
+        "status": {"replicas": 1, "initialization": {"provisioned": True}},
+    }
+    machine = SimMachineView({"metadata": {"name": "i-1"}, "spec": {"instanceID": "i-1"}})
+    assert (machine.spec.instance_id, machine.status.conditions, machine.deleting) == (
+        "i-1",
+        None,
+        False,
+    )
 
 
 def test_a_view_follows_a_replaced_sub_object() -> None:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
+from machinepool.api import infra_sim
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -67,6 +68,12 @@ __all__ = [
     "ObjectMetaView",
     "ObjectView",
     "ReferenceView",
+    "SimMachinePoolSpecView",
+    "SimMachinePoolStatusView",
+    "SimMachinePoolView",
+    "SimMachineSpecView",
+    "SimMachineStatusView",
+    "SimMachineView",
     "TemplateMetaView",
     "View",
 ]
@@ -458,3 +465,57 @@ class KubeadmConfigView(ObjectView):
 
     MODEL = bootstrap.KubeadmConfig
     status = Nested(KubeadmConfigStatusView)
+
+
+# --- the pool engine's infra pools and infra machines (SimMachinePool, SimMachine) -----------
+# The pool engine (providers/pool) writes these kinds; a provider plugging into it
+# (providers/sim) reads its settings (spec.template, spec.sim) from the raw object itself.
+
+
+class SimMachinePoolSpecView(View):
+    MODEL = infra_sim.SimMachinePoolSpec
+    provider_id_list = Field[list[str] | None]()
+
+
+class SimMachinePoolStatusView(View):
+    MODEL = infra_sim.SimMachinePoolStatus
+    ready = Field[bool | None]()
+    replicas = Field[int | None]()
+    instances = Field[list[dict[str, Any]] | None]()
+    infrastructure_machine_kind = Field[str | None]()
+    capacity = Field[dict[str, str] | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Field[dict[str, bool] | None]()
+    """``{"provisioned": true}`` once provisioned: a free-form map in the model."""
+
+
+class SimMachinePoolView(ObjectView):
+    """An infra pool of the pool engine: ``infrastructure.cluster.x-k8s.io`` SimMachinePool."""
+
+    MODEL = infra_sim.SimMachinePool
+    api_version = Field[str]()
+    spec = Nested(SimMachinePoolSpecView)
+    status = Nested(SimMachinePoolStatusView)
+
+
+class SimMachineSpecView(View):
+    MODEL = infra_sim.SimMachineSpec
+    provider_id = Field[str | None]()
+    instance_id = Field[str | None]()
+    failure_domain = Field[str | None]()
+
+
+class SimMachineStatusView(View):
+    MODEL = infra_sim.SimMachineStatus
+    ready = Field[bool | None]()
+    instance_state = Field[str | None]()
+    initialization = Field[dict[str, bool] | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class SimMachineView(ObjectView):
+    """An infra machine of the pool engine (one per instance): SimMachine."""
+
+    MODEL = infra_sim.SimMachine
+    spec = Nested(SimMachineSpecView)
+    status = Nested(SimMachineStatusView)
