@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
-from machinepool.api import infra_sim
+from machinepool.api import infra_aws, infra_sim
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -39,6 +39,7 @@ from machinepool.api.meta import (
 
 __all__ = [
     "APIEndpointView",
+    "AWSMachinePoolView",
     "BootstrapView",
     "ClusterInitializationView",
     "ClusterSpecView",
@@ -519,3 +520,13 @@ class SimMachineView(ObjectView):
     MODEL = infra_sim.SimMachine
     spec = Nested(SimMachineSpecView)
     status = Nested(SimMachineStatusView)
+
+
+# --- AWS (infrastructure.cluster.x-k8s.io AWSMachinePool) -------------------------------------
+
+
+class AWSMachinePoolView(ObjectView):
+    """An AWSMachinePool: so far its metadata only (the AWS provider reads and writes its
+    spec and status raw)."""
+
+    MODEL = infra_aws.AWSMachinePool

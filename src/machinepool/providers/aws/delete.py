@@ -95,8 +95,6 @@ async def reconcile_delete(scope: Scope) -> Result:
         return Result()
     await _delete_template(scope)
     await _release_aws_machines(scope)
-    finalizers = [
-        f for f in scope.pool["metadata"].get("finalizers") or [] if f != AWS_MACHINE_POOL_FINALIZER
-    ]
-    scope.pool["metadata"]["finalizers"] = finalizers
+    meta = scope.view.metadata
+    meta.finalizers = [f for f in meta.finalizers or [] if f != AWS_MACHINE_POOL_FINALIZER]
     return Result()

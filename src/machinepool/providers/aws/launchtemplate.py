@@ -91,7 +91,7 @@ async def _image_id(scope: Scope) -> str | None:
     lt = scope.spec.get("awsLaunchTemplate") or {}
     if (lt.get("ami") or {}).get("id"):
         return str(lt["ami"]["id"])
-    version = str(scope.machine_pool["spec"]["template"]["spec"].get("version") or "")
+    version = str(scope.machine_pool.spec.template.spec.version or "")
     if not version:
         return None
     pattern = (

@@ -24,6 +24,7 @@ from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES, GROUP_VERSION
 from machinepool.api.kinds import MACHINES
+from machinepool.api.views import MachineView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.scope import Scope
 from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
@@ -82,9 +83,9 @@ def fresh_owners(machines: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]
     """AWSMachine name -> the Machine whose infrastructureRef names it, of ``machines``."""
     owners: dict[str, dict[str, Any]] = {}
     for machine in machines:
-        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-        if ref.get("kind") == AWSMACHINES.kind and ref.get("name"):
-            owners[str(ref["name"])] = machine
+        ref = MachineView(machine).spec.infrastructure_ref
+        if ref.kind == AWSMACHINES.kind and ref.name:
+            owners[str(ref.name)] = machine
     return owners
 
 
@@ -259,11 +260,11 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Me
 
 async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
     if scope.group is None or plan.replicas_managed_externally(
-        scope.machine_pool["metadata"].get("annotations")
+        scope.machine_pool.metadata.annotations
     ):
         return
     target = plan.desired_capacity(
-        scope.machine_pool["spec"].get("replicas"),
+        scope.machine_pool.spec.replicas,
         int(scope.spec.get("minSize", 1)),
         int(scope.spec.get("maxSize", 1)),
     )

@@ -13,6 +13,7 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
+from machinepool.api.views import AWSMachinePoolView, MachinePoolView
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
@@ -58,7 +59,7 @@ class Scope:
     pool: dict[str, Any]
     """The AWSMachinePool, mutated by phases and patched once at the end."""
     patcher: Patcher
-    machine_pool: dict[str, Any]
+    machine_pool: MachinePoolView
     """The owning MachinePool (read; spec.replicas written only when managed externally)."""
     cluster_name: str
     aws_machines: list[dict[str, Any]]
@@ -83,12 +84,17 @@ class Scope:
     # -- names ----------------------------------------------------------------------------
 
     @property
+    def view(self) -> AWSMachinePoolView:
+        """``pool`` typed (a new view each time: ``checkpoint`` replaces ``pool``)."""
+        return AWSMachinePoolView(self.pool)
+
+    @property
     def name(self) -> str:
-        return str(self.pool["metadata"]["name"])
+        return str(self.view.metadata.name)
 
     @property
     def namespace(self) -> str:
-        return str(self.pool["metadata"]["namespace"])
+        return str(self.view.metadata.namespace)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -110,11 +116,11 @@ class Scope:
 
     @property
     def deleting(self) -> bool:
-        return bool(self.pool["metadata"].get("deletionTimestamp"))
+        return self.view.deleting
 
     @property
     def pool_label(self) -> str:
-        return c.pool_name_label_value(str(self.machine_pool["metadata"]["name"]))
+        return c.pool_name_label_value(str(self.machine_pool.metadata.name))
 
     # -- conditions -----------------------------------------------------------------------
 
@@ -143,4 +149,4 @@ class Scope:
 
     @property
     def has_finalizer(self) -> bool:
-        return AWS_MACHINE_POOL_FINALIZER in (self.pool["metadata"].get("finalizers") or [])
+        return AWS_MACHINE_POOL_FINALIZER in (self.view.metadata.finalizers or [])
