@@ -39,6 +39,7 @@ from machinepool.api.meta import (
 
 __all__ = [
     "APIEndpointView",
+    "AWSMachinePoolStatusView",
     "AWSMachinePoolView",
     "BootstrapView",
     "ClusterInitializationView",
@@ -525,8 +526,24 @@ class SimMachineView(ObjectView):
 # --- AWS (infrastructure.cluster.x-k8s.io AWSMachinePool) -------------------------------------
 
 
+class AWSMachinePoolStatusView(View):
+    """An AWSMachinePool's status; its conditions are v1beta1 ones, as CAPA writes them."""
+
+    MODEL = infra_aws.AWSMachinePoolStatus
+    ready = Field[bool | None]()
+    replicas = Field[int | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+    instances = Field[list[dict[str, Any]] | None]()
+    launch_template_id = Field[str | None]()
+    launch_template_version = Field[str | None]()
+    asg_name = Field[str | None]()
+    asg_status = Field[str | None]()
+    infrastructure_machine_kind = Field[str | None]()
+
+
 class AWSMachinePoolView(ObjectView):
-    """An AWSMachinePool: so far its metadata only (the AWS provider reads and writes its
-    spec and status raw)."""
+    """An AWSMachinePool: its metadata and status (the AWS provider still reads its spec
+    raw)."""
 
     MODEL = infra_aws.AWSMachinePool
+    status = Nested(AWSMachinePoolStatusView)

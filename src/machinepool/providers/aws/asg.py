@@ -252,8 +252,8 @@ async def reconcile_group(scope: Scope) -> Result:
     if scope.template_id is None:
         return Result()  # the launch template phase failed and said why
     try:
-        if not scope.status.get("asgName"):
-            scope.status["asgName"] = scope.asg_name
+        if not scope.status.asg_name:
+            scope.status.asg_name = scope.asg_name
             await scope.checkpoint()
         if scope.group is None:
             await _create(scope)
@@ -273,8 +273,6 @@ async def reconcile_group(scope: Scope) -> Result:
         )
         return Result()
     scope.spec["providerID"] = scope.group.get("AutoScalingGroupARN")
-    scope.status["asgStatus"] = scope.group.get("Status")
-    if not scope.status["asgStatus"]:
-        del scope.status["asgStatus"]
+    scope.status.asg_status = scope.group.get("Status") or None  # None: left out
     scope.mark(ASG_READY, True)
     return Result()

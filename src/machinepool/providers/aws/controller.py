@@ -66,9 +66,8 @@ def _owner_pool_name(pool: AWSMachinePoolView) -> str | None:
     return None
 
 
-def summarise(status: dict[str, Any]) -> None:
+def summarise(conditions: list[dict[str, Any]]) -> None:
     """Ready = ASGReady and LaunchTemplateReady; otherwise the first one not True explains."""
-    conditions = status.setdefault("conditions", [])
     for type_ in _SUMMARISED:
         found = cond.get_condition(conditions, type_)
         if found is None or found.get("status") != cond.TRUE:
@@ -255,7 +254,7 @@ class AWSMachinePoolReconciler:
 
     async def _finish(self, scope: Scope, outcome: Outcome) -> Result:
         if not scope.deleting:
-            summarise(scope.status)
+            summarise(scope.conditions())
         # AWSMachinePool's status has no observedGeneration.
         scope.pool = await patch_on_exit(scope.patcher, scope.pool, outcome, observed=False)
         for exc in outcome.errors:

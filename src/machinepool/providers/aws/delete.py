@@ -27,7 +27,7 @@ async def _delete_group(scope: Scope) -> bool:
     """Start deleting the group; True while it still exists."""
     if scope.group is None:
         return False
-    scope.status["ready"] = False
+    scope.status.ready = False
     if scope.group.get("Status") == _DELETING:
         scope.mark(ASG_READY, False, "ASGDeletionInProgress", "", c.SEVERITY_WARNING)
         return True

@@ -297,24 +297,22 @@ async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
 async def reconcile_machines(scope: Scope) -> Result:
     """providerIDList, replicas, ready; AWSMachines per instance; scale-down through Machines."""
     if scope.group is None:
-        scope.status["ready"] = False
+        scope.status.ready = False
         return Result()
     live = [
         i for i in scope.group.get("Instances") or [] if i.get("LifecycleState") not in _GONE_STATES
     ]
     ids = sorted(plan.provider_id(i["AvailabilityZone"], i["InstanceId"]) for i in live)
     scope.spec["providerIDList"] = ids
-    scope.status["replicas"] = len(ids)
-    scope.status["instances"] = [
-        {"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)
-    ]
-    scope.status["infrastructureMachineKind"] = "AWSMachine"
+    scope.status.replicas = len(ids)
+    scope.status.instances = [{"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)]
+    scope.status.infrastructure_machine_kind = "AWSMachine"
     in_service = {
         plan.provider_id(i["AvailabilityZone"], i["InstanceId"])
         for i in live
         if i.get("LifecycleState") == "InService"
     }
-    scope.status["ready"] = in_service <= set(ids)
+    scope.status.ready = in_service <= set(ids)
     if len(live) != int(scope.group.get("DesiredCapacity") or 0) or len(in_service) != len(live):
         scope.busy = True
     await _sync_aws_machines(scope, live)

@@ -13,7 +13,7 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
-from machinepool.api.views import AWSMachinePoolView, MachinePoolView
+from machinepool.api.views import AWSMachinePoolStatusView, AWSMachinePoolView, MachinePoolView
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
@@ -101,13 +101,20 @@ class Scope:
         return self.pool.setdefault("spec", {})  # type: ignore[no-any-return]
 
     @property
-    def status(self) -> dict[str, Any]:
-        return self.pool.setdefault("status", {})  # type: ignore[no-any-return]
+    def status(self) -> AWSMachinePoolStatusView:
+        return self.view.status
+
+    def conditions(self) -> list[dict[str, Any]]:
+        """The pool's ``status.conditions`` (v1beta1 ones), created if missing."""
+        conditions = self.status.conditions
+        if conditions is None:
+            conditions = self.status.conditions = []
+        return conditions
 
     @property
     def asg_name(self) -> str:
         """The group's name: recorded in status once chosen, the pool's name before that."""
-        return str(self.status.get("asgName") or self.name)
+        return str(self.status.asg_name or self.name)
 
     @property
     def template_name(self) -> str:
@@ -133,9 +140,8 @@ class Scope:
         severity: str = c.SEVERITY_INFO,
     ) -> None:
         """Set a (v1beta1-style, as CAPA's) condition on the pool."""
-        conditions = self.status.setdefault("conditions", [])
         cond.set_v1beta1_condition(
-            conditions, type_, status, reason, message, "" if status else severity
+            self.conditions(), type_, status, reason, message, "" if status else severity
         )
 
     def fail(self, type_: str, reason: str, exc: AWSError) -> AWSError:
