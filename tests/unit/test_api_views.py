@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from machinepool.api import contract, views
 from machinepool.api.views import (
+    AWSMachinePoolView,
     ClusterView,
     Field,
     KubeadmConfigView,
@@ -223,6 +224,20 @@ def test_the_pool_engines_kinds_through_views() -> None:
         None,
         False,
     )
+
+
+def test_aws_machine_pool_status_through_its_view() -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"minSize": 1}}
+    snapshot = copy.deepcopy(obj)
+    pool = AWSMachinePoolView(obj)
+
+    assert (pool.status.asg_name, pool.status.launch_template_id) == (None, None)
+    assert obj == snapshot
+    pool.status.asg_name = "p"
+    pool.status.launch_template_id = "lt-1"
+    pool.status.asg_status = None  # omitempty: nothing written
+
+    assert merge_patch(snapshot, obj) == {"status": {"asgName": "p", "launchTemplateID": "lt-1"}}
 
 
 def test_a_view_follows_a_replaced_sub_object() -> None:
