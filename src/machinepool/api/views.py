@@ -41,6 +41,9 @@ __all__ = [
     "APIEndpointView",
     "AWSMachinePoolStatusView",
     "AWSMachinePoolView",
+    "AWSMachineSpecView",
+    "AWSMachineStatusView",
+    "AWSMachineView",
     "BootstrapView",
     "ClusterInitializationView",
     "ClusterSpecView",
@@ -547,3 +550,26 @@ class AWSMachinePoolView(ObjectView):
 
     MODEL = infra_aws.AWSMachinePool
     status = Nested(AWSMachinePoolStatusView)
+
+
+class AWSMachineSpecView(View):
+    MODEL = infra_aws.AWSMachineSpec
+    provider_id = Field[str | None]()
+    instance_id = Field[str | None]()
+    instance_type = Field[str | None]()
+    failure_domain = Field[str | None]()
+
+
+class AWSMachineStatusView(View):
+    MODEL = infra_aws.AWSMachineStatus
+    ready = Field[bool | None]()
+    instance_state = Field[str | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class AWSMachineView(ObjectView):
+    """One instance of an AWSMachinePool's group: an AWSMachine."""
+
+    MODEL = infra_aws.AWSMachine
+    spec = Nested(AWSMachineSpecView)
+    status = Nested(AWSMachineStatusView)

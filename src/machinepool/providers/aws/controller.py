@@ -22,7 +22,12 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER, AWSMACHINEPOOLS
-from machinepool.api.views import AWSMachinePoolView, ClusterView, MachinePoolView
+from machinepool.api.views import (
+    AWSMachinePoolView,
+    AWSMachineView,
+    ClusterView,
+    MachinePoolView,
+)
 from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AWSOptions, Scope
@@ -168,7 +173,10 @@ class AWSMachinePoolReconciler:
             patcher=Patcher(self.client, AWSMACHINEPOOLS, pool, on_patched=self.reader.wrote),
             machine_pool=machine_pool,
             cluster_name=cluster,
-            aws_machines=pool_members(self.informers.aws_machines, ObjectKey(namespace, name)),
+            aws_machines=[
+                AWSMachineView(m)
+                for m in pool_members(self.informers.aws_machines, ObjectKey(namespace, name))
+            ],
             machines=self.informers.machines,
         )
 

@@ -74,14 +74,10 @@ async def _release_aws_machines(scope: Scope) -> None:
         machine = owner_machine(scope, aws_machine)
         try:
             if machine is not None:
-                if not machine["metadata"].get("deletionTimestamp"):
-                    await scope.client.delete(
-                        MACHINES, machine["metadata"]["name"], scope.namespace
-                    )
-            elif not aws_machine["metadata"].get("deletionTimestamp"):
-                await scope.client.delete(
-                    AWSMACHINES, aws_machine["metadata"]["name"], scope.namespace
-                )
+                if not machine.deleting:
+                    await scope.client.delete(MACHINES, machine.metadata.name, scope.namespace)
+            elif not aws_machine.deleting:
+                await scope.client.delete(AWSMACHINES, aws_machine.metadata.name, scope.namespace)
         except NotFound:
             continue
 

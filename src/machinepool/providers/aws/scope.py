@@ -13,7 +13,12 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
-from machinepool.api.views import AWSMachinePoolStatusView, AWSMachinePoolView, MachinePoolView
+from machinepool.api.views import (
+    AWSMachinePoolStatusView,
+    AWSMachinePoolView,
+    AWSMachineView,
+    MachinePoolView,
+)
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
@@ -62,7 +67,7 @@ class Scope:
     machine_pool: MachinePoolView
     """The owning MachinePool (read; spec.replicas written only when managed externally)."""
     cluster_name: str
-    aws_machines: list[dict[str, Any]]
+    aws_machines: list[AWSMachineView]
     """The pool's AWSMachines, snapshotted from the informer BEFORE the group is described.
 
     Terminating an instance happens before its AWSMachine is deleted, so with this order an
