@@ -20,7 +20,18 @@ from mypy import api as mypy_api
 from pydantic import BaseModel
 
 from machinepool.api import contract, views
-from machinepool.api.views import Field, MachinePoolView, Nested, View
+from machinepool.api.views import (
+    AWSMachinePoolView,
+    ClusterView,
+    Field,
+    KubeadmConfigView,
+    MachinePoolView,
+    MachineView,
+    Nested,
+    SimMachinePoolView,
+    SimMachineView,
+    View,
+)
 from machinepool.runtime.patch import merge_patch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +77,7 @@ def test_every_view_field_is_its_models_field_spelt_as_on_the_wire(view: type[Vi
 def test_views_cover_the_core_kinds() -> None:
     covered = {v.MODEL.__name__ for v in VIEWS}
 
-    assert {"MachinePool", "Machine", "Cluster", "ObjectMeta"} <= covered
+    assert {"MachinePool", "Machine", "Cluster", "ObjectMeta", "KubeadmConfig"} <= covered
 
 
 def _pool() -> dict[str, Any]:
@@ -104,6 +115,129 @@ def test_writes_land_in_the_dict_the_patcher_diffs() -> None:
         "spec": {"providerIDList": ["x://1"], "replicas": None},
         "status": {"initialization": {"infrastructureProvisioned": True}},
     }
+
+
+def test_machine_views_read_through_absent_levels_and_write_the_same_dict() -> None:
+    obj: dict[str, Any] = {
+        "metadata": {"name": "m", "namespace": "ns", "finalizers": ["other"]},
+        "spec": {"clusterName": "c", "infrastructureRef": {"kind": "SimMachine", "name": "m"}},
+    }
+    snapshot = copy.deepcopy(obj)
+    machine = MachineView(obj)
+
+    assert machine.status.node_ref.name is None
+    assert machine.status.deletion.node_drain_start_time is None
+    assert machine.status.v1beta1.conditions is None
+    assert machine.spec.deletion.node_drain_timeout_seconds is None
+    assert obj == snapshot, "reading created nothing"
+
+    machine.status.node_ref.name = "n1"
+    machine.status.deletion.wait_for_pre_drain_hook_start_time = "2025-01-01T00:00:00Z"
+    machine.status.v1beta1.failure_reason = "InvalidConfiguration"
+    machine.status.initialization.infrastructure_provisioned = True
+    machine.status.phase = "Running"
+    machine.metadata.finalizers = []
+
+    assert merge_patch(snapshot, obj) == {
+        "metadata": {"finalizers": []},
+        "status": {
+            "nodeRef": {"name": "n1"},
+            "deletion": {"waitForPreDrainHookStartTime": "2025-01-01T00:00:00Z"},
+            "deprecated": {"v1beta1": {"failureReason": "InvalidConfiguration"}},
+            "initialization": {"infrastructureProvisioned": True},
+            "phase": "Running",
+        },
+    }
+
+
+def test_cluster_view_reads_pause_and_deletion() -> None:
+    cluster = ClusterView(
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "metadata": {"deletionTimestamp": "t"}}
+    )
+
+    assert (cluster.api_version, cluster.spec.paused, cluster.deleting) == (
+        "cluster.x-k8s.io/v1beta2",
+        None,
+        True,
+    )
+
+
+def test_kubeadm_config_status_and_cluster_readiness_through_views() -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "cfg", "uid": "u"}, "spec": {}}
+    snapshot = copy.deepcopy(obj)
+    config = KubeadmConfigView(obj)
+
+    assert config.status.initialization.data_secret_created is None
+    assert config.status.v1beta1.conditions is None
+    assert obj == snapshot
+    config.status.data_secret_name = "cfg"
+    config.status.initialization.data_secret_created = True
+    config.status.ready = True
+
+    assert merge_patch(snapshot, obj) == {
+        "status": {
+            "dataSecretName": "cfg",
+            "initialization": {"dataSecretCreated": True},
+            "ready": True,
+        }
+    }
+    cluster = ClusterView(
+        {
+            "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}},
+            "status": {"initialization": {"controlPlaneInitialized": True}},
+        }
+    )
+    endpoint = cluster.spec.control_plane_endpoint
+    assert (endpoint.host, endpoint.port) == ("10.0.0.1", 6443)
+    assert cluster.status.initialization.control_plane_initialized is True
+    assert cluster.status.initialization.infrastructure_provisioned is None
+
+
+def test_the_pool_engines_kinds_through_views() -> None:
+    obj: dict[str, Any] = {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+        "kind": "SimMachinePool",
+        "metadata": {"name": "p", "namespace": "ns", "finalizers": ["f"]},
+        "spec": {"template": {"image": "i"}},
+    }
+    snapshot = copy.deepcopy(obj)
+    pool = SimMachinePoolView(obj)
+
+    assert (pool.status.ready, pool.status.initialization, pool.spec.provider_id_list) == (
+        None,
+        None,
+        None,
+    )
+    pool.spec.provider_id_list = ["sim:///ns/i-1"]
+    pool.status.replicas = 1
+    pool.status.initialization = {"provisioned": True}
+    pool.metadata.finalizers = None
+
+    assert merge_patch(snapshot, obj) == {
+        "metadata": {"finalizers": None},
+        "spec": {"providerIDList": ["sim:///ns/i-1"]},
+        "status": {"replicas": 1, "initialization": {"provisioned": True}},
+    }
+    machine = SimMachineView({"metadata": {"name": "i-1"}, "spec": {"instanceID": "i-1"}})
+    assert (machine.spec.instance_id, machine.status.conditions, machine.deleting) == (
+        "i-1",
+        None,
+        False,
+    )
+
+
+def test_aws_machine_pool_status_through_its_view() -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"minSize": 1}}
+    snapshot = copy.deepcopy(obj)
+    pool = AWSMachinePoolView(obj)
+
+    assert (pool.status.asg_name, pool.status.launch_template_id) == (None, None)
+    assert obj == snapshot
+    pool.status.asg_name = "p"
+    pool.status.launch_template_id = "lt-1"
+    pool.status.asg_status = None  # omitempty: nothing written
+
+    assert merge_patch(snapshot, obj) == {"status": {"asgName": "p", "launchTemplateID": "lt-1"}}
 
 
 def test_a_view_follows_a_replaced_sub_object() -> None:
@@ -156,14 +290,15 @@ def test_a_v1beta1_condition_in_status_conditions_is_not_the_ready_condition() -
 
 SNIPPET = """
 from machinepool.api.contract import InfraMachinePool
-from machinepool.api.views import MachinePoolView
+from machinepool.api.views import MachinePoolView, MachineView
 
 
-def misspelt(pool: MachinePoolView, infra: InfraMachinePool) -> None:
+def misspelt(pool: MachinePoolView, infra: InfraMachinePool, machine: MachineView) -> None:
     pool.spec.replica = 3
     print(pool.status.initialization.infrastructureProvisioned)
     pool.status.ready_replicas = "3"
     print(infra.provider_ids)
+    print(machine.status.deletion.nodeDrainStartTime)
 
 
 def spelt_right(pool: MachinePoolView, infra: InfraMachinePool) -> int:
@@ -200,6 +335,7 @@ def test_mypy_strict_rejects_a_misspelt_field(tmp_path: Path) -> None:
         (8, "attr-defined", '"infrastructureProvisioned"'),
         (9, "assignment", '"str"'),
         (10, "attr-defined", '"provider_ids"'),
+        (11, "attr-defined", '"nodeDrainStartTime"'),
     ]
     assert [(n, code) for n, code, _ in found] == [(n, code) for n, code, _ in expected], out
     for (_, _, line), (_, _, name) in zip(found, expected, strict=True):

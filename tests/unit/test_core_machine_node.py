@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from machinepool.api.views import MachineView
 from machinepool.controllers.machine.node import node_patch
 from machinepool.runtime.patch import apply_merge_patch
 
@@ -42,7 +43,7 @@ def test_a_new_node_gets_the_bookkeeping_annotations_and_the_well_known_labels()
         {"node-role.kubernetes.io/worker": "", "team": "a", "node.cluster.x-k8s.io/gpu": "1"}
     )
     node = applied({"metadata": {"name": "n1", "labels": {"kubernetes.io/os": "linux"}}}, None)
-    node = applied(node, node_patch(m, node))
+    node = applied(node, node_patch(MachineView(m), node))
     assert node["metadata"]["annotations"] == {
         "cluster.x-k8s.io/cluster-name": "prod",
         "cluster.x-k8s.io/cluster-namespace": "team-a",
@@ -60,17 +61,17 @@ def test_a_new_node_gets_the_bookkeeping_annotations_and_the_well_known_labels()
         "node-role.kubernetes.io/worker": "",
         "node.cluster.x-k8s.io/gpu": "1",
     }
-    assert node_patch(m, node) is None, "a Node already in line is not written again"
+    assert node_patch(MachineView(m), node) is None, "a Node already in line is not written again"
 
 
 def test_keys_the_machine_no_longer_has_leave_the_node_and_no_other_key_does() -> None:
     before = machine({"node.cluster.x-k8s.io/gpu": "1"}, **{"node.cluster.x-k8s.io/zone": "z1"})
     node = {"metadata": {"name": "n1", "labels": {"team": "a"}, "annotations": {"mine": "x"}}}
-    node = applied(node, node_patch(before, node))
+    node = applied(node, node_patch(MachineView(before), node))
     assert node["metadata"]["annotations"]["cluster.x-k8s.io/annotations-from-machine"] == (
         "node.cluster.x-k8s.io/zone"
     )
-    node = applied(node, node_patch(machine(), node))
+    node = applied(node, node_patch(MachineView(machine()), node))
     assert node["metadata"]["labels"] == {"team": "a"}
     assert "node.cluster.x-k8s.io/zone" not in node["metadata"]["annotations"]
     assert node["metadata"]["annotations"]["mine"] == "x"
@@ -86,20 +87,20 @@ def test_the_uninitialized_taint_goes_in_the_same_patch_under_the_nodes_version(
         "metadata": {"name": "n1", "resourceVersion": "42"},
         "spec": {"taints": [UNINITIALIZED, NOT_READY]},
     }
-    patch = node_patch(machine(), node)
+    patch = node_patch(MachineView(machine()), node)
     assert patch is not None
     assert patch["spec"] == {"taints": [NOT_READY]}, "only the uninitialized taint is dropped"
     assert patch["metadata"]["resourceVersion"] == "42", "a list replaced whole is locked"
     assert "cluster.x-k8s.io/machine" in patch["metadata"]["annotations"]
     marked = apply_merge_patch(node, patch)
-    assert node_patch(machine(), marked) is None, "nothing left: no second write"
+    assert node_patch(MachineView(machine()), marked) is None, "nothing left: no second write"
 
 
 def test_a_node_in_line_but_tainted_gets_only_the_taint_dropped() -> None:
     node: dict[str, Any] = {"metadata": {"name": "n1", "resourceVersion": "7"}}
-    node = apply_merge_patch(node, node_patch(machine(), node))
+    node = apply_merge_patch(node, node_patch(MachineView(machine()), node))
     node["spec"] = {"taints": [UNINITIALIZED]}
-    assert node_patch(machine(), node) == {
+    assert node_patch(MachineView(machine()), node) == {
         "metadata": {"resourceVersion": "7"},
         "spec": {"taints": []},
     }

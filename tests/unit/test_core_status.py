@@ -10,7 +10,7 @@ import pytest
 
 from machinepool.api import constants as c
 from machinepool.api.contract import InfraMachine, Referenced
-from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView, ObjectView
 from machinepool.controllers import common
 from machinepool.controllers.machine import drain, volumes
 from machinepool.controllers.machine import status as machine_status
@@ -346,12 +346,12 @@ def test_terminating_pod_on_unreachable_node_is_let_go_two_seconds_on(
 
 def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
     m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"minReadySeconds": 10}}
-    wait = machine_status.set_node_conditions(m, node("n", "x://n", since=NOW), NOW)
+    wait = machine_status.set_node_conditions(MachineView(m), node("n", "x://n", since=NOW), NOW)
     assert wait == 10
     conds = {x["type"]: x for x in m["status"]["conditions"]}
     assert conds["Ready"]["status"] == "True"
     assert conds["Available"]["reason"] == c.WAITING_FOR_MIN_READY_SECONDS_REASON
-    assert machine_status.set_node_conditions(m, None, NOW) is None
+    assert machine_status.set_node_conditions(MachineView(m), None, NOW) is None
     assert {x["type"]: x["status"] for x in m["status"]["conditions"]}["Ready"] == "Unknown"
 
 
@@ -379,13 +379,13 @@ def test_a_recreated_cluster_replaces_its_stale_owner_reference() -> None:
     other = {"apiVersion": "example.com/v1", "kind": "Cluster", "name": "c", "uid": "x"}
     stale = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "c", "uid": "old"}
     mp: dict[str, Any] = {"metadata": {"ownerReferences": [other, stale]}, "spec": {}}
-    common.ensure_cluster_owner(mp, cluster)
+    common.ensure_cluster_owner(ObjectView(mp), None, ClusterView(cluster))
     assert mp["metadata"]["ownerReferences"] == [
         other,
         {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c", "uid": "new"},
     ]
     fresh: dict[str, Any] = {"metadata": {}, "spec": {"clusterName": "c"}}
-    common.ensure_cluster_owner(fresh, cluster)
+    common.ensure_cluster_owner(ObjectView(fresh), "c", ClusterView(cluster))
     assert [r["uid"] for r in fresh["metadata"]["ownerReferences"]] == ["new"]
 
 
@@ -410,11 +410,11 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
 
 def test_machine_controller_sets_up_to_date_in_its_own_status() -> None:
     m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {}}
-    common.set_up_to_date(m)
+    common.set_up_to_date(MachineView(m))
     (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
     assert (cond["status"], cond["reason"]) == ("True", c.UP_TO_DATE_REASON)
     m["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    common.set_up_to_date(m)
+    common.set_up_to_date(MachineView(m))
     (cond,) = [x for x in m["status"]["conditions"] if x["type"] == c.UP_TO_DATE_CONDITION]
     assert (cond["status"], cond["reason"]) == ("False", c.NOT_UP_TO_DATE_REASON)
 
@@ -485,7 +485,7 @@ def test_pool_is_not_woken_by_its_own_writes() -> None:
 def test_machine_node_ready_follows_the_nodes_own_ready_condition_as_upstream_words_it() -> None:
     def node_ready(n: dict[str, Any]) -> dict[str, Any]:
         m: dict[str, Any] = {"metadata": {"generation": 2}, "spec": {}}
-        machine_status.set_node_conditions(m, n, NOW)
+        machine_status.set_node_conditions(MachineView(m), n, NOW)
         return next(x for x in m["status"]["conditions"] if x["type"] == "NodeReady")
 
     ready = node_ready(node("n", "x://n"))
@@ -504,13 +504,13 @@ def test_machine_node_ready_follows_the_nodes_own_ready_condition_as_upstream_wo
 
 def test_infrastructure_provisioned_is_recorded_once_and_never_taken_back() -> None:
     m: dict[str, Any] = {"metadata": {}, "spec": {"providerID": "sim:///a/i-1"}}
-    machine_status.set_infrastructure_provisioned(m, {"status": {}})
+    machine_status.set_infrastructure_provisioned(MachineView(m), {"status": {}})
     assert "initialization" not in m.get("status", {})
     machine_status.set_infrastructure_provisioned(
-        m, {"status": {"initialization": {"provisioned": True}}}
+        MachineView(m), {"status": {"initialization": {"provisioned": True}}}
     )
     assert m["status"]["initialization"] == {"infrastructureProvisioned": True}
-    machine_status.set_infrastructure_provisioned(m, None)
+    machine_status.set_infrastructure_provisioned(MachineView(m), None)
     assert m["status"]["initialization"] == {"infrastructureProvisioned": True}
 
 
@@ -523,7 +523,7 @@ def test_a_live_pool_machine_reports_upstreams_other_conditions() -> None:
     healthy = node("n", "x://n")
     for type_ in ("MemoryPressure", "DiskPressure", "PIDPressure"):
         healthy["status"]["conditions"].append({"type": type_, "status": "False"})
-    machine_status.set_machine_conditions(m, infra, healthy)
+    machine_status.set_machine_conditions(MachineView(m), infra, healthy)
     got = {x["type"]: (x["status"], x["reason"]) for x in m["status"]["conditions"]}
     assert got == {
         "BootstrapConfigReady": ("True", "DataSecretProvided"),
@@ -541,7 +541,7 @@ def test_node_healthy_names_what_is_wrong_with_the_node() -> None:
         {"type": "MemoryPressure", "status": "True", "message": "low memory"},
         {"type": "DiskPressure", "status": "False"},
     ]
-    machine_status.set_machine_conditions(m, None, sick)
+    machine_status.set_machine_conditions(MachineView(m), None, sick)
     cond = next(x for x in m["status"]["conditions"] if x["type"] == "NodeHealthy")
     assert (cond["status"], cond["reason"]) == ("False", "NodeNotHealthy")
     assert cond["message"].splitlines() == [
@@ -599,7 +599,7 @@ def test_attached_volumes_matched_to_claims_less_those_of_pods_left_on_the_node(
 def test_machine_without_node_says_whether_its_node_is_gone_or_not_yet_there() -> None:
     pid = "sim:///zone-a/pool-1"
     waiting: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"providerID": pid}}
-    machine_status.set_node_conditions(waiting, None, NOW)
+    machine_status.set_node_conditions(MachineView(waiting), None, NOW)
     conds = {x["type"]: x for x in waiting["status"]["conditions"]}
     for kind in ("NodeReady", "NodeHealthy"):
         assert (conds[kind]["status"], conds[kind]["reason"]) == ("Unknown", "InspectionFailed")
@@ -616,8 +616,8 @@ def test_machine_without_node_says_whether_its_node_is_gone_or_not_yet_there() -
             "initialization": {"infrastructureProvisioned": True},
         },
     }
-    machine_status.set_machine_conditions(gone, None, None)
-    machine_status.set_node_conditions(gone, None, NOW)
+    machine_status.set_machine_conditions(MachineView(gone), None, None)
+    machine_status.set_node_conditions(MachineView(gone), None, NOW)
     conds = {x["type"]: x for x in gone["status"]["conditions"]}
     assert (conds["NodeHealthy"]["status"], conds["NodeHealthy"]["reason"]) == (
         "False",
@@ -646,7 +646,7 @@ def _pool_machine(**spec: Any) -> dict[str, Any]:
 def test_machine_v1beta1_infrastructure_ready_mirrors_or_falls_back() -> None:
     machine = _pool_machine(providerID="sim:///1")
     infra: dict[str, Any] = {"status": {"initialization": {"provisioned": False}}}
-    machine_status.set_v1beta1_infrastructure_ready(machine, infra)
+    machine_status.set_v1beta1_infrastructure_ready(MachineView(machine), infra)
     got = _v1(machine, "InfrastructureReady")
     assert (got["status"], got["reason"], got["severity"]) == (
         "False",
@@ -654,20 +654,20 @@ def test_machine_v1beta1_infrastructure_ready_mirrors_or_falls_back() -> None:
         "Info",
     )
     infra["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Ready"}]
-    machine_status.set_v1beta1_infrastructure_ready(machine, infra)
+    machine_status.set_v1beta1_infrastructure_ready(MachineView(machine), infra)
     assert _v1(machine, "InfrastructureReady")["status"] == "True"
-    machine_status.set_v1beta1_infrastructure_ready(machine, None)
+    machine_status.set_v1beta1_infrastructure_ready(MachineView(machine), None)
     assert _v1(machine, "InfrastructureReady")["status"] == "True", "left as it was"
 
 
 def test_machine_v1beta1_node_healthy_reasons_and_severities() -> None:
     infra = {"metadata": {}}
     machine = _pool_machine()
-    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), infra, None)
     got = _v1(machine, "NodeHealthy")
     assert (got["reason"], got["severity"]) == ("WaitingForNodeRef", "Info")
     machine["spec"]["providerID"] = "sim:///1"
-    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), infra, None)
     got = _v1(machine, "NodeHealthy")
     assert (got["reason"], got["severity"]) == ("NodeProvisioning", "Warning")
     sick = {
@@ -678,7 +678,7 @@ def test_machine_v1beta1_node_healthy_reasons_and_severities() -> None:
             ]
         }
     }
-    machine_status.set_v1beta1_node_healthy(machine, infra, sick)
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), infra, sick)
     got = _v1(machine, "NodeHealthy")
     assert (got["status"], got["reason"], got["severity"], got["message"]) == (
         "False",
@@ -686,14 +686,16 @@ def test_machine_v1beta1_node_healthy_reasons_and_severities() -> None:
         "Warning",
         "Node condition Ready is False. Node condition DiskPressure is True",
     )
-    machine_status.set_v1beta1_node_healthy(machine, {"metadata": {"deletionTimestamp": "x"}}, sick)
+    machine_status.set_v1beta1_node_healthy(
+        MachineView(machine), {"metadata": {"deletionTimestamp": "x"}}, sick
+    )
     assert _v1(machine, "NodeHealthy")["reason"] == "Deleting"
     machine["status"]["nodeRef"] = {"name": "n"}
-    machine_status.set_v1beta1_node_healthy(machine, infra, None)
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), infra, None)
     got = _v1(machine, "NodeHealthy")
     assert (got["reason"], got["severity"]) == ("NodeNotFound", "Error")
     silent: dict[str, Any] = {"status": {}}
-    machine_status.set_v1beta1_node_healthy(machine, infra, silent)
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), infra, silent)
     assert _v1(machine, "NodeHealthy")["status"] == "True", "upstream: nothing reported is healthy"
 
 
@@ -701,9 +703,9 @@ def test_machine_v1beta1_ready_sums_up_infrastructure_and_counts_steps_without_p
     None
 ):
     machine = _pool_machine()
-    machine_status.set_v1beta1_infrastructure_ready(machine, {"status": {}})
-    machine_status.set_v1beta1_node_healthy(machine, {}, None)
-    machine_status.set_v1beta1_ready(machine)
+    machine_status.set_v1beta1_infrastructure_ready(MachineView(machine), {"status": {}})
+    machine_status.set_v1beta1_node_healthy(MachineView(machine), {}, None)
+    machine_status.set_v1beta1_ready(MachineView(machine))
     got = _v1(machine, "Ready")
     assert (got["status"], got["reason"], got["message"]) == (
         "False",
@@ -711,10 +713,10 @@ def test_machine_v1beta1_ready_sums_up_infrastructure_and_counts_steps_without_p
         "0 of 2 completed",
     )
     machine["spec"]["providerID"] = "sim:///1"
-    machine_status.set_v1beta1_ready(machine)
+    machine_status.set_v1beta1_ready(MachineView(machine))
     assert "message" not in _v1(machine, "Ready")
     machine["status"]["deprecated"]["v1beta1"]["conditions"].append(
         {"type": "DrainingSucceeded", "status": "False", "severity": "Warning", "reason": "D"}
     )
-    machine_status.set_v1beta1_ready(machine)
+    machine_status.set_v1beta1_ready(MachineView(machine))
     assert _v1(machine, "Ready")["reason"] == "D", "a Warning outranks an Info"

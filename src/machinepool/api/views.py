@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
+from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
+from machinepool.api import infra_aws, infra_sim
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -36,11 +38,26 @@ from machinepool.api.meta import (
 )
 
 __all__ = [
+    "APIEndpointView",
+    "AWSMachinePoolStatusView",
+    "AWSMachinePoolView",
+    "AWSMachineSpecView",
+    "AWSMachineStatusView",
+    "AWSMachineView",
     "BootstrapView",
+    "ClusterInitializationView",
     "ClusterSpecView",
+    "ClusterStatusView",
     "ClusterView",
     "Field",
+    "KubeadmConfigInitializationView",
+    "KubeadmConfigStatusView",
+    "KubeadmConfigV1Beta1View",
+    "KubeadmConfigView",
+    "MachineDeletionStatusView",
     "MachineDeletionView",
+    "MachineInitializationView",
+    "MachineNodeReferenceView",
     "MachinePoolInitializationView",
     "MachinePoolSpecView",
     "MachinePoolStatusView",
@@ -49,12 +66,19 @@ __all__ = [
     "MachineSpecView",
     "MachineStatusView",
     "MachineTemplateView",
+    "MachineV1Beta1View",
     "MachineView",
     "Nested",
     "NodeInfoView",
     "ObjectMetaView",
     "ObjectView",
     "ReferenceView",
+    "SimMachinePoolSpecView",
+    "SimMachinePoolStatusView",
+    "SimMachinePoolView",
+    "SimMachineSpecView",
+    "SimMachineStatusView",
+    "SimMachineView",
     "TemplateMetaView",
     "View",
 ]
@@ -316,10 +340,56 @@ class NodeInfoView(View):
     kubelet_version = Field[str | None]()
 
 
+class MachineNodeReferenceView(View):
+    MODEL = v1beta2.MachineNodeReference
+    name = Field[str]()
+
+
+class MachineInitializationView(View):
+    MODEL = v1beta2.MachineInitializationStatus
+    infrastructure_provisioned = Field[bool | None]()
+
+
+class MachineDeletionStatusView(View):
+    """``status.deletion``: when each wait of a deletion began (timestamps as stored)."""
+
+    MODEL = v1beta2.MachineDeletionStatus
+    node_drain_start_time = Field[str | None]()
+    wait_for_node_volume_detach_start_time = Field[str | None]()
+    wait_for_pre_drain_hook_start_time = Field[str | None]()
+    wait_for_pre_terminate_hook_start_time = Field[str | None]()
+
+
+class MachineV1Beta1View(View):
+    """``status.deprecated.v1beta1`` of a Machine."""
+
+    MODEL = v1beta2.MachineV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    failure_reason = Field[str | None]()
+    failure_message = Field[str | None]()
+
+
+class _MachineDeprecatedView(View):
+    MODEL = v1beta2.MachineDeprecatedStatus
+    v1beta1 = Nested(MachineV1Beta1View)
+
+
 class MachineStatusView(View):
     MODEL = v1beta2.MachineStatus
     conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(MachineInitializationView)
+    node_ref = Nested(MachineNodeReferenceView)
     node_info = Nested(NodeInfoView)
+    addresses = Field[list[dict[str, Any]] | None]()
+    failure_domain = Field[str | None]()
+    phase = Field[v1beta2.MachinePhase | None]()
+    deletion = Nested(MachineDeletionStatusView)
+    deprecated = Nested(_MachineDeprecatedView)
+
+    @property
+    def v1beta1(self) -> MachineV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
 
 
 class MachineView(ObjectView):
@@ -328,11 +398,178 @@ class MachineView(ObjectView):
     status = Nested(MachineStatusView)
 
 
+class APIEndpointView(View):
+    MODEL = v1beta2.APIEndpoint
+    host = Field[str | None]()
+    port = Field[int | None]()
+
+
 class ClusterSpecView(View):
     MODEL = v1beta2.ClusterSpec
     paused = Field[bool | None]()
+    control_plane_endpoint = Nested(APIEndpointView)
+
+
+class ClusterInitializationView(View):
+    MODEL = v1beta2.ClusterInitializationStatus
+    infrastructure_provisioned = Field[bool | None]()
+    control_plane_initialized = Field[bool | None]()
+
+
+class ClusterStatusView(View):
+    MODEL = v1beta2.ClusterStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(ClusterInitializationView)
 
 
 class ClusterView(ObjectView):
     MODEL = v1beta2.Cluster
+    api_version = Field[str]()
     spec = Nested(ClusterSpecView)
+    status = Nested(ClusterStatusView)
+
+
+# --- KubeadmConfig (bootstrap.cluster.x-k8s.io) ---------------------------------------------
+# Its spec is read through the model (the bootstrap controller parses it whole to render the
+# join); its status is written through these.
+
+
+class KubeadmConfigInitializationView(View):
+    MODEL = bootstrap.KubeadmConfigInitializationStatus
+    data_secret_created = Field[bool | None]()
+
+
+class KubeadmConfigV1Beta1View(View):
+    """``status.deprecated.v1beta1`` of a KubeadmConfig."""
+
+    MODEL = bootstrap.KubeadmConfigV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class _KubeadmConfigDeprecatedView(View):
+    MODEL = bootstrap.KubeadmConfigDeprecatedStatus
+    v1beta1 = Nested(KubeadmConfigV1Beta1View)
+
+
+class KubeadmConfigStatusView(View):
+    MODEL = bootstrap.KubeadmConfigStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Nested(KubeadmConfigInitializationView)
+    data_secret_name = Field[str | None]()
+    ready = Field[bool | None]()
+    deprecated = Nested(_KubeadmConfigDeprecatedView)
+
+    @property
+    def v1beta1(self) -> KubeadmConfigV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
+
+
+class KubeadmConfigView(ObjectView):
+    """A KubeadmConfig: ``bootstrap.cluster.x-k8s.io/v1beta2``."""
+
+    MODEL = bootstrap.KubeadmConfig
+    status = Nested(KubeadmConfigStatusView)
+
+
+# --- the pool engine's infra pools and infra machines (SimMachinePool, SimMachine) -----------
+# The pool engine (providers/pool) writes these kinds; a provider plugging into it
+# (providers/sim) reads its settings (spec.template, spec.sim) from the raw object itself.
+
+
+class SimMachinePoolSpecView(View):
+    MODEL = infra_sim.SimMachinePoolSpec
+    provider_id_list = Field[list[str] | None]()
+
+
+class SimMachinePoolStatusView(View):
+    MODEL = infra_sim.SimMachinePoolStatus
+    ready = Field[bool | None]()
+    replicas = Field[int | None]()
+    instances = Field[list[dict[str, Any]] | None]()
+    infrastructure_machine_kind = Field[str | None]()
+    capacity = Field[dict[str, str] | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+    initialization = Field[dict[str, bool] | None]()
+    """``{"provisioned": true}`` once provisioned: a free-form map in the model."""
+
+
+class SimMachinePoolView(ObjectView):
+    """An infra pool of the pool engine: ``infrastructure.cluster.x-k8s.io`` SimMachinePool."""
+
+    MODEL = infra_sim.SimMachinePool
+    api_version = Field[str]()
+    spec = Nested(SimMachinePoolSpecView)
+    status = Nested(SimMachinePoolStatusView)
+
+
+class SimMachineSpecView(View):
+    MODEL = infra_sim.SimMachineSpec
+    provider_id = Field[str | None]()
+    instance_id = Field[str | None]()
+    failure_domain = Field[str | None]()
+
+
+class SimMachineStatusView(View):
+    MODEL = infra_sim.SimMachineStatus
+    ready = Field[bool | None]()
+    instance_state = Field[str | None]()
+    initialization = Field[dict[str, bool] | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class SimMachineView(ObjectView):
+    """An infra machine of the pool engine (one per instance): SimMachine."""
+
+    MODEL = infra_sim.SimMachine
+    spec = Nested(SimMachineSpecView)
+    status = Nested(SimMachineStatusView)
+
+
+# --- AWS (infrastructure.cluster.x-k8s.io AWSMachinePool) -------------------------------------
+
+
+class AWSMachinePoolStatusView(View):
+    """An AWSMachinePool's status; its conditions are v1beta1 ones, as CAPA writes them."""
+
+    MODEL = infra_aws.AWSMachinePoolStatus
+    ready = Field[bool | None]()
+    replicas = Field[int | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+    instances = Field[list[dict[str, Any]] | None]()
+    launch_template_id = Field[str | None]()
+    launch_template_version = Field[str | None]()
+    asg_name = Field[str | None]()
+    asg_status = Field[str | None]()
+    infrastructure_machine_kind = Field[str | None]()
+
+
+class AWSMachinePoolView(ObjectView):
+    """An AWSMachinePool: its metadata and status (the AWS provider still reads its spec
+    raw)."""
+
+    MODEL = infra_aws.AWSMachinePool
+    status = Nested(AWSMachinePoolStatusView)
+
+
+class AWSMachineSpecView(View):
+    MODEL = infra_aws.AWSMachineSpec
+    provider_id = Field[str | None]()
+    instance_id = Field[str | None]()
+    instance_type = Field[str | None]()
+    failure_domain = Field[str | None]()
+
+
+class AWSMachineStatusView(View):
+    MODEL = infra_aws.AWSMachineStatus
+    ready = Field[bool | None]()
+    instance_state = Field[str | None]()
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class AWSMachineView(ObjectView):
+    """One instance of an AWSMachinePool's group: an AWSMachine."""
+
+    MODEL = infra_aws.AWSMachine
+    spec = Nested(AWSMachineSpecView)
+    status = Nested(AWSMachineStatusView)

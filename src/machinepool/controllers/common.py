@@ -1,6 +1,7 @@
 """Helpers both core controllers share: resources of the core kinds, Node readiness, owner
-references and conditions. Field access on raw objects (``dig``, ``ensure``) is
-``machinepool.api.meta``'s; reference resolution is ``machinepool.runtime.contract``'s.
+references and conditions. Our own kinds are read and written through their typed views
+(``machinepool.api.views``); Nodes and owner references, through ``machinepool.api.meta``'s
+``dig``. Reference resolution is ``machinepool.runtime.contract``'s.
 
 Used by ``controllers.machinepool`` and ``controllers.machine``; kept here so those sibling
 packages never import each other.
@@ -13,7 +14,8 @@ from datetime import UTC, datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.meta import dig, ensure, parse_time
+from machinepool.api.meta import dig, parse_time
+from machinepool.api.views import ClusterView, MachineView, ObjectView
 from machinepool.runtime import Informer, Obj, ObjectKey
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "is_controlled_by",
     "is_deleting",
     "is_paused",
+    "machine_conditions",
     "node_available",
     "node_inputs",
     "node_ready",
@@ -42,28 +45,35 @@ def group_of(api_version: str) -> str:
 
 
 def is_deleting(obj: Obj) -> bool:
-    return bool(dig(obj, "metadata", "deletionTimestamp"))
+    """Whether ``obj`` (raw, any of our kinds) is being deleted; a view says ``.deleting``."""
+    return ObjectView(obj).deleting
 
 
-def ensure_cluster_owner(obj: Obj, cluster: Obj) -> None:
-    """The cluster-name label and a (non-controller) ownerReference to ``cluster``, as
-    upstream's MachinePool and MachineHealthCheck reconcilers set them (pure)."""
-    ensure(obj, "metadata", "labels")[c.CLUSTER_NAME_LABEL] = str(dig(obj, "spec", "clusterName"))
+def ensure_cluster_owner(obj: ObjectView, cluster_name: str | None, cluster: ClusterView) -> None:
+    """The cluster-name label (``cluster_name``: ``obj``'s ``spec.clusterName``) and a
+    (non-controller) ownerReference to ``cluster``, as upstream's MachinePool and
+    MachineHealthCheck reconcilers set them (pure)."""
+    meta = obj.metadata
+    labels = meta.labels
+    if not isinstance(labels, dict):
+        labels = meta.labels = {}
+    labels[c.CLUSTER_NAME_LABEL] = str(cluster_name)
+    api_version = cluster.api_version
     wanted = {
-        "apiVersion": cluster.get("apiVersion", f"{c.CLUSTER_GROUP}/{c.V1BETA2}"),
+        "apiVersion": f"{c.CLUSTER_GROUP}/{c.V1BETA2}" if api_version is None else api_version,
         "kind": "Cluster",
-        "name": dig(cluster, "metadata", "name"),
-        "uid": dig(cluster, "metadata", "uid"),
+        "name": cluster.metadata.name,
+        "uid": cluster.metadata.uid,
     }
-    refs = list(dig(obj, "metadata", "ownerReferences", default=[]))
+    refs = list(meta.owner_references or [])
     # Matched by group, kind and name, as upstream's EnsureOwnerRef does: a Cluster re-created
     # under the same name replaces its stale reference instead of adding a second one.
     same = [i for i, r in enumerate(refs) if isinstance(r, dict) and _same_owner(r, wanted)]
     if not same:
-        obj["metadata"]["ownerReferences"] = [*refs, wanted]
+        meta.owner_references = [*refs, wanted]
     elif {k: refs[same[0]].get(k) for k in wanted} != wanted:
         refs[same[0]] = {**refs[same[0]], **wanted}
-        obj["metadata"]["ownerReferences"] = refs
+        meta.owner_references = refs
 
 
 def _same_owner(ref: Obj, wanted: Obj) -> bool:
@@ -77,17 +87,25 @@ def _same_owner(ref: Obj, wanted: Obj) -> bool:
     )
 
 
-def is_paused(obj: Obj, cluster: Obj | None) -> bool:
+def _cluster_paused(cluster: ClusterView | None) -> bool:
+    return cluster is not None and bool(cluster.spec.paused)
+
+
+def _annotated_paused(obj: ObjectView) -> bool:
+    return c.PAUSED_ANNOTATION in (obj.metadata.annotations or {})
+
+
+def is_paused(obj: ObjectView, cluster: ClusterView | None) -> bool:
     """Whether ``obj`` is paused: its Cluster's ``spec.paused``, or its own paused annotation."""
-    return bool(dig(cluster, "spec", "paused")) or c.PAUSED_ANNOTATION in dig(
-        obj, "metadata", "annotations", default={}
-    )
+    return _cluster_paused(cluster) or _annotated_paused(obj)
 
 
-def set_paused_condition(obj: Obj, cluster: Obj | None, kind: str) -> bool:
-    """Set ``obj``'s Paused condition from ``cluster.spec.paused`` and the paused annotation;
-    True when the reconcile must stop here: paused. A missing Cluster (``None``) pauses
-    nothing.
+def set_paused_condition(
+    obj: ObjectView, conditions: list[Obj], cluster: ClusterView | None, kind: str
+) -> bool:
+    """Set the Paused condition in ``conditions`` (``obj``'s ``status.conditions``) from
+    ``cluster.spec.paused`` and the paused annotation; True when the reconcile must stop
+    here: paused. A missing Cluster (``None``) pauses nothing.
 
     Upstream's ``paused.EnsurePausedCondition`` also stops when the condition just turned
     NotPaused (or only its observedGeneration moved), to write it first; here the reconcile
@@ -95,36 +113,26 @@ def set_paused_condition(obj: Obj, cluster: Obj | None, kind: str) -> bool:
     request saved for every new object and every generation change, the same status in the
     end (issue 18)."""
     paused = is_paused(obj, cluster)
-    status = ensure(obj, "status")
-    if not isinstance(status.get("conditions"), list):
-        status["conditions"] = []
-    generation = dig(obj, "metadata", "generation")
+    generation = obj.metadata.generation
     if paused:
         why = ", ".join(  # upstream's words, both reasons when both hold
             text
             for holds, text in (
-                (dig(cluster, "spec", "paused"), "Cluster spec.paused is set to true"),
-                (
-                    c.PAUSED_ANNOTATION in dig(obj, "metadata", "annotations", default={}),
-                    f"{kind} has the {c.PAUSED_ANNOTATION} annotation",
-                ),
+                (_cluster_paused(cluster), "Cluster spec.paused is set to true"),
+                (_annotated_paused(obj), f"{kind} has the {c.PAUSED_ANNOTATION} annotation"),
             )
             if holds
         )
-        set_condition(
-            status["conditions"], c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation
-        )
+        set_condition(conditions, c.PAUSED_CONDITION, True, c.PAUSED_REASON, why, generation)
     else:
-        set_condition(
-            status["conditions"], c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation
-        )
+        set_condition(conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation)
     return paused
 
 
-def is_controlled_by(obj: Obj, owner: Obj) -> bool:
+def is_controlled_by(obj: ObjectView, owner: ObjectView) -> bool:
     """Whether ``owner`` (by UID) is the controller owner of ``obj``."""
-    uid = dig(owner, "metadata", "uid")
-    for ref in dig(obj, "metadata", "ownerReferences", default=[]):
+    uid = owner.metadata.uid
+    for ref in obj.metadata.owner_references or []:
         if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") == uid:
             return True
     return False
@@ -212,13 +220,21 @@ def _node_provider_id(node: Obj) -> list[str]:
     return [str(pid)] if pid else []
 
 
-def set_up_to_date(machine: Obj) -> None:
+def machine_conditions(machine: MachineView) -> list[Obj]:
+    """``status.conditions`` of ``machine``, created if missing."""
+    conditions = machine.status.conditions
+    if conditions is None:
+        conditions = machine.status.conditions = []
+    return conditions
+
+
+def set_up_to_date(machine: MachineView) -> None:
     """UpToDate: True, or False while the Machine is being deleted (upstream's values for
     MachinePool Machines: the provider replaces outdated instances, so a live one is current).
     """
-    conditions = ensure(machine, "status").setdefault("conditions", [])
-    generation = dig(machine, "metadata", "generation")
-    if dig(machine, "metadata", "deletionTimestamp"):
+    conditions = machine_conditions(machine)
+    generation = machine.metadata.generation
+    if machine.deleting:
         set_condition(
             conditions,
             c.UP_TO_DATE_CONDITION,

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from machinepool.api import constants as c
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.api.kinds import CLUSTERS
+from machinepool.api.views import KubeadmConfigView, MachinePoolView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.data import validate_spec, write_data
 from machinepool.bootstrap.kubeadm.delete import delete
@@ -119,16 +120,17 @@ class KubeadmConfigReconciler:
             options=self.options,
             machine_pools=self.machine_pools,
             clusters=self.clusters,
-            config=config,
+            config=KubeadmConfigView(config),
             model=model,
         )
         patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
-        meta = config["metadata"]
-        if meta.get("deletionTimestamp"):
+        meta = scope.config.metadata
+        finalizers = meta.finalizers or []
+        if scope.config.deleting:
             outcome = await run_phases(scope, DELETE_PHASES, chain=True)
-        elif r.FINALIZER not in (meta.get("finalizers") or []):
+        elif r.FINALIZER not in finalizers:
             # Persist the finalizer before any token exists, so none can be left behind.
-            meta.setdefault("finalizers", []).append(r.FINALIZER)
+            meta.finalizers = [*finalizers, r.FINALIZER]
             await patch_on_exit(patcher, config)
             return None
         else:
@@ -139,30 +141,26 @@ class KubeadmConfigReconciler:
 
 
 def _cluster_index(config: Obj) -> list[str]:
-    meta = config.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL)
-    return [f"{meta.get('namespace', '')}/{name}"] if name else []
+    meta = KubeadmConfigView(config).metadata
+    name = (meta.labels or {}).get(c.CLUSTER_NAME_LABEL)
+    return [f"{meta.namespace or ''}/{name}"] if name else []
 
 
 def _pool_to_config(pool: Obj) -> list[ObjectKey]:
     """A MachinePool's KubeadmConfig, from spec.template.spec.bootstrap.configRef."""
-    spec = ((pool.get("spec") or {}).get("template") or {}).get("spec") or {}
-    ref = (spec.get("bootstrap") or {}).get("configRef") or {}
-    if ref.get("kind") != "KubeadmConfig" or ref.get("apiGroup", c.BOOTSTRAP_GROUP) != (
-        c.BOOTSTRAP_GROUP
-    ):
+    view = MachinePoolView(pool)
+    ref = view.spec.template.spec.bootstrap.config_ref
+    group = c.BOOTSTRAP_GROUP if ref.api_group is None else ref.api_group
+    if ref.kind != "KubeadmConfig" or group != c.BOOTSTRAP_GROUP:
         return []
-    return [ObjectKey(ObjectKey.of(pool).namespace, str(ref.get("name", "")))]
+    return [ObjectKey(view.metadata.namespace or "", str(ref.name or ""))]
 
 
 def pool_inputs(pool: Obj) -> tuple[object, ...]:
     """What a KubeadmConfig reconcile reads from a MachinePool: the config it references, its
     Cluster name, and whether a Node has joined (``rotation.consumed``)."""
-    return (
-        _pool_to_config(pool),
-        (pool.get("spec") or {}).get("clusterName"),
-        bool((pool.get("status") or {}).get("nodeRefs")),
-    )
+    view = MachinePoolView(pool)
+    return (_pool_to_config(pool), view.spec.cluster_name, bool(view.status.node_refs))
 
 
 class PoolEvents:
@@ -189,7 +187,7 @@ def _cluster_to_configs(configs: Informer, pools: Informer) -> Callable[[Obj], l
         key = ObjectKey.of(cluster)
         found = {ObjectKey.of(cfg) for cfg in configs.by_index(CLUSTER_INDEX, str(key))}
         for pool in pools.list(key.namespace):
-            if (pool.get("spec") or {}).get("clusterName") == key.name:
+            if MachinePoolView(pool).spec.cluster_name == key.name:
                 found.update(_pool_to_config(pool))
         return sorted(found)
 

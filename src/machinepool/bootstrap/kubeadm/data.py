@@ -24,6 +24,7 @@ from machinepool.api.bootstrap_v1beta2 import (
     KubeadmConfigSpec,
     User,
 )
+from machinepool.api.views import MachinePoolView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import endpoint_from_server
 from machinepool.bootstrap.kubeadm.cloudinit import (
@@ -100,10 +101,10 @@ def _endpoint(scope: Scope, join: JoinConfiguration) -> str:
     bootstrap = join.discovery.bootstrap_token if join.discovery else None
     if bootstrap and bootstrap.api_server_endpoint:
         return bootstrap.api_server_endpoint
-    endpoint = ((scope.cluster or {}).get("spec") or {}).get("controlPlaneEndpoint") or {}
-    if endpoint.get("host") and endpoint.get("port"):
-        host = str(endpoint["host"])
-        return f"[{host}]:{endpoint['port']}" if ":" in host else f"{host}:{endpoint['port']}"
+    endpoint = scope.cluster.spec.control_plane_endpoint if scope.cluster else None
+    if endpoint is not None and endpoint.host and endpoint.port:
+        host, port = str(endpoint.host), endpoint.port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return endpoint_from_server(scope.ca.server) if scope.ca else ""
 
 
@@ -193,10 +194,10 @@ async def render(scope: Scope) -> str | None:
 
 def _owner_version(scope: Scope) -> str:
     """The Kubernetes version the owner runs (a MachinePool's template, a Machine's spec)."""
-    spec = (scope.owner or {}).get("spec") or {}
-    if scope.owner_kind == "MachinePool":
-        spec = (spec.get("template") or {}).get("spec") or {}
-    return str(spec.get("version") or "")
+    owner = scope.owner
+    if isinstance(owner, MachinePoolView):
+        return str(owner.spec.template.spec.version or "")
+    return str(owner.spec.version or "") if owner is not None else ""
 
 
 async def write_data(scope: Scope) -> Result:
@@ -213,9 +214,9 @@ async def write_data(scope: Scope) -> Result:
         return Result()
     if not await _store(scope, text):
         return Result()
-    scope.status["dataSecretName"] = scope.key.name
-    scope.status.setdefault("initialization", {})["dataSecretCreated"] = True
-    scope.status["ready"] = True
+    scope.status.data_secret_name = scope.key.name
+    scope.status.initialization.data_secret_created = True
+    scope.status.ready = True
     scope.mark(r.DATA_SECRET_AVAILABLE, True, r.AVAILABLE)
     return Result()
 
@@ -225,12 +226,12 @@ def _b64(text: str) -> str:
 
 
 def _desired_metadata(scope: Scope) -> Obj:
-    meta = scope.config["metadata"]
+    meta = scope.config.metadata
     owner = {
         "apiVersion": r.KUBEADM_CONFIG_API_VERSION,
         "kind": "KubeadmConfig",
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "name": meta.name,
+        "uid": meta.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }

@@ -28,7 +28,7 @@ async def _kubeconfig_exists(scope: Scope) -> bool:
 
 
 def _tokens_expired(scope: Scope) -> bool:
-    stamp = scope.config["metadata"].get("deletionTimestamp")
+    stamp = scope.config.metadata.deletion_timestamp
     if not stamp:
         return False
     return datetime.now(UTC) - parse_time(stamp) > scope.options.token_ttl
@@ -67,7 +67,7 @@ async def _delete_data_secret(scope: Scope) -> None:
 async def delete(scope: Scope) -> Result:
     """Delete the bootstrap tokens and the data secret the config made, then drop the
     finalizer."""
-    finalizers: list[str] = scope.config["metadata"].get("finalizers") or []
+    finalizers = scope.config.metadata.finalizers or []
     if r.FINALIZER not in finalizers:
         return Result()
     if not await _delete_tokens(scope):
@@ -75,5 +75,5 @@ async def delete(scope: Scope) -> Result:
     # Garbage collection would also remove it; doing it here makes deletion complete at once
     # in clusters without a garbage collector.
     await _delete_data_secret(scope)
-    scope.config["metadata"]["finalizers"] = [f for f in finalizers if f != r.FINALIZER]
+    scope.config.metadata.finalizers = [f for f in finalizers if f != r.FINALIZER]
     return Result()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from machinepool.api import conditions
 from machinepool.api import constants as c
+from machinepool.api.views import ClusterView, KubeadmConfigView, MachinePoolView, MachineView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import (
     InvalidClusterSecret,
@@ -24,11 +25,11 @@ POLL_SECONDS = 10.0
 _OWNER_KINDS = ("MachinePool", "Machine")
 
 
-def _owner_ref(config: Obj) -> Obj | None:
+def _owner_ref(config: KubeadmConfigView) -> Obj | None:
     """The MachinePool or Machine among the owners (the controller owner first)."""
     refs = [
         ref
-        for ref in (config.get("metadata") or {}).get("ownerReferences") or []
+        for ref in config.metadata.owner_references or []
         if ref.get("kind") in _OWNER_KINDS
         and str(ref.get("apiVersion", "")).startswith(c.CLUSTER_GROUP + "/")
     ]
@@ -43,13 +44,13 @@ async def resolve_owner(scope: Scope) -> Result:
     it and labels it.
     """
     ref = _owner_ref(scope.config)
-    labels = scope.config["metadata"].get("labels") or {}
+    labels = scope.config.metadata.labels or {}
     scope.cluster_name = str(labels.get(c.CLUSTER_NAME_LABEL, ""))
     if ref is not None:
         scope.owner_kind = str(ref["kind"])
         scope.owner = await _owner(scope, str(ref["name"]))
         if scope.owner is not None:
-            owner_cluster = (scope.owner.get("spec") or {}).get("clusterName")
+            owner_cluster = scope.owner.spec.cluster_name
             scope.cluster_name = str(owner_cluster or scope.cluster_name)
     if not scope.cluster_name:
         scope.wait(
@@ -60,35 +61,37 @@ async def resolve_owner(scope: Scope) -> Result:
     return Result()
 
 
-async def _owner(scope: Scope, name: str) -> Obj | None:
+async def _owner(scope: Scope, name: str) -> MachinePoolView | MachineView | None:
     """A MachinePool owner from the informer; a Machine (whose kind this process does not
     watch) from the API server."""
     if scope.owner_kind == "MachinePool":
-        return scope.machine_pools.get(name, scope.key.namespace)
+        pool = scope.machine_pools.get(name, scope.key.namespace)
+        return MachinePoolView(pool) if pool is not None else None
     try:
-        return await scope.client.get(r.MACHINES, name, scope.key.namespace)
+        return MachineView(await scope.client.get(r.MACHINES, name, scope.key.namespace))
     except NotFound:
         return None
 
 
 async def resolve_cluster(scope: Scope) -> Result:
     """Find the owner's Cluster; wait while it does not exist."""
-    scope.cluster = scope.clusters.get(scope.cluster_name, scope.key.namespace)
+    cluster = scope.clusters.get(scope.cluster_name, scope.key.namespace)
+    scope.cluster = ClusterView(cluster) if cluster is not None else None
     if scope.cluster is None:
         scope.wait(r.WAITING_FOR_CLUSTER, f"Cluster {scope.cluster_key} does not exist yet")
     return Result()
 
 
 def _paused(scope: Scope) -> bool:
-    cluster_paused = bool(((scope.cluster or {}).get("spec") or {}).get("paused"))
-    annotations = scope.config["metadata"].get("annotations") or {}
+    cluster_paused = scope.cluster is not None and bool(scope.cluster.spec.paused)
+    annotations = scope.config.metadata.annotations or {}
     return cluster_paused or c.PAUSED_ANNOTATION in annotations
 
 
 async def check_paused(scope: Scope) -> Result:
     """Paused=True (and stop) while the Cluster or the config is paused."""
-    generation = scope.config["metadata"].get("generation")
-    cond_list = scope.status.setdefault("conditions", [])
+    generation = scope.config.metadata.generation
+    cond_list = scope.condition_list()
     if _paused(scope):
         conditions.set_condition(
             cond_list, r.PAUSED, True, c.PAUSED_REASON, "", observed_generation=generation
@@ -101,26 +104,24 @@ async def check_paused(scope: Scope) -> Result:
     return Result()
 
 
-def control_plane_initialized(cluster: Obj) -> bool:
-    status = cluster.get("status") or {}
-    if (status.get("initialization") or {}).get("controlPlaneInitialized"):
+def control_plane_initialized(cluster: ClusterView) -> bool:
+    status = cluster.status
+    if status.initialization.control_plane_initialized:
         return True
-    return conditions.is_true(status.get("conditions"), c.CONTROL_PLANE_INITIALIZED_CONDITION)
+    return conditions.is_true(status.conditions, c.CONTROL_PLANE_INITIALIZED_CONDITION)
 
 
-def infrastructure_provisioned(cluster: Obj) -> bool:
+def infrastructure_provisioned(cluster: ClusterView) -> bool:
     """Upstream waits for this before the control plane; an initialized control plane implies
     it (a Cluster without an infrastructure provider reports only the control plane)."""
-    status = cluster.get("status") or {}
-    initialization = status.get("initialization") or {}
-    return bool(initialization.get("infrastructureProvisioned")) or control_plane_initialized(
-        cluster
+    return bool(cluster.status.initialization.infrastructure_provisioned) or (
+        control_plane_initialized(cluster)
     )
 
 
 async def check_cluster_ready(scope: Scope) -> Result:
     """Workers join only once the Cluster's infrastructure and control plane are up."""
-    cluster = scope.cluster or {}
+    cluster = scope.cluster or ClusterView({})
     if not infrastructure_provisioned(cluster):
         scope.wait(
             r.WAITING_FOR_CLUSTER_INFRASTRUCTURE,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from machinepool.api import constants as c
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.prerequisites import POLL_SECONDS
 from machinepool.bootstrap.kubeadm.scope import Scope
@@ -46,11 +47,11 @@ _SLACK = timedelta(seconds=0.5)
 
 def consumed(scope: Scope) -> bool:
     """Whether an instance has joined with this config (upstream's ``HasNodeRefs``)."""
-    status = (scope.owner or {}).get("status") or {}
-    if scope.owner_kind == "MachinePool":
-        return bool(status.get("nodeRefs"))
-    if scope.owner_kind == "Machine":
-        return bool(status.get("nodeRef"))
+    owner = scope.owner
+    if scope.owner_kind == "MachinePool" and isinstance(owner, MachinePoolView):
+        return bool(owner.status.node_refs)
+    if scope.owner_kind == "Machine" and isinstance(owner, MachineView):
+        return bool(owner.status.node_ref.raw)
     return False
 
 
@@ -130,7 +131,7 @@ async def _create(scope: Scope, workload: Client, reason: str, verb: str) -> Boo
     token = await create_token(workload, scope.options.token_ttl, str(scope.key), scope.uid)
     message = f"{verb} bootstrap token {token.secret_name} in workload cluster {scope.cluster_key}"
     scope.log.info(message, token_secret=token.secret_name)
-    await scope.recorder.event(scope.config, "Normal", reason, message)
+    await scope.recorder.event(scope.config.raw, "Normal", reason, message)
     return token
 
 

@@ -1,9 +1,10 @@
 """The per-reconcile state every phase of the KubeadmConfig controller shares.
 
 ``controller.py`` builds one ``Scope`` per reconcile and passes it to each phase in turn;
-each field's comment names the phase that fills it. Phases mutate ``config`` (the raw object:
-finalizers and status; a private copy) and the controller patches it once at the end.
-``owner`` and ``cluster`` may be the informers' shared objects: read them, never mutate them.
+each field's comment names the phase that fills it. Phases mutate ``config`` (finalizers and
+status, through its typed view; a private copy) and the controller patches ``config.raw``
+once at the end. ``owner`` and ``cluster`` may be views of the informers' shared objects:
+read them, never write through them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from typing import Any
 
 from machinepool.api import conditions
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
+from machinepool.api.views import (
+    ClusterView,
+    KubeadmConfigStatusView,
+    KubeadmConfigView,
+    MachinePoolView,
+    MachineView,
+)
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import CAInfo
 from machinepool.bootstrap.kubeadm.tokens import DEFAULT_TOKEN_TTL_SECONDS, BootstrapToken
@@ -59,17 +67,17 @@ class Scope:
     """MachinePools, where the owner phase finds a pool owner."""
     clusters: Informer
     """Clusters, where the cluster phase finds the config's Cluster."""
-    config: Obj
+    config: KubeadmConfigView
     """The KubeadmConfig as read (status and finalizers are edited in place)."""
     model: KubeadmConfig
     """``config`` parsed, for typed access to the spec."""
     owner_kind: str = ""
     """owner phase: "MachinePool", "Machine", or "" for a standalone config."""
-    owner: Obj | None = None
+    owner: MachinePoolView | MachineView | None = None
     """owner phase: the owning MachinePool (the informer's copy) or Machine, when it exists."""
     cluster_name: str = ""
     """owner phase: from the owner's spec.clusterName, else the cluster-name label."""
-    cluster: Obj | None = None
+    cluster: ClusterView | None = None
     """cluster phase (the informer's copy)."""
     ca: CAInfo | None = None
     """certificates phase: the workload CA (and kubeconfig server)."""
@@ -84,7 +92,7 @@ class Scope:
 
     @property
     def key(self) -> ObjectKey:
-        return ObjectKey.of(self.config)
+        return ObjectKey.of(self.config.raw)
 
     @property
     def cluster_key(self) -> ObjectKey:
@@ -92,12 +100,11 @@ class Scope:
 
     @property
     def uid(self) -> str:
-        return str(self.config["metadata"].get("uid", ""))
+        return str(self.config.metadata.uid or "")
 
     @property
-    def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = self.config.setdefault("status", {})
-        return status
+    def status(self) -> KubeadmConfigStatusView:
+        return self.config.status
 
     @property
     def pool_owned(self) -> bool:
@@ -112,16 +119,28 @@ class Scope:
         severity: str = "",
     ) -> None:
         """Set a condition in both the v1beta2 list and the deprecated v1beta1 list."""
-        generation = self.config["metadata"].get("generation")
-        conditions.set_condition(
-            self.status.setdefault("conditions", []), type_, status, reason, message, generation
-        )
-        v1beta1 = self.status.setdefault("deprecated", {}).setdefault("v1beta1", {})
+        generation = self.config.metadata.generation
+        conditions.set_condition(self.condition_list(), type_, status, reason, message, generation)
         if status is True:
             reason, message, severity = "", "", ""
         conditions.set_v1beta1_condition(
-            v1beta1.setdefault("conditions", []), type_, status, reason, message, severity
+            self.v1beta1_condition_list(), type_, status, reason, message, severity
         )
+
+    def condition_list(self) -> list[Obj]:
+        """``status.conditions``, created if missing."""
+        listed = self.status.conditions
+        if listed is None:
+            listed = self.status.conditions = []
+        return listed
+
+    def v1beta1_condition_list(self) -> list[Obj]:
+        """``status.deprecated.v1beta1.conditions``, created if missing."""
+        v1beta1 = self.status.v1beta1
+        listed = v1beta1.conditions
+        if listed is None:
+            listed = v1beta1.conditions = []
+        return listed
 
     def wait(self, reason: str, message: str, severity: str = "Info") -> None:
         """DataSecretAvailable=False for something awaited; stop this reconcile."""
@@ -139,4 +158,4 @@ class Scope:
 
     @property
     def data_secret_created(self) -> bool:
-        return bool((self.status.get("initialization") or {}).get("dataSecretCreated"))
+        return bool(self.status.initialization.data_secret_created)

@@ -18,7 +18,7 @@ _SUMMARISED = (r.DATA_SECRET_AVAILABLE, r.CERTIFICATES_AVAILABLE)
 def summarize(scope: Scope) -> None:
     """Ready=True when every summarised condition present is True; else the first that is
     not, with its message."""
-    listed = scope.status.get("conditions") or []
+    listed = scope.status.conditions or []
     present = [cond for t in _SUMMARISED if (cond := conditions.get_condition(listed, t))]
     blocking = next((cond for cond in present if cond.get("status") != "True"), None)
     if present and blocking is None:
@@ -26,7 +26,7 @@ def summarize(scope: Scope) -> None:
     elif blocking is not None:
         unknown = blocking.get("status") == "Unknown"
         message = f"{blocking['type']}: {blocking.get('message') or blocking.get('reason')}"
-        v1beta1 = ((scope.status.get("deprecated") or {}).get("v1beta1") or {}).get("conditions")
+        v1beta1 = scope.status.v1beta1.conditions
         severity = (conditions.get_condition(v1beta1, blocking["type"]) or {}).get("severity", "")
         scope.mark(
             r.READY,

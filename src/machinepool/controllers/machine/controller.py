@@ -24,11 +24,13 @@ from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
+from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import CLUSTERS, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
+from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
 from machinepool.controllers.common import (
     WorkloadNodes,
-    is_deleting,
+    machine_conditions,
     node_inputs,
     now,
     ref_text,
@@ -79,8 +81,8 @@ BY_INFRA_REF = "machine.core/infra-ref"
 BY_CLUSTER = "machine.core/cluster"
 
 
-def _prefix(machine: Obj) -> str:
-    return f"{dig(machine, 'metadata', 'namespace')}/{dig(machine, 'spec', 'clusterName')}/"
+def _prefix(machine: MachineView) -> str:
+    return f"{machine.metadata.namespace}/{machine.spec.cluster_name}/"
 
 
 def _pool_owned(machine: Obj) -> bool:
@@ -89,23 +91,27 @@ def _pool_owned(machine: Obj) -> bool:
 
 
 def _index_provider_id(m: Obj) -> list[str]:
-    pid = dig(m, "spec", "providerID")
-    return [_prefix(m) + str(pid)] if pid and _pool_owned(m) else []
+    machine = MachineView(m)
+    pid = machine.spec.provider_id
+    return [_prefix(machine) + str(pid)] if pid and _pool_owned(m) else []
 
 
 def _index_node_name(m: Obj) -> list[str]:
-    name = dig(m, "status", "nodeRef", "name")
-    return [_prefix(m) + str(name)] if name and _pool_owned(m) else []
+    machine = MachineView(m)
+    name = machine.status.node_ref.name
+    return [_prefix(machine) + str(name)] if name and _pool_owned(m) else []
 
 
 def _index_infra_ref(m: Obj) -> list[str]:
-    ref = dig(m, "spec", "infrastructureRef", default={})
-    ns = dig(m, "metadata", "namespace")
-    return [f"{ns}/{ref.get('apiGroup')}/{ref.get('kind')}/{ref.get('name')}"] if ref else []
+    machine = MachineView(m)
+    ref = machine.spec.infrastructure_ref
+    if not ref.raw:
+        return []
+    return [f"{machine.metadata.namespace}/{ref.api_group}/{ref.kind}/{ref.name}"]
 
 
 def _index_cluster(m: Obj) -> list[str]:
-    return [_prefix(m)] if _pool_owned(m) else []
+    return [_prefix(MachineView(m))] if _pool_owned(m) else []
 
 
 INDEXERS: dict[str, IndexFunc] = {
@@ -125,10 +131,8 @@ def _node_inputs(node: Obj) -> tuple[object, ...]:
 def _cluster_inputs(cluster: Obj) -> tuple[object, ...]:
     """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``): whether
     it is paused, and whether it is being deleted (the Node is then left alone)."""
-    return (
-        bool(dig(cluster, "spec", "paused")),
-        bool(dig(cluster, "metadata", "deletionTimestamp")),
-    )
+    view = ClusterView(cluster)
+    return bool(view.spec.paused), view.deleting
 
 
 class ClusterNotFound(ExpectedError):
@@ -175,7 +179,8 @@ class MachineReconciler:
         self.controller.watch(self.clusters, self._cluster_mapper, _cluster_inputs)
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
-        prefix = f"{dig(cluster, 'metadata', 'namespace')}/{dig(cluster, 'metadata', 'name')}/"
+        meta = ClusterView(cluster).metadata
+        prefix = f"{meta.namespace}/{meta.name}/"
         return [ObjectKey.of(m) for m in self.machines.by_index(BY_CLUSTER, prefix)]
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
@@ -220,62 +225,64 @@ class MachineReconciler:
     async def reconcile(self, key: ObjectKey) -> Result:
         # From the cache, never older than our own last write (the patch on exit diffs
         # against this copy; see runtime.OwnReader).
-        machine = await self.reader.get(key)
-        if machine is None or not _pool_owned(machine):
+        obj = await self.reader.get(key)
+        if obj is None or not _pool_owned(obj):
             return Result()
-        cluster_name = str(dig(machine, "spec", "clusterName", default=""))
-        cluster = self.clusters.get(cluster_name, key.namespace)
-        if cluster is None:
+        machine = MachineView(obj)
+        cluster_name = str(machine.spec.cluster_name or "")
+        found = self.clusters.get(cluster_name, key.namespace)
+        if found is None:
             raise ClusterNotFound(
                 f"Cluster {key.namespace}/{cluster_name} of Machine {key} does not exist"
             )
         # A MachineHealthCheck and the pool's remediation write conditions here too: a status
         # patch that loses its lock to them (or to the pool's apply of the Machine's version)
         # is rebased onto their write, keeping their conditions (runtime.patch).
-        patcher = Patcher(self.client, MACHINES, machine, on_patched=self.reader.wrote)
-        finalizers = dig(machine, "metadata", "finalizers", default=[])
-        if not is_deleting(machine) and c.MACHINE_FINALIZER not in finalizers:
-            machine["metadata"]["finalizers"] = [*finalizers, c.MACHINE_FINALIZER]
-            await patch_on_exit(patcher, machine)
+        patcher = Patcher(self.client, MACHINES, obj, on_patched=self.reader.wrote)
+        finalizers = machine.metadata.finalizers or []
+        if not machine.deleting and c.MACHINE_FINALIZER not in finalizers:
+            machine.metadata.finalizers = [*finalizers, c.MACHINE_FINALIZER]
+            await patch_on_exit(patcher, obj)
             return Result()
-        if set_paused_condition(machine, cluster, "Machine"):
+        cluster = ClusterView(found)
+        if set_paused_condition(machine, machine_conditions(machine), cluster, "Machine"):
             # Paused: nothing but the condition. Not paused, the condition goes out with the
             # rest of the status on exit.
-            await patch_on_exit(patcher, machine)
+            await patch_on_exit(patcher, obj)
             return Result()
         scope = Scope(self, machine, cluster)
         # A chain: the deletion and the Node bookkeeping both need what observe found.
-        phases = DELETE_PHASES if is_deleting(machine) else NORMAL_PHASES
+        phases = DELETE_PHASES if machine.deleting else NORMAL_PHASES
         outcome = await run_phases(scope, phases, chain=True)
         set_up_to_date(machine)
         status.set_phase(machine)
         status.set_v1beta1_ready(machine)
-        await patch_on_exit(patcher, machine, outcome)
+        await patch_on_exit(patcher, obj, outcome)
         return outcome.settle(scope.text)
 
 
 async def observe(scope: Scope) -> Result:
     """Find the infra machine and the Node; fill ``spec.providerID`` from the former."""
     machine, reconciler = scope.machine, scope.reconciler
-    ref = dig(machine, "spec", "infrastructureRef", default={})
-    if ref.get("kind") and ref.get("name"):
+    ref = machine.spec.infrastructure_ref
+    if ref.kind and ref.name:
         try:
-            resource = await reconciler.resolver.resolve(str(ref.get("apiGroup")), str(ref["kind"]))
+            resource = await reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
         except NotFound:
             resource = None
         if resource is not None:
             informer = await reconciler.infra_informer(resource)
-            scope.infra_machine = informer.get(str(ref["name"]), scope.key.namespace)
+            scope.infra_machine = informer.get(str(ref.name), scope.key.namespace)
         scope.infra_machine_not_found = scope.infra_machine is None
-    pid = dig(scope.infra_machine, "spec", "providerID")
-    if pid and not dig(machine, "spec", "providerID"):
-        machine["spec"]["providerID"] = str(pid)
-    if pid:
+    infra_pid = InfraMachine(scope.infra_machine).provider_id if scope.infra_machine else ""
+    if infra_pid and not machine.spec.provider_id:
+        machine.spec.provider_id = infra_pid
+    if infra_pid:
         _copy_placement(machine, scope.infra_machine)
     nodes = WorkloadNodes(await reconciler.nodes(scope.cluster_key))
-    node_name = dig(machine, "status", "nodeRef", "name")
+    node_name = machine.status.node_ref.name
     node = nodes.by_name(str(node_name)) if node_name else None
-    pid = dig(machine, "spec", "providerID")
+    pid = machine.spec.provider_id
     if node is None and pid:
         node = nodes.by_provider_id(str(pid))
     scope.node = node
@@ -289,11 +296,11 @@ async def report_v1beta1(scope: Scope) -> Result:
     status.set_v1beta1_infrastructure_ready(machine, infra_machine)
     status.set_v1beta1_node_healthy(machine, infra_machine, scope.node)
     if _infra_machine_lost(scope):
-        ref = machine["spec"]["infrastructureRef"]
-        v1beta1 = ensure(machine, "status", "deprecated", "v1beta1")
-        v1beta1["failureReason"] = c.INVALID_CONFIGURATION_ERROR
-        v1beta1["failureMessage"] = (
-            f"Machine infrastructure resource {ref['kind']} {scope.key.namespace}/{ref['name']}"
+        ref = machine.spec.infrastructure_ref
+        v1beta1 = machine.status.v1beta1
+        v1beta1.failure_reason = c.INVALID_CONFIGURATION_ERROR
+        v1beta1.failure_message = (
+            f"Machine infrastructure resource {ref.kind} {scope.key.namespace}/{ref.name}"
             " has been deleted after provisioning was completed"
         )
     return Result()
@@ -303,8 +310,8 @@ def _infra_machine_lost(scope: Scope) -> bool:
     """A live Machine's infra machine is gone after it was provisioned."""
     return (
         scope.infra_machine_not_found
-        and not is_deleting(scope.machine)
-        and bool(dig(scope.machine, "status", "initialization", "infrastructureProvisioned"))
+        and not scope.machine.deleting
+        and bool(scope.machine.status.initialization.infrastructure_provisioned)
     )
 
 
@@ -313,28 +320,28 @@ def _lost(scope: Scope) -> list[str]:
     machine, or the Node its nodeRef names."""
     machine, lost = scope.machine, []
     if _infra_machine_lost(scope):
-        ref = machine["spec"]["infrastructureRef"]
-        lost.append(
-            f"could not find {ref_text(str(ref['kind']), scope.key.namespace, str(ref['name']))}"
-        )
-    name = dig(machine, "status", "nodeRef", "name")
-    if scope.node is None and name and dig(machine, "spec", "providerID"):
+        ref = machine.spec.infrastructure_ref
+        lost.append(f"could not find {ref_text(str(ref.kind), scope.key.namespace, str(ref.name))}")
+    name = machine.status.node_ref.name
+    if scope.node is None and name and machine.spec.provider_id:
         lost.append(f"no matching Node for its nodeRef {name}")
     return lost
 
 
-def _copy_placement(machine: Obj, infra_machine: Obj | None) -> None:
+def _copy_placement(machine: MachineView, infra_machine: Obj | None) -> None:
     """Where the instance runs, as the infra machine says once it has a providerID (as
     upstream's Machine controller copies them): spec.failureDomain, status.failureDomain and
-    status.addresses, each only when the infra machine has it."""
-    for path, into in (
-        (("spec", "failureDomain"), ("spec",)),
-        (("status", "failureDomain"), ("status",)),
-        (("status", "addresses"), ("status",)),
-    ):
-        value = dig(infra_machine, *path)
-        if value is not None:
-            ensure(machine, *into)[path[-1]] = value
+    status.addresses, each only when the infra machine has it, copied as it has it (the
+    contract does not type them)."""
+    value = dig(infra_machine, "spec", "failureDomain")
+    if value is not None:
+        machine.spec.failure_domain = value
+    value = dig(infra_machine, "status", "failureDomain")
+    if value is not None:
+        machine.status.failure_domain = value
+    value = dig(infra_machine, "status", "addresses")
+    if value is not None:
+        machine.status.addresses = value
 
 
 async def reconcile_normal(scope: Scope) -> Result:
@@ -342,10 +349,11 @@ async def reconcile_normal(scope: Scope) -> Result:
     machine, node = scope.machine, scope.node
     if node is not None:
         name = str(dig(node, "metadata", "name"))
-        machine_status = ensure(machine, "status")
-        machine_status["nodeRef"] = {"name": name}
+        machine.status.node_ref.name = name  # the reference's one field (MachineNodeReference)
         if dig(node, "status", "nodeInfo"):
-            machine_status["nodeInfo"] = node["status"]["nodeInfo"]
+            # The Node's nodeInfo copied whole, as it has it: through the raw status, as the
+            # view of nodeInfo names only what is read from it.
+            ensure(machine.raw, "status")["nodeInfo"] = node["status"]["nodeInfo"]
         # The version the MachinePool controller gives its Machines (upstream's rule: the
         # Node's kubelet version), written here with the nodeRef the same Node brings: the
         # spec patch and the status patch that observes it (runtime.patch) go out together,
@@ -353,8 +361,8 @@ async def reconcile_normal(scope: Scope) -> Result:
         # new generation, and a lost lock when it lands mid-reconcile. The pool then finds
         # the version there and applies nothing.
         version = dig(node, "status", "nodeInfo", "kubeletVersion")
-        if version and dig(machine, "spec", "version") != version:
-            machine["spec"]["version"] = str(version)
+        if version and machine.spec.version != version:
+            machine.spec.version = str(version)
         patch = node_patch(machine, node)
         if patch is not None:
             wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
@@ -368,7 +376,7 @@ async def reconcile_normal(scope: Scope) -> Result:
     return Result(requeue_after=wait) if wait else Result()
 
 
-async def _patch_node(wclient: Client, machine: Obj, name: str, patch: Obj) -> None:
+async def _patch_node(wclient: Client, machine: MachineView, name: str, patch: Obj) -> None:
     """Patch the Node; when its taints changed since our copy (the lock of a patch that drops
     the uninitialized taint), re-read it once and send what is still due."""
     try:
@@ -391,14 +399,13 @@ def _timed_out(start: str | None, timeout: object) -> tuple[bool, float]:
 
 
 def _deleting(scope: Scope, reason: str, message: str) -> None:
-    conditions = ensure(scope.machine, "status").setdefault("conditions", [])
     set_condition(
-        conditions,
+        machine_conditions(scope.machine),
         c.DELETING_CONDITION,
         True,
         reason,
         message,
-        dig(scope.machine, "metadata", "generation"),
+        scope.machine.metadata.generation,
     )
 
 
@@ -407,7 +414,7 @@ class _Hook:
     """A kind of deletion lifecycle hook: annotations with ``prefix`` hold the deletion."""
 
     prefix: str
-    started: str
+    started: Field[str | None]
     """The ``status.deletion`` field recording when the wait began."""
     v1beta1_condition: str
     reason: str
@@ -417,14 +424,14 @@ class _Hook:
 
 PRE_DRAIN = _Hook(
     c.PRE_DRAIN_DELETE_HOOK_ANNOTATION_PREFIX,
-    "waitForPreDrainHookStartTime",
+    MachineDeletionStatusView.wait_for_pre_drain_hook_start_time,
     c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION,
     c.WAITING_FOR_PRE_DRAIN_HOOK_REASON,
     "pre-drain",
 )
 PRE_TERMINATE = _Hook(
     c.PRE_TERMINATE_DELETE_HOOK_ANNOTATION_PREFIX,
-    "waitForPreTerminateHookStartTime",
+    MachineDeletionStatusView.wait_for_pre_terminate_hook_start_time,
     c.V1BETA1_PRE_TERMINATE_DELETE_HOOK_SUCCEEDED_CONDITION,
     c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON,
     "pre-terminate",
@@ -438,13 +445,15 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     reconcile back, so nothing is requeued.
     """
     machine = scope.machine
-    annotations = dig(machine, "metadata", "annotations", default={})
+    annotations = machine.metadata.annotations or {}
     hooks = sorted(k for k in annotations if k.startswith(hook.prefix))
     if not hooks:
         set_v1beta1_condition(status.v1beta1_conditions(machine), hook.v1beta1_condition, True)
         return False
     log.info(f"waiting for {hook.name} hooks", machine=str(scope.key), hooks=",".join(hooks))
-    ensure(machine, "status", "deletion").setdefault(hook.started, format_time(now()))
+    deletion = machine.status.deletion
+    if hook.started.__get__(deletion, MachineDeletionStatusView) is None:
+        hook.started.__set__(deletion, format_time(now()))
     set_v1beta1_condition(
         status.v1beta1_conditions(machine),
         hook.v1beta1_condition,
@@ -466,16 +475,16 @@ def _node_deletion_allowed(scope: Scope) -> bool:
     nor for a Machine that never had a Node. Upstream also leaves the Node when no
     control-plane Machine is left; that rule is not applied here (see
     docs/upstream-differences.md)."""
-    if dig(scope.cluster, "metadata", "deletionTimestamp"):
+    if scope.cluster.deleting:
         return False
-    return scope.node is not None or bool(dig(scope.machine, "status", "nodeRef", "name"))
+    return scope.node is not None or bool(scope.machine.status.node_ref.name)
 
 
 async def reconcile_delete(scope: Scope) -> Result:
     """Upstream's deletion sequence: pre-drain hooks, drain and volume detach (only while
     the Node may be touched), pre-terminate hooks, the infra machine, then the Node."""
     machine = scope.machine
-    if deleted_for_move(machine):
+    if deleted_for_move(machine.raw):
         # clusterctl move deletes the source copy; the Machine lives on in the target
         # cluster, so its Node is neither drained nor deleted, nor its infra machine.
         _drop_finalizer(machine)
@@ -517,29 +526,30 @@ async def reconcile_delete(scope: Scope) -> Result:
 def _infra_machine_going(infra_machine: Obj | None) -> bool:
     """The infra machine is gone or being deleted: its instance is going away with the pods
     and volumes on it, so upstream neither drains its Node nor waits for volumes there."""
-    return infra_machine is None or bool(dig(infra_machine, "metadata", "deletionTimestamp"))
+    return infra_machine is None or InfraMachine(infra_machine).deleting
 
 
-def _drain_allowed(machine: Obj, infra_machine: Obj | None) -> bool:
+def _drain_allowed(machine: MachineView, infra_machine: Obj | None) -> bool:
     """Not excluded by annotation, not once the pre-terminate hooks were waited for (by
     then the drain had its turn: upstream does not go back to it), and not once the infra
     machine is gone or going."""
-    if c.EXCLUDE_NODE_DRAINING_ANNOTATION in dig(machine, "metadata", "annotations", default={}):
+    if c.EXCLUDE_NODE_DRAINING_ANNOTATION in (machine.metadata.annotations or {}):
         return False
     if _infra_machine_going(infra_machine):
         return False
-    return not dig(machine, "status", "deletion", PRE_TERMINATE.started)
+    return not machine.status.deletion.wait_for_pre_terminate_hook_start_time
 
 
 async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
     """Cordon and drain ``node`` until done or ``nodeDrainTimeoutSeconds`` passed; the
     Result to come back with while it is not, ``None`` once the deletion may go on."""
     machine = scope.machine
-    deletion = dig(machine, "spec", "deletion", default={})
-    start = ensure(machine, "status", "deletion").setdefault(
-        "nodeDrainStartTime", format_time(now())
+    deletion = machine.status.deletion
+    if deletion.node_drain_start_time is None:
+        deletion.node_drain_start_time = format_time(now())
+    passed, left = _timed_out(
+        deletion.node_drain_start_time, machine.spec.deletion.node_drain_timeout_seconds
     )
-    passed, left = _timed_out(start, deletion.get("nodeDrainTimeoutSeconds"))
     if not passed:
         await drain.cordon(wclient, node)
         result = await drain.drain(wclient, node, now())
@@ -561,20 +571,20 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
     return None
 
 
-def _volume_detach_allowed(machine: Obj, infra_machine: Obj | None) -> bool:
+def _volume_detach_allowed(machine: MachineView, infra_machine: Obj | None) -> bool:
     """Not excluded by annotation, not once the pre-terminate hooks were waited for, not
     once the infra machine is gone or going, and not past ``nodeVolumeDetachTimeoutSeconds``
     since the wait began."""
-    annotations = dig(machine, "metadata", "annotations", default={})
+    annotations = machine.metadata.annotations or {}
     if c.EXCLUDE_WAIT_FOR_NODE_VOLUME_DETACH_ANNOTATION in annotations:
         return False
     if _infra_machine_going(infra_machine):
         return False
-    if dig(machine, "status", "deletion", PRE_TERMINATE.started):
+    if machine.status.deletion.wait_for_pre_terminate_hook_start_time:
         return False
     passed, _ = _timed_out(
-        dig(machine, "status", "deletion", "waitForNodeVolumeDetachStartTime"),
-        dig(machine, "spec", "deletion", "nodeVolumeDetachTimeoutSeconds"),
+        machine.status.deletion.wait_for_node_volume_detach_start_time,
+        machine.spec.deletion.node_volume_detach_timeout_seconds,
     )
     return not passed
 
@@ -584,9 +594,10 @@ async def _wait_for_volumes(scope: Scope, wclient: Client, node: Obj) -> Result 
     ``None`` once none is (or the Node is unreachable: nothing detaches from a dead Node,
     and waiting would block its replacement)."""
     machine = scope.machine
-    start = ensure(machine, "status", "deletion").setdefault(
-        "waitForNodeVolumeDetachStartTime", format_time(now())
-    )
+    deletion = machine.status.deletion
+    if deletion.wait_for_node_volume_detach_start_time is None:
+        deletion.wait_for_node_volume_detach_start_time = format_time(now())
+    start = deletion.wait_for_node_volume_detach_start_time
     v1beta1 = status.v1beta1_conditions(machine)
     if not any(cond.get("type") == c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION for cond in v1beta1):
         set_v1beta1_condition(
@@ -608,17 +619,17 @@ async def _wait_for_volumes(scope: Scope, wclient: Client, node: Obj) -> Result 
 
 async def _delete_infra_machine(scope: Scope) -> None:
     """Delete the infra machine (once) and say the deletion waits for it."""
-    ref = scope.machine["spec"]["infrastructureRef"]
-    text = ref_text(str(ref["kind"]), scope.key.namespace, str(ref["name"]))
+    ref = scope.machine.spec.infrastructure_ref
+    text = ref_text(str(ref.kind), scope.key.namespace, str(ref.name))
     _deleting(
         scope, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON, f"Waiting for {text} to be deleted"
     )
-    if dig(scope.infra_machine, "metadata", "deletionTimestamp"):
+    if scope.infra_machine is None or InfraMachine(scope.infra_machine).deleting:
         return
-    resource = await scope.reconciler.resolver.resolve(str(ref["apiGroup"]), str(ref["kind"]))
+    resource = await scope.reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
     await scope.reconciler.client.delete(
         resource,
-        str(ref["name"]),
+        str(ref.name),
         scope.key.namespace,
         uid=dig(scope.infra_machine, "metadata", "uid"),
     )
@@ -628,8 +639,7 @@ async def _delete_node(scope: Scope, wclient: Client) -> None:
     """Delete the Node, unless ``nodeDeletionTimeoutSeconds`` since the deletion passed."""
     machine, node = scope.machine, scope.node
     passed, _ = _timed_out(
-        dig(machine, "metadata", "deletionTimestamp"),
-        dig(machine, "spec", "deletion", "nodeDeletionTimeoutSeconds"),
+        machine.metadata.deletion_timestamp, machine.spec.deletion.node_deletion_timeout_seconds
     )
     if node is None or passed:
         return
@@ -639,9 +649,9 @@ async def _delete_node(scope: Scope, wclient: Client) -> None:
     await wclient.delete(NODES, name, uid=dig(node, "metadata", "uid"))
 
 
-def _drop_finalizer(machine: Obj) -> None:
-    machine["metadata"]["finalizers"] = [
-        f for f in dig(machine, "metadata", "finalizers", default=[]) if f != c.MACHINE_FINALIZER
+def _drop_finalizer(machine: MachineView) -> None:
+    machine.metadata.finalizers = [
+        f for f in machine.metadata.finalizers or [] if f != c.MACHINE_FINALIZER
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.meta import dig
+from machinepool.api.views import MachineView
 from machinepool.runtime import Obj, controller_owner
 
 BOOKKEEPING = (
@@ -34,9 +35,9 @@ def _in(domain: str, parent: str) -> bool:
     return domain == parent or domain.endswith("." + parent)
 
 
-def managed_labels(machine: Obj) -> dict[str, str]:
+def managed_labels(machine: MachineView) -> dict[str, str]:
     """The Machine's labels a Node gets: node roles, node-restriction and node.cluster.x-k8s.io."""
-    labels: dict[str, str] = dig(machine, "metadata", "labels", default={}) or {}
+    labels = machine.metadata.labels or {}
     return {
         k: v
         for k, v in labels.items()
@@ -46,19 +47,19 @@ def managed_labels(machine: Obj) -> dict[str, str]:
     }
 
 
-def managed_annotations(machine: Obj) -> dict[str, str]:
+def managed_annotations(machine: MachineView) -> dict[str, str]:
     """Bookkeeping annotations plus the Machine's node.cluster.x-k8s.io annotations."""
-    meta = machine["metadata"]
+    meta = machine.metadata
     found: dict[str, str] = {
-        c.NODE_CLUSTER_NAME_ANNOTATION: str(dig(machine, "spec", "clusterName", default="")),
-        c.NODE_CLUSTER_NAMESPACE_ANNOTATION: str(meta.get("namespace", "")),
-        c.NODE_MACHINE_ANNOTATION: str(meta["name"]),
+        c.NODE_CLUSTER_NAME_ANNOTATION: str(machine.spec.cluster_name or ""),
+        c.NODE_CLUSTER_NAMESPACE_ANNOTATION: str(meta.namespace or ""),
+        c.NODE_MACHINE_ANNOTATION: str(meta.name),
     }
-    owner = controller_owner(machine)
+    owner = controller_owner(machine.raw)
     if owner is not None:
         found[c.NODE_OWNER_KIND_ANNOTATION] = str(owner.get("kind", ""))
         found[c.NODE_OWNER_NAME_ANNOTATION] = str(owner.get("name", ""))
-    for key, value in (meta.get("annotations") or {}).items():
+    for key, value in (meta.annotations or {}).items():
         if _in(_domain(key), c.MANAGED_NODE_DOMAIN):
             found[key] = value
     return found
@@ -75,7 +76,7 @@ def _sync(have: dict[str, str], want: dict[str, str], before: list[str]) -> dict
     return changes
 
 
-def node_patch(machine: Obj, node: Obj) -> Obj | None:
+def node_patch(machine: MachineView, node: Obj) -> Obj | None:
     """The merge patch for ``node``'s labels and annotations, or None when nothing changes."""
     labels: dict[str, str] = dig(node, "metadata", "labels", default={}) or {}
     annotations: dict[str, str] = dig(node, "metadata", "annotations", default={}) or {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from machinepool.api.meta import dig
+from machinepool.api.views import ClusterView, MachineView
 from machinepool.runtime import Obj, ObjectKey
 
 if TYPE_CHECKING:
@@ -17,12 +17,14 @@ if TYPE_CHECKING:
 class Scope:
     reconciler: MachineReconciler
     """Client, caches, recorder, dynamic watches."""
-    machine: Obj
-    """The Machine (a private copy; phases mutate it). Set by controller."""
-    cluster: Obj
+    machine: MachineView
+    """The Machine (a private copy; phases mutate it through the view, and the patch on exit
+    diffs ``machine.raw``). Set by controller."""
+    cluster: ClusterView
     """Its Cluster, from the cache (read-only). Set by controller."""
     node: Obj | None = None
-    """Its workload Node, found by nodeRef name or providerID. Set by observe."""
+    """Its workload Node (not our kind: raw), found by nodeRef name or providerID. Set by
+    observe."""
     infra_machine: Obj | None = None
     """Its infra machine. Set by observe."""
     infra_machine_not_found: bool = False
@@ -30,13 +32,11 @@ class Scope:
 
     @property
     def key(self) -> ObjectKey:
-        return ObjectKey.of(self.machine)
+        return ObjectKey.of(self.machine.raw)
 
     @property
     def cluster_key(self) -> ObjectKey:
-        return ObjectKey(
-            self.key.namespace, str(dig(self.machine, "spec", "clusterName", default=""))
-        )
+        return ObjectKey(self.key.namespace, str(self.machine.spec.cluster_name or ""))
 
     @property
     def text(self) -> str:

@@ -19,16 +19,23 @@ from machinepool.api.conditions import (
     set_v1beta1_condition,
     set_v1beta1_summary,
 )
-from machinepool.api.meta import dig, ensure
-from machinepool.controllers.common import node_available, node_ready, node_ready_since
+from machinepool.api.contract import InfraMachine
+from machinepool.api.meta import dig
+from machinepool.api.views import MachineView
+from machinepool.controllers.common import (
+    machine_conditions,
+    node_available,
+    node_ready,
+    node_ready_since,
+)
 from machinepool.runtime import Obj
 
 
-def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float | None:
+def set_node_conditions(machine: MachineView, node: Obj | None, at: datetime) -> float | None:
     """Set NodeReady, Ready and Available; return seconds until Available may turn True."""
-    conditions = ensure(machine, "status").setdefault("conditions", [])
-    generation = dig(machine, "metadata", "generation")
-    min_ready = int(dig(machine, "spec", "minReadySeconds", default=0) or 0)
+    conditions = machine_conditions(machine)
+    generation = machine.metadata.generation
+    min_ready = int(machine.spec.min_ready_seconds or 0)
     if node is None:
         word, reason, message = _without_node(machine)
         for type_ in (c.NODE_READY_CONDITION, c.NODE_HEALTHY_CONDITION):
@@ -74,21 +81,21 @@ def set_node_conditions(machine: Obj, node: Obj | None, at: datetime) -> float |
     return max(1.0, math.ceil(min_ready - (at - since).total_seconds()))
 
 
-def _without_node(machine: Obj) -> tuple[str, str, str]:
+def _without_node(machine: MachineView) -> tuple[str, str, str]:
     """NodeReady and NodeHealthy of a live Machine without a Node, as upstream words them: a
     Node it had is gone (False), or none has registered with its providerID yet (Unknown)."""
-    name = dig(machine, "status", "nodeRef", "name")
+    name = machine.status.node_ref.name
     if name:
         return (
             "False",
             c.NODE_DELETED_REASON,
             f"Node {name} has been deleted while the Machine still exists",
         )
-    pid = dig(machine, "spec", "providerID")
+    pid = machine.spec.provider_id
     if pid:
         message = f"Waiting for a Node with spec.providerID {pid} to exist"
     else:
-        kind = dig(machine, "spec", "infrastructureRef", "kind", default="InfraMachine")
+        kind = machine.spec.infrastructure_ref.kind or "InfraMachine"
         message = f"Waiting for {kind} to report spec.providerID"
     return "Unknown", c.INSPECTION_FAILED_REASON, message
 
@@ -163,22 +170,18 @@ def _node_healthy(node: Obj) -> tuple[str, str, str]:
     return "True", c.NODE_HEALTHY_REASON, ""
 
 
-def _infrastructure_ready(machine: Obj, infra_machine: Obj | None) -> tuple[str, str, str]:
+def _infrastructure_ready(machine: MachineView, infra_machine: Obj | None) -> tuple[str, str, str]:
     """InfrastructureReady: the infra machine's Ready condition mirrored, else its
     provisioned flag; when it is gone, whether it had been provisioned."""
-    kind = str(dig(machine, "spec", "infrastructureRef", "kind", default="InfraMachine"))
-    provisioned = bool(dig(machine, "status", "initialization", "infrastructureProvisioned"))
+    kind = str(machine.spec.infrastructure_ref.kind or "InfraMachine")
+    provisioned = bool(machine.status.initialization.infrastructure_provisioned)
     if infra_machine is None:
         if provisioned:
             return (
                 "False",
                 c.OBJECT_DELETED_REASON,
                 f"{kind} has been deleted"
-                + (
-                    ""
-                    if dig(machine, "metadata", "deletionTimestamp")
-                    else " while the Machine still exists"
-                ),
+                + ("" if machine.deleting else " while the Machine still exists"),
             )
         return "False", c.OBJECT_DOES_NOT_EXIST_REASON, f"{kind} does not exist"
     for cond in dig(infra_machine, "status", "conditions", default=[]):
@@ -193,13 +196,15 @@ def _infrastructure_ready(machine: Obj, infra_machine: Obj | None) -> tuple[str,
     return "False", c.NOT_READY_REASON, f"{kind} status.initialization.provisioned is false"
 
 
-def set_machine_conditions(machine: Obj, infra_machine: Obj | None, node: Obj | None) -> None:
+def set_machine_conditions(
+    machine: MachineView, infra_machine: Obj | None, node: Obj | None
+) -> None:
     """The rest of upstream's conditions of a live pool Machine: BootstrapConfigReady (a pool
     Machine has no bootstrap config of its own: the pool's data secret is given),
     InfrastructureReady, NodeHealthy, Deleting and Updating (no in-place updates here)."""
-    conditions = ensure(machine, "status").setdefault("conditions", [])
-    generation = dig(machine, "metadata", "generation")
-    if not dig(machine, "spec", "bootstrap", "configRef"):
+    conditions = machine_conditions(machine)
+    generation = machine.metadata.generation
+    if not machine.spec.bootstrap.config_ref.raw:
         set_condition(
             conditions,
             c.BOOTSTRAP_CONFIG_READY_CONDITION,
@@ -220,38 +225,38 @@ def set_machine_conditions(machine: Obj, infra_machine: Obj | None, node: Obj | 
     set_condition(conditions, c.UPDATING_CONDITION, False, c.NOT_UPDATING_REASON, "", generation)
 
 
-def set_infrastructure_provisioned(machine: Obj, infra_machine: Obj | None) -> None:
+def set_infrastructure_provisioned(machine: MachineView, infra_machine: Obj | None) -> None:
     """``status.initialization.infrastructureProvisioned``: True once the infra machine said
     provisioned (v1beta2 contract) or ready (v1beta1) and the Machine has its providerID; it
     never turns back, as upstream's does not."""
     provisioned = dig(infra_machine, "status", "initialization", "provisioned") or dig(
         infra_machine, "status", "ready"
     )
-    if provisioned is True and dig(machine, "spec", "providerID"):
-        ensure(machine, "status", "initialization")["infrastructureProvisioned"] = True
+    if provisioned is True and machine.spec.provider_id:
+        machine.status.initialization.infrastructure_provisioned = True
 
 
-def set_phase(machine: Obj) -> None:
-    status = ensure(machine, "status")
-    if dig(machine, "metadata", "deletionTimestamp"):
-        status["phase"] = "Deleting"
-    elif dig(status, "nodeRef", "name"):
-        status["phase"] = "Running"
-    elif dig(machine, "spec", "providerID"):
-        status["phase"] = "Provisioned"
+def set_phase(machine: MachineView) -> None:
+    status = machine.status
+    if machine.deleting:
+        status.phase = "Deleting"
+    elif status.node_ref.name:
+        status.phase = "Running"
+    elif machine.spec.provider_id:
+        status.phase = "Provisioned"
     else:
-        status["phase"] = "Provisioning"
+        status.phase = "Provisioning"
 
 
 # --- v1beta1 -------------------------------------------------------------------------------
 
 
-def v1beta1_conditions(machine: Obj) -> list[Obj]:
+def v1beta1_conditions(machine: MachineView) -> list[Obj]:
     """``status.deprecated.v1beta1.conditions`` of ``machine``, created if missing."""
-    holder = ensure(machine, "status", "deprecated", "v1beta1")
-    conditions = holder.get("conditions")
+    v1beta1 = machine.status.v1beta1
+    conditions = v1beta1.conditions
     if not isinstance(conditions, list):
-        conditions = holder["conditions"] = []
+        conditions = v1beta1.conditions = []
     return conditions
 
 
@@ -264,14 +269,14 @@ def infra_provisioned(infra_machine: Obj | None) -> bool:
     return provisioned is True
 
 
-def set_v1beta1_infrastructure_ready(machine: Obj, infra_machine: Obj | None) -> None:
+def set_v1beta1_infrastructure_ready(machine: MachineView, infra_machine: Obj | None) -> None:
     """The v1beta1 InfrastructureReady: the infra machine's Ready mirrored, else whether it is
     provisioned (not: ``WaitingForInfrastructure``, or ``Deleting`` once the Machine is).
     Without an infra machine it is left as it was, as upstream leaves it, until the deletion
     finds it gone (``set_v1beta1_infrastructure_deleted``)."""
     if infra_machine is None:
         return
-    deleting = bool(dig(machine, "metadata", "deletionTimestamp"))
+    deleting = machine.deleting
     mirror_v1beta1(
         v1beta1_conditions(machine),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
@@ -283,7 +288,7 @@ def set_v1beta1_infrastructure_ready(machine: Obj, infra_machine: Obj | None) ->
     )
 
 
-def set_v1beta1_infrastructure_deleted(machine: Obj) -> None:
+def set_v1beta1_infrastructure_deleted(machine: MachineView) -> None:
     """InfrastructureReady False, ``Deleted``: the deletion found the infra machine gone."""
     set_v1beta1_condition(
         v1beta1_conditions(machine),
@@ -323,22 +328,24 @@ def _v1beta1_node_health(node: Obj) -> tuple[str, str]:
     return ("True" if unknown < 4 else "Unknown"), message
 
 
-def set_v1beta1_node_healthy(machine: Obj, infra_machine: Obj | None, node: Obj | None) -> None:
+def set_v1beta1_node_healthy(
+    machine: MachineView, infra_machine: Obj | None, node: Obj | None
+) -> None:
     """The v1beta1 NodeHealthy, with upstream's reasons and severities: no providerID yet
     (``WaitingForNodeRef``), no Node yet (``NodeProvisioning``) or no more (``NodeNotFound``,
     an Error), the infra machine going (``Deleting``), else the Node's own conditions. A
     deleted Machine whose Node is gone keeps what it said last."""
     conditions = v1beta1_conditions(machine)
     type_ = c.V1BETA1_NODE_HEALTHY_CONDITION
-    deleting = bool(dig(machine, "metadata", "deletionTimestamp"))
-    if not dig(machine, "spec", "providerID"):
+    deleting = machine.deleting
+    if not machine.spec.provider_id:
         set_v1beta1_condition(
             conditions, type_, False, c.V1BETA1_WAITING_FOR_NODE_REF_REASON, "", c.SEVERITY_INFO
         )
     elif node is None:
         if deleting:
             return
-        if dig(machine, "status", "nodeRef", "name"):
+        if machine.status.node_ref.name:
             set_v1beta1_condition(
                 conditions, type_, False, c.V1BETA1_NODE_NOT_FOUND_REASON, "", c.SEVERITY_ERROR
             )
@@ -351,7 +358,7 @@ def set_v1beta1_node_healthy(machine: Obj, infra_machine: Obj | None, node: Obj 
                 "Waiting for a node with matching ProviderID to exist",
                 c.SEVERITY_WARNING,
             )
-    elif infra_machine is None or dig(infra_machine, "metadata", "deletionTimestamp"):
+    elif infra_machine is None or InfraMachine(infra_machine).deleting:
         set_v1beta1_condition(
             conditions, type_, False, c.V1BETA1_DELETING_REASON, "", c.SEVERITY_INFO
         )
@@ -378,12 +385,10 @@ _V1BETA1_PROVISIONING_STEPS = (
 )
 
 
-def set_v1beta1_ready(machine: Obj) -> None:
+def set_v1beta1_ready(machine: MachineView) -> None:
     """The v1beta1 Ready summary, on every reconcile that gets past pausing; while a live
     Machine has no providerID its message counts the provisioning steps done."""
-    counting = not dig(machine, "metadata", "deletionTimestamp") and not dig(
-        machine, "spec", "providerID"
-    )
+    counting = not machine.deleting and not machine.spec.provider_id
     set_v1beta1_summary(
         v1beta1_conditions(machine),
         _V1BETA1_READY_INPUTS,

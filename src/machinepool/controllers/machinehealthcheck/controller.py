@@ -24,6 +24,7 @@ from machinepool.api.conditions import get_condition, set_condition, set_v1beta1
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
 from machinepool.api.kinds import CLUSTERS, MACHINE_HEALTH_CHECKS, MACHINES
 from machinepool.api.meta import dig, ensure
+from machinepool.api.views import ClusterView, ObjectView
 from machinepool.controllers.common import (
     ensure_cluster_owner,
     is_deleting,
@@ -166,10 +167,14 @@ class MachineHealthCheckReconciler:
             # Upstream returns an error; the Cluster watch brings this key back instead.
             log.info("Cluster not found", machinehealthcheck=str(key), cluster=cluster_name)
             return Result()
-        if set_paused_condition(mhc, cluster, "MachineHealthCheck"):
+        conditions = mhc["status"].get("conditions")
+        if not isinstance(conditions, list):
+            conditions = mhc["status"]["conditions"] = []
+        mhc_view, cluster_view = ObjectView(mhc), ClusterView(cluster)
+        if set_paused_condition(mhc_view, conditions, cluster_view, "MachineHealthCheck"):
             await patcher.patch(mhc)
             return Result()
-        ensure_cluster_owner(mhc, cluster)
+        ensure_cluster_owner(mhc_view, dig(mhc, "spec", "clusterName"), cluster_view)
         try:
             result = await self._reconcile(mhc, cluster)
         except BaseException:

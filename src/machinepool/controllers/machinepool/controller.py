@@ -177,7 +177,7 @@ class MachinePoolReconciler:
             mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
             await patch_on_exit(patcher, obj)
             return Result()
-        if _set_paused(mp, cluster):
+        if _set_paused(mp, ClusterView(cluster)):
             await patch_on_exit(patcher, obj)
             return Result()
         scope = Scope(self, mp, ClusterView(cluster))
@@ -211,15 +211,15 @@ def _phases(mp: MachinePoolView, machines_up_to_date: bool) -> list[Phase[Scope]
 
 async def set_owner_and_labels(scope: Scope) -> Result:
     """Label the MachinePool with its Cluster's name and make the Cluster an owner."""
-    ensure_cluster_owner(scope.mp.raw, scope.cluster.raw)
+    ensure_cluster_owner(scope.mp, scope.mp.spec.cluster_name, scope.cluster)
     return Result()
 
 
-def _set_paused(mp: MachinePoolView, cluster: Obj) -> bool:
+def _set_paused(mp: MachinePoolView, cluster: ClusterView) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused). Not
     paused, the condition is written with the rest of the status (see
     ``set_paused_condition``)."""
-    return set_paused_condition(mp.raw, cluster, "MachinePool")
+    return set_paused_condition(mp, status.v1beta2_conditions(mp), cluster, "MachinePool")
 
 
 def _report_missing_cluster(mp: MachinePoolView, namespace: str, name: str) -> None:

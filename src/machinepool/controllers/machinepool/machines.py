@@ -219,7 +219,7 @@ async def set_machines_up_to_date(scope: Scope) -> Result:
         updated["status"]["conditions"] = [
             dict(x) for x in updated["status"].get("conditions") or []
         ]
-        set_up_to_date(updated)
+        set_up_to_date(MachineView(updated))
         if updated["status"]["conditions"] != (view.status.conditions or []):
             stale.append((i, machine, updated))
     outcomes = await asyncio.gather(

@@ -246,9 +246,9 @@ def _left_to_machines(scope: Scope) -> set[str]:
         str(m.spec.provider_id)
         for m in scope.machines
         if m.spec.provider_id
-        and is_controlled_by(m.raw, scope.mp.raw)
+        and is_controlled_by(m, scope.mp)
         and not m.deleting
-        and not is_paused(m.raw, None)
+        and not is_paused(m, None)
     }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS
+from machinepool.api.views import MachinePoolView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWSError
 from machinepool.providers.aws.scope import ASG_READY, Scope
@@ -63,14 +64,14 @@ async def observe(scope: Scope) -> Result:
 
 def _target(scope: Scope) -> int:
     return plan.desired_capacity(
-        scope.machine_pool["spec"].get("replicas"),
+        scope.machine_pool.spec.replicas,
         int(scope.spec.get("minSize", 1)),
         int(scope.spec.get("maxSize", 1)),
     )
 
 
 def _external(scope: Scope) -> bool:
-    return plan.replicas_managed_externally(scope.machine_pool["metadata"].get("annotations"))
+    return plan.replicas_managed_externally(scope.machine_pool.metadata.annotations)
 
 
 def _launch_template_params(scope: Scope) -> dict[str, Any]:
@@ -203,17 +204,18 @@ async def _update(scope: Scope, group: Mapping[str, Any]) -> None:
 async def _copy_replicas_back(scope: Scope, group: Mapping[str, Any]) -> None:
     """The autoscaler owns the size: MachinePool.spec.replicas follows the group."""
     desired = int(group.get("DesiredCapacity") or 0)
-    if scope.machine_pool["spec"].get("replicas") == desired:
+    if scope.machine_pool.spec.replicas == desired:
         return
-    meta = scope.machine_pool["metadata"]
-    scope.machine_pool = await scope.client.patch(
-        MACHINE_POOLS, meta["name"], {"spec": {"replicas": desired}}, meta["namespace"]
+    name, namespace = scope.machine_pool.metadata.name, scope.machine_pool.metadata.namespace
+    patched = await scope.client.patch(
+        MACHINE_POOLS, name, {"spec": {"replicas": desired}}, namespace
     )
+    scope.machine_pool = MachinePoolView(patched)
     await scope.recorder.event(
         scope.pool,
         "Normal",
         "ReplicasCopiedFromASG",
-        f"MachinePool {meta['name']} replicas set to the group's desired capacity {desired}",
+        f"MachinePool {name} replicas set to the group's desired capacity {desired}",
     )
 
 
@@ -250,8 +252,8 @@ async def reconcile_group(scope: Scope) -> Result:
     if scope.template_id is None:
         return Result()  # the launch template phase failed and said why
     try:
-        if not scope.status.get("asgName"):
-            scope.status["asgName"] = scope.asg_name
+        if not scope.status.asg_name:
+            scope.status.asg_name = scope.asg_name
             await scope.checkpoint()
         if scope.group is None:
             await _create(scope)
@@ -271,8 +273,6 @@ async def reconcile_group(scope: Scope) -> Result:
         )
         return Result()
     scope.spec["providerID"] = scope.group.get("AutoScalingGroupARN")
-    scope.status["asgStatus"] = scope.group.get("Status")
-    if not scope.status["asgStatus"]:
-        del scope.status["asgStatus"]
+    scope.status.asg_status = scope.group.get("Status") or None  # None: left out
     scope.mark(ASG_READY, True)
     return Result()

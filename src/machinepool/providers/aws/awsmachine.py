@@ -22,6 +22,7 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES
 from machinepool.api.kinds import MACHINES
+from machinepool.api.views import AWSMachineView, MachineView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.pool.observe import owner_machines
@@ -39,11 +40,11 @@ from machinepool.runtime.patch import Patcher
 __all__ = ["AWSMachineReconciler"]
 
 
-def _instance_id(obj: dict[str, Any]) -> str | None:
-    spec = obj.get("spec") or {}
-    if spec.get("instanceID"):
-        return str(spec["instanceID"])
-    parsed = plan.parse_provider_id(str(spec.get("providerID") or ""))
+def _instance_id(aws_machine: AWSMachineView) -> str | None:
+    spec = aws_machine.spec
+    if spec.instance_id:
+        return str(spec.instance_id)
+    parsed = plan.parse_provider_id(str(spec.provider_id or ""))
     return parsed[1] if parsed else None
 
 
@@ -81,37 +82,37 @@ class AWSMachineReconciler:
         if cached is None:
             return Result()
         obj = copy.deepcopy(cached)
-        meta = obj["metadata"]
-        if not meta.get("deletionTimestamp") or AWS_MACHINE_FINALIZER not in (
-            meta.get("finalizers") or []
-        ):
+        aws_machine = AWSMachineView(obj)
+        meta = aws_machine.metadata
+        if not aws_machine.deleting or AWS_MACHINE_FINALIZER not in (meta.finalizers or []):
             return Result()
-        instance = _instance_id(obj)
+        instance = _instance_id(aws_machine)
         if instance is not None:
-            await self._terminate(obj, instance, decrement=not await self._remediated(obj))
+            remediated = await self._remediated(aws_machine)
+            await self._terminate(obj, instance, decrement=not remediated)
         patcher = Patcher(self.client, AWSMACHINES, obj)
-        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != AWS_MACHINE_FINALIZER]
+        meta.finalizers = [f for f in meta.finalizers or [] if f != AWS_MACHINE_FINALIZER]
         with contextlib.suppress(NotFound):  # gone already: nothing left to release
             await patcher.patch(obj)
         return Result()
 
-    async def _remediated(self, obj: dict[str, Any]) -> bool:
+    async def _remediated(self, aws_machine: AWSMachineView) -> bool:
         """Whether the owner Machine is being deleted by remediation."""
-        owners = owner_machines(self.machines, AWSMACHINES.kind, obj)
-        machine: dict[str, Any] | None = owners[0] if owners else None
-        if machine is None or not machine["metadata"].get("deletionTimestamp"):
+        owners = owner_machines(self.machines, AWSMACHINES.kind, aws_machine.raw)
+        machine = MachineView(owners[0]) if owners else None
+        if machine is None or not machine.deleting:
             # The informer's copy decides only once it shows the Machine deleting: the
             # MachinePool writes OwnerRemediated before it deletes, so that copy has it. Any
             # other copy may lag the server, and the answer picks between shrinking the group
             # and replacing the instance, which cannot be undone: read it live (rare: a
             # Machine is deleting before its AWSMachine is, except for an AWSMachine without
             # one, or deleted directly).
-            meta = obj["metadata"]
+            meta = aws_machine.metadata
             try:
-                machine = await self.client.get(MACHINES, meta["name"], meta.get("namespace"))
+                machine = MachineView(await self.client.get(MACHINES, meta.name, meta.namespace))
             except NotFound:
                 return False
-        for cond in (machine.get("status") or {}).get("conditions") or []:
+        for cond in machine.status.conditions or []:
             if cond.get("type") == c.OWNER_REMEDIATED_CONDITION:
                 return bool(
                     cond.get("status") == "False"

@@ -22,6 +22,12 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER, AWSMACHINEPOOLS
+from machinepool.api.views import (
+    AWSMachinePoolView,
+    AWSMachineView,
+    ClusterView,
+    MachinePoolView,
+)
 from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AWSOptions, Scope
@@ -34,7 +40,6 @@ from machinepool.runtime import (
     Informer,
     KVLogger,
     NotFound,
-    Obj,
     ObjectKey,
     Outcome,
     OwnReader,
@@ -57,8 +62,8 @@ _LIVE_PHASES: tuple[Phase[Scope], ...] = (
 _SUMMARISED = (ASG_READY, LAUNCH_TEMPLATE_READY)
 
 
-def _owner_pool_name(pool: dict[str, Any]) -> str | None:
-    for ref in pool["metadata"].get("ownerReferences") or []:
+def _owner_pool_name(pool: AWSMachinePoolView) -> str | None:
+    for ref in pool.metadata.owner_references or []:
         if ref.get("kind") == "MachinePool" and str(ref.get("apiVersion", "")).startswith(
             c.CLUSTER_GROUP + "/"
         ):
@@ -66,9 +71,8 @@ def _owner_pool_name(pool: dict[str, Any]) -> str | None:
     return None
 
 
-def summarise(status: dict[str, Any]) -> None:
+def summarise(conditions: list[dict[str, Any]]) -> None:
     """Ready = ASGReady and LaunchTemplateReady; otherwise the first one not True explains."""
-    conditions = status.setdefault("conditions", [])
     for type_ in _SUMMARISED:
         found = cond.get_condition(conditions, type_)
         if found is None or found.get("status") != cond.TRUE:
@@ -130,7 +134,8 @@ class AWSMachinePoolReconciler:
         if scope.deleting:
             return await self._run(scope, (delete.reconcile_delete,))
         if not scope.has_finalizer:
-            scope.pool["metadata"].setdefault("finalizers", []).append(AWS_MACHINE_POOL_FINALIZER)
+            meta = scope.view.metadata
+            meta.finalizers = [*(meta.finalizers or []), AWS_MACHINE_POOL_FINALIZER]
             await scope.checkpoint()
         if not await self._ready_to_build(scope):
             return await self._finish(scope, Outcome())
@@ -139,50 +144,52 @@ class AWSMachinePoolReconciler:
     # -- building the scope ----------------------------------------------------------------
 
     async def _scope(self, pool: dict[str, Any]) -> Scope | None:
-        meta = pool["metadata"]
-        mp_name = _owner_pool_name(pool)
-        machine_pool: dict[str, Any] | None = None
+        view = AWSMachinePoolView(pool)
+        meta = view.metadata
+        name, namespace = meta.name, meta.namespace
+        mp_name = _owner_pool_name(view)
+        machine_pool: MachinePoolView | None = None
         if mp_name is not None:
-            cached = self.informers.machine_pools.get(mp_name, meta["namespace"])
+            cached = self.informers.machine_pools.get(mp_name, namespace)
             # A private copy: the informer's object is shared with every other reader.
-            machine_pool = copy.deepcopy(cached) if cached is not None else None
-        if machine_pool is None and not meta.get("deletionTimestamp"):
-            self.log.info(
-                "waiting for the MachinePool to own this AWSMachinePool", pool=meta["name"]
-            )
+            machine_pool = MachinePoolView(copy.deepcopy(cached)) if cached is not None else None
+        if machine_pool is None and not view.deleting:
+            self.log.info("waiting for the MachinePool to own this AWSMachinePool", pool=name)
             return None
         if machine_pool is None:  # deleting without its MachinePool: enough to clean up
-            machine_pool = {"metadata": {"name": meta["name"]}, "spec": {"template": {"spec": {}}}}
+            machine_pool = MachinePoolView(
+                {"metadata": {"name": name}, "spec": {"template": {"spec": {}}}}
+            )
         cluster = str(
-            machine_pool["spec"].get("clusterName")
-            or (meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL)
-            or ""
+            machine_pool.spec.cluster_name or (meta.labels or {}).get(c.CLUSTER_NAME_LABEL) or ""
         )
         return Scope(
             client=self.client,
             aws=self.aws,
             recorder=self.recorder,
-            log=self.log.bind(pool=f"{meta['namespace']}/{meta['name']}"),
+            log=self.log.bind(pool=f"{namespace}/{name}"),
             options=self.options,
             pool=pool,
             patcher=Patcher(self.client, AWSMACHINEPOOLS, pool, on_patched=self.reader.wrote),
             machine_pool=machine_pool,
             cluster_name=cluster,
-            aws_machines=pool_members(
-                self.informers.aws_machines, ObjectKey(meta["namespace"], meta["name"])
-            ),
+            aws_machines=[
+                AWSMachineView(m)
+                for m in pool_members(self.informers.aws_machines, ObjectKey(namespace, name))
+            ],
             machines=self.informers.machines,
         )
 
-    def _cluster(self, scope: Scope) -> Obj | None:
-        return self.informers.clusters.get(scope.cluster_name, scope.namespace)
+    def _cluster(self, scope: Scope) -> ClusterView | None:
+        cluster = self.informers.clusters.get(scope.cluster_name, scope.namespace)
+        return ClusterView(cluster) if cluster is not None else None
 
     async def _paused(self, scope: Scope) -> bool:
         """The pool or its Cluster is paused: touch nothing, not even status."""
-        if c.PAUSED_ANNOTATION in (scope.pool["metadata"].get("annotations") or {}):
+        if c.PAUSED_ANNOTATION in (scope.view.metadata.annotations or {}):
             return True
         cluster = self._cluster(scope)
-        return cluster is not None and bool((cluster.get("spec") or {}).get("paused"))
+        return cluster is not None and bool(cluster.spec.paused)
 
     async def _ready_to_build(self, scope: Scope) -> bool:
         """Spec valid, cluster infrastructure provisioned, bootstrap data present."""
@@ -203,18 +210,17 @@ class AWSMachinePoolReconciler:
                 ASG_READY, False, "WaitingForCluster", f"Cluster {scope.cluster_name} not found"
             )
             return False
-        status = cluster.get("status") or {}
-        provisioned = (status.get("initialization") or {}).get("infrastructureProvisioned")
+        status = cluster.status
+        provisioned = status.initialization.infrastructure_provisioned
         if not provisioned and not cond.is_true(
-            status.get("conditions"), c.INFRASTRUCTURE_READY_CONDITION
+            status.conditions, c.INFRASTRUCTURE_READY_CONDITION
         ):
             scope.mark(ASG_READY, False, "WaitingForClusterInfrastructure", "")
             return False
         return True
 
     async def _load_user_data(self, scope: Scope) -> bool:
-        bootstrap = scope.machine_pool["spec"]["template"]["spec"].get("bootstrap") or {}
-        secret_name = bootstrap.get("dataSecretName")
+        secret_name = scope.machine_pool.spec.template.spec.bootstrap.data_secret_name
         if not secret_name:
             scope.mark(ASG_READY, False, "WaitingForBootstrapData", "")
             return False
@@ -256,7 +262,7 @@ class AWSMachinePoolReconciler:
 
     async def _finish(self, scope: Scope, outcome: Outcome) -> Result:
         if not scope.deleting:
-            summarise(scope.status)
+            summarise(scope.conditions())
         # AWSMachinePool's status has no observedGeneration.
         scope.pool = await patch_on_exit(scope.patcher, scope.pool, outcome, observed=False)
         for exc in outcome.errors:

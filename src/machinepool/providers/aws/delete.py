@@ -27,7 +27,7 @@ async def _delete_group(scope: Scope) -> bool:
     """Start deleting the group; True while it still exists."""
     if scope.group is None:
         return False
-    scope.status["ready"] = False
+    scope.status.ready = False
     if scope.group.get("Status") == _DELETING:
         scope.mark(ASG_READY, False, "ASGDeletionInProgress", "", c.SEVERITY_WARNING)
         return True
@@ -74,14 +74,10 @@ async def _release_aws_machines(scope: Scope) -> None:
         machine = owner_machine(scope, aws_machine)
         try:
             if machine is not None:
-                if not machine["metadata"].get("deletionTimestamp"):
-                    await scope.client.delete(
-                        MACHINES, machine["metadata"]["name"], scope.namespace
-                    )
-            elif not aws_machine["metadata"].get("deletionTimestamp"):
-                await scope.client.delete(
-                    AWSMACHINES, aws_machine["metadata"]["name"], scope.namespace
-                )
+                if not machine.deleting:
+                    await scope.client.delete(MACHINES, machine.metadata.name, scope.namespace)
+            elif not aws_machine.deleting:
+                await scope.client.delete(AWSMACHINES, aws_machine.metadata.name, scope.namespace)
         except NotFound:
             continue
 
@@ -95,8 +91,6 @@ async def reconcile_delete(scope: Scope) -> Result:
         return Result()
     await _delete_template(scope)
     await _release_aws_machines(scope)
-    finalizers = [
-        f for f in scope.pool["metadata"].get("finalizers") or [] if f != AWS_MACHINE_POOL_FINALIZER
-    ]
-    scope.pool["metadata"]["finalizers"] = finalizers
+    meta = scope.view.metadata
+    meta.finalizers = [f for f in meta.finalizers or [] if f != AWS_MACHINE_POOL_FINALIZER]
     return Result()

@@ -62,7 +62,7 @@ async def _hooks(scope: Scope) -> None:
     if spec_hooks:
         scope.mark(LIFECYCLE_HOOK_READY, True)
     else:
-        cond.remove_condition(scope.status.setdefault("conditions", []), LIFECYCLE_HOOK_READY)
+        cond.remove_condition(scope.conditions(), LIFECYCLE_HOOK_READY)
 
 
 async def reconcile_group_settings(scope: Scope) -> Result:

@@ -91,7 +91,7 @@ async def _image_id(scope: Scope) -> str | None:
     lt = scope.spec.get("awsLaunchTemplate") or {}
     if (lt.get("ami") or {}).get("id"):
         return str(lt["ami"]["id"])
-    version = str(scope.machine_pool["spec"]["template"]["spec"].get("version") or "")
+    version = str(scope.machine_pool.spec.template.spec.version or "")
     if not version:
         return None
     pattern = (
@@ -112,7 +112,7 @@ async def _image_id(scope: Scope) -> str | None:
 
 
 async def find_template(scope: Scope) -> dict[str, Any] | None:
-    template_id = scope.status.get("launchTemplateID")
+    template_id = scope.status.launch_template_id
     params: dict[str, Any] = (
         {"LaunchTemplateIds": [template_id]}
         if template_id
@@ -156,8 +156,8 @@ async def _create(scope: Scope, data: dict[str, Any]) -> None:
     template = created["LaunchTemplate"]
     scope.template_id = str(template["LaunchTemplateId"])
     scope.latest_version = str(template.get("LatestVersionNumber", 1))
-    scope.status["launchTemplateID"] = scope.template_id
-    scope.status["launchTemplateVersion"] = scope.latest_version
+    scope.status.launch_template_id = scope.template_id
+    scope.status.launch_template_version = scope.latest_version
     await scope.recorder.event(
         scope.pool,
         "Normal",
@@ -240,7 +240,7 @@ async def _new_version(
         LaunchTemplateData=data,
     )
     scope.latest_version = str(out["LaunchTemplateVersion"]["VersionNumber"])
-    scope.status["launchTemplateVersion"] = scope.latest_version
+    scope.status.launch_template_version = scope.latest_version
     what = "user data" if change is plan.TemplateChange.USER_DATA_ONLY else "configuration"
     await scope.recorder.event(
         scope.pool,
@@ -266,8 +266,8 @@ async def _update(scope: Scope, template: Mapping[str, Any], data: dict[str, Any
     scope.template_id = str(template["LaunchTemplateId"])
     latest = await _latest(scope)
     scope.latest_version = str(latest.get("VersionNumber") or template.get("LatestVersionNumber"))
-    scope.status["launchTemplateID"] = scope.template_id
-    scope.status["launchTemplateVersion"] = scope.latest_version
+    scope.status.launch_template_id = scope.template_id
+    scope.status.launch_template_version = scope.latest_version
     change = plan.classify_template_change(data, latest.get("LaunchTemplateData") or {})
     if change is plan.TemplateChange.NONE:
         return

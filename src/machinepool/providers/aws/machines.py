@@ -24,6 +24,7 @@ from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES, GROUP_VERSION
 from machinepool.api.kinds import MACHINES
+from machinepool.api.views import AWSMachineView, MachineView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.scope import Scope
 from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
@@ -62,29 +63,30 @@ def _ec2_state(lifecycle: str) -> str:
 
 def owner_machine(
     scope: Scope,
-    aws_machine: Mapping[str, Any],
-    fresh: Mapping[str, dict[str, Any]] | None = None,
-) -> dict[str, Any] | None:
+    aws_machine: AWSMachineView,
+    fresh: Mapping[str, MachineView] | None = None,
+) -> MachineView | None:
     """The Machine whose spec.infrastructureRef names ``aws_machine`` (its owner Machine).
 
     Looked up in ``fresh`` (AWSMachine name -> Machine, ``fresh_owners``) when given, else in
     the Machine informer by the pool engine's ``INFRA_REF_INDEX``, as the engine finds the
     owner Machines of its infra machines.
     """
-    name = str(aws_machine["metadata"]["name"])
+    name = str(aws_machine.metadata.name)
     if fresh is not None:
         return fresh.get(name)
-    found = owner_machines(scope.machines, AWSMACHINES.kind, dict(aws_machine))
-    return found[0] if found else None
+    found = owner_machines(scope.machines, AWSMACHINES.kind, aws_machine.raw)
+    return MachineView(found[0]) if found else None
 
 
-def fresh_owners(machines: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def fresh_owners(machines: Iterable[dict[str, Any]]) -> dict[str, MachineView]:
     """AWSMachine name -> the Machine whose infrastructureRef names it, of ``machines``."""
-    owners: dict[str, dict[str, Any]] = {}
-    for machine in machines:
-        ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-        if ref.get("kind") == AWSMACHINES.kind and ref.get("name"):
-            owners[str(ref["name"])] = machine
+    owners: dict[str, MachineView] = {}
+    for obj in machines:
+        machine = MachineView(obj)
+        ref = machine.spec.infrastructure_ref
+        if ref.kind == AWSMACHINES.kind and ref.name:
+            owners[str(ref.name)] = machine
     return owners
 
 
@@ -130,55 +132,54 @@ def _machine_status(instance: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _ensure_aws_machine(
-    scope: Scope, instance: Mapping[str, Any], existing: Mapping[str, Any] | None
+    scope: Scope, instance: Mapping[str, Any], existing: AWSMachineView | None
 ) -> None:
     status = _machine_status(instance)
     if existing is None:
         body = _new_aws_machine(scope, instance)
         try:
-            existing = await scope.client.create(AWSMACHINES, body, scope.namespace)
+            created = await scope.client.create(AWSMACHINES, body, scope.namespace)
         except AlreadyExists:
-            existing = await scope.client.get(
-                AWSMACHINES, body["metadata"]["name"], scope.namespace
-            )
-    current = existing.get("status") or {}
+            created = await scope.client.get(AWSMACHINES, body["metadata"]["name"], scope.namespace)
+        existing = AWSMachineView(created)
+    current = existing.status.raw or {}
     if any(current.get(k) != v for k, v in status.items()):
         await scope.client.patch(
             AWSMACHINES,
-            existing["metadata"]["name"],
+            existing.metadata.name,
             {"status": status},
             scope.namespace,
             subresource="status",
         )
 
 
-async def _remove_vanished(scope: Scope, aws_machine: Mapping[str, Any]) -> None:
+async def _remove_vanished(scope: Scope, aws_machine: AWSMachineView) -> None:
     """The instance is gone: delete its Machine (core cleans up), else the AWSMachine."""
-    meta = aws_machine["metadata"]
+    meta = aws_machine.metadata
     machine = owner_machine(scope, aws_machine)
     scope.log.info(
         "instance vanished; removing its Machine",
-        awsmachine=meta["name"],
-        machine=(machine or {}).get("metadata", {}).get("name", ""),
+        awsmachine=meta.name,
+        machine=(machine.metadata.name or "") if machine is not None else "",
     )
     try:
         if machine is not None:
-            if not machine["metadata"].get("deletionTimestamp"):
-                await scope.client.delete(MACHINES, machine["metadata"]["name"], meta["namespace"])
-        elif not meta.get("deletionTimestamp"):
-            await scope.client.delete(AWSMACHINES, meta["name"], meta["namespace"])
+            if not machine.deleting:
+                await scope.client.delete(MACHINES, machine.metadata.name, meta.namespace)
+        elif not aws_machine.deleting:
+            await scope.client.delete(AWSMACHINES, meta.name, meta.namespace)
     except NotFound:
         pass
 
 
 async def _sync_aws_machines(scope: Scope, live: list[dict[str, Any]]) -> None:
-    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
+    by_pid = {str(m.spec.provider_id): m for m in scope.aws_machines}
     live_pids = set()
     for instance in live:
         pid = plan.provider_id(instance["AvailabilityZone"], instance["InstanceId"])
         live_pids.add(pid)
         existing = by_pid.get(pid)
-        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+        if existing is not None and existing.deleting:
             continue
         await _ensure_aws_machine(scope, instance, existing)
     for pid, aws_machine in by_pid.items():
@@ -199,14 +200,14 @@ async def _launch_times(scope: Scope, ids: list[str]) -> dict[str, datetime]:
     return times
 
 
-def _machine_ready_false(machine: Mapping[str, Any]) -> bool:
-    ready = cond.get_condition((machine.get("status") or {}).get("conditions"), c.READY_CONDITION)
+def _machine_ready_false(machine: MachineView) -> bool:
+    ready = cond.get_condition(machine.status.conditions, c.READY_CONDITION)
     return ready is not None and ready.get("status") == cond.FALSE
 
 
 async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Member], int]:
     """Removable instances with their Machines, and how many are already on their way out."""
-    by_pid = {str((m.get("spec") or {}).get("providerID")): m for m in scope.aws_machines}
+    by_pid = {str(m.spec.provider_id): m for m in scope.aws_machines}
     # The one live read of this phase, kept on purpose: victims are chosen right before
     # Machines are deleted, which cannot be undone, and the informer may not yet show a Machine
     # this controller deleted a moment ago (nor a delete-machine annotation just set): acting
@@ -229,18 +230,16 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Me
             leaving += 1
             continue
         machine = owner_machine(scope, aws_machine, fresh)
-        if aws_machine["metadata"].get("deletionTimestamp") or (
-            machine is not None and machine["metadata"].get("deletionTimestamp")
-        ):
+        if aws_machine.deleting or (machine is not None and machine.deleting):
             leaving += 1
             continue
         if machine is None:
             continue  # no Machine yet: never a victim (its Node could not be drained)
-        annotations = machine["metadata"].get("annotations") or {}
+        annotations = machine.metadata.annotations or {}
         version = str((instance.get("LaunchTemplate") or {}).get("Version") or "")
         candidates.append(
             Member(
-                id=str(machine["metadata"]["name"]),
+                id=str(machine.metadata.name),
                 state=InstanceState.RUNNING,
                 # One domain for all: the group balances its zones itself (AZRebalance), so
                 # victims are ordered by the pool engine's rules without the zone spread.
@@ -259,11 +258,11 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Me
 
 async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
     if scope.group is None or plan.replicas_managed_externally(
-        scope.machine_pool["metadata"].get("annotations")
+        scope.machine_pool.metadata.annotations
     ):
         return
     target = plan.desired_capacity(
-        scope.machine_pool["spec"].get("replicas"),
+        scope.machine_pool.spec.replicas,
         int(scope.spec.get("minSize", 1)),
         int(scope.spec.get("maxSize", 1)),
     )
@@ -296,24 +295,22 @@ async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
 async def reconcile_machines(scope: Scope) -> Result:
     """providerIDList, replicas, ready; AWSMachines per instance; scale-down through Machines."""
     if scope.group is None:
-        scope.status["ready"] = False
+        scope.status.ready = False
         return Result()
     live = [
         i for i in scope.group.get("Instances") or [] if i.get("LifecycleState") not in _GONE_STATES
     ]
     ids = sorted(plan.provider_id(i["AvailabilityZone"], i["InstanceId"]) for i in live)
     scope.spec["providerIDList"] = ids
-    scope.status["replicas"] = len(ids)
-    scope.status["instances"] = [
-        {"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)
-    ]
-    scope.status["infrastructureMachineKind"] = "AWSMachine"
+    scope.status.replicas = len(ids)
+    scope.status.instances = [{"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)]
+    scope.status.infrastructure_machine_kind = "AWSMachine"
     in_service = {
         plan.provider_id(i["AvailabilityZone"], i["InstanceId"])
         for i in live
         if i.get("LifecycleState") == "InService"
     }
-    scope.status["ready"] = in_service <= set(ids)
+    scope.status.ready = in_service <= set(ids)
     if len(live) != int(scope.group.get("DesiredCapacity") or 0) or len(in_service) != len(live):
         scope.busy = True
     await _sync_aws_machines(scope, live)

@@ -72,11 +72,11 @@ async def _start(scope: Scope) -> None:
 
 async def reconcile_refresh(scope: Scope) -> Result:
     """Start the pending instance refresh, cancelling a foreign one first."""
-    pending = cond.get_condition(scope.status.get("conditions"), INSTANCE_REFRESH_STARTED)
+    pending = cond.get_condition(scope.status.conditions, INSTANCE_REFRESH_STARTED)
     if scope.group is None or pending is None or pending.get("reason") != _PENDING_REASON:
         return Result()
     if refresh_disabled(scope):
-        cond.remove_condition(scope.status["conditions"], INSTANCE_REFRESH_STARTED)
+        cond.remove_condition(scope.conditions(), INSTANCE_REFRESH_STARTED)
         return Result()
     try:
         active = await active_refresh(scope)

@@ -13,6 +13,12 @@ from typing import Any
 from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
+from machinepool.api.views import (
+    AWSMachinePoolStatusView,
+    AWSMachinePoolView,
+    AWSMachineView,
+    MachinePoolView,
+)
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
@@ -58,10 +64,10 @@ class Scope:
     pool: dict[str, Any]
     """The AWSMachinePool, mutated by phases and patched once at the end."""
     patcher: Patcher
-    machine_pool: dict[str, Any]
+    machine_pool: MachinePoolView
     """The owning MachinePool (read; spec.replicas written only when managed externally)."""
     cluster_name: str
-    aws_machines: list[dict[str, Any]]
+    aws_machines: list[AWSMachineView]
     """The pool's AWSMachines, snapshotted from the informer BEFORE the group is described.
 
     Terminating an instance happens before its AWSMachine is deleted, so with this order an
@@ -83,25 +89,37 @@ class Scope:
     # -- names ----------------------------------------------------------------------------
 
     @property
+    def view(self) -> AWSMachinePoolView:
+        """``pool`` typed (a new view each time: ``checkpoint`` replaces ``pool``)."""
+        return AWSMachinePoolView(self.pool)
+
+    @property
     def name(self) -> str:
-        return str(self.pool["metadata"]["name"])
+        return str(self.view.metadata.name)
 
     @property
     def namespace(self) -> str:
-        return str(self.pool["metadata"]["namespace"])
+        return str(self.view.metadata.namespace)
 
     @property
     def spec(self) -> dict[str, Any]:
         return self.pool.setdefault("spec", {})  # type: ignore[no-any-return]
 
     @property
-    def status(self) -> dict[str, Any]:
-        return self.pool.setdefault("status", {})  # type: ignore[no-any-return]
+    def status(self) -> AWSMachinePoolStatusView:
+        return self.view.status
+
+    def conditions(self) -> list[dict[str, Any]]:
+        """The pool's ``status.conditions`` (v1beta1 ones), created if missing."""
+        conditions = self.status.conditions
+        if conditions is None:
+            conditions = self.status.conditions = []
+        return conditions
 
     @property
     def asg_name(self) -> str:
         """The group's name: recorded in status once chosen, the pool's name before that."""
-        return str(self.status.get("asgName") or self.name)
+        return str(self.status.asg_name or self.name)
 
     @property
     def template_name(self) -> str:
@@ -110,11 +128,11 @@ class Scope:
 
     @property
     def deleting(self) -> bool:
-        return bool(self.pool["metadata"].get("deletionTimestamp"))
+        return self.view.deleting
 
     @property
     def pool_label(self) -> str:
-        return c.pool_name_label_value(str(self.machine_pool["metadata"]["name"]))
+        return c.pool_name_label_value(str(self.machine_pool.metadata.name))
 
     # -- conditions -----------------------------------------------------------------------
 
@@ -127,9 +145,8 @@ class Scope:
         severity: str = c.SEVERITY_INFO,
     ) -> None:
         """Set a (v1beta1-style, as CAPA's) condition on the pool."""
-        conditions = self.status.setdefault("conditions", [])
         cond.set_v1beta1_condition(
-            conditions, type_, status, reason, message, "" if status else severity
+            self.conditions(), type_, status, reason, message, "" if status else severity
         )
 
     def fail(self, type_: str, reason: str, exc: AWSError) -> AWSError:
@@ -143,4 +160,4 @@ class Scope:
 
     @property
     def has_finalizer(self) -> bool:
-        return AWS_MACHINE_POOL_FINALIZER in (self.pool["metadata"].get("finalizers") or [])
+        return AWS_MACHINE_POOL_FINALIZER in (self.view.metadata.finalizers or [])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.views import SimMachineView
 from machinepool.providers.pool.observe import pool_members
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import PoolScope
@@ -22,7 +23,7 @@ _WAIT = 1.0
 async def delete_pool(scope: PoolScope) -> Result:
     """One pass of deletion; returns a requeue until nothing is left, then drops the finalizer."""
     env = scope.env
-    backend = await env.provider.backend(scope.pool)
+    backend = await env.provider.backend(scope.pool.raw)
     scope.backend = backend
     set_condition(scope.conditions, c.READY_CONDITION, False, c.DELETING_REASON, "deleting pool")
     instances = await backend.list(scope.key.name)
@@ -30,25 +31,21 @@ async def delete_pool(scope: PoolScope) -> Result:
         if instance.state is not InstanceState.TERMINATED:
             await backend.delete(instance.id)
     remaining = 0
-    for machine in pool_members(env.infra_machines, scope.key):
+    for machine in map(SimMachineView, pool_members(env.infra_machines, scope.key)):
         remaining += 1
-        if not machine["metadata"].get("deletionTimestamp"):
+        if not machine.deleting:
             await env.client.delete(
                 env.provider.machine_resource,
-                machine["metadata"]["name"],
+                machine.metadata.name,
                 scope.namespace,
-                uid=machine["metadata"].get("uid"),
+                uid=machine.metadata.uid,
             )
     if remaining:
         return Result(requeue_after=_WAIT)
     if isinstance(backend, SupportsPurge):
         for instance in instances:
             await backend.purge(instance.id)
-    finalizers = [
-        f
-        for f in scope.pool["metadata"].get("finalizers") or []
-        if f != env.provider.pool_finalizer
-    ]
-    scope.pool["metadata"]["finalizers"] = finalizers
+    meta = scope.pool.metadata
+    meta.finalizers = [f for f in meta.finalizers or [] if f != env.provider.pool_finalizer]
     env.shortages.forget(scope.key)
     return Result()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.api.views import ClusterView, MachinePoolView
+from machinepool.api.views import ClusterView, MachinePoolView, SimMachinePoolView
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.machines import (
     InfraMachineReconciler,
@@ -87,23 +87,22 @@ class PoolEngine:
         patcher = Patcher(
             env.client, env.provider.pool_resource, pool, on_patched=self.reader.wrote
         )
-        scope = PoolScope(env=env, key=key, pool=pool)
-        meta = pool["metadata"]
-        if meta.get("deletionTimestamp"):
-            if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
+        scope = PoolScope(env=env, key=key, pool=SimMachinePoolView(pool))
+        meta = scope.pool.metadata
+        finalizers = meta.finalizers or []
+        if scope.pool.deleting:
+            if env.provider.pool_finalizer not in finalizers:
                 return None
             if deleted_for_move(pool):
                 # clusterctl move: the pool and its instances live on in the target cluster.
-                meta["finalizers"] = [
-                    f for f in meta.get("finalizers") or [] if f != env.provider.pool_finalizer
-                ]
+                meta.finalizers = [f for f in finalizers if f != env.provider.pool_finalizer]
                 await patch_on_exit(patcher, pool)
                 return None
             outcome = await run_phases(scope, (delete_pool,))
             await patch_on_exit(patcher, pool, outcome)
             return outcome.settle(self._text(key))
-        if env.provider.pool_finalizer not in (meta.get("finalizers") or []):
-            meta["finalizers"] = [*(meta.get("finalizers") or []), env.provider.pool_finalizer]
+        if env.provider.pool_finalizer not in finalizers:
+            meta.finalizers = [*finalizers, env.provider.pool_finalizer]
             await patch_on_exit(patcher, pool)
             return None
         outcome = await run_phases(scope, PHASES, chain=True)

@@ -15,7 +15,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.api.views import MachineView
+from machinepool.api.views import MachineView, SimMachineView
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -40,7 +40,7 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     stale = [
         (m, live[name])
         for name, m in scope.infra_machines.items()
-        if name in live and not _deleting(m)
+        if name in live and not m.deleting
     ]
     # Independent writes, sent together (bounded): see runtime.gather_bounded.
     created = await gather_bounded(_create(scope, i) for i in missing)
@@ -53,7 +53,7 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
         if isinstance(failure, BaseException):
             raise failure
     for name, machine in scope.infra_machines.items():
-        if name not in live and not _deleting(machine):
+        if name not in live and not machine.deleting:
             await _release(scope, name, machine)
     for owner in scope.unbacked_machines:
         name = owner.spec.infrastructure_ref.name
@@ -62,15 +62,12 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     return Result()
 
 
-def _deleting(obj: Obj) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-async def _create(scope: PoolScope, instance: Instance) -> Obj:
+async def _create(scope: PoolScope, instance: Instance) -> SimMachineView:
     env = scope.env
     mp = scope.machine_pool
     assert mp is not None
-    pool_meta = scope.pool["metadata"]
+    pool_meta = scope.pool.metadata
+    pool_api_version = scope.pool.api_version
     body: Obj = {
         "apiVersion": env.provider.machine_resource.api_version,
         "kind": env.provider.machine_resource.kind,
@@ -78,18 +75,18 @@ async def _create(scope: PoolScope, instance: Instance) -> Obj:
             "name": instance.id,
             "namespace": scope.namespace,
             "labels": {
-                **c.inherited_labels(pool_meta.get("labels")),
+                **c.inherited_labels(pool_meta.labels),
                 c.CLUSTER_NAME_LABEL: mp.spec.cluster_name or "",
                 c.POOL_NAME_LABEL: c.pool_name_label_value(mp.metadata.name),
             },
             "ownerReferences": [
                 {
-                    "apiVersion": scope.pool.get(
-                        "apiVersion", env.provider.pool_resource.api_version
-                    ),
+                    "apiVersion": env.provider.pool_resource.api_version
+                    if pool_api_version is None
+                    else pool_api_version,
                     "kind": env.provider.pool_resource.kind,
-                    "name": pool_meta["name"],
-                    "uid": pool_meta["uid"],
+                    "name": pool_meta.name,
+                    "uid": pool_meta.uid,
                 }
             ],
             "finalizers": [env.provider.machine_finalizer],
@@ -104,16 +101,18 @@ async def _create(scope: PoolScope, instance: Instance) -> Obj:
         created = await env.client.create(env.provider.machine_resource, body, scope.namespace)
     except AlreadyExists:
         created = await env.client.get(env.provider.machine_resource, instance.id, scope.namespace)
-    await _refresh_status(scope, created, instance)
-    return created
+    machine = SimMachineView(created)
+    await _refresh_status(scope, machine, instance)
+    return machine
 
 
-def _machine_status(machine: Obj, instance: Instance) -> dict[str, Any]:
+def _machine_status(machine: SimMachineView, instance: Instance) -> dict[str, Any]:
+    """The whole status an infra machine of ``instance`` should have (sent as one patch)."""
     status: dict[str, Any] = {
         "ready": instance.state is InstanceState.RUNNING,
         "instanceState": instance.state.value,
         "initialization": {"provisioned": True},
-        "conditions": list((machine.get("status") or {}).get("conditions") or []),
+        "conditions": list(machine.status.conditions or []),
     }
     running = instance.state is InstanceState.RUNNING
     reason = c.READY_REASON if running else c.NOT_READY_REASON
@@ -122,22 +121,22 @@ def _machine_status(machine: Obj, instance: Instance) -> dict[str, Any]:
     return status
 
 
-async def _refresh_status(scope: PoolScope, machine: Obj, instance: Instance) -> None:
-    current = machine.get("status") or {}
+async def _refresh_status(scope: PoolScope, machine: SimMachineView, instance: Instance) -> None:
+    current = machine.status.raw or {}
     desired = _machine_status(machine, instance)
     if all(current.get(k) == v for k, v in desired.items()):
         return
     env = scope.env
     await env.client.patch(
         env.provider.machine_resource,
-        machine["metadata"]["name"],
+        machine.metadata.name,
         {"status": desired},
         scope.namespace,
         subresource="status",
     )
 
 
-async def _release(scope: PoolScope, name: str, machine: Obj) -> None:
+async def _release(scope: PoolScope, name: str, machine: SimMachineView) -> None:
     """The instance is gone: delete its Machine (which drains and deletes the rest), or the
     infra machine itself when no Machine was ever made for it."""
     env = scope.env
@@ -147,7 +146,7 @@ async def _release(scope: PoolScope, name: str, machine: Obj) -> None:
             await env.client.delete(MACHINES, name, scope.namespace, uid=owner.metadata.uid)
         return
     await env.client.delete(
-        env.provider.machine_resource, name, scope.namespace, uid=machine["metadata"].get("uid")
+        env.provider.machine_resource, name, scope.namespace, uid=machine.metadata.uid
     )
 
 
@@ -188,17 +187,20 @@ class InfraMachineReconciler:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         env = self.env
-        machine = env.infra_machines.get_key(key)
-        if machine is None or not _deleting(machine):
+        obj = env.infra_machines.get_key(key)
+        if obj is None:
             return None
-        finalizers = list(machine["metadata"].get("finalizers") or [])
+        machine = SimMachineView(obj)
+        if not machine.deleting:
+            return None
+        finalizers = list(machine.metadata.finalizers or [])
         if env.provider.machine_finalizer not in finalizers:
             return None
         pool = _pool_of(env, machine)
-        instance_id = str((machine.get("spec") or {}).get("instanceID") or key.name)
+        instance_id = str(machine.spec.instance_id or key.name)
         # An infra machine clusterctl move deletes lives on in the target cluster, and so
         # does its instance.
-        if pool is not None and not deleted_for_move(machine):
+        if pool is not None and not deleted_for_move(obj):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
         finalizers.remove(env.provider.machine_finalizer)
@@ -206,7 +208,7 @@ class InfraMachineReconciler:
             {
                 "op": "test",
                 "path": "/metadata/resourceVersion",
-                "value": machine["metadata"]["resourceVersion"],
+                "value": machine.metadata.resource_version,
             },
             {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
         ]
@@ -223,10 +225,10 @@ class InfraMachineReconciler:
         return None
 
 
-def _pool_of(env: EngineEnv, machine: Obj) -> Obj | None:
+def _pool_of(env: EngineEnv, machine: SimMachineView) -> Obj | None:
     kind = env.provider.pool_resource.kind
-    namespace = machine["metadata"].get("namespace", "")
-    for ref in machine["metadata"].get("ownerReferences") or []:
+    namespace = machine.metadata.namespace or ""
+    for ref in machine.metadata.owner_references or []:
         if ref.get("kind") == kind:
             return env.pools.get(str(ref.get("name", "")), namespace)
     return None

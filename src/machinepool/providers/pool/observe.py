@@ -8,7 +8,7 @@ import contextlib
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.views import ClusterView, MachinePoolView, MachineView, ObjectView
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachineView
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.runtime import (
     NODES,
@@ -49,7 +49,7 @@ MACHINE_POOL_INDEX = "pool-engine.machinePool"
 async def load_owner(scope: PoolScope) -> Result:
     """Find the owning MachinePool and its Cluster; stop when there is none or it is paused."""
     env = scope.env
-    ref = controller_owner(scope.pool)
+    ref = controller_owner(scope.pool.raw)
     if ref is None or ref.get("kind") != "MachinePool":
         scope.block("WaitingForOwner", "waiting for a MachinePool to adopt this pool")
         scope.halt = True
@@ -70,14 +70,14 @@ async def load_owner(scope: PoolScope) -> Result:
     if paused:
         scope.halt = True
         return Result()
-    scope.backend = await env.provider.backend(scope.pool)
+    scope.backend = await env.provider.backend(scope.pool.raw)
     return Result()
 
 
 def _paused(scope: PoolScope) -> bool:
     if scope.cluster is not None and scope.cluster.spec.paused:
         return True
-    owners = [ObjectView(scope.pool), *([scope.machine_pool] if scope.machine_pool else [])]
+    owners = [scope.pool, *([scope.machine_pool] if scope.machine_pool else [])]
     return any(c.PAUSED_ANNOTATION in (obj.metadata.annotations or {}) for obj in owners)
 
 
@@ -86,9 +86,8 @@ async def list_instances(scope: PoolScope) -> Result:
     assert scope.backend is not None
     env = scope.env
     scope.instances = await scope.backend.list(scope.key.name)
-    scope.infra_machines = {
-        m["metadata"]["name"]: m for m in pool_members(env.infra_machines, scope.key)
-    }
+    members = [SimMachineView(m) for m in pool_members(env.infra_machines, scope.key)]
+    scope.infra_machines = {m.metadata.name: m for m in members}
     infra_kind = env.provider.machine_resource.kind
     for name in scope.infra_machines:
         ref = f"{scope.namespace}/{infra_kind}/{name}"
@@ -104,7 +103,8 @@ async def list_instances(scope: PoolScope) -> Result:
 
 
 def pool_members(infra_machines: Informer, pool: ObjectKey) -> list[Obj]:
-    """The infra machines an ownerReference ties to ``pool``, by name."""
+    """The infra machines an ownerReference ties to ``pool``, by name (raw: the AWS provider
+    lists its own kind with it)."""
     members = infra_machines.by_index(POOL_MEMBER_INDEX, str(pool))
     return sorted(members, key=lambda m: str(m["metadata"]["name"]))
 
@@ -138,12 +138,13 @@ def _controlling_machine_pool(machine: Obj) -> list[str]:
     return [str(ObjectKey(namespace, str(ref.get("name", ""))))]
 
 
-def _infrastructure_ref(machine: Obj) -> list[str]:
-    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-    if not ref.get("name"):
+def _infrastructure_ref(obj: Obj) -> list[str]:
+    machine = MachineView(obj)
+    ref = machine.spec.infrastructure_ref
+    if not ref.name:
         return []
-    namespace = str((machine.get("metadata") or {}).get("namespace") or "")
-    return [infra_ref_key(namespace, str(ref.get("kind", "")), str(ref["name"]))]
+    namespace = str(machine.metadata.namespace or "")
+    return [infra_ref_key(namespace, str(ref.kind or ""), str(ref.name))]
 
 
 def infra_ref_key(namespace: str, kind: str, name: str) -> str:
@@ -176,12 +177,11 @@ def machine_to_pools(
 ) -> list[ObjectKey]:
     """The pools of the infra machine a Machine's infrastructureRef names (from the informer):
     where a change of a pool Machine is queued."""
-    ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
-    if ref.get("kind") != infra_kind:
+    view = MachineView(machine)
+    ref = view.spec.infrastructure_ref
+    if ref.kind != infra_kind:
         return []
-    infra = infra_machines.get(
-        str(ref.get("name", "")), str((machine.get("metadata") or {}).get("namespace") or "")
-    )
+    infra = infra_machines.get(str(ref.name or ""), str(view.metadata.namespace or ""))
     return pool_keys(infra, pool_kind) if infra is not None else []
 
 

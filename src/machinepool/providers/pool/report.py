@@ -11,7 +11,6 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.views import ObjectView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
@@ -25,10 +24,10 @@ async def report(scope: PoolScope) -> Result:
     conditions."""
     live = [i for i in scope.instances if i.state is not InstanceState.TERMINATED]
     if scope.backend is not None:
-        scope.pool.setdefault("spec", {})["providerIDList"] = sorted(i.provider_id for i in live)
+        scope.pool.spec.provider_id_list = sorted(i.provider_id for i in live)
         status = scope.status
-        status["replicas"] = len(live)
-        status["instances"] = [
+        status.replicas = len(live)
+        status.instances = [
             {
                 "instanceID": i.id,
                 "providerID": i.provider_id,
@@ -40,14 +39,14 @@ async def report(scope: PoolScope) -> Result:
         ]
     status = scope.status
     provider = scope.env.provider
-    status["infrastructureMachineKind"] = provider.machine_resource.kind
+    status.infrastructure_machine_kind = provider.machine_resource.kind
     if isinstance(provider, SupportsCapacity):
-        status["capacity"] = dict(provider.capacity(scope.pool))
-    provisioned = bool((status.get("initialization") or {}).get("provisioned"))
+        status.capacity = dict(provider.capacity(scope.pool.raw))
+    provisioned = bool((status.initialization or {}).get("provisioned"))
     ready = scope.backend is not None and (provisioned or not _blocking(scope))
-    status["ready"] = ready
+    status.ready = ready
     if ready:
-        status["initialization"] = {"provisioned": True}
+        status.initialization = {"provisioned": True}
     _conditions(scope, ready)
     return Result()
 
@@ -109,7 +108,7 @@ def _counts(scope: PoolScope) -> dict[str, Any]:
             scope.infra_machines.get(instance.id),
         )
         if (machine is not None and machine.deleting) or (
-            infra_machine is not None and ObjectView(infra_machine).deleting
+            infra_machine is not None and infra_machine.deleting
         ):
             deleting += 1
     return {"outdated": outdated, "deleting": deleting}

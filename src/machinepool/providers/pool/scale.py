@@ -12,7 +12,7 @@ import base64
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
-from machinepool.api.views import MachinePoolView, ObjectView
+from machinepool.api.views import MachinePoolView
 from machinepool.providers.pool.plan import Member, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
@@ -36,7 +36,7 @@ async def decide(scope: PoolScope) -> Result:
         )
         return Result()
     try:
-        scope.strategy = parse_strategy(scope.env.provider.strategy(scope.pool))
+        scope.strategy = parse_strategy(scope.env.provider.strategy(scope.pool.raw))
     except InvalidStrategy as exc:
         scope.block("InvalidStrategy", str(exc))
         scope.strategy = None
@@ -46,7 +46,7 @@ async def decide(scope: PoolScope) -> Result:
         await _write_back_replicas(scope, replicas)
     scope.replicas = replicas
     version = spec.template.spec.version or ""
-    scope.template_hash, _ = scope.env.provider.template(scope.pool, version)
+    scope.template_hash, _ = scope.env.provider.template(scope.pool.raw, version)
     return Result()
 
 
@@ -79,7 +79,7 @@ async def _write_back_replicas(scope: PoolScope, replicas: int) -> None:
 def _member_deleting(scope: PoolScope, name: str) -> bool:
     machine, infra_machine = scope.machines.get(name), scope.infra_machines.get(name)
     return (machine is not None and machine.deleting) or (
-        infra_machine is not None and ObjectView(infra_machine).deleting
+        infra_machine is not None and infra_machine.deleting
     )
 
 
@@ -156,7 +156,7 @@ async def act(scope: PoolScope) -> Result:
             failure_domains=_failure_domains(scope),
             full_domains=_full_domains(scope, members),
             nodes_known=scope.ready_ids is not None,
-            seed=str(scope.pool["metadata"].get("uid", "")),
+            seed=str(scope.pool.metadata.uid or ""),
         )
     )
     scope.plan = step
@@ -164,7 +164,7 @@ async def act(scope: PoolScope) -> Result:
     for victim in step.delete:
         await _delete_machine(scope, victim)
         await scope.env.recorder.event(
-            scope.pool,
+            scope.pool.raw,
             "Normal",
             "SuccessfulDelete",
             f"Deleting Machine {victim} ({_why_delete(scope, by_id.get(victim))}); its Node is"
@@ -221,12 +221,12 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
         return
     payload, version_tag = data
     version = scope.machine_pool.spec.template.spec.version or ""
-    template_hash, attributes = scope.env.provider.template(scope.pool, version)
+    template_hash, attributes = scope.env.provider.template(scope.pool.raw, version)
     next_index = max((i.index for i in scope.instances), default=0) + 1
     specs = [
         InstanceSpec(
             pool_id=scope.key.name,
-            instance_id=scope.env.provider.instance_id(scope.pool, next_index + offset),
+            instance_id=scope.env.provider.instance_id(scope.pool.raw, next_index + offset),
             index=next_index + offset,
             failure_domain=domain,
             template_hash=template_hash,
@@ -257,7 +257,7 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
             )
             scope.errors.append(outcome)
             await scope.env.recorder.event(
-                scope.pool,
+                scope.pool.raw,
                 "Warning",
                 "FailedCreate",
                 f"Creating instance {spec.instance_id}: {outcome}{elsewhere}",
@@ -267,7 +267,7 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
         else:
             scope.instances.append(outcome)
             await scope.env.recorder.event(
-                scope.pool,
+                scope.pool.raw,
                 "Normal",
                 "SuccessfulCreate",
                 f"Created instance {spec.instance_id} in"

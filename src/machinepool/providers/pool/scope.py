@@ -9,13 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from machinepool.api.views import ClusterView, MachinePoolView, MachineView
+from machinepool.api.views import (
+    ClusterView,
+    MachinePoolView,
+    MachineView,
+    SimMachinePoolStatusView,
+    SimMachinePoolView,
+    SimMachineView,
+)
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.strategy import RollingUpdate
 from machinepool.providers.pool.types import Backend, Instance
-from machinepool.runtime import Client, ClusterCache, EventRecorder, Informer, Obj, ObjectKey
+from machinepool.runtime import Client, ClusterCache, EventRecorder, Informer, ObjectKey
 
 __all__ = ["EngineEnv", "PoolScope"]
 
@@ -43,8 +50,9 @@ class PoolScope:
 
     env: EngineEnv
     key: ObjectKey
-    pool: Obj
-    """The infra pool, mutated by phases and patched once on exit."""
+    pool: SimMachinePoolView
+    """The infra pool, mutated by phases through the view; ``pool.raw`` is patched once on
+    exit, and is what the provider's hooks are given."""
     machine_pool: MachinePoolView | None = None
     """The owning MachinePool (observe.load_owner)."""
     cluster: ClusterView | None = None
@@ -53,7 +61,7 @@ class PoolScope:
     """observe.load_owner."""
     instances: list[Instance] = field(default_factory=list)
     """Every instance of the pool, terminated ones included (observe.list_instances)."""
-    infra_machines: dict[str, Obj] = field(default_factory=dict)
+    infra_machines: dict[str, SimMachineView] = field(default_factory=dict)
     """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
     machines: dict[str, MachineView] = field(default_factory=dict)
     """Owner Machines by infra machine name (observe.list_instances)."""
@@ -84,13 +92,15 @@ class PoolScope:
         return self.key.namespace
 
     @property
-    def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = self.pool.setdefault("status", {})
-        return status
+    def status(self) -> SimMachinePoolStatusView:
+        return self.pool.status
 
     @property
     def conditions(self) -> list[dict[str, Any]]:
-        conditions: list[dict[str, Any]] = self.status.setdefault("conditions", [])
+        """The pool's ``status.conditions``, created if missing."""
+        conditions = self.status.conditions
+        if conditions is None:
+            conditions = self.status.conditions = []
         return conditions
 
     @property
