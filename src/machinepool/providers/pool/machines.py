@@ -171,7 +171,7 @@ async def _release_orphan(scope: PoolScope, machine: MachineView) -> None:
             MACHINES, machine.metadata.name or "", scope.namespace, uid=machine.metadata.uid
         )
     await env.recorder.event(
-        scope.pool,
+        scope.pool.raw,
         "Normal",
         "SuccessfulDelete",
         f"Deleting Machine {machine.metadata.name}: its {env.provider.machine_resource.kind}"
