@@ -1,0 +1,124 @@
+"""End to end: simulated kubelets join through TLS bootstrap and can write only themselves.
+
+The workload cluster admits kubelets as a kubeadm cluster does (``NodeAuth``): the Node
+authorizer and NodeRestriction admission, kube-controller-manager approving and signing
+kubelet client CSRs with the cluster CA, and kubeadm's RBAC for bootstrap tokens. The node
+simulator runs with ``kubelet_tls_bootstrap``: each instance trades its bootstrap token for
+a certificate for ``system:node:<name>`` and writes its Node, status and Lease with it.
+
+What a user could check on their own cluster: the approved CSRs (one per Node, requested by
+a bootstrap token, issued to ``system:node:<name>``), the apiserver's audit log (every Node
+created by the node itself, none by anyone else), and that a node's certificate is refused
+(403) for another Node's status while its own is accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from tests.e2e.conftest import System
+
+from machinepool.controlplane import NodeAuth
+from machinepool.runtime import NODES, Forbidden, Obj
+from machinepool.sim.kubelet import KubeletOptions
+
+CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+
+
+@pytest.fixture
+def workload_node_auth() -> NodeAuth:
+    return NodeAuth()
+
+
+@pytest.fixture
+def kubelet_options() -> KubeletOptions:
+    return KubeletOptions(
+        kubelet_heartbeat_seconds=20.0,
+        node_monitor_grace_seconds=5.0,
+        kubelet_tls_bootstrap=True,
+    )
+
+
+def _subject(cert_pem: bytes) -> tuple[str, list[str]]:
+    name = x509.load_pem_x509_certificate(cert_pem).subject
+    cn = name.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    orgs = [a.value for a in name.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    return str(cn), [str(o) for o in orgs]
+
+
+def _approved(csr: Obj) -> bool:
+    return any(
+        c.get("type") == "Approved" and c.get("status") == "True"
+        for c in (csr.get("status") or {}).get("conditions") or []
+    )
+
+
+def _node_writes(system: System) -> list[Obj]:
+    """The audit log's Node writes (create, update, patch, delete; status too)."""
+    events = []
+    for line in system.workload.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if (event.get("objectRef") or {}).get("resource") == "nodes":
+            events.append(event)
+    return events
+
+
+async def test_a_pools_nodes_join_through_csrs_and_create_themselves(system: System) -> None:
+    await system.create_pool("workers", 3)
+    await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes, Running")
+    names = {n["metadata"]["name"] for n in system.nodes.list()}
+    assert len(names) == 3
+
+    # One approved, signed kubelet CSR per Node, requested with a bootstrap token.
+    csrs = (await system.workload_client.request("GET", CSR_PATH))["items"]
+    issued: dict[str, Obj] = {}
+    for csr in csrs:
+        cert = (csr.get("status") or {}).get("certificate")
+        if csr["spec"]["signerName"] != KUBELET_SIGNER or not cert:
+            continue
+        cn, orgs = _subject(base64.b64decode(cert))
+        assert orgs == ["system:nodes"], csr["metadata"]["name"]
+        issued[cn] = csr
+    assert set(issued) == {f"system:node:{name}" for name in names}
+    for csr in issued.values():
+        assert _approved(csr), csr["metadata"]["name"]
+        assert csr["spec"]["username"].startswith("system:bootstrap:"), csr["spec"]["username"]
+        assert "system:bootstrappers:kubeadm:default-node-token" in csr["spec"]["groups"]
+
+    # Each Node was created by its own node identity, and by no one else.
+    writes = _node_writes(system)
+    creates = [e for e in writes if e["verb"] == "create"]
+    assert sorted(e["objectRef"]["name"] for e in creates) == sorted(names)
+    for event in creates:
+        assert event["user"]["username"] == f"system:node:{event['objectRef']['name']}", event
+        assert event["responseStatus"]["code"] == 201, event
+    # Heartbeats too: every Node status write came from the Node itself.
+    for event in writes:
+        if event["objectRef"].get("subresource") == "status":
+            assert event["user"]["username"] == f"system:node:{event['objectRef']['name']}"
+
+
+async def test_a_nodes_certificate_writes_its_own_node_only(system: System) -> None:
+    await system.create_pool("workers", 2)
+    await system.until(lambda: system.pool_running("workers", 2), "2 Ready nodes, Running")
+    own, other = sorted(n["metadata"]["name"] for n in system.nodes.list())
+    cert = system.kubelet.node_certificate(own)
+    assert cert is not None, f"the simulator holds no certificate for {own}"
+    assert _subject(cert.credentials.cert_pem)[0] == f"system:node:{own}"
+    patch = {"status": {"allocatable": {"pods": "109"}}}
+    async with cert.client() as as_node:
+        with pytest.raises(Forbidden):
+            await as_node.patch(NODES, other, patch, subresource="status")
+        with pytest.raises(Forbidden):  # nor may it register a Node of another name
+            await as_node.create(
+                NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "intruder"}}
+            )
+        patched = await as_node.patch(NODES, own, patch, subresource="status")
+    assert patched["status"]["allocatable"]["pods"] == "109"
+    untouched = await system.workload_client.get(NODES, other)
+    assert untouched["status"]["allocatable"]["pods"] != "109"
