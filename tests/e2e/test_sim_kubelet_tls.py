@@ -14,6 +14,7 @@ created by the node itself, none by anyone else), and that a node's certificate 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -23,7 +24,7 @@ from cryptography.x509.oid import NameOID
 from tests.e2e.conftest import System
 
 from machinepool.controlplane import NodeAuth
-from machinepool.runtime import NODES, Forbidden, Obj
+from machinepool.runtime import NODES, PODS, ApiError, Forbidden, Informer, Obj
 from machinepool.sim.kubelet import KubeletOptions
 
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -58,12 +59,12 @@ def _approved(csr: Obj) -> bool:
     )
 
 
-def _node_writes(system: System) -> list[Obj]:
-    """The audit log's Node writes (create, update, patch, delete; status too)."""
+def _audited(system: System, resource: str) -> list[Obj]:
+    """The audit log's writes (create, update, patch, delete) of ``resource``."""
     events = []
     for line in system.workload.audit_log.read_text().splitlines():
         event = json.loads(line)
-        if (event.get("objectRef") or {}).get("resource") == "nodes":
+        if (event.get("objectRef") or {}).get("resource") == resource:
             events.append(event)
     return events
 
@@ -91,7 +92,7 @@ async def test_a_pools_nodes_join_through_csrs_and_create_themselves(system: Sys
         assert "system:bootstrappers:kubeadm:default-node-token" in csr["spec"]["groups"]
 
     # Each Node was created by its own node identity, and by no one else.
-    writes = _node_writes(system)
+    writes = _audited(system, "nodes")
     creates = [e for e in writes if e["verb"] == "create"]
     assert sorted(e["objectRef"]["name"] for e in creates) == sorted(names)
     for event in creates:
@@ -122,3 +123,57 @@ async def test_a_nodes_certificate_writes_its_own_node_only(system: System) -> N
     assert patched["status"]["allocatable"]["pods"] == "109"
     untouched = await system.workload_client.get(NODES, other)
     assert untouched["status"]["allocatable"]["pods"] != "109"
+
+
+async def _create_pod(system: System, body: Obj) -> None:
+    """Create a Pod in ``default``, once its ServiceAccount exists (a new cluster's
+    controller-manager makes it within a second or two)."""
+    for _ in range(100):
+        try:
+            await system.workload_client.create(PODS, body, "default")
+            return
+        except ApiError as exc:
+            if "serviceaccount" not in str(exc).lower():
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("no default ServiceAccount in the workload cluster")
+
+
+async def test_a_nodes_pods_are_run_and_let_go_with_its_own_certificate(system: System) -> None:
+    await system.create_pool("workers", 1)
+    await system.until(lambda: system.pool_running("workers", 1), "1 Ready node, Running")
+    (node,) = [n["metadata"]["name"] for n in system.nodes.list()]
+    pods = system.follow(Informer(system.workload_client, PODS, namespaces=("default",)))
+    await pods.start()
+    try:
+        await pods.wait_synced()
+        await _create_pod(
+            system,
+            {
+                "metadata": {"name": "bound"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
+        )
+
+        def phase() -> str:
+            return str(((pods.get("bound", "default") or {}).get("status") or {}).get("phase"))
+
+        await system.until(lambda: phase() == "Running", "the Pod Running")
+        await system.workload_client.delete(PODS, "bound", "default")
+        await system.until(lambda: pods.get("bound", "default") is None, "the Pod gone")
+    finally:
+        await pods.stop()
+    by_node = f"system:node:{node}"
+    statuses = [e for e in _audited(system, "pods") if e["objectRef"].get("subresource")]
+    assert statuses and {e["user"]["username"] for e in statuses} == {by_node}, statuses
+    confirmations = [
+        e
+        for e in _audited(system, "pods")
+        if e["verb"] == "delete" and e["user"]["username"] != "admin"
+    ]
+    assert [e["user"]["username"] for e in confirmations] == [by_node]
+    leases = _audited(system, "leases")
+    assert leases and {e["user"]["username"] for e in leases} == {by_node}, leases

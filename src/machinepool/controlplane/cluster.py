@@ -130,7 +130,11 @@ _NODE_AUDIT_POLICY = {
     "rules": [
         {
             "level": "Metadata",
-            "resources": [{"group": "", "resources": ["nodes", "nodes/status"]}],
+            "resources": [
+                {"group": "", "resources": ["nodes", "nodes/status", "pods", "pods/status"]},
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+            ],
+            "namespaces": ["", "kube-node-lease", "default"],
             "verbs": ["create", "update", "patch", "delete"],
         },
         {"level": "None"},
@@ -154,8 +158,9 @@ class NodeAuth:
     """
 
     audit: bool = True
-    """Write who created, updated, patched or deleted Nodes (user, verb, name; Metadata
-    level) to ``audit.log`` in the cluster's directory (``WorkloadCluster.audit_log``)."""
+    """Write who wrote what a kubelet writes (user, verb, object; Metadata level) to
+    ``audit.log`` in the cluster's directory (``WorkloadCluster.audit_log``): Nodes and
+    their status, Node Leases, and Pods (creations, status, deletions) in ``default``."""
 
 
 def _duration(seconds: float) -> str:
@@ -435,7 +440,7 @@ class WorkloadCluster(_ApiServerCluster):
 
     @property
     def audit_log(self) -> Path:
-        """Where the apiserver logs Node writes (JSON lines) when ``NodeAuth.audit``."""
+        """Where the apiserver logs kubelet-like writes (JSON lines) when ``NodeAuth.audit``."""
         return self.dir / "audit.log"
 
     def _bind_node_bootstrap(self) -> None:
