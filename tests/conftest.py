@@ -147,9 +147,7 @@ def workload(
     workload_node_auth: NodeAuth | None,
 ) -> Iterator[WorkloadCluster]:
     name = f"w-{uuid.uuid4().hex[:8]}"
-    cluster = control_plane.start_workload(
-        name, pods=workload_pods, node_auth=workload_node_auth
-    )
+    cluster = control_plane.start_workload(name, pods=workload_pods, node_auth=workload_node_auth)
     try:
         yield cluster
     finally:

@@ -168,7 +168,7 @@ async def test_a_nodes_pods_are_run_and_let_go_with_its_own_certificate(system: 
         await pods.stop()
     by_node = f"system:node:{node}"
     statuses = [e for e in _audited(system, "pods") if e["objectRef"].get("subresource")]
-    assert statuses and {e["user"]["username"] for e in statuses} == {by_node}, statuses
+    assert {e["user"]["username"] for e in statuses} == {by_node}, statuses
     confirmations = [
         e
         for e in _audited(system, "pods")
@@ -176,4 +176,4 @@ async def test_a_nodes_pods_are_run_and_let_go_with_its_own_certificate(system: 
     ]
     assert [e["user"]["username"] for e in confirmations] == [by_node]
     leases = _audited(system, "leases")
-    assert leases and {e["user"]["username"] for e in leases} == {by_node}, leases
+    assert {e["user"]["username"] for e in leases} == {by_node}, leases

@@ -26,11 +26,11 @@ CertificateSigningRequest (``join.request_client_certificate``), and its Node cr
 heartbeats, Lease renewals and its pods' status writes and deletions go through that client,
 so a workload cluster with the Node authorizer and NodeRestriction (``controlplane.NodeAuth``)
 lets it write only itself. Certificates are held in memory by instance; after a restart of
-the simulator a running instance bootstraps again with its token (while the token is valid;
-when it is not, its kubelet stays silent and its Node turns Unknown, as a real kubelet that
-lost its certificate would). What the simulator does for the cloud and the control plane
-(the Node of a failed or terminated instance, a stopped kubelet's Unknown verdict) stays with
-the admin client.
+the simulator a running instance bootstraps again with its token. When the token is no
+longer valid, its kubelet stays silent (no heartbeat nor Lease renewal), as a real kubelet
+that lost its certificate would, until a node lifecycle controller judges its Node. What the
+simulator does for the cloud and the control plane (the Node of a failed or terminated
+instance, a stopped kubelet's Unknown verdict) stays with the admin client.
 
 A Node is found again by its spec.providerID (an index of the workload Node informer), never by
 a name made from the instance: its name came from the bootstrap data at join, and a name held
