@@ -24,11 +24,26 @@ from cryptography.x509.oid import NameOID
 from tests.e2e.conftest import System
 
 from machinepool.controlplane import NodeAuth
-from machinepool.runtime import NODES, PODS, ApiError, Forbidden, Informer, Obj
+from machinepool.runtime import (
+    LEASES,
+    NODES,
+    PODS,
+    ApiError,
+    ClusterCache,
+    Forbidden,
+    Informer,
+    Manager,
+    Obj,
+    Resource,
+)
+from machinepool.sim import kubelet
 from machinepool.sim.kubelet import KubeletOptions
 
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+CSRS = Resource(
+    "certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", False
+)
 
 
 @pytest.fixture
@@ -177,3 +192,55 @@ async def test_a_nodes_pods_are_run_and_let_go_with_its_own_certificate(system: 
     assert [e["user"]["username"] for e in confirmations] == [by_node]
     leases = _audited(system, "leases")
     assert {e["user"]["username"] for e in leases} == {by_node}, leases
+
+
+async def test_a_restarted_simulator_bootstraps_its_nodes_again(
+    system: System, kubelet_options: KubeletOptions
+) -> None:
+    """Certificates live in the node simulator's memory: a new simulator process holds none,
+    and each running instance gets a new one with its (still valid) bootstrap token before it
+    renews its Lease again."""
+    await system.create_pool("workers", 1)
+    await system.until(lambda: system.pool_running("workers", 1), "1 Ready node, Running")
+    (node,) = [n["metadata"]["name"] for n in system.nodes.list()]
+    csrs = system.follow(Informer(system.workload_client, CSRS))
+    await csrs.start()
+
+    def issued() -> list[Obj]:
+        return [
+            c
+            for c in csrs.list()
+            if (c.get("status") or {}).get("certificate")
+            and _subject(base64.b64decode(c["status"]["certificate"]))[0] == f"system:node:{node}"
+        ]
+
+    await csrs.wait_synced()
+    (first,) = [c["metadata"]["name"] for c in issued()]
+    await system.manager.stop()  # every controller, the node simulator with them
+    restarted = Manager(system.client, leader_election=None, bind_address="127.0.0.1:0")
+    cache = ClusterCache(system.client, probe_interval=5.0)
+    simulator = await kubelet.wire(restarted, cache, kubelet_options)
+    assert simulator.node_certificate(node) is None
+    renewed_before = (await system.workload_client.get(LEASES, node, "kube-node-lease"))["spec"][
+        "renewTime"
+    ]
+    await restarted.start()
+    try:
+        await system.until(lambda: len(issued()) == 2, "a second certificate for the Node")
+        (second,) = [c["metadata"]["name"] for c in issued() if c["metadata"]["name"] != first]
+        for _ in range(100):  # the first look after a restart renews the Lease, as the node
+            lease = await system.workload_client.get(LEASES, node, "kube-node-lease")
+            if lease["spec"]["renewTime"] != renewed_before:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the Lease was not renewed after the restart")
+        cert = simulator.node_certificate(node)
+        assert cert is not None
+        assert cert.csr == second
+    finally:
+        await restarted.stop()
+        await cache.stop()
+        await csrs.stop()
+    lease_writes = [e for e in _audited(system, "leases") if e["objectRef"]["name"] == node]
+    assert {e["user"]["username"] for e in lease_writes} == {f"system:node:{node}"}
