@@ -7,6 +7,8 @@
 - ``workload_pods``: ``None``, or the ``PodLifecycle`` the ``workload`` is started with; a test
   module whose Pods must be scheduled, replaced or evicted as in a user's cluster overrides it
   (the scheduler, and the node lifecycle, pod GC, Deployment and ReplicaSet controllers).
+- ``workload_node_auth``: ``None``, or the ``NodeAuth`` the ``workload`` is started with (the
+  Node authorizer, NodeRestriction, kubelet CSRs approved and signed); a module overrides it.
 - ``crds``: every CRD machinepool generates, installed once and Established.
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
@@ -35,7 +37,7 @@ from tests.support import wait_established
 from tests.support.tasks import TaskTracker, cancel, describe
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane, PodLifecycle, WorkloadCluster
+from machinepool.controlplane import ControlPlane, NodeAuth, PodLifecycle, WorkloadCluster
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,11 +134,20 @@ def workload_pods() -> PodLifecycle | None:
 
 
 @pytest.fixture
+def workload_node_auth() -> NodeAuth | None:
+    """Kubelets are not confined to their own Node: the node simulator writes Nodes with the
+    admin client unless a module turns on TLS bootstrap, which needs this."""
+    return None
+
+
+@pytest.fixture
 def workload(
-    control_plane: ControlPlane, workload_pods: PodLifecycle | None
+    control_plane: ControlPlane,
+    workload_pods: PodLifecycle | None,
+    workload_node_auth: NodeAuth | None,
 ) -> Iterator[WorkloadCluster]:
     name = f"w-{uuid.uuid4().hex[:8]}"
-    cluster = control_plane.start_workload(name, pods=workload_pods)
+    cluster = control_plane.start_workload(name, pods=workload_pods, node_auth=workload_node_auth)
     try:
         yield cluster
     finally:

@@ -32,7 +32,7 @@ from machinepool.runtime import (
     Obj,
 )
 from machinepool.sim import SimCloud
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.sim.kubelet import KubeletOptions, KubeletSimulator
 
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""
@@ -52,6 +52,8 @@ class System(Changes):
     cloud: SimCloud
     nodes: Informer
     """Workload Nodes, watched."""
+    kubelet: KubeletSimulator
+    """The node simulator."""
     watched: dict[str, Informer] = field(default_factory=dict)
     patience = WAIT
 
@@ -182,14 +184,23 @@ async def system(
         sim.setup,
     ):
         await setup(mgr, cache)
-    await kubelet.setup(mgr, cache, kubelet_options)
+    simulator = await kubelet.wire(mgr, cache, kubelet_options)
     await mgr.start()
     workload_client = await Client.from_kubeconfig(workload.kubeconfig)
     nodes = Informer(workload_client, NODES)
     await nodes.start()
     await nodes.wait_synced()
     system = System(
-        client, namespace, cluster, workload, workload_client, mgr, cache, SimCloud(client), nodes
+        client,
+        namespace,
+        cluster,
+        workload,
+        workload_client,
+        mgr,
+        cache,
+        SimCloud(client),
+        nodes,
+        simulator,
     )
     await system.watch("nodes", nodes)
     await system.watch("machinepools", await mgr.cache.get_informer(MACHINE_POOLS))

@@ -75,3 +75,14 @@ def test_self_signed_serves_loopback_and_the_extra_hosts(tmp_path: Path) -> None
     ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
         serving.cert_file, serving.key_file
     )
+
+
+def test_a_client_csr_names_its_subject_and_is_signed_by_its_key() -> None:
+    request_pem, key_pem = pki.client_csr("system:node:n1", "system:nodes")
+
+    request = x509.load_pem_x509_csr(request_pem)
+    assert request.is_signature_valid
+    assert request.subject.rfc4514_string() == "O=system:nodes,CN=system:node:n1"
+    assert len(request.extensions) == 0  # no names: the kubelet client signer refuses SANs
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert key.public_key() == request.public_key()

@@ -2,7 +2,9 @@
 
 ``ControlPlane`` runs etcd, a management kube-apiserver and kube-controller-manager on
 loopback; ``ControlPlane.start_workload`` adds workload clusters on the same etcd (with
-``pods=PodLifecycle()``, ones whose Pods are scheduled and evicted as in a user's cluster).
+``pods=PodLifecycle()``, ones whose Pods are scheduled and evicted as in a user's cluster;
+with ``node_auth=NodeAuth()``, ones whose kubelets get client certificates through CSRs and
+may write only their own Node).
 ``find_binaries`` locates (or builds from Go modules) the binaries they run.
 """
 
@@ -12,13 +14,19 @@ from machinepool.controlplane.binaries import (
     find_binaries,
     optional_binary,
 )
-from machinepool.controlplane.cluster import ControlPlane, PodLifecycle, WorkloadCluster
+from machinepool.controlplane.cluster import (
+    ControlPlane,
+    NodeAuth,
+    PodLifecycle,
+    WorkloadCluster,
+)
 from machinepool.controlplane.process import ProcessFailed
 
 __all__ = [
     "KUBERNETES_VERSION",
     "BinariesNotFound",
     "ControlPlane",
+    "NodeAuth",
     "PodLifecycle",
     "ProcessFailed",
     "WorkloadCluster",

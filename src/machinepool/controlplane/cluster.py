@@ -7,8 +7,11 @@ same etcd under its own ``--etcd-prefix``, with its own CA, bootstrap-token auth
 cleaner, garbage collector, namespaces, ServiceAccounts, PodDisruptionBudget status). A
 workload cluster started with ``PodLifecycle`` is one a user's Pods can live in: its
 controller-manager also runs the node lifecycle, pod garbage collector, Deployment and
-ReplicaSet controllers, and a kube-scheduler binds its Pods. Every process listens on a free
-loopback port; everything lives in one work directory.
+ReplicaSet controllers, and a kube-scheduler binds its Pods. One started with ``NodeAuth`` admits
+kubelets as a kubeadm cluster does: the Node authorizer and NodeRestriction admission, the CSR
+approving and signing controllers, and kubeadm's RBAC for bootstrap tokens, so a node turns
+its bootstrap token into a client certificate of its own that can write only itself. Every
+process listens on a free loopback port; everything lives in one work directory.
 
 Used by the pytest fixtures, the ``machinepool up`` / ``demo`` commands and the benchmarks.
 The methods block: call them from the thread that owns the cluster (children are tied to it).
@@ -17,6 +20,7 @@ The methods block: call them from the thread that owns the cluster (children are
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import ssl
@@ -97,6 +101,66 @@ class PodLifecycle:
             f"--node-monitor-grace-period={_duration(self.node_monitor_grace_seconds)}",
             f"--node-monitor-period={_duration(self.node_monitor_period_seconds)}",
         )
+
+
+_NODE_AUTH_CONTROLLERS = (
+    "certificatesigningrequest-approving-controller",
+    "certificatesigningrequest-signing-controller",
+)
+NODE_BOOTSTRAP_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+"""The group kubeadm's bootstrap tokens authenticate with (their ``auth-extra-groups``)."""
+_KUBEADM_NODE_BINDINGS = (
+    # (ClusterRoleBinding, ClusterRole, Group): what ``kubeadm init`` binds for joining nodes
+    ("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", NODE_BOOTSTRAP_GROUP),
+    (
+        "kubeadm:node-autoapprove-bootstrap",
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        NODE_BOOTSTRAP_GROUP,
+    ),
+    (
+        "kubeadm:node-autoapprove-certificate-rotation",
+        "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        "system:nodes",
+    ),
+)
+_NODE_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "resources": [
+                {"group": "", "resources": ["nodes", "nodes/status", "pods", "pods/status"]},
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+            ],
+            "namespaces": ["", "kube-node-lease", "default"],
+            "verbs": ["create", "update", "patch", "delete"],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class NodeAuth:
+    """How a workload cluster authenticates and confines its kubelets, as a kubeadm cluster
+    does: kube-apiserver with ``--authorization-mode=Node,RBAC`` and NodeRestriction
+    admission, kube-controller-manager approving and signing kubelet client CSRs with the
+    cluster CA, and the ClusterRoleBindings ``kubeadm init`` creates for bootstrap tokens
+    (group ``system:bootstrappers:kubeadm:default-node-token`` may create CSRs, which are
+    approved; ``system:nodes`` may renew). A node (the node simulator with
+    ``KubeletOptions.kubelet_tls_bootstrap``) then registers with a certificate for
+    ``system:node:<name>``, and can write only its own Node, Lease and Pods' status.
+
+    Off by default (``ControlPlane.start_workload(name)``): the admin client can do anything
+    either way; this only adds the path for nodes with identities of their own.
+    """
+
+    audit: bool = True
+    """Write who wrote what a kubelet writes (user, verb, object; Metadata level) to
+    ``audit.log`` in the cluster's directory (``WorkloadCluster.audit_log``): Nodes and
+    their status, Node Leases, and Pods (creations, status, deletions) in ``default``."""
 
 
 def _duration(seconds: float) -> str:
@@ -185,6 +249,8 @@ def remembered_port(path: Path) -> int:
 class _ApiServerCluster:
     """A kube-apiserver plus controller-manager over a shared etcd: the part both kinds share."""
 
+    _authorization_mode = "RBAC"
+
     def __init__(
         self,
         name: str,
@@ -238,7 +304,7 @@ class _ApiServerCluster:
             f"--tls-cert-file={p.serving_crt}",
             f"--tls-private-key-file={p.serving_key}",
             f"--client-ca-file={p.ca_crt}",
-            "--authorization-mode=RBAC",
+            f"--authorization-mode={self._authorization_mode}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={p.sa_pub}",
             f"--service-account-signing-key-file={p.sa_key}",
@@ -335,12 +401,15 @@ class WorkloadCluster(_ApiServerCluster):
         etcd_url: str,
         etcd_prefix: str,
         pods: PodLifecycle | None = None,
+        node_auth: NodeAuth | None = None,
     ) -> None:
         controllers: tuple[str, ...] = _WORKLOAD_CONTROLLERS
         kcm_args: tuple[str, ...] = ()
         if pods is not None:
             controllers = tuple(sorted({*controllers, *_POD_LIFECYCLE_CONTROLLERS}))
             kcm_args = pods.kcm_args()
+        if node_auth is not None:
+            controllers = tuple(sorted({*controllers, *_NODE_AUTH_CONTROLLERS}))
         super().__init__(
             name,
             workdir,
@@ -352,7 +421,56 @@ class WorkloadCluster(_ApiServerCluster):
             kcm_args,
         )
         self.pods = pods
+        self.node_auth = node_auth
         self.scheduler: Process | None = None
+        if node_auth is not None:
+            self._authorization_mode = "Node,RBAC"
+            self._extra_args += ("--enable-admission-plugins=NodeRestriction",)
+            self._kcm_args += (
+                f"--cluster-signing-cert-file={self.pki.ca_crt}",
+                f"--cluster-signing-key-file={self.pki.ca_key}",
+            )
+            if node_auth.audit:
+                policy = workdir / "audit-policy.yaml"
+                policy.write_text(yaml.safe_dump(_NODE_AUDIT_POLICY))
+                self._extra_args += (
+                    f"--audit-policy-file={policy}",
+                    f"--audit-log-path={self.audit_log}",
+                )
+
+    @property
+    def audit_log(self) -> Path:
+        """Where the apiserver logs kubelet-like writes (JSON lines) when ``NodeAuth.audit``."""
+        return self.dir / "audit.log"
+
+    def _bind_node_bootstrap(self) -> None:
+        """Create kubeadm's ClusterRoleBindings for bootstrap tokens and nodes (idempotent)."""
+        for binding, role, group in _KUBEADM_NODE_BINDINGS:
+            body = {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}
+                ],
+            }
+            request = urllib.request.Request(
+                f"{self.url}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(request, context=self.pki.ssl_context(), timeout=10):
+                    pass
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409:  # already there: a restarted cluster
+                    raise
 
     def _scheduler_argv(self, binary: Path) -> list[str]:
         """kube-scheduler under its own identity (in system:masters, as the controller-manager
@@ -391,6 +509,8 @@ class WorkloadCluster(_ApiServerCluster):
                 f"{self.name}-kube-scheduler", self._scheduler_argv(scheduler), self.dir
             )
             self.scheduler.start()
+        if self.node_auth is not None:
+            self._bind_node_bootstrap()
 
     def stop(self) -> None:
         stop_all(list(self.processes()))
@@ -563,13 +683,22 @@ class ControlPlane:
     def restart_apiserver(self) -> None:
         self.management.restart_apiserver()
 
-    def start_workload(self, name: str, *, pods: PodLifecycle | None = None) -> WorkloadCluster:
+    def start_workload(
+        self,
+        name: str,
+        *,
+        pods: PodLifecycle | None = None,
+        node_auth: NodeAuth | None = None,
+    ) -> WorkloadCluster:
         """Start a workload cluster's kube-apiserver (and controller-manager) on shared etcd.
 
         ``pods``: also the controllers and the scheduler Pods need, for a cluster whose Pods
         are scheduled, replaced and evicted as in a user's (see ``PodLifecycle``):
 
         >>> cp.start_workload("w", pods=PodLifecycle(node_monitor_grace_seconds=10))
+
+        ``node_auth``: kubelets authenticate and are confined as in a kubeadm cluster (the
+        Node authorizer, NodeRestriction, CSR approval and signing; see ``NodeAuth``).
         """
         if name in self.workloads:
             raise ValueError(f"workload cluster {name!r} already started")
@@ -581,6 +710,7 @@ class ControlPlane:
             self.etcd_url,
             f"/workload/{name}",
             pods,
+            node_auth,
         )
         try:
             workload.start()

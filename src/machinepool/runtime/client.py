@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,33 @@ class Client:
             config_dict=dict(kubeconfig), context=context, client_configuration=cfg
         )
         return cls(ApiClient(cfg), user_agent=user_agent, on_request=on_request)
+
+    @classmethod
+    def from_certificate(
+        cls,
+        server: str,
+        ca_pem: bytes,
+        cert_pem: bytes,
+        key_pem: bytes,
+        *,
+        user_agent: str = DEFAULT_USER_AGENT,
+    ) -> Client:
+        """A client that trusts ``ca_pem`` and presents the client certificate ``cert_pem``
+        with its key ``key_pem`` (all PEM), for credentials held in memory (a simulated
+        kubelet's signed certificate). The PEMs pass through files in a private temporary
+        directory only while the TLS context loads them; nothing stays on disk.
+        """
+        cfg = Configuration(host=server)
+        with tempfile.TemporaryDirectory(prefix="machinepool-tls-") as tmp:
+            folder = Path(tmp)
+            for name, data in (("ca.crt", ca_pem), ("tls.crt", cert_pem), ("tls.key", key_pem)):
+                (folder / name).touch(mode=0o600)
+                (folder / name).write_bytes(data)
+            cfg.ssl_ca_cert = str(folder / "ca.crt")
+            cfg.cert_file = str(folder / "tls.crt")
+            cfg.key_file = str(folder / "tls.key")
+            api = ApiClient(cfg)  # its TLS context is loaded here, from the files
+        return cls(api, user_agent=user_agent)
 
     @classmethod
     async def in_cluster(

@@ -123,6 +123,7 @@ class Manager:
         self._healthz: dict[str, HealthCheck] = {}
         self._readyz: dict[str, HealthCheck] = {"informers": lambda: self.cache.has_synced}
         self._before_leading: list[Callable[[], Awaitable[None]]] = []
+        self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self._gate_task: asyncio.Task[None] | None = None
         self._fatal: Exception | None = None
         self.state = ManagerState.NEW
@@ -175,6 +176,11 @@ class Manager:
         raises it.
         """
         self._before_leading.append(hook)
+
+    def on_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook`` when the manager stops, once its controllers have: for what a
+        component must close (clients of its own). Its exceptions are logged, not raised."""
+        self._on_stop.append(hook)
 
     # -- observing ----------------------------------------------------------------------
 
@@ -275,6 +281,11 @@ class Manager:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._stop_controllers()
+        for hook in self._on_stop:
+            try:
+                await hook()
+            except Exception as exc:  # a hook must not keep the manager from stopping
+                self.log.error("stop hook failed", error=str(exc))
         for recorder in self._recorders:
             await recorder.close()
         if self._elector is not None and self._election and self._election.release_on_cancel:

@@ -4,6 +4,8 @@
   SHA-256), for local control planes (``controlplane``), our HTTPS listeners when no
   certificate is given (``runtime.tls.self_signed``) and the upstream webhook in tests.
 - ``new_service_account_keys``: the RSA pair a local kube-apiserver signs tokens with.
+- ``client_csr``: a new key and a PKCS#10 request for a client certificate, which the node
+  simulator sends as a CertificateSigningRequest (a kubelet's TLS bootstrap).
 - ``ca_public_key_hash``: kubeadm's discovery pin of a CA (``sha256:`` + hex SHA-256 of its
   SubjectPublicKeyInfo), which the kubeadm bootstrap provider writes into join configuration
   and the node simulator checks.
@@ -27,7 +29,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["KeyPair", "ca_public_key_hash", "issue", "new_ca", "new_service_account_keys"]
+__all__ = [
+    "KeyPair",
+    "ca_public_key_hash",
+    "client_csr",
+    "issue",
+    "new_ca",
+    "new_service_account_keys",
+]
 
 _LEAF_VALIDITY = dt.timedelta(days=365)
 _CA_VALIDITY = _LEAF_VALIDITY * 10
@@ -141,6 +150,23 @@ def issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def client_csr(common_name: str, organization: str | None = None) -> tuple[bytes, bytes]:
+    """A new EC P-256 key and a certificate signing request for it, subject ``common_name``
+    (and ``organization``, the Kubernetes group), no extensions: what a kubelet asks the
+    ``kubernetes.io/kube-apiserver-client-kubelet`` signer for. Returns the PEM request and
+    the PEM key; the key stays with the caller.
+
+    >>> request, key = client_csr("system:node:n1", "system:nodes")
+    """
+    key = _key()
+    request = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(_name(common_name, organization))
+        .sign(key, hashes.SHA256())
+    )
+    return request.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 def new_service_account_keys(directory: Path) -> tuple[Path, Path]:

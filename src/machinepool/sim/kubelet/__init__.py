@@ -4,7 +4,8 @@ Watches the simulated cloud's instance records (``machinepool.sim.records``), jo
 running instance to its workload cluster with the bootstrap token it booted with, heartbeats
 its Node (status and Lease), runs the pods bound to it and removes the Node when the instance
 is terminated.
-Wire it with ``await setup(mgr, cluster_cache, KubeletOptions(...))``.
+Wire it with ``await setup(mgr, cluster_cache, KubeletOptions(...))`` (``wire`` does the same
+and returns the simulator, for tests that act as one of its nodes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "parse_join",
     "setup",
     "verify_join",
+    "wire",
 ]
 
 
@@ -46,12 +48,26 @@ class KubeletOptions:
     """The Leases' ``leaseDurationSeconds`` (kubelet's ``nodeLeaseDurationSeconds``)."""
     kubelet_concurrency: int = 4
     """Instance records reconciled at once."""
+    kubelet_tls_bootstrap: bool = False
+    """Each kubelet trades its bootstrap token for a client certificate of its own through a
+    CertificateSigningRequest and writes its Node, Lease and pods' status with it, instead of
+    with the workload cluster's admin client. The cluster must approve and sign kubelet CSRs
+    (a kubeadm cluster does; locally ``controlplane.NodeAuth``). Off by default: one TLS
+    client per Node costs memory and a handshake per Node, which the benchmarks' thousands
+    of Nodes in one process do not need."""
 
 
 async def setup(
     mgr: Manager, cluster_cache: ClusterCache, options: KubeletOptions | None = None
 ) -> None:
     """Register the node simulator on ``mgr``."""
+    await wire(mgr, cluster_cache, options)
+
+
+async def wire(
+    mgr: Manager, cluster_cache: ClusterCache, options: KubeletOptions | None = None
+) -> KubeletSimulator:
+    """Register the node simulator on ``mgr`` and return it."""
     options = options or KubeletOptions()
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     sim = KubeletSimulator(
@@ -62,8 +78,11 @@ async def setup(
         node_monitor_grace_seconds=options.node_monitor_grace_seconds,
         lease_renew_seconds=options.kubelet_lease_renew_seconds,
         lease_duration_seconds=options.kubelet_lease_duration_seconds,
+        tls_bootstrap=options.kubelet_tls_bootstrap,
     )
     sim.follow_records()
     ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=options.kubelet_concurrency)
     sim.controller = ctrl
     ctrl.watch(records)
+    mgr.on_stop(sim.close)
+    return sim

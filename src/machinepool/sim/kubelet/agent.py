@@ -19,6 +19,19 @@ clusters run that controller only when started with ``controlplane.PodLifecycle`
 grace period longer than the controller's leaves the verdict to the real one). Wired by
 ``machinepool.sim.kubelet.setup``.
 
+With ``tls_bootstrap`` (``KubeletOptions.kubelet_tls_bootstrap``) each instance's kubelet
+writes with a client certificate of its own instead of the cluster's admin client: at join it
+trades its bootstrap token for a certificate for ``system:node:<name>`` through a
+CertificateSigningRequest (``join.request_client_certificate``), and its Node create, status
+heartbeats, Lease renewals and its pods' status writes and deletions go through that client,
+so a workload cluster with the Node authorizer and NodeRestriction (``controlplane.NodeAuth``)
+lets it write only itself. Certificates are held in memory by instance; after a restart of
+the simulator a running instance bootstraps again with its token. When the token is no
+longer valid, its kubelet stays silent (no heartbeat nor Lease renewal), as a real kubelet
+that lost its certificate would, until a node lifecycle controller judges its Node. What the
+simulator does for the cloud and the control plane (the Node of a failed or terminated
+instance, a stopped kubelet's Unknown verdict) stays with the admin client.
+
 A Node is found again by its spec.providerID (an index of the workload Node informer), never by
 a name made from the instance: its name came from the bootstrap data at join, and a name held
 by another instance's Node is not taken over (that instance does not join, and says why).
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +52,7 @@ from machinepool.runtime import (
     PODS,
     SECRETS,
     AlreadyExists,
+    Client,
     ClusterCache,
     ClusterNotConnected,
     Controller,
@@ -51,7 +66,12 @@ from machinepool.runtime import (
     field_indexer,
     get_logger,
 )
-from machinepool.sim.kubelet.join import JoinRejected, verify_join
+from machinepool.sim.kubelet.join import (
+    JoinRejected,
+    NodeCertificate,
+    request_client_certificate,
+    verify_join,
+)
 from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
 from machinepool.sim.kubelet.node import (
     NODE_LEASE_NAMESPACE,
@@ -76,6 +96,16 @@ PROVIDER_ID_INDEX = "kubelet-sim.providerID"
 log = get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class _Identity:
+    """A kubelet's own credentials (``tls_bootstrap``): the certificate of Node ``name`` and
+    the client built from it."""
+
+    name: str
+    certificate: NodeCertificate
+    client: Client
+
+
 class KubeletSimulator:
     """Reconciles instance records (Secrets) into Nodes and pod status in workload clusters."""
 
@@ -90,6 +120,7 @@ class KubeletSimulator:
         node_monitor_grace_seconds: float = 50.0,
         lease_renew_seconds: float = 10.0,
         lease_duration_seconds: int = 40,
+        tls_bootstrap: bool = False,
     ) -> None:
         """``lease_renew_seconds`` 0: no Node Leases (every other setting as
         ``KubeletOptions`` says)."""
@@ -101,6 +132,9 @@ class KubeletSimulator:
         self.grace = node_monitor_grace_seconds
         self.lease_renew = lease_renew_seconds
         self.lease_duration = lease_duration_seconds
+        self.tls_bootstrap = tls_bootstrap
+        self._identities: dict[ObjectKey, _Identity] = {}
+        """Each instance's kubelet credentials (``tls_bootstrap``), in memory only."""
         self._renewed: dict[ObjectKey, datetime] = {}
         """When this process last renewed each instance's Node Lease (none after a restart:
         the first look renews, as a restarted kubelet does)."""
@@ -146,6 +180,7 @@ class KubeletSimulator:
         secret = self.records.get_key(key)
         if secret is None:
             self._renewed.pop(key, None)
+            await self._forget_identity(key)
             gone = self._gone.pop(key, None)
             if gone is not None:
                 await self._delete_node(gone)
@@ -170,6 +205,7 @@ class KubeletSimulator:
         node = node_of(await self.cluster_cache.get_informer(cluster, NODES), record)
         if state == "terminated":
             self._renewed.pop(ObjectKey(record.namespace, record.id), None)
+            await self._forget_identity(ObjectKey(record.namespace, record.id))
             await self._delete_node(record)
             return None
         if state == "failed":  # a broken machine: its kubelet renews nothing any more
@@ -186,10 +222,15 @@ class KubeletSimulator:
         key = ObjectKey(record.namespace, record.id)
         self._node_keys[name] = key
         self._unjoined.discard(key)
+        try:
+            kubelet = await self._kubelet_client(record, secret, name)
+        except (InvalidBootstrapData, JoinRejected) as exc:
+            log.warning("kubelet has no credentials", instance=record.id, reason=str(exc))
+            return Result(requeue_after=self.retry)
         if _needs_heartbeat(node, now, self.heartbeat):
-            await self._post_status(record, name, ready=True, now=now)
-        await self._renew_lease(record, node, now)
-        next_stop = await self._run_pods(cluster, name, now)
+            await self._post_status(record, name, ready=True, now=now, client=kubelet)
+        await self._renew_lease(record, node, now, kubelet)
+        next_stop = await self._run_pods(cluster, name, now, kubelet)
         look = self._next_look(record, now)
         return Result(requeue_after=look if next_stop is None else min(look, next_stop + 0.05))
 
@@ -201,7 +242,9 @@ class KubeletSimulator:
             return period
         return min(period, max(0.05, (record.fail_at - now).total_seconds() + 0.05))
 
-    async def _renew_lease(self, record: InstanceRecord, node: Obj, now: datetime) -> None:
+    async def _renew_lease(
+        self, record: InstanceRecord, node: Obj, now: datetime, client: Client
+    ) -> None:
         """Renew the Node's Lease when a period has passed since this process last did: one
         merge patch (kubelet sends an update), or a create when it has none (a new Node, or
         one whose Lease went with an earlier Node of the same name)."""
@@ -211,7 +254,6 @@ class KubeletSimulator:
             last is not None and (now - last).total_seconds() < self.lease_renew * 0.8
         ):
             return
-        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
         name = _name(node)
         renewal = node_lease_renewal(name, now, self.lease_duration)
         try:
@@ -271,10 +313,10 @@ class KubeletSimulator:
             join = parse_join(user_data(secret))
             name = join.node_name(record.hostname, record.meta_data())
             await verify_join(join, await self._admin_kubeconfig(cluster))
+            kubelet = await self._kubelet_client(record, secret, name)
         except (InvalidBootstrapData, JoinRejected) as exc:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
             return Result(requeue_after=self.retry)
-        client = await self.cluster_cache.get_client(cluster)
         # Registered with its status, as kubelet does (it sets the status before creating
         # its Node): one write per joining Node instead of a create and a status patch.
         body = {
@@ -282,10 +324,10 @@ class KubeletSimulator:
             **node_status(record, name, ready=True, now=now),
         }
         try:
-            created: Obj | None = await client.create(NODES, body)
+            created: Obj | None = await kubelet.create(NODES, body)
         except AlreadyExists:
             created = None
-            taken = await _holder(client, name)
+            taken = await _holder(await self.cluster_cache.get_client(cluster), name)
             if taken is not None and taken != record.provider_id:
                 log.warning(
                     "instance cannot join: its Node name belongs to another instance's Node",
@@ -297,9 +339,9 @@ class KubeletSimulator:
         self._unjoined.discard(key)
         self._node_keys[name] = key
         if created is None or not _ready(created):
-            await self._post_status(record, name, ready=True, now=now)
+            await self._post_status(record, name, ready=True, now=now, client=kubelet)
         if created is not None:  # else the next look renews, with the Node from the cache
-            await self._renew_lease(record, created, now)
+            await self._renew_lease(record, created, now, kubelet)
         await self._watch_pods(cluster)
         log.info(
             "node joined",
@@ -316,10 +358,58 @@ class KubeletSimulator:
         loaded: dict[str, Any] = load_yaml(raw)
         return loaded
 
+    async def _kubelet_client(self, record: InstanceRecord, secret: Obj, name: str) -> Client:
+        """The client the instance's kubelet writes with: the cluster's admin client, or with
+        ``tls_bootstrap`` one with its own certificate, bootstrapped with its token when it
+        holds none for Node ``name`` (raises ``JoinRejected`` or ``InvalidBootstrapData``)."""
+        cluster = ObjectKey(record.namespace, record.cluster)
+        if not self.tls_bootstrap:
+            return await self.cluster_cache.get_client(cluster)
+        key = ObjectKey(record.namespace, record.id)
+        held = self._identities.get(key)
+        if held is not None and held.name == name:
+            return held.client
+        join = parse_join(user_data(secret))
+        cert = await request_client_certificate(join, await self._admin_kubeconfig(cluster), name)
+        await self._forget_identity(key)
+        identity = _Identity(name, cert, cert.client())
+        self._identities[key] = identity
+        log.info("kubelet client certificate issued", node=name, instance=record.id, csr=cert.csr)
+        return identity.client
+
+    def node_certificate(self, node_name: str) -> NodeCertificate | None:
+        """The client certificate the kubelet of Node ``node_name`` holds (``tls_bootstrap``),
+        for tests and tools that act as that node."""
+        for identity in self._identities.values():
+            if identity.name == node_name:
+                return identity.certificate
+        return None
+
+    async def _forget_identity(self, key: ObjectKey) -> None:
+        identity = self._identities.pop(key, None)
+        if identity is not None:
+            await identity.client.close()
+
+    async def close(self) -> None:
+        """Close every kubelet's own client (after the controller stopped)."""
+        for key in list(self._identities):
+            await self._forget_identity(key)
+
     async def _post_status(
-        self, record: InstanceRecord, name: str, *, ready: bool, now: datetime, reason: str = ""
+        self,
+        record: InstanceRecord,
+        name: str,
+        *,
+        ready: bool,
+        now: datetime,
+        reason: str = "",
+        client: Client | None = None,
     ) -> None:
-        client = await self.cluster_cache.get_client(ObjectKey(record.namespace, record.cluster))
+        """Patch Node ``name``'s status with ``client`` (the kubelet's), else the admin's."""
+        if client is None:
+            client = await self.cluster_cache.get_client(
+                ObjectKey(record.namespace, record.cluster)
+            )
         status = node_status(record, name, ready, now, reason)
         with contextlib.suppress(NotFound):
             await client.patch(NODES, name, status, subresource="status")
@@ -361,12 +451,13 @@ class KubeletSimulator:
         key = self._node_keys.get(str((pod.get("spec") or {}).get("nodeName") or ""))
         return [key] if key is not None else []
 
-    async def _run_pods(self, cluster: ObjectKey, node_name: str, now: datetime) -> float | None:
-        """Start pending pods and end deleted ones; returns the seconds until the next
-        container stops (``None`` when none is stopping)."""
+    async def _run_pods(
+        self, cluster: ObjectKey, node_name: str, now: datetime, client: Client
+    ) -> float | None:
+        """Start pending pods and end deleted ones, writing with ``client`` (the kubelet's);
+        returns the seconds until the next container stops (``None`` when none is stopping)."""
         await self._watch_pods(cluster)
         pods = await self.cluster_cache.get_informer(cluster, PODS)
-        client = await self.cluster_cache.get_client(cluster)
         next_stop: float | None = None
         for pod in pods.by_index(NODE_NAME_INDEX, node_name):
             meta = pod["metadata"]
