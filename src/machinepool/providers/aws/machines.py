@@ -234,7 +234,13 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Me
             leaving += 1
             continue
         if machine is None:
-            continue  # no Machine yet: never a victim (its Node could not be drained)
+            # No Machine in the fresh list: not made yet (never a victim: its Node could not
+            # be drained), or deleted since the snapshot of the group and of the AWSMachines
+            # was taken, its instance terminated with a decrement that the group's
+            # DesiredCapacity above does not show yet. Counted as leaving, for the second case:
+            # it errs towards removing too few, never one instance too many.
+            leaving += 1
+            continue
         annotations = machine.metadata.annotations or {}
         version = str((instance.get("LaunchTemplate") or {}).get("Version") or "")
         candidates.append(
