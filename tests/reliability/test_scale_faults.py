@@ -57,7 +57,7 @@ from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler
+from machinepool.runtime import CORE_EVENTS, NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler
 
 NEW_VERSION = "v1.34.1"
 KILL_EVERY = (3.0, 6.0)
@@ -181,6 +181,18 @@ async def _until_or_say_why(
     except AssertionError as exc:
         problems = check_pools_converged(world, want, NEW_VERSION)
         raise AssertionError(f"{exc}; still wrong: {problems[:10]}") from None
+
+
+async def _deletions_said(env: Env) -> list[str]:
+    """What the pools' Events said of the Machines they deleted and why: where a wrong
+    deletion is first looked for when the test fails."""
+    events = await env.client.list(CORE_EVENTS, env.namespace)
+    said = sorted(
+        (str(e.get("lastTimestamp") or e.get("eventTime") or ""), str(e.get("message")))
+        for e in events.items
+        if e.get("reason") in ("SuccessfulDelete", "SuccessfulCreate")
+    )
+    return [f"{at} {message}" for at, message in said]
 
 
 def _peak_requests(log: list[Request], window: float = 10.0) -> int:
@@ -312,7 +324,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
     report.record("410s re-listed", gone)
     report.record("429s seen", throttled)
     report.record("requests audited (peak per 10 s / bound)", f"{len(audit)} ({peak} / {bound})")
-    assert problems == []
+    assert problems == [], problems + await _deletions_said(env)
     # A failing pool is re-queued at once by each change of its members (Machines, SimMachines,
     # Nodes: other controllers' and the kubelet's writes), as in client-go; its own writes
     # no longer do. So a streak may exceed its backoff by about one event per member.
