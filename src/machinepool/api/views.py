@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
-from machinepool.api import infra_aws, infra_sim
+from machinepool.api import healthcheck, infra_aws, infra_sim
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -56,6 +56,14 @@ __all__ = [
     "KubeadmConfigView",
     "MachineDeletionStatusView",
     "MachineDeletionView",
+    "MachineHealthCheckChecksView",
+    "MachineHealthCheckRemediationView",
+    "MachineHealthCheckSpecView",
+    "MachineHealthCheckStatusView",
+    "MachineHealthCheckTemplateRefView",
+    "MachineHealthCheckTriggerIfView",
+    "MachineHealthCheckV1Beta1View",
+    "MachineHealthCheckView",
     "MachineInitializationView",
     "MachineNodeReferenceView",
     "MachinePoolInitializationView",
@@ -198,6 +206,7 @@ class ObjectMetaView(View):
     uid = Field[str]()
     resource_version = Field[str]()
     generation = Field[int | None]()
+    creation_timestamp = Field[str | None]()
     deletion_timestamp = Field[str | None]()
     labels = Field[dict[str, str] | None]()
     annotations = Field[dict[str, str] | None]()
@@ -427,6 +436,80 @@ class ClusterView(ObjectView):
     api_version = Field[str]()
     spec = Nested(ClusterSpecView)
     status = Nested(ClusterStatusView)
+
+
+# --- MachineHealthCheck (cluster.x-k8s.io) ---------------------------------------------------
+
+
+class MachineHealthCheckChecksView(View):
+    MODEL = healthcheck.MachineHealthCheckChecks
+    node_startup_timeout_seconds = Field[int | None]()
+    unhealthy_node_conditions = Field[list[dict[str, Any]] | None]()
+    unhealthy_machine_conditions = Field[list[dict[str, Any]] | None]()
+
+
+class MachineHealthCheckTriggerIfView(View):
+    MODEL = healthcheck.MachineHealthCheckRemediationTriggerIf
+    unhealthy_less_than_or_equal_to = Field[int | str | None]()
+    unhealthy_in_range = Field[str | None]()
+
+
+class MachineHealthCheckTemplateRefView(View):
+    MODEL = healthcheck.MachineHealthCheckRemediationTemplateReference
+    kind = Field[str]()
+    name = Field[str]()
+    api_version = Field[str]()
+
+
+class MachineHealthCheckRemediationView(View):
+    MODEL = healthcheck.MachineHealthCheckRemediation
+    trigger_if = Nested(MachineHealthCheckTriggerIfView)
+    template_ref = Nested(MachineHealthCheckTemplateRefView)
+
+
+class MachineHealthCheckSpecView(View):
+    MODEL = healthcheck.MachineHealthCheckSpec
+    cluster_name = Field[str]()
+    selector = Field[dict[str, Any]]()
+    """A ``metav1.LabelSelector`` as stored, for ``selector.matches``."""
+    checks = Nested(MachineHealthCheckChecksView)
+    remediation = Nested(MachineHealthCheckRemediationView)
+
+
+class MachineHealthCheckV1Beta1View(View):
+    """``status.deprecated.v1beta1`` of a MachineHealthCheck."""
+
+    MODEL = healthcheck.MachineHealthCheckV1Beta1DeprecatedStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+
+
+class _MachineHealthCheckDeprecatedView(View):
+    MODEL = healthcheck.MachineHealthCheckDeprecatedStatus
+    v1beta1 = Nested(MachineHealthCheckV1Beta1View)
+
+
+class MachineHealthCheckStatusView(View):
+    MODEL = healthcheck.MachineHealthCheckStatus
+    conditions = Field[list[dict[str, Any]] | None]()
+    expected_machines = Field[int | None]()
+    current_healthy = Field[int | None]()
+    remediations_allowed = Field[int | None]()
+    observed_generation = Field[int | None]()
+    targets = Field[list[str] | None]()
+    deprecated = Nested(_MachineHealthCheckDeprecatedView)
+
+    @property
+    def v1beta1(self) -> MachineHealthCheckV1Beta1View:
+        """``status.deprecated.v1beta1``, the one deprecated group there is."""
+        return self.deprecated.v1beta1
+
+
+class MachineHealthCheckView(ObjectView):
+    """A MachineHealthCheck: ``cluster.x-k8s.io/v1beta2``."""
+
+    MODEL = healthcheck.MachineHealthCheck
+    spec = Nested(MachineHealthCheckSpecView)
+    status = Nested(MachineHealthCheckStatusView)
 
 
 # --- KubeadmConfig (bootstrap.cluster.x-k8s.io) ---------------------------------------------
