@@ -24,10 +24,9 @@ from machinepool.api.conditions import get_condition, set_condition, set_v1beta1
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
 from machinepool.api.kinds import CLUSTERS, MACHINE_HEALTH_CHECKS, MACHINES
 from machinepool.api.meta import dig, ensure
-from machinepool.api.views import ClusterView, ObjectView
+from machinepool.api.views import ClusterView, MachineHealthCheckView, MachineView
 from machinepool.controllers.common import (
     ensure_cluster_owner,
-    is_deleting,
     now,
     set_paused_condition,
 )
@@ -73,15 +72,17 @@ EVENT_TEMPLATE_NOT_SUPPORTED = "ExternalRemediationNotSupported"
 log = get_logger(__name__)
 
 
-def _by_cluster(mhc: Obj) -> list[str]:
-    return [f"{dig(mhc, 'metadata', 'namespace')}/{dig(mhc, 'spec', 'clusterName')}"]
+def _by_cluster(obj: Obj) -> list[str]:
+    mhc = MachineHealthCheckView(obj)
+    return [f"{mhc.metadata.namespace}/{mhc.spec.cluster_name}"]
 
 
-def _machine_by_node(machine: Obj) -> list[str]:
-    node = dig(machine, "status", "nodeRef", "name")
+def _machine_by_node(obj: Obj) -> list[str]:
+    machine = MachineView(obj)
+    node = machine.status.node_ref.name
     if not node:
         return []
-    ns, cluster = dig(machine, "metadata", "namespace"), dig(machine, "spec", "clusterName")
+    ns, cluster = machine.metadata.namespace, machine.spec.cluster_name
     return [f"{ns}/{cluster}/{node}"]
 
 
@@ -117,17 +118,19 @@ class MachineHealthCheckReconciler:
 
     # -- mapping events to MachineHealthChecks -------------------------------------------
 
-    def _cluster_to_checks(self, cluster: Obj) -> list[ObjectKey]:
-        key = f"{dig(cluster, 'metadata', 'namespace')}/{dig(cluster, 'metadata', 'name')}"
+    def _cluster_to_checks(self, obj: Obj) -> list[ObjectKey]:
+        cluster = ClusterView(obj)
+        key = f"{cluster.metadata.namespace}/{cluster.metadata.name}"
         return [ObjectKey.of(m) for m in self.checks.by_index(BY_CLUSTER, key)]
 
-    def _machine_to_checks(self, machine: Obj) -> list[ObjectKey]:
-        key = f"{dig(machine, 'metadata', 'namespace')}/{dig(machine, 'spec', 'clusterName')}"
-        labels = dig(machine, "metadata", "labels", default={})
+    def _machine_to_checks(self, obj: Obj) -> list[ObjectKey]:
+        machine = MachineView(obj)
+        key = f"{machine.metadata.namespace}/{machine.spec.cluster_name}"
+        labels = machine.metadata.labels or {}
         return [
             ObjectKey.of(m)
             for m in self.checks.by_index(BY_CLUSTER, key)
-            if matches(dig(m, "spec", "selector", default={}), labels)
+            if matches(MachineHealthCheckView(m).spec.selector or {}, labels)
         ]
 
     def _node_mapper(self, cluster: ObjectKey) -> Mapper:
@@ -156,40 +159,41 @@ class MachineHealthCheckReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        mhc = await self.reader.get(key)
-        if mhc is None or is_deleting(mhc):
+        obj = await self.reader.get(key)
+        if obj is None or MachineHealthCheckView(obj).deleting:
             return Result()
-        ensure(mhc, "status")
-        patcher = Patcher(self.client, MACHINE_HEALTH_CHECKS, mhc, on_patched=self.reader.wrote)
-        cluster_name = str(dig(mhc, "spec", "clusterName", default=""))
-        cluster = self.clusters.get(cluster_name, key.namespace)
-        if cluster is None:
+        mhc = MachineHealthCheckView(obj)
+        ensure(obj, "status")
+        patcher = Patcher(self.client, MACHINE_HEALTH_CHECKS, obj, on_patched=self.reader.wrote)
+        cluster_name = str(mhc.spec.cluster_name or "")
+        cluster_obj = self.clusters.get(cluster_name, key.namespace)
+        if cluster_obj is None:
             # Upstream returns an error; the Cluster watch brings this key back instead.
             log.info("Cluster not found", machinehealthcheck=str(key), cluster=cluster_name)
             return Result()
-        conditions = mhc["status"].get("conditions")
+        conditions = mhc.status.conditions
         if not isinstance(conditions, list):
-            conditions = mhc["status"]["conditions"] = []
-        mhc_view, cluster_view = ObjectView(mhc), ClusterView(cluster)
-        if set_paused_condition(mhc_view, conditions, cluster_view, "MachineHealthCheck"):
-            await patcher.patch(mhc)
+            conditions = mhc.status.conditions = []
+        cluster = ClusterView(cluster_obj)
+        if set_paused_condition(mhc, conditions, cluster, "MachineHealthCheck"):
+            await patcher.patch(obj)
             return Result()
-        ensure_cluster_owner(mhc_view, dig(mhc, "spec", "clusterName"), cluster_view)
+        ensure_cluster_owner(mhc, mhc.spec.cluster_name, cluster)
         try:
             result = await self._reconcile(mhc, cluster)
         except BaseException:
             with contextlib.suppress(Exception):
-                await patcher.patch(mhc)
+                await patcher.patch(obj)
             raise
-        mhc["status"]["observedGeneration"] = dig(mhc, "metadata", "generation")
-        await patcher.patch(mhc)
+        mhc.status.observed_generation = mhc.metadata.generation
+        await patcher.patch(obj)
         return result
 
-    async def _reconcile(self, mhc: Obj, cluster: Obj) -> Result:
-        key = ObjectKey.of(mhc)
+    async def _reconcile(self, mhc: MachineHealthCheckView, cluster: ClusterView) -> Result:
+        key = ObjectKey.of(mhc.raw)
         nodes: Informer | None = None
-        cluster_key = ObjectKey(key.namespace, str(dig(cluster, "metadata", "name")))
-        if cluster_ready_for_checks(cluster):
+        cluster_key = ObjectKey(key.namespace, str(cluster.metadata.name))
+        if cluster_ready_for_checks(cluster.raw):
             try:
                 nodes = await self._nodes(cluster_key)
             except ClusterNotConnected as exc:
@@ -198,27 +202,31 @@ class MachineHealthCheckReconciler:
                     f"{cluster_key}: {exc}"
                 ) from exc
         targets = self._targets(mhc, nodes)
-        status = mhc["status"]
-        status["expectedMachines"] = len(targets)
-        status["targets"] = sorted(str(dig(t.machine, "metadata", "name")) for t in targets)
-        spec = mhc.get("spec") or {}
-        checks = spec.get("checks") or {}
-        timeout = checks.get("nodeStartupTimeoutSeconds")
+        status = mhc.status
+        status.expected_machines = len(targets)
+        status.targets = sorted(str(MachineView(t.machine).metadata.name) for t in targets)
+        checks = mhc.spec.checks
+        timeout = checks.node_startup_timeout_seconds
         timeout = DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS if timeout is None else int(timeout)
         at = now()
-        verdicts = [evaluate(t, cluster, checks, at, timeout) for t in targets]
+        check_rules = checks.raw or {}
+        verdicts = [evaluate(t, cluster.raw, check_rules, at, timeout) for t in targets]
         healthy = sum(1 for v in verdicts if v.health is Health.HEALTHY)
-        status["currentHealthy"] = healthy
+        status.current_healthy = healthy
         unhealthy = [
             t for t, v in zip(targets, verdicts, strict=True) if v.health is Health.UNHEALTHY
         ]
-        remediation = spec.get("remediation") or {}
-        allowed, budget, why = remediation_allowed(remediation, len(targets), healthy)
-        conditions = ensure(mhc, "status").setdefault("conditions", [])
-        v1_conditions = ensure(mhc, "status", "deprecated", "v1beta1").setdefault("conditions", [])
-        generation = dig(mhc, "metadata", "generation")
+        remediation = mhc.spec.remediation
+        allowed, budget, why = remediation_allowed(remediation.raw or {}, len(targets), healthy)
+        conditions = status.conditions
+        if conditions is None:
+            conditions = status.conditions = []
+        v1_conditions = status.v1beta1.conditions
+        if v1_conditions is None:
+            v1_conditions = status.v1beta1.conditions = []
+        generation = mhc.metadata.generation
         if allowed:
-            status["remediationsAllowed"] = budget
+            status.remediations_allowed = budget
             set_condition(
                 conditions,
                 c.REMEDIATION_ALLOWED_CONDITION,
@@ -229,7 +237,7 @@ class MachineHealthCheckReconciler:
             )
             set_v1beta1_condition(v1_conditions, c.V1BETA1_REMEDIATION_ALLOWED_CONDITION, True)
         else:
-            status["remediationsAllowed"] = 0
+            status.remediations_allowed = 0
             set_condition(
                 conditions,
                 c.REMEDIATION_ALLOWED_CONDITION,
@@ -247,19 +255,19 @@ class MachineHealthCheckReconciler:
                 c.SEVERITY_WARNING,
             )
             if unhealthy:
-                await self.recorder.event(mhc, "Warning", EVENT_REMEDIATION_RESTRICTED, why)
-        template = dig(remediation, "templateRef", default={})
-        external = bool(template) and any(template.values())
+                await self.recorder.event(mhc.raw, "Warning", EVENT_REMEDIATION_RESTRICTED, why)
+        template = remediation.template_ref
+        external = any((template.raw or {}).values())
         if external and allowed and unhealthy:
             await self.recorder.event(
-                mhc,
+                mhc.raw,
                 "Warning",
                 EVENT_TEMPLATE_NOT_SUPPORTED,
-                f"spec.remediation.templateRef ({template.get('kind')} {template.get('name')}) "
+                f"spec.remediation.templateRef ({template.kind} {template.name}) "
                 "is not supported by this controller: unhealthy Machines are only marked; "
                 "remove templateRef to have their owner remediate them",
             )
-        paused_cluster = bool(dig(cluster, "spec", "paused"))
+        paused_cluster = bool(cluster.spec.paused)
         errors = await asyncio.gather(
             *(
                 self._mark(mhc, t, v, remediate=allowed and not paused_cluster, external=external)
@@ -278,35 +286,46 @@ class MachineHealthCheckReconciler:
         waits = [v.next_check for v in verdicts if v.next_check > 0]
         return Result(requeue_after=min(waits)) if allowed and waits else Result()
 
-    def _targets(self, mhc: Obj, nodes: Informer | None) -> list[Target]:
-        namespace = str(dig(mhc, "metadata", "namespace"))
-        cluster_name = str(dig(mhc, "spec", "clusterName"))
-        selector = dig(mhc, "spec", "selector", default={})
+    def _targets(self, mhc: MachineHealthCheckView, nodes: Informer | None) -> list[Target]:
+        namespace = str(mhc.metadata.namespace)
+        cluster_name = str(mhc.spec.cluster_name)
+        selector = mhc.spec.selector or {}
         found: list[Target] = []
-        for machine in self.machines.list(namespace):
-            labels = dig(machine, "metadata", "labels", default={})
+        for obj in self.machines.list(namespace):
+            machine = MachineView(obj)
+            labels = machine.metadata.labels or {}
             if labels.get(c.CLUSTER_NAME_LABEL) != cluster_name or not matches(selector, labels):
                 continue
-            annotations = dig(machine, "metadata", "annotations", default={})
+            annotations = machine.metadata.annotations or {}
             if c.PAUSED_ANNOTATION in annotations or c.SKIP_REMEDIATION_ANNOTATION in annotations:
                 continue
-            node_name = dig(machine, "status", "nodeRef", "name")
+            node_name = machine.status.node_ref.name
             node = nodes.get(str(node_name)) if nodes is not None and node_name else None
             missing = nodes is not None and bool(node_name) and node is None
-            found.append(Target(machine, node, missing))
+            found.append(Target(obj, node, missing))
         return found
 
     async def _mark(
-        self, mhc: Obj, target: Target, verdict: Verdict, *, remediate: bool, external: bool
+        self,
+        mhc: MachineHealthCheckView,
+        target: Target,
+        verdict: Verdict,
+        *,
+        remediate: bool,
+        external: bool,
     ) -> None:
         """Write HealthCheckSucceeded (and OwnerRemediated when remediating) on the Machine."""
-        machine = target.machine
+        machine = MachineView(target.machine)
         if verdict.health is Health.PENDING:
             return
-        updated = copy.deepcopy(machine)
-        conditions = ensure(updated, "status").setdefault("conditions", [])
-        v1 = ensure(updated, "status", "deprecated", "v1beta1").setdefault("conditions", [])
-        generation = dig(machine, "metadata", "generation")
+        updated = MachineView(copy.deepcopy(target.machine))
+        conditions = updated.status.conditions
+        if conditions is None:
+            conditions = updated.status.conditions = []
+        v1 = updated.status.v1beta1.conditions
+        if v1 is None:
+            v1 = updated.status.v1beta1.conditions = []
+        generation = machine.metadata.generation
         if verdict.health is Health.HEALTHY:
             set_condition(
                 conditions,
@@ -335,7 +354,7 @@ class MachineHealthCheckReconciler:
                 verdict.v1beta1_message,
                 c.SEVERITY_WARNING,
             )
-            if remediate and not is_deleting(machine):
+            if remediate and not machine.deleting:
                 if external:
                     set_condition(
                         conditions,
@@ -366,17 +385,17 @@ class MachineHealthCheckReconciler:
                             c.SEVERITY_WARNING,
                         )
             if newly and remediate:
-                name = f"{dig(machine, 'metadata', 'namespace')}/{dig(machine, 'metadata', 'name')}"
-                mhc_name = f"{dig(mhc, 'metadata', 'namespace')}/{dig(mhc, 'metadata', 'name')}"
+                name = f"{machine.metadata.namespace}/{machine.metadata.name}"
+                mhc_name = f"{mhc.metadata.namespace}/{mhc.metadata.name}"
                 await self.recorder.event(
-                    machine,
+                    machine.raw,
                     "Normal",
                     EVENT_MARKED_UNHEALTHY,
                     f"Machine {name} has been marked as unhealthy by {mhc_name}",
                 )
-        if updated.get("status") == machine.get("status"):
+        if updated.raw.get("status") == machine.raw.get("status"):
             return
-        await Patcher(self.client, MACHINES, machine).patch(updated)
+        await Patcher(self.client, MACHINES, machine.raw).patch(updated.raw)
 
 
 def _is_false(conditions: list[Obj], type_: str) -> bool:

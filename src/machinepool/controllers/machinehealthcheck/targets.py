@@ -24,7 +24,12 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition
 from machinepool.api.healthcheck import parse_unhealthy_range, scaled_int_or_percent
 from machinepool.api.meta import dig, parse_time
-from machinepool.controllers.common import is_deleting
+from machinepool.api.views import (
+    ClusterView,
+    MachineHealthCheckChecksView,
+    MachineHealthCheckRemediationView,
+    MachineView,
+)
 from machinepool.runtime import Obj
 
 __all__ = [
@@ -77,13 +82,13 @@ def _time(value: object) -> datetime | None:
         return None
 
 
-def _is_true(obj: Obj | None, type_: str) -> bool:
-    cond = get_condition(dig(obj, "status", "conditions", default=[]), type_)
+def _is_true(conditions: list[Obj] | None, type_: str) -> bool:
+    cond = get_condition(conditions or [], type_)
     return cond is not None and cond.get("status") == "True"
 
 
-def _true_since(obj: Obj | None, type_: str) -> datetime | None:
-    cond = get_condition(dig(obj, "status", "conditions", default=[]), type_)
+def _true_since(conditions: list[Obj] | None, type_: str) -> datetime | None:
+    cond = get_condition(conditions or [], type_)
     if cond is None or cond.get("status") != "True":
         return None
     return _time(cond.get("lastTransitionTime"))
@@ -92,12 +97,12 @@ def _true_since(obj: Obj | None, type_: str) -> datetime | None:
 def cluster_ready_for_checks(cluster: Obj) -> bool:
     """Upstream judges no worker before the control plane is initialized and the Cluster's
     infrastructure is ready (conditions; our registered Clusters also set the flags)."""
-    init = dig(cluster, "status", "initialization", default={})
-    cp = _is_true(cluster, c.CONTROL_PLANE_INITIALIZED_CONDITION) or bool(
-        init.get("controlPlaneInitialized")
+    status = ClusterView(cluster).status
+    cp = _is_true(status.conditions, c.CONTROL_PLANE_INITIALIZED_CONDITION) or bool(
+        status.initialization.control_plane_initialized
     )
-    infra = _is_true(cluster, c.INFRASTRUCTURE_READY_CONDITION) or bool(
-        init.get("infrastructureProvisioned")
+    infra = _is_true(status.conditions, c.INFRASTRUCTURE_READY_CONDITION) or bool(
+        status.initialization.infrastructure_provisioned
     )
     return cp and infra
 
@@ -116,12 +121,11 @@ def _duration(seconds: int) -> str:
 
 
 def _condition_checks(
-    obj: Obj | None, checks: list[Obj], what: str, at: datetime
+    conditions: list[Obj], checks: list[Obj], what: str, at: datetime
 ) -> tuple[list[str], float]:
     """Messages of checks that failed, and seconds until the next one would."""
     failed: list[str] = []
     waits: list[float] = []
-    conditions = dig(obj, "status", "conditions", default=[])
     for check in checks:
         cond = get_condition(conditions, str(check.get("type", "")))
         if cond is None or cond.get("status") != check.get("status"):
@@ -145,8 +149,8 @@ def evaluate(
     target: Target, cluster: Obj, checks: Obj, at: datetime, startup_timeout: int
 ) -> Verdict:
     """The health of ``target`` at ``at`` under ``checks`` (``spec.checks``)."""
-    machine = target.machine
-    if c.REMEDIATE_MACHINE_ANNOTATION in dig(machine, "metadata", "annotations", default={}):
+    machine = MachineView(target.machine)
+    if c.REMEDIATE_MACHINE_ANNOTATION in (machine.metadata.annotations or {}):
         return Verdict(
             Health.UNHEALTHY,
             c.HAS_REMEDIATE_ANNOTATION_REASON,
@@ -158,7 +162,10 @@ def evaluate(
     if not cluster_ready_for_checks(cluster):
         return Verdict(Health.PENDING)
     machine_failed, machine_wait = _condition_checks(
-        machine, list(checks.get("unhealthyMachineConditions") or []), "Machine", at
+        machine.status.conditions or [],
+        list(MachineHealthCheckChecksView(checks).unhealthy_machine_conditions or []),
+        "Machine",
+        at,
     )
     node_reason, v1_reason, node_failed, node_wait = _node_checks(
         target, cluster, checks, at, startup_timeout
@@ -167,7 +174,7 @@ def evaluate(
         waits = [w for w in (machine_wait, node_wait) if w > 0]
         if waits:
             return Verdict(Health.PENDING, next_check=min(waits))
-        if is_deleting(machine) or target.node is None:
+        if machine.deleting or target.node is None:
             return Verdict(Health.PENDING)
         return Verdict(Health.HEALTHY)
     if machine_failed:
@@ -181,9 +188,9 @@ def evaluate(
 def _node_checks(
     target: Target, cluster: Obj, checks: Obj, at: datetime, startup_timeout: int
 ) -> tuple[str, str, list[str], float]:
-    machine = target.machine
+    machine = MachineView(target.machine)
     if target.node_missing:
-        name = dig(machine, "status", "nodeRef", "name", default="")
+        name = machine.status.node_ref.name or ""
         return (
             c.NODE_DELETED_REASON,
             c.V1BETA1_NODE_NOT_FOUND_REASON,
@@ -193,11 +200,12 @@ def _node_checks(
     if target.node is None:
         if startup_timeout == 0:
             return "", "", [], 0.0
-        since = _time(dig(machine, "metadata", "creationTimestamp")) or at
+        since = _time(machine.metadata.creation_timestamp) or at
+        cluster_conditions = ClusterView(cluster).status.conditions
         for later in (
-            _true_since(cluster, c.CONTROL_PLANE_INITIALIZED_CONDITION),
-            _true_since(cluster, c.INFRASTRUCTURE_READY_CONDITION),
-            _true_since(machine, c.INFRASTRUCTURE_READY_CONDITION),
+            _true_since(cluster_conditions, c.CONTROL_PLANE_INITIALIZED_CONDITION),
+            _true_since(cluster_conditions, c.INFRASTRUCTURE_READY_CONDITION),
+            _true_since(machine.status.conditions, c.INFRASTRUCTURE_READY_CONDITION),
         ):
             if later is not None and later > since:
                 since = later
@@ -210,7 +218,10 @@ def _node_checks(
             )
         return "", "", [], startup_timeout - (at - since).total_seconds() + 1
     failed, wait = _condition_checks(
-        target.node, list(checks.get("unhealthyNodeConditions") or []), "Node", at
+        dig(target.node, "status", "conditions", default=[]),
+        list(MachineHealthCheckChecksView(checks).unhealthy_node_conditions or []),
+        "Node",
+        at,
     )
     if failed:
         return c.UNHEALTHY_NODE_REASON, c.V1BETA1_UNHEALTHY_NODE_REASON, failed, 0.0
@@ -223,9 +234,9 @@ def remediation_allowed(remediation: Obj, expected: int, healthy: int) -> tuple[
     Unhealthy is everything not healthy (targets still starting count too). ``ValueError``
     when ``triggerIf`` cannot be read (the webhook refuses such objects; old ones may exist).
     """
-    trigger = dig(remediation, "triggerIf", default={})
+    trigger = MachineHealthCheckRemediationView(remediation).trigger_if
     unhealthy = expected - healthy
-    in_range = trigger.get("unhealthyInRange")
+    in_range = trigger.unhealthy_in_range
     if in_range:
         low, high = parse_unhealthy_range(str(in_range))
         allowed = low <= unhealthy <= high
@@ -235,7 +246,9 @@ def remediation_allowed(remediation: Obj, expected: int, healthy: int) -> tuple[
             f"unhealthyRange: {in_range})"
         )
         return allowed, max(0, high - unhealthy), "" if allowed else why
-    limit = trigger.get("unhealthyLessThanOrEqualTo", "100%")
+    limit = trigger.unhealthy_less_than_or_equal_to
+    if limit is None:
+        limit = "100%"
     most = scaled_int_or_percent(limit, expected)
     allowed = unhealthy <= most
     why = (
