@@ -38,7 +38,10 @@ from machinepool.api.meta import (
 )
 
 __all__ = [
+    "AMIReferenceView",
     "APIEndpointView",
+    "AWSLaunchTemplateView",
+    "AWSMachinePoolSpecView",
     "AWSMachinePoolStatusView",
     "AWSMachinePoolView",
     "AWSMachineSpecView",
@@ -76,11 +79,13 @@ __all__ = [
     "MachineTemplateView",
     "MachineV1Beta1View",
     "MachineView",
+    "MixedInstancesPolicyView",
     "Nested",
     "NodeInfoView",
     "ObjectMetaView",
     "ObjectView",
     "ReferenceView",
+    "RefreshPreferencesView",
     "SimMachinePoolSpecView",
     "SimMachinePoolStatusView",
     "SimMachinePoolView",
@@ -143,13 +148,16 @@ class Field(Generic[_T]):
     (a ``configRef`` that is not set) it is ``None`` all the same, so test the parent first
     (``if ref.name:``). Assigning sets it; assigning ``None`` removes the key, as Go's
     ``omitempty`` leaves an unset field out.
+
+    ``key`` is for the rare model field whose alias is set by hand, not generated
+    (``imageLookupBaseOS``); the view test holds it to that alias all the same.
     """
 
-    def __init__(self) -> None:
-        self.name = self.key = ""
+    def __init__(self, key: str = "") -> None:
+        self.name, self.key = "", key
 
     def __set_name__(self, owner: type[View], name: str) -> None:
-        self.name, self.key = name, camel(name)
+        self.name, self.key = name, self.key or camel(name)
 
     @overload
     def __get__(self, view: None, owner: type[View]) -> Self: ...
@@ -627,11 +635,73 @@ class AWSMachinePoolStatusView(View):
     infrastructure_machine_kind = Field[str | None]()
 
 
+class AMIReferenceView(View):
+    MODEL = infra_aws.AMIReference
+    id = Field[str | None]()
+
+
+class AWSLaunchTemplateView(View):
+    """``spec.awsLaunchTemplate``; volumes, security groups and options stay raw JSON (the
+    launch template phase maps them onto EC2 parameters as they are)."""
+
+    MODEL = infra_aws.AWSLaunchTemplate
+    name = Field[str | None]()
+    iam_instance_profile = Field[str | None]()
+    ami = Nested(AMIReferenceView)
+    image_lookup_format = Field[str | None]()
+    image_lookup_org = Field[str | None]()
+    image_lookup_base_os = Field[str | None](key="imageLookupBaseOS")
+    instance_type = Field[str | None]()
+    root_volume = Field[dict[str, Any] | None]()
+    non_root_volumes = Field[list[dict[str, Any]] | None]()
+    ssh_key_name = Field[str | None]()
+    additional_security_groups = Field[list[dict[str, Any]] | None]()
+    spot_market_options = Field[dict[str, Any] | None]()
+    instance_metadata_options = Field[dict[str, Any] | None]()
+
+
+class MixedInstancesPolicyView(View):
+    MODEL = infra_aws.MixedInstancesPolicy
+    instances_distribution = Field[dict[str, Any] | None]()
+    overrides = Field[list[dict[str, Any]] | None]()
+
+
+class RefreshPreferencesView(View):
+    MODEL = infra_aws.RefreshPreferences
+    disable = Field[bool | None]()
+    strategy = Field[str | None]()
+    instance_warmup = Field[int | None]()
+    min_healthy_percentage = Field[int | None]()
+    max_healthy_percentage = Field[int | None]()
+
+
+class AWSMachinePoolSpecView(View):
+    """An AWSMachinePool's spec. ``min_size`` and ``max_size`` read ``None`` when absent (the
+    CRD defaults them to 1 on create; readers apply the same default)."""
+
+    MODEL = infra_aws.AWSMachinePoolSpec
+    provider_id = Field[str | None]()
+    min_size = Field[int | None]()
+    max_size = Field[int | None]()
+    availability_zones = Field[list[str] | None]()
+    subnets = Field[list[dict[str, Any]] | None]()
+    additional_tags = Field[dict[str, str] | None]()
+    aws_launch_template = Nested(AWSLaunchTemplateView)
+    mixed_instances_policy = Nested(MixedInstancesPolicyView)
+    provider_id_list = Field[list[str] | None]()
+    default_cool_down = Field[str | None]()
+    default_instance_warmup = Field[str | None]()
+    refresh_preferences = Nested(RefreshPreferencesView)
+    capacity_rebalance = Field[bool | None]()
+    suspend_processes = Field[dict[str, Any] | None]()
+    lifecycle_hooks = Field[list[dict[str, Any]] | None]()
+
+
 class AWSMachinePoolView(ObjectView):
-    """An AWSMachinePool: its metadata and status (the AWS provider still reads its spec
-    raw)."""
+    """An AWSMachinePool."""
 
     MODEL = infra_aws.AWSMachinePool
+    spec = Nested(AWSMachinePoolSpecView)
     status = Nested(AWSMachinePoolStatusView)
 
 
