@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from machinepool.api.views import AWSMachinePoolSpecView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.launchtemplate import template_data
 from machinepool.providers.aws.webhook import review_response, validate
@@ -212,7 +213,7 @@ def test_template_data_from_spec() -> None:
             "spotMarketOptions": {"maxPrice": "0.1"},
         },
     }
-    out = template_data(spec, "c1", "pool", "ami-9", b64("x"))
+    out = template_data(AWSMachinePoolSpecView(spec), "c1", "pool", "ami-9", b64("x"))
     assert out["ImageId"] == "ami-9"
     assert out["IamInstanceProfile"] == {"Name": "nodes"}
     assert out["SecurityGroupIds"] == ["sg-1", "sg-2"]

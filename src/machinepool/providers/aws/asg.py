@@ -65,8 +65,8 @@ async def observe(scope: Scope) -> Result:
 def _target(scope: Scope) -> int:
     return plan.desired_capacity(
         scope.machine_pool.spec.replicas,
-        int(scope.spec.get("minSize", 1)),
-        int(scope.spec.get("maxSize", 1)),
+        scope.min_size,
+        scope.max_size,
     )
 
 
@@ -77,14 +77,14 @@ def _external(scope: Scope) -> bool:
 def _launch_template_params(scope: Scope) -> dict[str, Any]:
     """LaunchTemplate or MixedInstancesPolicy, always at $Latest so new instances get it."""
     ref = {"LaunchTemplateId": scope.template_id, "Version": "$Latest"}
-    mixed = scope.spec.get("mixedInstancesPolicy")
-    if not mixed:
+    mixed = scope.spec.mixed_instances_policy
+    if not mixed.raw:
         return {"LaunchTemplate": ref}
     policy: dict[str, Any] = {"LaunchTemplate": {"LaunchTemplateSpecification": ref}}
-    overrides = [{"InstanceType": o["instanceType"]} for o in mixed.get("overrides") or []]
+    overrides = [{"InstanceType": o["instanceType"]} for o in mixed.overrides or []]
     if overrides:
         policy["LaunchTemplate"]["Overrides"] = overrides
-    dist = mixed.get("instancesDistribution") or {}
+    dist = mixed.instances_distribution or {}
     if dist:
         policy["InstancesDistribution"] = {k[:1].upper() + k[1:]: v for k, v in dist.items()}
     return {"MixedInstancesPolicy": policy}
@@ -93,17 +93,17 @@ def _launch_template_params(scope: Scope) -> dict[str, Any]:
 def _settings(scope: Scope) -> dict[str, Any]:
     """Group settings that come straight from the spec (for create and update)."""
     spec = scope.spec
-    params: dict[str, Any] = {"MinSize": int(spec.get("minSize", 1))}
-    subnets = [s["id"] for s in spec.get("subnets") or [] if s.get("id")]
+    params: dict[str, Any] = {"MinSize": scope.min_size}
+    subnets = [s["id"] for s in spec.subnets or [] if s.get("id")]
     if subnets:
         params["VPCZoneIdentifier"] = ",".join(sorted(subnets))
     else:
-        params["AvailabilityZones"] = sorted(spec.get("availabilityZones") or [])
-    if spec.get("defaultCoolDown"):
-        params["DefaultCooldown"] = plan.duration_seconds(spec["defaultCoolDown"])
-    if spec.get("defaultInstanceWarmup"):
-        params["DefaultInstanceWarmup"] = plan.duration_seconds(spec["defaultInstanceWarmup"])
-    params["CapacityRebalance"] = bool(spec.get("capacityRebalance"))
+        params["AvailabilityZones"] = sorted(spec.availability_zones or [])
+    if spec.default_cool_down:
+        params["DefaultCooldown"] = plan.duration_seconds(spec.default_cool_down)
+    if spec.default_instance_warmup:
+        params["DefaultInstanceWarmup"] = plan.duration_seconds(spec.default_instance_warmup)
+    params["CapacityRebalance"] = bool(spec.capacity_rebalance)
     params.update(_launch_template_params(scope))
     return params
 
@@ -122,11 +122,11 @@ def _tag_list(name: str, tags: Mapping[str, str]) -> list[dict[str, Any]]:
 
 
 async def _create(scope: Scope) -> None:
-    tags = plan.ownership_tags(scope.cluster_name, scope.asg_name, scope.spec.get("additionalTags"))
+    tags = plan.ownership_tags(scope.cluster_name, scope.asg_name, scope.spec.additional_tags)
     params = _settings(scope)
     params.update(
         AutoScalingGroupName=scope.asg_name,
-        MaxSize=int(scope.spec.get("maxSize", 1)),
+        MaxSize=scope.max_size,
         DesiredCapacity=_target(scope),
         Tags=_tag_list(scope.asg_name, tags),
     )
@@ -136,7 +136,7 @@ async def _create(scope: Scope) -> None:
         if not exc.already_exists:  # made by an earlier attempt: observe finds it
             raise
     scope.pool["metadata"].setdefault("annotations", {})[LAST_APPLIED_TAGS_ANNOTATION] = json.dumps(
-        scope.spec.get("additionalTags") or {}, sort_keys=True
+        scope.spec.additional_tags or {}, sort_keys=True
     )
     await scope.recorder.event(
         scope.pool, "Normal", "ASGCreated", f"created Auto Scaling group {scope.asg_name}"
@@ -173,7 +173,7 @@ def _mixed_key(policy: Mapping[str, Any]) -> tuple[Any, ...]:
 async def _update(scope: Scope, group: Mapping[str, Any]) -> None:
     wanted = _settings(scope)
     desired = int(group.get("DesiredCapacity") or 0)
-    max_size = int(scope.spec.get("maxSize", 1))
+    max_size = scope.max_size
     if not _external(scope):
         # Lowering MaxSize below the desired capacity would make AWS terminate undrained.
         max_size = max(max_size, desired)
@@ -221,9 +221,7 @@ async def _copy_replicas_back(scope: Scope, group: Mapping[str, Any]) -> None:
 
 async def _reconcile_tags(scope: Scope, group: Mapping[str, Any]) -> None:
     """Create or update missing tags; delete additional tags removed from the spec."""
-    wanted = plan.ownership_tags(
-        scope.cluster_name, scope.asg_name, scope.spec.get("additionalTags")
-    )
+    wanted = plan.ownership_tags(scope.cluster_name, scope.asg_name, scope.spec.additional_tags)
     have = {t["Key"]: t["Value"] for t in group.get("Tags") or []}
     stale = {k: v for k, v in wanted.items() if have.get(k) != v}
     if stale:
@@ -243,7 +241,7 @@ async def _reconcile_tags(scope: Scope, group: Mapping[str, Any]) -> None:
             ],
         )
     annotations[LAST_APPLIED_TAGS_ANNOTATION] = json.dumps(
-        scope.spec.get("additionalTags") or {}, sort_keys=True
+        scope.spec.additional_tags or {}, sort_keys=True
     )
 
 
@@ -272,7 +270,7 @@ async def reconcile_group(scope: Scope) -> Result:
             ASG_READY, False, "ASGNotFound", f"waiting for group {scope.asg_name}", c.SEVERITY_INFO
         )
         return Result()
-    scope.spec["providerID"] = scope.group.get("AutoScalingGroupARN")
+    scope.spec.provider_id = scope.group.get("AutoScalingGroupARN")
     scope.status.asg_status = scope.group.get("Status") or None  # None: left out
     scope.mark(ASG_READY, True)
     return Result()

@@ -21,7 +21,7 @@ __all__ = ["reconcile_group_settings"]
 async def _processes(scope: Scope) -> None:
     assert scope.group is not None
     current = [p["ProcessName"] for p in scope.group.get("SuspendedProcesses") or []]
-    desired = plan.suspended_processes(scope.spec.get("suspendProcesses"))
+    desired = plan.suspended_processes(scope.spec.suspend_processes)
     suspend, resume = plan.process_changes(desired, current)
     if suspend:
         await scope.aws.call(
@@ -40,7 +40,7 @@ async def _processes(scope: Scope) -> None:
 
 
 async def _hooks(scope: Scope) -> None:
-    spec_hooks = scope.spec.get("lifecycleHooks") or []
+    spec_hooks = scope.spec.lifecycle_hooks or []
     try:
         out = await scope.aws.call(
             "autoscaling", "describe_lifecycle_hooks", AutoScalingGroupName=scope.asg_name

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from machinepool.api import constants as c
+from machinepool.api.views import AWSMachinePoolSpecView
 from machinepool.providers.aws import plan
 from machinepool.providers.aws.cloud import AWSError
 from machinepool.providers.aws.refresh import active_refresh, refresh_disabled
@@ -45,38 +46,38 @@ def _volume(volume: Mapping[str, Any], default_device: str) -> dict[str, Any]:
 
 
 def template_data(
-    spec: Mapping[str, Any], cluster: str, name: str, image_id: str, user_data: str | None
+    spec: AWSMachinePoolSpecView, cluster: str, name: str, image_id: str, user_data: str | None
 ) -> dict[str, Any]:
     """The LaunchTemplateData for a pool spec (pure: unit-tested)."""
-    lt = spec.get("awsLaunchTemplate") or {}
+    lt = spec.aws_launch_template
     data: dict[str, Any] = {"ImageId": image_id}
-    if lt.get("instanceType"):
-        data["InstanceType"] = lt["instanceType"]
+    if lt.instance_type:
+        data["InstanceType"] = lt.instance_type
     if user_data:
         data["UserData"] = user_data
-    profile = lt.get("iamInstanceProfile")
+    profile = lt.iam_instance_profile
     if profile:
         data["IamInstanceProfile"] = {"Arn" if profile.startswith("arn:") else "Name": profile}
-    if lt.get("sshKeyName"):
-        data["KeyName"] = lt["sshKeyName"]
-    groups = sorted(r["id"] for r in lt.get("additionalSecurityGroups") or [] if r.get("id"))
+    if lt.ssh_key_name:
+        data["KeyName"] = lt.ssh_key_name
+    groups = sorted(r["id"] for r in lt.additional_security_groups or [] if r.get("id"))
     if groups:
         data["SecurityGroupIds"] = groups
-    volumes = [_volume(lt["rootVolume"], _DEFAULT_ROOT_DEVICE)] if lt.get("rootVolume") else []
+    root = lt.root_volume
+    volumes = [_volume(root, _DEFAULT_ROOT_DEVICE)] if root else []
     volumes += [
-        _volume(v, f"/dev/sd{chr(ord('b') + i)}")
-        for i, v in enumerate(lt.get("nonRootVolumes") or [])
+        _volume(v, f"/dev/sd{chr(ord('b') + i)}") for i, v in enumerate(lt.non_root_volumes or [])
     ]
     if volumes:
         data["BlockDeviceMappings"] = volumes
-    spot = lt.get("spotMarketOptions")
+    spot = lt.spot_market_options
     if spot is not None:
         options = {"MaxPrice": spot["maxPrice"]} if spot.get("maxPrice") else {}
         data["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
-    metadata = lt.get("instanceMetadataOptions")
+    metadata = lt.instance_metadata_options
     if metadata:
         data["MetadataOptions"] = {k[:1].upper() + k[1:]: v for k, v in metadata.items()}
-    tags = plan.ownership_tags(cluster, name, spec.get("additionalTags"))
+    tags = plan.ownership_tags(cluster, name, spec.additional_tags)
     data["TagSpecifications"] = [
         {
             "ResourceType": "instance",
@@ -88,23 +89,23 @@ def template_data(
 
 async def _image_id(scope: Scope) -> str | None:
     """spec ami.id, or the newest AMI matching CAPA's lookup format for the pool's version."""
-    lt = scope.spec.get("awsLaunchTemplate") or {}
-    if (lt.get("ami") or {}).get("id"):
-        return str(lt["ami"]["id"])
+    lt = scope.spec.aws_launch_template
+    if lt.ami.id:
+        return str(lt.ami.id)
     version = str(scope.machine_pool.spec.template.spec.version or "")
     if not version:
         return None
     pattern = (
-        (lt.get("imageLookupFormat") or _DEFAULT_IMAGE_FORMAT)
+        (lt.image_lookup_format or _DEFAULT_IMAGE_FORMAT)
         .replace("{{.BaseOS}}", "{base_os}")
         .replace("{{.K8sVersion}}", "{version}")
     )
     name = pattern.format(
-        base_os=lt.get("imageLookupBaseOS") or _DEFAULT_BASE_OS, version=version.lstrip("v")
+        base_os=lt.image_lookup_base_os or _DEFAULT_BASE_OS, version=version.lstrip("v")
     )
     params: dict[str, Any] = {"Filters": [{"Name": "name", "Values": [name]}]}
-    if lt.get("imageLookupOrg"):
-        params["Owners"] = [lt["imageLookupOrg"]]
+    if lt.image_lookup_org:
+        params["Owners"] = [lt.image_lookup_org]
     images = (await scope.aws.call("ec2", "describe_images", **params)).get("Images") or []
     if not images:
         return None
@@ -134,9 +135,7 @@ def _owned(template: Mapping[str, Any], cluster: str) -> bool:
 
 
 async def _create(scope: Scope, data: dict[str, Any]) -> None:
-    tags = plan.ownership_tags(
-        scope.cluster_name, scope.template_name, scope.spec.get("additionalTags")
-    )
+    tags = plan.ownership_tags(scope.cluster_name, scope.template_name, scope.spec.additional_tags)
     tags[plan.cloud_provider_tag(scope.cluster_name)] = plan.OWNED
     try:
         created = await scope.aws.call(

@@ -269,8 +269,8 @@ async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
         return
     target = plan.desired_capacity(
         scope.machine_pool.spec.replicas,
-        int(scope.spec.get("minSize", 1)),
-        int(scope.spec.get("maxSize", 1)),
+        scope.min_size,
+        scope.max_size,
     )
     excess = int(scope.group.get("DesiredCapacity") or 0) - target
     if excess <= 0:
@@ -307,7 +307,7 @@ async def reconcile_machines(scope: Scope) -> Result:
         i for i in scope.group.get("Instances") or [] if i.get("LifecycleState") not in _GONE_STATES
     ]
     ids = sorted(plan.provider_id(i["AvailabilityZone"], i["InstanceId"]) for i in live)
-    scope.spec["providerIDList"] = ids
+    scope.spec.provider_id_list = ids
     scope.status.replicas = len(ids)
     scope.status.instances = [{"instanceID": iid} for iid in sorted(i["InstanceId"] for i in live)]
     scope.status.infrastructure_machine_kind = "AWSMachine"

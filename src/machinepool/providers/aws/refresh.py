@@ -24,7 +24,7 @@ _PENDING_REASON = "InstanceRefreshPending"
 
 
 def refresh_disabled(scope: Scope) -> bool:
-    return bool((scope.spec.get("refreshPreferences") or {}).get("disable"))
+    return bool(scope.spec.refresh_preferences.disable)
 
 
 async def active_refresh(scope: Scope) -> dict[str, Any] | None:
@@ -39,23 +39,23 @@ async def active_refresh(scope: Scope) -> dict[str, Any] | None:
 
 
 def _preferences(scope: Scope) -> dict[str, Any]:
-    prefs = scope.spec.get("refreshPreferences") or {}
+    prefs = scope.spec.refresh_preferences
     out: dict[str, Any] = {}
-    for key, param in (
-        ("instanceWarmup", "InstanceWarmup"),
-        ("minHealthyPercentage", "MinHealthyPercentage"),
-        ("maxHealthyPercentage", "MaxHealthyPercentage"),
+    for value, param in (
+        (prefs.instance_warmup, "InstanceWarmup"),
+        (prefs.min_healthy_percentage, "MinHealthyPercentage"),
+        (prefs.max_healthy_percentage, "MaxHealthyPercentage"),
     ):
-        if prefs.get(key) is not None:
-            out[param] = prefs[key]
+        if value is not None:
+            out[param] = value
     return out
 
 
 async def _start(scope: Scope) -> None:
-    prefs = scope.spec.get("refreshPreferences") or {}
+    prefs = scope.spec.refresh_preferences
     params: dict[str, Any] = {
         "AutoScalingGroupName": scope.asg_name,
-        "Strategy": prefs.get("strategy") or "Rolling",
+        "Strategy": prefs.strategy or "Rolling",
     }
     if _preferences(scope):
         params["Preferences"] = _preferences(scope)

@@ -14,6 +14,7 @@ from machinepool.api import conditions as cond
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER
 from machinepool.api.views import (
+    AWSMachinePoolSpecView,
     AWSMachinePoolStatusView,
     AWSMachinePoolView,
     AWSMachineView,
@@ -102,8 +103,20 @@ class Scope:
         return str(self.view.metadata.namespace)
 
     @property
-    def spec(self) -> dict[str, Any]:
-        return self.pool.setdefault("spec", {})  # type: ignore[no-any-return]
+    def spec(self) -> AWSMachinePoolSpecView:
+        return self.view.spec
+
+    @property
+    def min_size(self) -> int:
+        """``spec.minSize``, 1 (the CRD's default) when absent."""
+        size = self.spec.min_size
+        return 1 if size is None else int(size)
+
+    @property
+    def max_size(self) -> int:
+        """``spec.maxSize``, 1 (the CRD's default) when absent."""
+        size = self.spec.max_size
+        return 1 if size is None else int(size)
 
     @property
     def status(self) -> AWSMachinePoolStatusView:
@@ -124,7 +137,7 @@ class Scope:
     @property
     def template_name(self) -> str:
         """Launch template name: spec.awsLaunchTemplate.name, else the pool's name."""
-        return str((self.spec.get("awsLaunchTemplate") or {}).get("name") or self.name)
+        return str(self.spec.aws_launch_template.name or self.name)
 
     @property
     def deleting(self) -> bool:
