@@ -92,6 +92,8 @@ __all__ = [
     "SimMachineSpecView",
     "SimMachineStatusView",
     "SimMachineView",
+    "SimSettingsView",
+    "SimTemplateView",
     "TemplateMetaView",
     "View",
 ]
@@ -564,13 +566,35 @@ class KubeadmConfigView(ObjectView):
 
 
 # --- the pool engine's infra pools and infra machines (SimMachinePool, SimMachine) -----------
-# The pool engine (providers/pool) writes these kinds; a provider plugging into it
-# (providers/sim) reads its settings (spec.template, spec.sim) from the raw object itself.
+# The pool engine (providers/pool) writes these kinds; the sim provider plugging into it
+# (providers/sim) reads its settings (spec.template, spec.strategy, spec.sim) through them.
+
+
+class SimTemplateView(View):
+    MODEL = infra_sim.SimTemplate
+    instance_type = Field[str | None]()
+    image = Field[str | None]()
+
+
+class SimSettingsView(View):
+    """``spec.sim``: the simulated cloud's behaviour for this pool (all optional)."""
+
+    MODEL = infra_sim.SimSettings
+    boot_delay_seconds = Field[int | None]()
+    boot_delay_spread_seconds = Field[int | None]()
+    boot_failure_rate = Field[float | None]()
+    fail_after_boot_rate = Field[float | None]()
+    fail_after_boot_within_seconds = Field[int | None]()
+    capacity_per_failure_domain = Field[int | None]()
 
 
 class SimMachinePoolSpecView(View):
     MODEL = infra_sim.SimMachinePoolSpec
     provider_id_list = Field[list[str] | None]()
+    template = Nested(SimTemplateView)
+    strategy = Field[dict[str, Any] | None]()
+    """As stored, for the pool engine's strategy parsing."""
+    sim = Nested(SimSettingsView)
 
 
 class SimMachinePoolStatusView(View):
