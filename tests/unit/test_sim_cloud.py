@@ -13,6 +13,7 @@ import pytest
 from tests.unit.test_sim_records import record
 
 from machinepool.api.infra_sim import DEFAULT_SIM_INSTANCE_TYPE, SIM_INSTANCE_TYPES, SimInstanceType
+from machinepool.api.views import SimSettingsView
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
 from machinepool.providers.sim.backend import SimPoolSettings, _same_request
@@ -97,12 +98,14 @@ def test_an_instance_fate_follows_the_pool_settings() -> None:
     rng = random.Random(7)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     settings = SimPoolSettings(
-        {
-            "bootDelaySeconds": 5,
-            "bootDelaySpreadSeconds": 10,
-            "failAfterBootRate": 0.5,
-            "failAfterBootWithinSeconds": 30,
-        }
+        SimSettingsView(
+            {
+                "bootDelaySeconds": 5,
+                "bootDelaySpreadSeconds": 10,
+                "failAfterBootRate": 0.5,
+                "failAfterBootWithinSeconds": 30,
+            }
+        )
     )
     fates = [settings.fate(now, rng) for _ in range(400)]
     delays = [(boot - now).total_seconds() for boot, _, _ in fates]
@@ -112,7 +115,7 @@ def test_an_instance_fate_follows_the_pool_settings() -> None:
     assert 150 < len(breaking) < 250
     assert all(0 <= s <= 30 for s in breaking)
     assert not any(will_fail for _, will_fail, _ in fates)
-    plain = SimPoolSettings(None).fate(now, rng)
+    plain = SimPoolSettings(SimSettingsView({})).fate(now, rng)
     assert plain == (now, False, None)
 
 

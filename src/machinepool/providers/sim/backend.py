@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
+from machinepool.api.views import SimSettingsView
 from machinepool.providers.pool.types import (
     CapacityError,
     CloudError,
@@ -47,14 +48,13 @@ __all__ = ["SimBackend", "SimPoolSettings"]
 class SimPoolSettings:
     """A SimMachinePool's ``spec.sim`` with defaults applied."""
 
-    def __init__(self, spec: Mapping[str, object] | None) -> None:
-        spec = spec or {}
-        self.boot_delay = float(str(spec.get("bootDelaySeconds") or 0))
-        self.boot_delay_spread = float(str(spec.get("bootDelaySpreadSeconds") or 0))
-        self.boot_failure_rate = float(str(spec.get("bootFailureRate") or 0))
-        self.fail_after_boot_rate = float(str(spec.get("failAfterBootRate") or 0))
-        self.fail_after_boot_within = float(str(spec.get("failAfterBootWithinSeconds") or 600))
-        capacity = int(str(spec.get("capacityPerFailureDomain") or 0))
+    def __init__(self, spec: SimSettingsView) -> None:
+        self.boot_delay = float(str(spec.boot_delay_seconds or 0))
+        self.boot_delay_spread = float(str(spec.boot_delay_spread_seconds or 0))
+        self.boot_failure_rate = float(str(spec.boot_failure_rate or 0))
+        self.fail_after_boot_rate = float(str(spec.fail_after_boot_rate or 0))
+        self.fail_after_boot_within = float(str(spec.fail_after_boot_within_seconds or 600))
+        capacity = int(str(spec.capacity_per_failure_domain or 0))
         self.capacity: int | None = capacity or None
 
     def fate(self, now: datetime, rng: random.Random) -> tuple[datetime, bool, datetime | None]:

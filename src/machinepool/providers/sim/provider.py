@@ -16,6 +16,7 @@ from machinepool.api.infra_sim import (
     SIM_MACHINE_POOLS,
     SIM_MACHINES,
 )
+from machinepool.api.views import SimMachinePoolView
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.records import PoolRecords
@@ -70,7 +71,7 @@ class SimProvider:
             pool=name,
             cluster=str((meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL, "")),
             owner=owner,
-            settings=SimPoolSettings((pool.get("spec") or {}).get("sim")),
+            settings=SimPoolSettings(SimMachinePoolView(pool).spec.sim),
             faults=await self._faults(namespace),
             zones=self.zones,
             limits=self._limits,
@@ -78,15 +79,15 @@ class SimProvider:
         )
 
     def template(self, pool: Obj, version: str) -> tuple[str, Mapping[str, str]]:
-        spec = (pool.get("spec") or {}).get("template") or {}
-        shape = {"instanceType": str(spec.get("instanceType") or "")}
-        image = str(spec.get("image") or "")
+        spec = SimMachinePoolView(pool).spec.template
+        shape = {"instanceType": str(spec.instance_type or "")}
+        image = str(spec.image or "")
         return template_hash(version, image, shape), {**shape, "image": image}
 
     def capacity(self, pool: Obj) -> Mapping[str, str]:
         """What one instance of the pool's type offers (``SIM_INSTANCE_TYPES``; a type stored
         before admission knew the catalogue gets the default, as its Nodes do)."""
-        kind = str(((pool.get("spec") or {}).get("template") or {}).get("instanceType") or "")
+        kind = str(SimMachinePoolView(pool).spec.template.instance_type or "")
         return SIM_INSTANCE_TYPES.get(kind) or SIM_INSTANCE_TYPES[DEFAULT_SIM_INSTANCE_TYPE]
 
     def instance_id(self, pool: Obj, index: int) -> str:
@@ -97,5 +98,4 @@ class SimProvider:
         return f"{str(meta['name'])[:_MAX_NAME_PREFIX]}-{uid}-{index}"
 
     def strategy(self, pool: Obj) -> Mapping[str, Any] | None:
-        strategy: Mapping[str, Any] | None = (pool.get("spec") or {}).get("strategy")
-        return strategy
+        return SimMachinePoolView(pool).spec.strategy
