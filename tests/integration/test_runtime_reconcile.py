@@ -4,7 +4,9 @@ probes and metrics, events. Bounds are generous: timing goals live in bench/benc
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -16,12 +18,15 @@ from tests.support import eventually
 from machinepool.runtime import (
     CONFIGMAPS,
     EVENTS,
+    NAMESPACES,
+    AlreadyExists,
     Client,
     EventRecorder,
     ExponentialBackoff,
     Manager,
     ManagerState,
     ManagerStateError,
+    NamespaceTerminating,
     ObjectKey,
     Result,
 )
@@ -174,6 +179,54 @@ async def test_failures_back_off_exponentially(client: Client, namespace: str) -
         "controller_runtime_reconcile_errors_total", {"controller": "failing"}
     )
     assert errors == len(attempts)
+
+
+async def test_a_create_in_a_namespace_being_deleted_is_not_logged_as_an_error(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Deleting a namespace under a running controller is routine: a create the controller
+    makes there is refused as ``NamespaceTerminating``, logged at info and retried until the
+    object that asked is gone, and its Events are dropped; no warning, no error."""
+    doomed = f"t-{uuid.uuid4().hex[:10]}"
+    await client.create(NAMESPACES, {"metadata": {"name": doomed}})
+    held = {"metadata": {"name": "held", "finalizers": ["test.machinepool.dev/hold"]}}
+    await client.create(CONFIGMAPS, held, doomed)
+    manager = Manager(client, bind_address=None)
+    informer = await manager.cache.get_informer(CONFIGMAPS, doomed)
+    refused: list[BaseException] = []
+    recorder = EventRecorder(client, "maker")
+
+    async def reconcile(key: ObjectKey) -> None:
+        held = informer.get_key(key)
+        if key.name != "held" or held is None:
+            return
+        await recorder.event(held, "Normal", "Making", "making a ConfigMap")
+        try:
+            await client.create(CONFIGMAPS, configmap("made"), doomed)
+        except AlreadyExists:
+            pass
+        except BaseException as exc:
+            refused.append(exc)
+            raise
+
+    manager.new_controller("maker", reconcile).watch(informer)
+    with caplog.at_level(logging.INFO):
+        await manager.start()
+        try:
+            await client.delete(NAMESPACES, doomed)
+            await eventually(lambda: len(refused) >= 2)
+            await client.patch(CONFIGMAPS, "held", {"metadata": {"finalizers": None}}, doomed)
+            await eventually(lambda: informer.get_key(ObjectKey(doomed, "held")) is None)
+        finally:
+            await manager.stop()
+            await recorder.close()
+    assert all(isinstance(exc, NamespaceTerminating) for exc in refused), refused
+    said = [r for r in caplog.records if r.name.startswith("machinepool.runtime")]
+    assert [r.getMessage() for r in said if r.levelno >= logging.WARNING] == []
+    assert any(
+        r.getMessage().startswith("namespace is being deleted") and r.levelno == logging.INFO
+        for r in said
+    )
 
 
 async def test_probes_and_metrics_answer(manager: Manager, client: Client, namespace: str) -> None:

@@ -18,7 +18,9 @@ raises ``TerminalError``   log and count it; forget the backoff; no retry (a lat
 raises anything else       retry with the key's exponential backoff (5 ms doubling to
                            1000 s); any ``Result`` is ignored. Expected failures
                            (``is_expected``: API, network, ``ExpectedError``) are
-                           logged in one line with a reason, others with a traceback
+                           logged in one line with a reason, others with a traceback;
+                           a create refused because the namespace is being deleted
+                           (``NamespaceTerminating``) at info, like a ``Conflict``
 ``CancelledError``         the controller is stopping: the key is re-queued, then it
                            propagates
 =========================  ==============================================================
@@ -42,7 +44,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from machinepool.runtime.client import Obj, Resource
-from machinepool.runtime.errors import Conflict, describe_error, error_reason, is_expected
+from machinepool.runtime.errors import (
+    Conflict,
+    describe_error,
+    error_reason,
+    is_expected,
+    only_namespace_terminating,
+)
 from machinepool.runtime.informer import Informer, controller_owner
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
@@ -381,6 +389,14 @@ class Controller:
                 self._count("error")
                 self.metrics.reconcile_errors.labels(self.name).inc()
                 log.info("object changed since it was read; retrying", error=str(exc))
+            case BaseException() as exc if only_namespace_terminating(exc):
+                # The namespace is being deleted, and the object with it: what it wanted to
+                # create cannot be made, and its own deletion will end the retries. Logged
+                # quietly, retried with backoff until the object is gone.
+                self._retry(key, priority)
+                self._count("error")
+                self.metrics.reconcile_errors.labels(self.name).inc()
+                log.info("namespace is being deleted; nothing new can be made in it; retrying")
             case BaseException() as exc:
                 self._retry(key, priority)
                 self._count("error")

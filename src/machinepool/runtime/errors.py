@@ -50,6 +50,13 @@ class Forbidden(ApiError):
     """403: authenticated, but RBAC or an admission webhook said no."""
 
 
+class NamespaceTerminating(Forbidden):
+    """403 whose Status names the cause ``NamespaceTerminating``: a create in a namespace that
+    is being deleted. Nothing new can be made there, and the objects that asked are about to
+    go with it, so this is the end of their life, not a fault (client-go's
+    ``HasStatusCause(err, NamespaceTerminatingCause)``)."""
+
+
 class NotFound(ApiError):
     """404: the object (or its kind) does not exist."""
 
@@ -97,10 +104,27 @@ def error_for(status: int, body: dict[str, Any] | None, text: str = "") -> ApiEr
     message = str(body.get("message") or text or "")
     if status == 409 and reason == "AlreadyExists":
         return AlreadyExists(status, reason, message, body)
+    if status == 403 and _has_cause(body, "NamespaceTerminating"):
+        return NamespaceTerminating(status, "NamespaceTerminating", message, body)
     cls = _BY_STATUS.get(status)
     if cls is None:
         cls = ServerError if status >= 500 else ApiError
     return cls(status, reason or cls.__name__, message, body)
+
+
+def _has_cause(body: dict[str, Any], reason: str) -> bool:
+    details = body.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason") == reason for c in causes
+    )
+
+
+def only_namespace_terminating(exc: BaseException) -> bool:
+    """True when ``exc`` (or every exception of a group) is ``NamespaceTerminating``."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(only_namespace_terminating(e) for e in exc.exceptions)
+    return isinstance(exc, NamespaceTerminating)
 
 
 _NETWORK = (OSError, TimeoutError, aiohttp.ClientError)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from machinepool.runtime.client import EVENTS, Client, Obj
-from machinepool.runtime.errors import NotFound
+from machinepool.runtime.errors import NamespaceTerminating, NotFound
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.ownwrites import stop_recording
 
@@ -166,6 +166,8 @@ class EventRecorder:
                 except NotFound:  # the Event expired (TTL): start a new one
                     del self._series[key]
             await self._create(key, regarding, type_, reason, action, note)
+        except NamespaceTerminating:  # the object goes with its namespace; so would the Event
+            self.log.debug("event dropped: its namespace is being deleted", reason=reason)
         except Exception as exc:  # best effort: an Event must never fail a reconcile
             self.log.warning("could not record event", reason=reason, error=repr(exc))
 
@@ -218,6 +220,8 @@ class EventRecorder:
         for series in list(self._series.values()):
             try:
                 await self._write_series(series)
+            except NotFound:  # expired, or gone with its namespace: nothing left to count on
+                self.log.debug("event series dropped: its Event is gone", name=series.name)
             except Exception as exc:
                 self.log.warning("could not update event series", error=repr(exc))
 
