@@ -5,6 +5,7 @@ delays and backoff. The other guarantees are in test_runtime_workqueue.py."""
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
 from tests.support import eventually
 
@@ -12,13 +13,17 @@ from machinepool.runtime import (
     LOW_PRIORITY,
     NORMAL_PRIORITY,
     ExponentialBackoff,
+    ObjectKey,
     WorkQueue,
 )
+from machinepool.runtime.controller import EnqueueHandler
+
+K = TypeVar("K")
 
 
-async def drain(q: WorkQueue[str]) -> list[tuple[str, int]]:
+async def drain(q: WorkQueue[K]) -> list[tuple[K, int]]:
     """Everything ready, in the order workers would get it (each marked done at once)."""
-    out: list[tuple[str, int]] = []
+    out: list[tuple[K, int]] = []
     while len(q):
         key, priority = await q.get_with_priority()
         q.done(key)
@@ -183,3 +188,25 @@ async def test_depth_counts_keys_of_every_priority_once() -> None:
     await q.get()
     await q.get()
     assert depths[-1] == 0
+
+
+async def test_a_listed_object_being_deleted_goes_before_the_settled_backlog() -> None:
+    q: WorkQueue[ObjectKey] = WorkQueue()
+    handler = EnqueueHandler(q)
+    settled = [{"metadata": {"namespace": "ns", "name": f"m{i}"}} for i in range(3)]
+    deleting = {
+        "metadata": {
+            "namespace": "ns",
+            "name": "leaving",
+            "deletionTimestamp": "2026-11-26T08:00:00Z",
+        }
+    }
+    for obj in [*settled, deleting]:
+        handler.on_add(obj, initial=True)
+    order = [(key.name, priority) for key, priority in await drain(q)]
+    assert order == [
+        ("leaving", NORMAL_PRIORITY),
+        ("m0", LOW_PRIORITY),
+        ("m1", LOW_PRIORITY),
+        ("m2", LOW_PRIORITY),
+    ]

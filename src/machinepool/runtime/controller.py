@@ -32,6 +32,10 @@ Priorities, as controller-runtime's priority queue: a key queued only because it
 listed (the initial sync when the controller starts, an informer's first list, the replay of
 an informer's contents to a new watch) waits at ``LOW_PRIORITY``; a change seen since (a watch
 add, update or delete, through any mapper) at ``NORMAL_PRIORITY``, so it is reconciled first.
+One difference: a listed object that is being deleted queues at ``NORMAL_PRIORITY`` too. Its
+deletion is work a restart interrupted (a drain, a finalizer to release), and behind a
+backlog of thousands of settled objects it would wait out every restart of a controller
+restarted more often than the backlog takes.
 A key keeps the priority it was handed out with for its retry or ``requeue_after``.
 """
 
@@ -153,8 +157,8 @@ class EnqueueHandler:
     another controller's status fields), and each would cost a reconcile that finds nothing
     to do. Adds and deletes always pass.
 
-    An initial add (the object was merely listed) queues its keys at ``LOW_PRIORITY``; every
-    other event at ``NORMAL_PRIORITY``.
+    An initial add (the object was merely listed) queues its keys at ``LOW_PRIORITY``, unless
+    the object is being deleted; every other event at ``NORMAL_PRIORITY``.
     """
 
     def __init__(
@@ -195,7 +199,10 @@ class EnqueueHandler:
         return self._own_writes is not None and self._own_writes.is_own(obj)
 
     def on_add(self, obj: Obj, initial: bool = False) -> None:
-        priority = LOW_PRIORITY if initial else NORMAL_PRIORITY
+        # A listed object being deleted is work in flight (a drain, a finalizer to release),
+        # not a settled object to look over: it goes before the backlog.
+        being_deleted = "deletionTimestamp" in (obj.get("metadata") or {})
+        priority = LOW_PRIORITY if initial and not being_deleted else NORMAL_PRIORITY
         self._enqueue(obj, self._echo(obj), priority=priority)
 
     def on_update(self, old: Obj, new: Obj) -> None:
