@@ -48,4 +48,5 @@ async def delete_pool(scope: PoolScope) -> Result:
     meta = scope.pool.metadata
     meta.finalizers = [f for f in meta.finalizers or [] if f != env.provider.pool_finalizer]
     env.shortages.forget(scope.key)
+    env.expectations.forget(scope.key)
     return Result()

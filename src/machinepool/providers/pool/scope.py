@@ -18,6 +18,7 @@ from machinepool.api.views import (
     SimMachineView,
 )
 from machinepool.providers.pool.capacity import ZoneShortages
+from machinepool.providers.pool.expectations import Expectations
 from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.strategy import RollingUpdate
@@ -42,6 +43,8 @@ class EngineEnv:
     clusters: Informer
     shortages: ZoneShortages = field(default_factory=ZoneShortages)
     """Failure domains that refused a create for lack of capacity, per pool."""
+    expectations: Expectations = field(default_factory=Expectations)
+    """Per pool, what its last step wrote that the caches have yet to show."""
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""The pool engine's memory of its last step, until its caches show it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from machinepool.api.views import MachineView
+from machinepool.providers.pool.expectations import Expectations
+from machinepool.runtime import ObjectKey
+
+POOL = ObjectKey("ns", "pool")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def machine(name: str, uid: str, deleting: bool = False) -> MachineView:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-26T08:00:00Z"
+    return MachineView({"metadata": meta, "spec": {}})
+
+
+def no_machine(name: str) -> MachineView | None:
+    return None
+
+
+def test_a_deleted_machine_is_expected_until_the_cache_shows_it_going() -> None:
+    expect = Expectations(clock=Clock())
+    expect.deleted(POOL, "m-1", "u1")
+    cache = {"m-1": machine("m-1", "u1")}
+    assert expect.unmet(POOL, machine=cache.get, instances=set()) == ["Machine m-1 to be deleted"]
+    cache["m-1"] = machine("m-1", "u1", deleting=True)
+    assert expect.unmet(POOL, machine=cache.get, instances=set()) == []
+    assert len(expect) == 0
+
+
+def test_a_machine_gone_or_replaced_under_its_name_meets_the_expectation() -> None:
+    expect = Expectations(clock=Clock())
+    expect.deleted(POOL, "gone", "u1")
+    expect.deleted(POOL, "again", "u2")
+    cache = {"again": machine("again", "u3")}
+    assert expect.unmet(POOL, machine=cache.get, instances=set()) == []
+
+
+def test_a_created_instance_is_expected_until_listed() -> None:
+    expect = Expectations(clock=Clock())
+    expect.created(POOL, ["i-2", "i-3"])
+    assert expect.unmet(POOL, machine=no_machine, instances={"i-1", "i-2"}) == [
+        "instance i-3 to be listed"
+    ]
+    assert expect.unmet(POOL, machine=no_machine, instances={"i-3"}) == []
+
+
+def test_a_step_the_caches_never_show_is_given_up_after_the_ttl() -> None:
+    clock = Clock()
+    expect = Expectations(ttl=60, clock=clock)
+    expect.created(POOL, ["i-9"])
+    clock.now = 59.0
+    assert expect.unmet(POOL, machine=no_machine, instances=set()) != []
+    clock.now = 60.0
+    assert expect.unmet(POOL, machine=no_machine, instances=set()) == []
+    assert len(expect) == 0
+
+
+def test_pools_are_kept_apart_and_forgotten() -> None:
+    expect = Expectations(clock=Clock())
+    other = ObjectKey("ns", "other")
+    expect.created(POOL, ["i-1"])
+    assert expect.unmet(other, machine=no_machine, instances=set()) == []
+    expect.forget(POOL)
+    assert expect.unmet(POOL, machine=no_machine, instances=set()) == []
