@@ -13,8 +13,8 @@ EXPECTED = {
     # contract resolution of referenced kinds
     "ContractResolver", "contract_resource",
     # errors
-    "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-    "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
+    "ApiError", "BadRequest", "Unauthorized", "Forbidden", "NamespaceTerminating", "NotFound",
+    "Conflict", "AlreadyExists", "Gone", "Invalid", "TooManyRequests", "ServerError",
     "ExpectedError", "is_expected", "describe_error",
     # keys, queue
     "ObjectKey", "WorkQueue", "ExponentialBackoff", "RateLimiter", "QueueShutDown",

@@ -22,6 +22,7 @@ from machinepool.providers.pool.machines import (
 )
 from machinepool.providers.pool.observe import (
     PROVIDER_ID_INDEX,
+    await_own_writes,
     ensure_member_indexes,
     ensure_provider_id_index,
     list_instances,
@@ -61,6 +62,7 @@ __all__ = ["PoolEngine", "start_engine"]
 PHASES: tuple[Phase[PoolScope], ...] = (
     load_owner,
     list_instances,
+    await_own_writes,
     read_nodes,
     decide,
     act,
@@ -106,6 +108,9 @@ class PoolEngine:
             await patch_on_exit(patcher, pool)
             return None
         outcome = await run_phases(scope, PHASES, chain=True)
+        if scope.behind and not outcome.errors:
+            # Nothing was planned or learnt: a report now would only rewrite the last one.
+            return outcome.settle(self._text(key))
         for exc in outcome.errors:
             if not isinstance(exc, CloudError):
                 scope.block("ReconcileError", describe_error(exc))

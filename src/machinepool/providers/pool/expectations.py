@@ -1,18 +1,22 @@
-"""What the engine's last step wrote that its caches may not show yet.
+"""What the engine wrote that its caches may not show yet.
 
-A plan is only as good as its view. The engine deletes Machines and creates instances, then
-plans again a moment later from informers; an informer that has not yet seen those writes
-(its watch is behind, or it is re-listing after a 410 through an API server answering 429s)
-shows the deleted Machine as still serving and the new instance as missing. Planned from that
-view, the next step finds one instance too many and deletes a young, not-yet-Ready one as
-surplus, then replaces it, and so on: a rollout that should never scale down churns.
+A pool's view joins three informers (instance records, infra machines, Machines) that may
+each be behind, by a slow watch or by a re-list after a 410 through an API server answering
+429s. Two such views go wrong:
+
+- the engine deleted a Machine or created an instance, and plans again from a cache that
+  shows neither: one instance too many, and a young, not-yet-Ready one is deleted as surplus;
+- the infra machine controller terminated an instance and its infra machine and Machine went,
+  while the records cache still lists the instance as running: an instance with neither, which
+  the engine would take for a new one, giving it a new infra machine (and the core a new
+  Machine) and counting it towards replicas.
 
 So, as Kubernetes' ReplicaSet controller keeps "expectations" and Cluster API's MachineSet
-waits for its cache to show the Machines it created or deleted, the engine remembers what its
-last step did to each pool and does not plan that pool again until the caches show it all, or
-``ttl`` seconds have passed (a cache that far behind is a fault of its own; the step is not
-held forever). Satisfied means: a deleted Machine is gone from the cache, replaced by another
-of its name, or shows its deletionTimestamp; a created instance is listed.
+waits for its cache to show the Machines it created or deleted, the engine remembers per pool
+what it did and reconciles that pool only once the caches show it all, or ``ttl`` seconds have
+passed (a cache that far behind is a fault of its own; nothing is held forever). Shown means:
+a deleted Machine is gone from the cache, replaced by another of its name, or has its
+deletionTimestamp; a created instance is listed; a terminated one is not listed as live.
 
 The memory lives in the engine's process: after a restart the informers start from a fresh
 list, which shows every write made before it.
@@ -21,7 +25,7 @@ list, which shows every write made before it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from machinepool.api.views import MachineView
@@ -30,7 +34,7 @@ from machinepool.runtime import ObjectKey
 __all__ = ["EXPECTATION_TTL_SECONDS", "Expectations"]
 
 EXPECTATION_TTL_SECONDS = 60.0
-"""How long a pool waits for its caches to show its last step before planning regardless."""
+"""How long a pool waits for its caches to show what was written before going on regardless."""
 
 
 @dataclass
@@ -39,6 +43,8 @@ class _Step:
     """Machine name -> uid of the Machine deleted."""
     created: set[str] = field(default_factory=set)
     """Instance ids created."""
+    terminated: set[str] = field(default_factory=set)
+    """Instance ids terminated."""
     until: float = 0.0
 
 
@@ -49,9 +55,9 @@ class Expectations:
     >>> expect = Expectations(ttl=60, clock=clock)
     >>> pool = ObjectKey("ns", "pool")
     >>> expect.created(pool, ["i-1"])
-    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0"})
+    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0": True})
     ['instance i-1 to be listed']
-    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0", "i-1"})
+    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0": True, "i-1": True})
     []
     """
 
@@ -76,16 +82,21 @@ class Expectations:
         """The engine just created ``instance_ids`` for ``pool``."""
         self._step(pool).created.update(instance_ids)
 
+    def terminated(self, pool: ObjectKey, instance_id: str) -> None:
+        """The infra machine controller just terminated ``instance_id`` of ``pool``."""
+        self._step(pool).terminated.add(instance_id)
+
     def unmet(
         self,
         pool: ObjectKey,
         *,
         machine: Callable[[str], MachineView | None],
-        instances: set[str],
+        instances: Mapping[str, bool],
     ) -> list[str]:
-        """What of ``pool``'s last step the caches do not show yet, said for a condition:
-        ``machine(name)`` is the Machine cache's copy, ``instances`` the listed instance ids.
-        Forgets what they show, and the whole step once its time is up."""
+        """What of ``pool``'s writes the caches do not show yet, said for a log line:
+        ``machine(name)`` is the Machine cache's copy, ``instances`` maps each listed
+        instance id to whether it is live (not terminated). Forgets what they show, and
+        everything once its time is up."""
         step = self._steps.get(pool)
         if step is None:
             return []
@@ -96,13 +107,16 @@ class Expectations:
             seen = machine(name)
             if seen is None or seen.metadata.uid != uid or seen.deleting:
                 del step.deleted[name]
-        step.created -= instances
-        if not step.deleted and not step.created:
+        step.created -= instances.keys()
+        step.terminated = {i for i in step.terminated if instances.get(i, False)}
+        if not step.deleted and not step.created and not step.terminated:
             del self._steps[pool]
             return []
-        return [f"Machine {name} to be deleted" for name in sorted(step.deleted)] + [
-            f"instance {iid} to be listed" for iid in sorted(step.created)
-        ]
+        return (
+            [f"Machine {name} to be deleted" for name in sorted(step.deleted)]
+            + [f"instance {iid} to be listed" for iid in sorted(step.created)]
+            + [f"instance {iid} to be listed as terminated" for iid in sorted(step.terminated)]
+        )
 
     def forget(self, pool: ObjectKey) -> None:
         """``pool`` is gone."""

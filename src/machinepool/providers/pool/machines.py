@@ -203,6 +203,7 @@ class InfraMachineReconciler:
         if pool is not None and not deleted_for_move(obj):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
+            env.expectations.terminated(ObjectKey.of(pool), instance_id)
         finalizers.remove(env.provider.machine_finalizer)
         patch = [
             {

@@ -10,6 +10,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachineView
 from machinepool.providers.pool.scope import PoolScope
+from machinepool.providers.pool.types import InstanceState
 from machinepool.runtime import (
     NODES,
     ClusterNotConnected,
@@ -25,6 +26,7 @@ __all__ = [
     "INFRA_REF_INDEX",
     "POOL_MEMBER_INDEX",
     "PROVIDER_ID_INDEX",
+    "await_own_writes",
     "ensure_member_indexes",
     "infra_ref_key",
     "list_instances",
@@ -44,6 +46,7 @@ INFRA_REF_INDEX = "pool-engine.infrastructureRef"
 """Machines by ``namespace/kind/name`` of their spec.infrastructureRef."""
 MACHINE_POOL_INDEX = "pool-engine.machinePool"
 """Machines by ``namespace/name`` of the MachinePool that controls them."""
+_CACHE_REQUEUE = 1.0
 
 
 async def load_owner(scope: PoolScope) -> Result:
@@ -100,6 +103,27 @@ async def list_instances(scope: PoolScope) -> Result:
             if points_at.kind == infra_kind and points_at.name not in scope.infra_machines:
                 scope.unbacked_machines.append(member)
     return Result()
+
+
+async def await_own_writes(scope: PoolScope) -> Result:
+    """Stop here while the caches do not yet show what this engine wrote for the pool
+    (``expectations``): a plan, or an infra machine made for a listed instance, is only as
+    good as the view it is made from. The events that show the writes queue the pool; the
+    requeue is for a watch that loses them."""
+    env = scope.env
+
+    def machine(name: str) -> MachineView | None:
+        obj = env.machines.get(name, scope.namespace)
+        return MachineView(obj) if obj is not None else None
+
+    listed = {i.id: i.state is not InstanceState.TERMINATED for i in scope.instances}
+    unmet = env.expectations.unmet(scope.key, machine=machine, instances=listed)
+    if not unmet:
+        return Result()
+    more = f" and {len(unmet) - 3} more" if len(unmet) > 3 else ""
+    scope.behind = ", ".join(unmet[:3]) + more
+    scope.halt = True
+    return Result(requeue_after=_CACHE_REQUEUE)
 
 
 def pool_members(infra_machines: Informer, pool: ObjectKey) -> list[Obj]:

@@ -12,8 +12,8 @@ import base64
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
-from machinepool.api.views import MachinePoolView, MachineView
-from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
+from machinepool.api.views import MachinePoolView
+from machinepool.providers.pool.plan import Member, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
@@ -22,8 +22,6 @@ from machinepool.runtime import SECRETS, NotFound, Result, gather_bounded
 __all__ = ["act", "decide"]
 
 _BOOTING_REQUEUE = 2.0
-_CACHE_REQUEUE = 1.0
-"""The events that show a step re-queue the pool; this is for a watch that drops them."""
 
 
 async def decide(scope: PoolScope) -> Result:
@@ -143,14 +141,9 @@ def _full_domains(scope: PoolScope, members: list[Member]) -> frozenset[str]:
 
 
 async def act(scope: PoolScope) -> Result:
-    """Plan one step and carry it out (nothing when ``decide`` found the input invalid, nor
-    while the caches do not yet show the last step: ``expectations``)."""
+    """Plan one step and carry it out (nothing when ``decide`` found the input invalid)."""
     if scope.strategy is None or scope.backend is None:
         return Result()
-    unseen = _last_step_unseen(scope)
-    if unseen:
-        scope.plan = Plan(waiting=[f"waiting for the caches to show the last step: {unseen}"])
-        return Result(requeue_after=_CACHE_REQUEUE)
     members = _members(scope)
     surge, unavailable = scope.strategy.resolve(scope.replicas)
     step = plan(
@@ -181,20 +174,6 @@ async def act(scope: PoolScope) -> Result:
         await _create_instances(scope, step.create)
     booting = any(m.state is InstanceState.PENDING for m in members)
     return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
-
-
-def _last_step_unseen(scope: PoolScope) -> str:
-    env = scope.env
-
-    def machine(name: str) -> MachineView | None:
-        obj = env.machines.get(name, scope.namespace)
-        return MachineView(obj) if obj is not None else None
-
-    unmet = env.expectations.unmet(
-        scope.key, machine=machine, instances={i.id for i in scope.instances}
-    )
-    more = f" and {len(unmet) - 3} more" if len(unmet) > 3 else ""
-    return ", ".join(unmet[:3]) + more
 
 
 def _why_delete(scope: PoolScope, victim: Member | None) -> str:
