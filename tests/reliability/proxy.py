@@ -5,7 +5,10 @@ Each controller replica in the leader-election tests talks to the apiserver thro
 proxy records every request it forwards (when it started and ended, verb, path, status), so
 the test can prove that two replicas never wrote at the same time without trusting the
 replicas' own logs; and it can cut its replica off (``partition``), breaking open watches and
-answering 503, as a network partition between one replica and the apiserver would.
+answering 503, as a network partition between one replica and the apiserver would. With
+``watch_delays`` it serves the watches of chosen paths late (every event, in order, that many
+seconds after the apiserver sent it), as a loaded apiserver, or an informer re-listing
+through 429s, leaves one kind's cache behind the others.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class AuditProxy:
     log: list[Request]
     incarnation: int = 0
     partitioned: bool = False
+    watch_delays: dict[str, float] = field(default_factory=dict)
+    """Seconds by which a watch whose path contains the key is served late."""
     port: int = 0
     _runner: web.AppRunner | None = None
     _session: aiohttp.ClientSession | None = None
@@ -134,8 +139,7 @@ class AuditProxy:
                 await response.prepare(request)
                 # The replica may be killed mid-stream: its side of a watch just goes away.
                 with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
+                    await _relay(upstream.content, response, self._delay(request))
                     await response.write_eof()
                 return response
         finally:
@@ -154,6 +158,40 @@ class AuditProxy:
                         body if request.method in WRITE_VERBS else b"",
                     )
                 )
+
+    def _delay(self, request: web.Request) -> float:
+        if request.query.get("watch") not in ("1", "true"):
+            return 0.0
+        return max((d for part, d in self.watch_delays.items() if part in request.path), default=0)
+
+
+async def _relay(content: aiohttp.StreamReader, response: web.StreamResponse, delay: float) -> None:
+    """Copy the upstream body to the replica, each chunk ``delay`` seconds after it came."""
+    if not delay:
+        async for chunk in content.iter_any():
+            await response.write(chunk)
+        return
+    due: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+    async def read() -> None:
+        try:
+            async for chunk in content.iter_any():
+                due.put_nowait((time.monotonic() + delay, chunk))
+        finally:  # the end of the stream, or its breaking, is passed on late too
+            due.put_nowait((time.monotonic() + delay, b""))
+
+    reader = asyncio.create_task(read())
+    try:
+        while True:
+            at, chunk = await due.get()
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            if not chunk:
+                break
+            await response.write(chunk)
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
 
 
 def overlapping_writers(log: list[Request]) -> list[str]:

@@ -301,6 +301,13 @@ def demo(
     replicas: Annotated[int, typer.Option(help="Initial pool size.")] = 3,
     scale_to: Annotated[int, typer.Option(help="Size after scaling.")] = 5,
     timeout: Annotated[float, typer.Option(help="Seconds each step may take.")] = 300.0,
+    realistic: Annotated[
+        bool,
+        typer.Option(
+            help="Instances boot in 20-60 s, as a cloud's VMs do, instead of 1-3 s; the"
+            " steps take minutes."
+        ),
+    ] = False,
 ) -> None:
     """From nothing: bring everything up, create a pool, scale it, roll it to a new version."""
     from machinepool.cli.demo import run_demo
@@ -310,7 +317,16 @@ def demo(
     _print_state(state)
     target = Target(Path(state.kubeconfig), None, local.CLUSTER_NAMESPACE)
     try:
-        _run(run_demo(target, console, replicas=replicas, scale_to=scale_to, timeout=timeout))
+        _run(
+            run_demo(
+                target,
+                console,
+                replicas=replicas,
+                scale_to=scale_to,
+                timeout=timeout,
+                realistic=realistic,
+            )
+        )
     finally:
         if teardown:
             local.down(home)

@@ -4,6 +4,10 @@ Runs against the local environment (``machinepool up``): the Cluster ``demo`` wh
 cluster is local, the kubeadm bootstrap provider and the Sim provider. Every step waits until
 the pool has converged, showing desired / ready / up-to-date counts, instances by version,
 the phase and any condition that is not as it should be, with its reason.
+
+Instances boot as a cloud's do, each after its own delay: 1-3 s by default, so the demo is
+quick, and 20-60 s with ``--realistic``, about what a VM from a cloud image takes to run
+kubelet, so the rollout is seen going one surge at a time.
 """
 
 from __future__ import annotations
@@ -29,10 +33,15 @@ CLUSTER = "demo"
 FROM_VERSION = "v1.33.4"
 TO_VERSION = "v1.34.4"
 _MANAGER = "machinepool-demo"
+QUICK_BOOT: Obj = {"bootDelaySeconds": 1, "bootDelaySpreadSeconds": 2}
+REALISTIC_BOOT: Obj = {"bootDelaySeconds": 20, "bootDelaySpreadSeconds": 40}
 
 
-def example_objects(namespace: str, replicas: int, version: str) -> list[tuple[Resource, Obj]]:
-    """The three objects of a pool: bootstrap config, Sim infra pool, MachinePool."""
+def example_objects(
+    namespace: str, replicas: int, version: str, *, boot: Obj = QUICK_BOOT
+) -> list[tuple[Resource, Obj]]:
+    """The three objects of a pool: bootstrap config, Sim infra pool (whose instances boot
+    as ``boot``, the Sim settings' boot delay and spread, says), MachinePool."""
     meta = {"name": POOL, "namespace": namespace}
     kubeadm: Obj = {
         "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2",
@@ -61,7 +70,7 @@ def example_objects(namespace: str, replicas: int, version: str) -> list[tuple[R
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0, "deletePolicy": "Oldest"},
             },
-            "sim": {"bootDelaySeconds": 1},
+            "sim": dict(boot),
         },
     }
     pool: Obj = {
@@ -121,11 +130,18 @@ async def _step(client: Client, console: Console, namespace: str, step: str, tim
 
 
 async def run_demo(
-    target: Target, console: Console, *, replicas: int, scale_to: int, timeout: float
+    target: Target,
+    console: Console,
+    *,
+    replicas: int,
+    scale_to: int,
+    timeout: float,
+    realistic: bool = False,
 ) -> None:
     ns = target.namespace
+    boot = REALISTIC_BOOT if realistic else QUICK_BOOT
     async with connect(target) as client:
-        for res, obj in example_objects(ns, replicas, FROM_VERSION):
+        for res, obj in example_objects(ns, replicas, FROM_VERSION, boot=boot):
             await client.apply(res, obj, field_manager=_MANAGER)
         await _step(client, console, ns, f"1. create {POOL}: {replicas} x {FROM_VERSION}", timeout)
         await client.set_scale(MACHINE_POOLS, POOL, ns, scale_to)

@@ -55,7 +55,7 @@ from machinepool.runtime.errors import (
     is_expected,
     only_namespace_terminating,
 )
-from machinepool.runtime.informer import Informer, controller_owner
+from machinepool.runtime.informer import Informer, controller_owner, shuffled
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
@@ -314,11 +314,12 @@ class Controller:
 
         On entry every object the watched informers hold is queued (the initial sync, as
         after gaining leadership), so nothing that changed while stopped is missed; at low
-        priority, so changes seen from now on go first.
+        priority, so changes seen from now on go first; in random order, so a controller
+        restarted before it gets through them does not serve the same ones first each time.
         """
-        for informer, handler in self._watched:
-            for obj in informer.list():
-                handler.on_add(obj, initial=True)
+        listed = [(h, obj) for informer, h in self._watched for obj in informer.list()]
+        for handler, obj in shuffled(listed):
+            handler.on_add(obj, initial=True)
         self._running.set()
         self.log.info("starting workers", concurrency=self.concurrency)
         try:

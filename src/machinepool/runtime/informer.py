@@ -16,6 +16,11 @@ from a change seen since, as client-go's ``OnAdd(obj, isInInitialList)``; a cont
 queues the first kind at low priority. A re-list after 410 reports only what differs from
 the store, changes missed while the watch was down, so its adds are not initial ones.
 
+Initial adds come in random order, not the API server's (which sorts by name). A controller
+restarted more often than it gets through its backlog would otherwise serve the same objects
+first every time and the last ones never: in the full-size faults run, pools p2-p9 of p0-p19
+rolled a tenth as fast as the rest.
+
 ``InformerCache`` hands out one shared informer per (resource, namespace, selector) and starts
 it on first use, so a controller can watch a kind it only learns at runtime (a bootstrap config
 kind named by a ref). The ``Manager`` owns one for the management cluster; ``ClusterCache``
@@ -34,7 +39,7 @@ import contextlib
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from machinepool.runtime.client import Client, Obj, Resource
 from machinepool.runtime.errors import Gone
@@ -46,6 +51,16 @@ Transform = Callable[[Obj], Obj]
 
 IndexFunc = Callable[[Obj], Iterable[str]]
 """The index values of an object, e.g. ``[spec.providerID]``; empty for none."""
+
+
+_T = TypeVar("_T")
+
+
+def shuffled(items: Iterable[_T]) -> list[_T]:
+    """``items`` in random order: how initial adds are handed out (see the module docstring)."""
+    out = list(items)
+    random.shuffle(out)
+    return out
 
 
 class EventHandler(Protocol):
@@ -296,7 +311,7 @@ class Informer:
         if callable(watching):
             watching(self.resource)
         self._handlers.append(handler)
-        for obj in list(self._store.values()):
+        for obj in shuffled(self._store.values()):
             self._call(handler.on_add, obj, initial=True)
 
     def remove_handler(self, handler: EventHandler) -> None:
@@ -370,7 +385,7 @@ class Informer:
         mine = [k for k in self._store if namespace is None or k.namespace == namespace]
         for key in [k for k in mine if k not in fresh]:
             self._delete(key, self._store[key])
-        for key, obj in fresh.items():
+        for key, obj in shuffled(fresh.items()) if initial else fresh.items():
             self._upsert(key, obj, initial)
         self._versions[namespace] = listed.resource_version
         self._unsynced.discard(namespace)

@@ -49,7 +49,8 @@ class _Step:
 
 
 class Expectations:
-    """Per pool, the Machine deletions and instance creations its caches have yet to show.
+    """Per pool, the Machine deletions, instance creations and terminations its caches have
+    yet to show.
 
     >>> clock = iter([0.0, 1.0, 2.0]).__next__
     >>> expect = Expectations(ttl=60, clock=clock)
@@ -93,7 +94,7 @@ class Expectations:
         machine: Callable[[str], MachineView | None],
         instances: Mapping[str, bool],
     ) -> list[str]:
-        """What of ``pool``'s writes the caches do not show yet, said for a log line:
+        """What of ``pool``'s writes the caches do not show yet, in words:
         ``machine(name)`` is the Machine cache's copy, ``instances`` maps each listed
         instance id to whether it is live (not terminated). Forgets what they show, and
         everything once its time is up."""

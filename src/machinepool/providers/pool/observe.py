@@ -117,12 +117,9 @@ async def await_own_writes(scope: PoolScope) -> Result:
         return MachineView(obj) if obj is not None else None
 
     listed = {i.id: i.state is not InstanceState.TERMINATED for i in scope.instances}
-    unmet = env.expectations.unmet(scope.key, machine=machine, instances=listed)
-    if not unmet:
+    if not env.expectations.unmet(scope.key, machine=machine, instances=listed):
         return Result()
-    more = f" and {len(unmet) - 3} more" if len(unmet) > 3 else ""
-    scope.behind = ", ".join(unmet[:3]) + more
-    scope.halt = True
+    scope.behind = scope.halt = True
     return Result(requeue_after=_CACHE_REQUEUE)
 
 

@@ -44,7 +44,7 @@ class EngineEnv:
     shortages: ZoneShortages = field(default_factory=ZoneShortages)
     """Failure domains that refused a create for lack of capacity, per pool."""
     expectations: Expectations = field(default_factory=Expectations)
-    """Per pool, what its last step wrote that the caches have yet to show."""
+    """Per pool, what this engine wrote that the caches have yet to show."""
 
 
 @dataclass
@@ -71,9 +71,9 @@ class PoolScope:
     unbacked_machines: list[MachineView] = field(default_factory=list)
     """The MachinePool's Machines whose infra machine of this provider is not in the cache
     (observe.list_instances): new ones the cache has not caught up with, or orphans."""
-    behind: str = ""
-    """What the caches do not yet show of this engine's writes for the pool; the reconcile
-    stops before planning, writes nothing and comes back (observe.await_own_writes)."""
+    behind: bool = False
+    """The caches do not yet show this engine's writes for the pool: the reconcile stops
+    before planning, writes nothing and comes back (observe.await_own_writes)."""
     ready_ids: set[str] | None = None
     """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
     replicas: int = 0

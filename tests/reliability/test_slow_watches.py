@@ -1,0 +1,91 @@
+"""One cache behind the others: a rollout while the instance records are seen late.
+
+The pool engine joins three caches: the Sim cloud's instance records (Secrets), SimMachines
+and Machines. An informer re-listing after a 410 through an apiserver answering 429s, or a
+watch a loaded apiserver serves late, leaves one of them seconds behind. Here the proxy in
+front of the controller serves every Secret watch event ``RECORDS_LATE`` seconds late while
+Machines and SimMachines arrive at once, and a pool is rolled to a new version.
+
+Then a terminated instance is still listed as running after its SimMachine and Machine have
+gone: taken for a new instance, it would get a new SimMachine (and a new Machine), count
+towards replicas and make the engine delete a young instance as surplus. A user sees none of
+that: the rollout converges with nothing lost, only old-version Nodes are deleted, no Machine
+is deleted "to scale down" (the replicas never change), and no SimMachine comes back under the
+name of one that was deleted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.reliability.harness import Env, check_converged, judge_victims, roll
+from tests.reliability.proxy import AuditProxy
+from tests.support.builders import VERSION, create_pool
+
+from machinepool.controlplane import ControlPlane
+from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
+
+NEW_VERSION = "v1.34.1"
+REPLICAS = 6
+RECORDS_LATE = 4.0
+"""Seconds by which the controller sees instance record changes late; longer than the
+engine's 2 s re-check of a pool with instances booting, so it plans from the stale view."""
+
+
+async def test_a_rollout_with_the_instance_records_seen_late(
+    env: Env, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    world = env.world
+    deleted: set[str] = set()
+    returned: list[str] = []
+
+    def added(obj: Obj) -> None:
+        name = str(obj["metadata"]["name"])
+        if name in deleted:
+            returned.append(name)
+
+    world.informers["simmachines"].add_handler(
+        FuncHandler(added, None, lambda obj: deleted.add(str(obj["metadata"]["name"])))
+    )
+    proxy = AuditProxy(
+        "slow",
+        control_plane.url,
+        control_plane.management.pki.ssl_context(),
+        [],
+        watch_delays={"/secrets": RECORDS_LATE},
+    )
+    await proxy.start()
+    try:
+        controller = env.spawn(
+            "controller",
+            "core,bootstrap,sim",
+            kubeconfig=proxy.write_kubeconfig(tmp_path / "slow.kubeconfig"),
+        )
+        kubelet = env.spawn("kubelet", "kubelet")
+        await controller.wait_ready()
+        await kubelet.wait_ready()
+        sim = {"sim": {"bootDelaySeconds": 1}}
+        await create_pool(env.client, env.namespace, "slow", replicas=REPLICAS, sim_spec=sim)
+        await world.until(world.settled("slow", REPLICAS, VERSION), f"{REPLICAS} Ready")
+        deleted_before = len(world.deleted_nodes)
+        await roll(env.client, "slow", env.namespace, NEW_VERSION)
+        await world.until(
+            world.settled("slow", REPLICAS, NEW_VERSION),
+            f"{REPLICAS} Ready on {NEW_VERSION} with the records seen late",
+            timeout=600,
+        )
+    finally:
+        env.close()
+        await proxy.stop()
+
+    assert check_converged(world, "slow", REPLICAS, NEW_VERSION) == []
+    victims = world.deleted_nodes[deleted_before:]
+    assert judge_victims(victims, old_version=VERSION, max_deleted=REPLICAS) == []
+    events = await env.client.list(CORE_EVENTS, env.namespace)
+    scale_downs = [
+        str(e.get("message"))
+        for e in events.items
+        if e.get("reason") == "SuccessfulDelete" and "(scale down to" in str(e.get("message"))
+    ]
+    assert scale_downs == [], "a rollout deleted Machines as surplus"
+    assert returned == [], "SimMachines made again for instances already terminated"
