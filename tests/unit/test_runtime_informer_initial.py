@@ -65,6 +65,21 @@ class Recorder:
         self.calls.append(("deleted", obj["metadata"]["name"]))
 
 
+async def played(api: ScriptedApi) -> tuple[Informer, Recorder]:
+    """An informer over ``api`` with a ``Recorder`` subscribed before it starts, run until
+    the script is played out, then stopped."""
+    informer = Informer(cast(Client, api), CONFIGMAPS, "ns")
+    handler = Recorder()
+    informer.add_handler(handler)
+    await informer.start()
+    try:
+        async with asyncio.timeout(10):
+            await api.idle.wait()
+    finally:
+        await informer.stop()
+    return informer, handler
+
+
 async def test_only_the_first_list_and_a_replay_are_initial() -> None:
     api = ScriptedApi(
         lists=[
@@ -73,15 +88,7 @@ async def test_only_the_first_list_and_a_replay_are_initial() -> None:
         ],
         watches=[[WatchEvent("ADDED", cm("c", "2")), Gone(410, "Expired", "too old")]],
     )
-    informer = Informer(cast(Client, api), CONFIGMAPS, "ns")
-    early = Recorder()
-    informer.add_handler(early)
-    await informer.start()
-    try:
-        async with asyncio.timeout(10):
-            await api.idle.wait()
-    finally:
-        await informer.stop()
+    informer, early = await played(api)
     assert sorted(early.calls[:2]) == [("listed", "a"), ("listed", "b")]  # in random order
     assert early.calls[2:] == [
         ("added", "c"),
@@ -95,16 +102,7 @@ async def test_only_the_first_list_and_a_replay_are_initial() -> None:
 
 
 async def _first_listed(names: list[str]) -> str:
-    api = ScriptedApi(lists=[[cm(n, "1") for n in names]], watches=[])
-    informer = Informer(cast(Client, api), CONFIGMAPS, "ns")
-    handler = Recorder()
-    informer.add_handler(handler)
-    await informer.start()
-    try:
-        async with asyncio.timeout(10):
-            await api.idle.wait()
-    finally:
-        await informer.stop()
+    _, handler = await played(ScriptedApi(lists=[[cm(n, "1") for n in names]], watches=[]))
     assert sorted(name for _, name in handler.calls) == sorted(names)
     return handler.calls[0][1]
 
