@@ -21,6 +21,7 @@ containers are gone. The Node may only go once all three are gone.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import pytest
 from tests.e2e.conftest import System
@@ -255,8 +256,14 @@ class EndJournal:
 
     def on_pod(self, pod: Obj) -> None:
         name = pod["metadata"]["name"]
-        if pod["metadata"].get("deletionTimestamp"):
-            self.asked.setdefault(name, time.monotonic())
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") and name not in self.asked:
+            # When the API server was asked, by its own stamp (deletionTimestamp is the request
+            # time plus the grace period, to the second), not when the watch brought it here:
+            # a late event would shorten the Pod's measured life.
+            deadline = datetime.fromisoformat(str(meta["deletionTimestamp"]).replace("Z", "+00:00"))
+            grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+            self.asked[name] = min(time.time(), deadline.timestamp() - grace)
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             ended = (status.get("state") or {}).get("terminated")
             if ended:
@@ -264,10 +271,11 @@ class EndJournal:
 
     def on_pod_deleted(self, pod: Obj) -> None:
         self.on_pod(pod)
-        self.gone.setdefault(pod["metadata"]["name"], time.monotonic())
+        self.gone.setdefault(pod["metadata"]["name"], time.time())
 
     def lived(self, name: str) -> float:
-        """Seconds from the stop asked to the object gone, as the watch saw them."""
+        """Seconds from the stop asked (the server's stamp) to the object gone (as the watch
+        saw it): never less than the Pod's real life."""
         return self.gone[name] - self.asked[name]
 
     def on_node_deleted(self, node: Obj) -> None:
