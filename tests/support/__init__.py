@@ -1,7 +1,8 @@
 """Helpers shared by every test tier (import as ``tests.support``): waiting without fixed
-sleeps (``waiting``, re-exported here), the Resources tests touch (``resources``), object
-builders (``builders``), the leaked-task check behind ``tests/conftest.py`` (``tasks``) and
-upstream's core manager (``upstream``), each imported by its module path."""
+sleeps (``waiting``, re-exported here), a hand-set clock (``clock``), the Resources tests
+touch (``resources``), object builders (``builders``), the leaked-task check behind
+``tests/conftest.py`` (``tasks``) and upstream's core manager (``upstream``), each imported
+by its module path."""
 
 from tests.support.waiting import (
     GENEROUS,

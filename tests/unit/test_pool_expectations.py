@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.clock import ManualClock
+
 from machinepool.api.views import MachineView
 from machinepool.providers.pool.expectations import Expectations
 from machinepool.runtime import ObjectKey
 
 POOL = ObjectKey("ns", "pool")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def machine(name: str, uid: str, deleting: bool = False) -> MachineView:
@@ -31,7 +25,7 @@ def no_machine(name: str) -> MachineView | None:
 
 
 def test_a_deleted_machine_is_expected_until_the_cache_shows_it_going() -> None:
-    expect = Expectations(clock=Clock())
+    expect = Expectations(clock=ManualClock())
     expect.deleted(POOL, "m-1", "u1")
     cache = {"m-1": machine("m-1", "u1")}
     assert expect.unmet(POOL, machine=cache.get, instances={}) == ["Machine m-1 to be deleted"]
@@ -41,7 +35,7 @@ def test_a_deleted_machine_is_expected_until_the_cache_shows_it_going() -> None:
 
 
 def test_a_machine_gone_or_replaced_under_its_name_meets_the_expectation() -> None:
-    expect = Expectations(clock=Clock())
+    expect = Expectations(clock=ManualClock())
     expect.deleted(POOL, "gone", "u1")
     expect.deleted(POOL, "again", "u2")
     cache = {"again": machine("again", "u3")}
@@ -49,7 +43,7 @@ def test_a_machine_gone_or_replaced_under_its_name_meets_the_expectation() -> No
 
 
 def test_a_created_instance_is_expected_until_listed() -> None:
-    expect = Expectations(clock=Clock())
+    expect = Expectations(clock=ManualClock())
     expect.created(POOL, ["i-2", "i-3"])
     assert expect.unmet(POOL, machine=no_machine, instances={"i-1": True, "i-2": True}) == [
         "instance i-3 to be listed"
@@ -58,7 +52,7 @@ def test_a_created_instance_is_expected_until_listed() -> None:
 
 
 def test_a_step_the_caches_never_show_is_given_up_after_the_ttl() -> None:
-    clock = Clock()
+    clock = ManualClock()
     expect = Expectations(ttl=60, clock=clock)
     expect.created(POOL, ["i-9"])
     clock.now = 59.0
@@ -69,7 +63,7 @@ def test_a_step_the_caches_never_show_is_given_up_after_the_ttl() -> None:
 
 
 def test_pools_are_kept_apart_and_forgotten() -> None:
-    expect = Expectations(clock=Clock())
+    expect = Expectations(clock=ManualClock())
     other = ObjectKey("ns", "other")
     expect.created(POOL, ["i-1"])
     assert expect.unmet(other, machine=no_machine, instances={}) == []
@@ -78,7 +72,7 @@ def test_pools_are_kept_apart_and_forgotten() -> None:
 
 
 def test_a_terminated_instance_is_expected_until_unlisted_or_listed_as_terminated() -> None:
-    expect = Expectations(clock=Clock())
+    expect = Expectations(clock=ManualClock())
     expect.terminated(POOL, "i-1")
     expect.terminated(POOL, "i-2")
     listed = {"i-1": True, "i-2": True}

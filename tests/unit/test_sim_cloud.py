@@ -10,6 +10,7 @@ import typing
 from datetime import UTC, datetime
 
 import pytest
+from tests.support.clock import ManualClock
 from tests.unit.test_sim_records import record
 
 from machinepool.api.infra_sim import DEFAULT_SIM_INSTANCE_TYPE, SIM_INSTANCE_TYPES, SimInstanceType
@@ -24,16 +25,8 @@ POOL = ObjectKey("ns", "pool")
 OTHER = ObjectKey("ns", "other")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_short_zone_is_skipped_until_its_time_is_up_then_forgotten() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     shortages = ZoneShortages(retry_after=120, clock=clock)
     shortages.record(POOL, "zone-a")
     clock.now += 60
@@ -120,7 +113,7 @@ def test_an_instance_fate_follows_the_pool_settings() -> None:
 
 
 def test_the_cloud_throttles_an_account_beyond_its_rate_after_a_burst() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     limits = RequestLimits(clock=clock)
     throttled = Faults(request_rate=2, request_burst=3)
     assert [limits.admit("ns", throttled) for _ in range(4)] == [True, True, True, False]
