@@ -97,6 +97,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_LEFT_OUT] = notes
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker, hand the notes to the controller, which collected nothing."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["left_out"] = session.config.stash.get(_LEFT_OUT, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: keep each worker's notes once (every worker collects all)."""
+    notes = node.config.stash.setdefault(_LEFT_OUT, [])
+    for note in getattr(node, "workeroutput", {}).get("left_out", []):
+        if note not in notes:
+            notes.append(note)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for note in terminalreporter.config.stash.get(_LEFT_OUT, []):
         terminalreporter.write_line(note, yellow=True)

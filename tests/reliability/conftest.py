@@ -77,6 +77,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             scenario.outcome = report.outcome
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The report is one process's figures: a run split by pytest-xdist would lose some."""
+    if _report_path(config) is not None and (config.getoption("numprocesses", None) or 0):
+        raise pytest.UsageError(
+            "--reliability-report: the figures are kept by one process; run without -n"
+        )
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     path = _report_path(session.config)
     if path is None or not _FIGURES.scenarios:

@@ -120,8 +120,10 @@ async def infra_crd(client: Client, crds: list[str]) -> str:
     raise TimeoutError("test infrastructure CRD never became Established")
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="package", loop_scope="session")
 async def webhooks(client: Client, crds: list[str], infra_crd: str) -> AsyncIterator[WebhookServer]:
+    """Registered for this package's tests only: left on the session's apiserver, it would
+    default and refuse what later tests of other packages create (run in any order)."""
     server = await serve("127.0.0.1", 0, FeatureGates(), client=client)
     try:
         await register(client, server.url, server.ca_bundle)
