@@ -129,6 +129,32 @@ async def test_suffix_sharing_provider_ids_and_min_ready_seconds(env: Env) -> No
     assert "unavailableReplicas" not in mp_a["status"]["deprecated"]["v1beta1"]
 
 
+async def test_an_instance_replaced_in_place_retires_its_node(env: Env) -> None:
+    """The provider swaps one instance for another in one step (replicas, ready count and
+    nodeRefs' length all unchanged): the old instance's Node is deleted and nodeRefs name the
+    new one. A shortcut that trusts nodeRefs while their Nodes exist would keep the old Node."""
+    ids = ["test:///r/0", "test:///r/1"]
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("pool")
+    await env.infra_provider_ids("pool", ids)
+    await env.infra_status("pool", ready=True, replicas=2)
+    await env.node("r0", ids[0])
+    await env.node("r1", ids[1])
+    await env.node("r2", "test:///r/2")
+    await env.machine_pool("pool", replicas=2, bootstrap="boot")
+    await env.pool_until(
+        "pool",
+        lambda o: [r["name"] for r in o["status"].get("nodeRefs", [])] == ["r0", "r1"]
+        and o["status"]["deprecated"]["v1beta1"].get("readyReplicas") == 2,
+    )
+    await env.infra_provider_ids("pool", [ids[0], "test:///r/2"])
+    mp = await env.pool_until(
+        "pool", lambda o: [r["name"] for r in o["status"].get("nodeRefs", [])] == ["r0", "r2"]
+    )
+    assert mp["status"]["deprecated"]["v1beta1"]["readyReplicas"] == 2
+    assert await env.nodes.until("r1", lambda n: n is None) is None
+
+
 async def test_scale_to_and_from_zero(env: Env) -> None:
     await env.kubeadm_config("boot", ready=True)
     await env.infra_pool("pool", ready=True, replicas=0)
