@@ -6,6 +6,11 @@ MachinePool, Machine and MachineHealthCheck, kubeadm bootstrap, the sim provider
 simulator. Helpers
 create pools and wait for conditions by watching informers (no sleeps). CLI and benchmark
 tests reuse it.
+
+The workload cluster admits kubelets as a kubeadm cluster does (``NodeAuth``), and each
+simulated kubelet joins through TLS bootstrap: its bootstrap token buys a CSR, the CSR a
+certificate for ``system:node:<name>``, and with it the kubelet writes its own Node, Lease
+and Pods' status and nothing else. The admin client creates no Node in these tests.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from tests.support import Changes
 from tests.support.builders import VERSION, create_pool
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINES
 
-from machinepool.controlplane import WorkloadCluster
+from machinepool.controlplane import NodeAuth, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import (
     NODES,
@@ -149,12 +154,21 @@ def _node_ready(node: Obj) -> bool:
 
 
 @pytest.fixture
+def workload_node_auth() -> NodeAuth:
+    """Kubelets confined to their own Node, as in a kubeadm cluster (see the module's text)."""
+    return NodeAuth()
+
+
+@pytest.fixture
 def kubelet_options() -> KubeletOptions:
     """The node simulator's settings for ``system``; a test module overrides this fixture to
-    change them. A stopped kubelet's Node turns Unknown 5 s after its last heartbeat or Lease
-    renewal (kube-controller-manager's default is 50 s): health-check tests wait less,
-    nothing else is affected. Leases are renewed every 10 s, kubelet's default."""
-    return KubeletOptions(kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0)
+    change them (keeping ``kubelet_tls_bootstrap``). A stopped kubelet's Node turns Unknown
+    5 s after its last heartbeat or Lease renewal (kube-controller-manager's default is
+    50 s): health-check tests wait less, nothing else is affected. Leases are renewed every
+    10 s, kubelet's default."""
+    return KubeletOptions(
+        kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0, kubelet_tls_bootstrap=True
+    )
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -34,6 +34,7 @@ def kubelet_options() -> KubeletOptions:
         kubelet_heartbeat_seconds=20.0,
         node_monitor_grace_seconds=5.0,
         kubelet_lease_renew_seconds=1.0,
+        kubelet_tls_bootstrap=True,
     )
 
 

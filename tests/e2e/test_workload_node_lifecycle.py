@@ -47,6 +47,7 @@ def kubelet_options() -> KubeletOptions:
         kubelet_lease_renew_seconds=LEASE_RENEW_SECONDS,
         kubelet_lease_duration_seconds=int(GRACE_SECONDS),
         node_monitor_grace_seconds=3600.0,
+        kubelet_tls_bootstrap=True,
     )
 
 

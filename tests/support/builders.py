@@ -35,6 +35,10 @@ VERSION = "v1.34.0"
 
 _JOIN: Obj = {"joinConfiguration": {"nodeRegistration": {}}}
 _SMALL: Obj = {"template": {"instanceType": "sim.small"}}
+TEST_BOOT: Obj = {"bootDelaySeconds": 1, "bootDelaySpreadSeconds": 2}
+"""How a test's instances boot unless its spec says otherwise: 1-3 s each, each its own. The
+Sim cloud's default, a cloud's 20-60 s, is more than a suite of hundreds of pools can wait;
+a few seconds still make every wait on a booting instance real."""
 
 
 def _object(
@@ -58,8 +62,12 @@ def kubeadm_config(
 def sim_machine_pool(
     namespace: str, name: str, *, labels: Mapping[str, str] | None = None, spec: Obj | None = None
 ) -> Obj:
-    """A SimMachinePool of ``small`` instances (``spec`` replaces the whole spec)."""
-    spec = copy.deepcopy(_SMALL) if spec is None else spec
+    """A SimMachinePool of ``small`` instances (``spec`` replaces the whole spec), booting as
+    ``TEST_BOOT`` unless ``spec.sim`` sets a boot delay or spread."""
+    spec = copy.deepcopy(_SMALL if spec is None else spec)
+    sim = spec.setdefault("sim", {})
+    if "bootDelaySeconds" not in sim and "bootDelaySpreadSeconds" not in sim:
+        sim.update(TEST_BOOT)
     return _object(SIM_MACHINE_POOLS, namespace, name, labels, spec)
 
 

@@ -87,7 +87,8 @@ def test_a_repeated_create_asking_for_another_instance_is_refused(field: str, va
 
 def test_an_instance_fate_follows_the_pool_settings() -> None:
     """Boot delays spread over [delay, delay + spread]; failAfterBootRate instances break
-    within the window after booting; the defaults boot at once and never break."""
+    within the window after booting; by default an instance boots in 20-60 s, as a cloud's
+    do, and never breaks; ``bootDelaySeconds: 0`` alone boots at once."""
     rng = random.Random(7)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     settings = SimPoolSettings(
@@ -108,8 +109,13 @@ def test_an_instance_fate_follows_the_pool_settings() -> None:
     assert 150 < len(breaking) < 250
     assert all(0 <= s <= 30 for s in breaking)
     assert not any(will_fail for _, will_fail, _ in fates)
-    plain = SimPoolSettings(SimSettingsView({})).fate(now, rng)
-    assert plain == (now, False, None)
+    unset = [SimPoolSettings(SimSettingsView({})).fate(now, rng) for _ in range(200)]
+    unset_delays = [(boot - now).total_seconds() for boot, _, _ in unset]
+    assert 20 <= min(unset_delays) < 25
+    assert 55 < max(unset_delays) <= 60
+    assert not any(will_fail or fail for _, will_fail, fail in unset)
+    at_once = SimPoolSettings(SimSettingsView({"bootDelaySeconds": 0})).fate(now, rng)
+    assert at_once == (now, False, None)
 
 
 def test_the_cloud_throttles_an_account_beyond_its_rate_after_a_burst() -> None:

@@ -108,12 +108,15 @@ class SimSettings(K8sModel):
     """How the simulated cloud behaves for this pool."""
 
     boot_delay_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
-    """Seconds from creation until an instance runs. Default 0."""
+    """Seconds from creation until an instance runs. Default 20, with a spread of 40, when
+    neither this nor bootDelaySpreadSeconds is set: a cloud's 20-60 s. 0 with no spread runs
+    an instance at once."""
     boot_delay_spread_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = (
         None
     )
     """Each instance boots up to this many seconds later than bootDelaySeconds, drawn at
-    random, as real instances do not all boot alike. Default 0."""
+    random, as real instances do not all boot alike. Default 40 when bootDelaySeconds is
+    unset too, else 0."""
     boot_failure_rate: Annotated[float | None, Field(ge=0, le=1)] = None
     """Probability (0-1) that an instance fails to boot. Default 0."""
     fail_after_boot_rate: Annotated[float | None, Field(ge=0, le=1)] = None

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane
+from machinepool.controlplane import ControlPlane, NodeAuth
 from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime.client import CRDS, Client, Obj
@@ -224,6 +224,7 @@ def _children(home: Path, kubeconfig: Path) -> list[tuple[Process, int]]:
         "kubelet",
         "--name",
         "machinepool-kubelet",
+        "--kubelet-tls-bootstrap",
         "--metrics-bind-address",
         f"127.0.0.1:{ports['kubelet']}",
         "--insecure-diagnostics",
@@ -262,7 +263,10 @@ def serve(home: Path) -> None:
     children: list[Process] = []
     try:
         cp.start()
-        workload = cp.start_workload(CLUSTER_NAME)
+        # Kubelets are confined to their own Node as in a kubeadm cluster, and the node
+        # simulator joins each instance by TLS bootstrap (--kubelet-tls-bootstrap below): the
+        # admin client writes no Node. No audit log: the environment may run for days.
+        workload = cp.start_workload(CLUSTER_NAME, node_auth=NodeAuth(audit=False))
         asyncio.run(_install(cp.kubeconfig, CLUSTER_NAME, cp))
         probed = _children(home, cp.kubeconfig)
         children = [child for child, _ in probed]

@@ -129,6 +129,47 @@ async def test_suffix_sharing_provider_ids_and_min_ready_seconds(env: Env) -> No
     assert "unavailableReplicas" not in mp_a["status"]["deprecated"]["v1beta1"]
 
 
+async def test_a_listed_swap_whose_counters_were_not_written_still_retires_the_node(
+    env: Env,
+) -> None:
+    """A reconcile that copied a swapped instance list (one instance for another) may have its
+    spec written and its status not, say if the apiserver restarts between the two: the next
+    reconcile finds the list already copied and the old counts (2 of 2 ready, 2 nodeRefs)
+    intact. It must still delete the Node whose instance left the list and name the new one;
+    a shortcut that trusts nodeRefs while their Nodes exist would keep both as they were."""
+    ids = ["test:///r/0", "test:///r/1"]
+    swapped = [ids[0], "test:///r/2"]
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("pool")
+    await env.infra_provider_ids("pool", ids)
+    await env.infra_status("pool", ready=True, replicas=2)
+    await env.node("r0", ids[0])
+    await env.node("r1", ids[1])
+    await env.node("r2", swapped[1])
+    await env.machine_pool("pool", replicas=2, bootstrap="boot")
+    await env.pool_until(
+        "pool",
+        lambda o: (
+            [r["name"] for r in o["status"].get("nodeRefs", [])] == ["r0", "r1"]
+            and o["status"]["deprecated"]["v1beta1"].get("readyReplicas") == 2
+        ),
+    )
+    # The Cluster paused holds every reconcile while both lists are written as that spec
+    # patch would have left them.
+    await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": True}}, env.namespace)
+    await env.pool_until("pool", lambda o: cond(o, c.PAUSED_CONDITION).get("status") == "True")
+    await env.infra_provider_ids("pool", swapped)
+    await env.client.patch(
+        MACHINE_POOLS, "pool", {"spec": {"providerIDList": swapped}}, env.namespace
+    )
+    await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": False}}, env.namespace)
+    mp = await env.pool_until(
+        "pool", lambda o: [r["name"] for r in o["status"].get("nodeRefs", [])] == ["r0", "r2"]
+    )
+    assert mp["status"]["deprecated"]["v1beta1"]["readyReplicas"] == 2
+    assert await env.nodes.until("r1", lambda n: n is None) is None
+
+
 async def test_scale_to_and_from_zero(env: Env) -> None:
     await env.kubeadm_config("boot", ready=True)
     await env.infra_pool("pool", ready=True, replicas=0)

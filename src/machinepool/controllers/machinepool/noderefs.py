@@ -112,12 +112,18 @@ def _by_provider_id(nodes: WorkloadNodes, provider_ids: list[str]) -> dict[str, 
 
 
 def _refs_still_valid(scope: Scope) -> bool:
+    """Whether every nodeRef still names the same Node, and that Node's instance is still
+    listed. A provider that swaps an instance in one step leaves the counts as they were;
+    only the second check sends the pool down the full path to retire the old Node."""
     nodes = scope.nodes
     if nodes is None:
         return False
+    listed = set(scope.mp.spec.provider_id_list or [])
     for ref in scope.mp.status.node_refs or []:
         node = nodes.by_name(str(ref.get("name")))
         if node is None or dig(node, "metadata", "uid") != ref.get("uid"):
+            return False
+        if dig(node, "spec", "providerID") not in listed:
             return False
     return True
 

@@ -45,12 +45,22 @@ from machinepool.sim.records import (
 __all__ = ["SimBackend", "SimPoolSettings"]
 
 
+DEFAULT_BOOT_DELAY = 20.0
+DEFAULT_BOOT_DELAY_SPREAD = 40.0
+"""A pool that says nothing of boot times boots as a cloud's instances do, in 20-60 s each:
+the embedded default is where most users and tests meet a cloud, and one that boots at once
+hides every wait on a booting instance. A test or benchmark that wants speed says so."""
+
+
 class SimPoolSettings:
     """A SimMachinePool's ``spec.sim`` with defaults applied."""
 
     def __init__(self, spec: SimSettingsView) -> None:
-        self.boot_delay = float(str(spec.boot_delay_seconds or 0))
-        self.boot_delay_spread = float(str(spec.boot_delay_spread_seconds or 0))
+        delay, spread = spec.boot_delay_seconds, spec.boot_delay_spread_seconds
+        if delay is None and spread is None:
+            delay, spread = DEFAULT_BOOT_DELAY, DEFAULT_BOOT_DELAY_SPREAD
+        self.boot_delay = float(str(delay or 0))
+        self.boot_delay_spread = float(str(spread or 0))
         self.boot_failure_rate = float(str(spec.boot_failure_rate or 0))
         self.fail_after_boot_rate = float(str(spec.fail_after_boot_rate or 0))
         self.fail_after_boot_within = float(str(spec.fail_after_boot_within_seconds or 600))
