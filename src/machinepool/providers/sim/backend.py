@@ -57,10 +57,9 @@ class SimPoolSettings:
 
     def __init__(self, spec: SimSettingsView) -> None:
         delay, spread = spec.boot_delay_seconds, spec.boot_delay_spread_seconds
-        if delay is None and spread is None:
-            delay, spread = DEFAULT_BOOT_DELAY, DEFAULT_BOOT_DELAY_SPREAD
-        self.boot_delay = float(str(delay or 0))
-        self.boot_delay_spread = float(str(spread or 0))
+        unset = delay is None and spread is None
+        self.boot_delay = DEFAULT_BOOT_DELAY if unset else float(str(delay or 0))
+        self.boot_delay_spread = DEFAULT_BOOT_DELAY_SPREAD if unset else float(str(spread or 0))
         self.boot_failure_rate = float(str(spec.boot_failure_rate or 0))
         self.fail_after_boot_rate = float(str(spec.fail_after_boot_rate or 0))
         self.fail_after_boot_within = float(str(spec.fail_after_boot_within_seconds or 600))
