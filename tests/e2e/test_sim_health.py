@@ -217,7 +217,10 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
 async def test_three_of_five_unhealthy_at_forty_percent_remediates_none(
     system: System, journal: Journal
 ) -> None:
-    await system.create_pool("brake", 5)
+    # Three Nodes failing together: their kubelets must have booted together, or their last
+    # heartbeats and Lease renewals (the moments their Nodes turn Unknown from) would be
+    # seconds apart, and two could be judged, and remediated at 40 %, before the third.
+    await system.create_pool("brake", 5, sim={"bootDelaySeconds": 1})
     await system.until(lambda: system.pool_running("brake", 5), "5 Ready nodes")
     await _health_check(
         system, "brake", remediation={"triggerIf": {"unhealthyLessThanOrEqualTo": "40%"}}

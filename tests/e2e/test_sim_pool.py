@@ -81,10 +81,12 @@ async def test_a_joining_node_costs_its_machine_and_node_few_writes(system: Syst
     nodes = sum(n for key, n in versions().items() if key.startswith("Node/"))
     assert len([k for k in seen if k.startswith("Machine/")]) == replicas
     assert len([k for k in seen if k.startswith("Node/")]) == replicas
-    # A Machine: create, status without its Node, version, status with it (the last two
-    # may come as one, and the infra machine turning provisioned late may add a status);
-    # a Node: create, one patch. Bounds, not exact figures: ordering varies with load.
-    assert machines <= 4.5 * replicas, f"{machines} Machine versions for {replicas} Machines"
+    # A Machine: create, status while its instance boots, status once it is provisioned,
+    # version, status with its Node (the last two may come as one); a Node: create, one
+    # patch. Bounds, not exact figures: ordering varies with load. With instances that
+    # boot at once (before the test's instances took 1-3 s), the booting status was skipped
+    # and 4 per Machine was the count.
+    assert machines <= 5.5 * replicas, f"{machines} Machine versions for {replicas} Machines"
     assert nodes <= 2 * replicas, f"{nodes} Node versions for {replicas} Nodes: {versions()}"
 
 

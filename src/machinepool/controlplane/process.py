@@ -35,11 +35,20 @@ def _die_with_parent() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nobody listens on right now, and that this process has
+    not handed out before. A server given a port keeps it across restarts, and while it is
+    down the port looks free: handed to a second server then, the two would share it."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_open(port: int) -> bool:
