@@ -31,8 +31,6 @@ from machinepool.runtime import (
     Result,
 )
 
-GENEROUS = 30.0
-
 
 def configmap(name: str, **data: str) -> dict[str, object]:
     return {"metadata": {"name": name}, "data": data}
@@ -57,14 +55,12 @@ async def test_a_change_reaches_the_reconcile_quickly(
 
     manager.new_controller("cm", reconcile).watch(informer)
     await manager.start()
-    started = time.monotonic()
     await client.create(CONFIGMAPS, configmap("a", v="1"), namespace)
     await eventually(lambda: (ObjectKey(namespace, "a"), "1") in seen)
     await client.patch(CONFIGMAPS, "a", {"data": {"v": "2"}}, namespace)
     await eventually(lambda: (ObjectKey(namespace, "a"), "2") in seen)
     await client.delete(CONFIGMAPS, "a", namespace)
     await eventually(lambda: (ObjectKey(namespace, "a"), "<gone>") in seen)
-    assert time.monotonic() - started < GENEROUS
 
 
 async def test_rapid_updates_coalesce_and_never_run_concurrently_per_key(
