@@ -37,14 +37,19 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     vanished out of band (through their Machine when there is one)."""
     live = {i.id: i for i in scope.instances if i.state is not InstanceState.TERMINATED}
     missing = [i for i in live.values() if i.id not in scope.infra_machines]
+    # Only the infra machines whose status would change get a write, and a task for it: in a
+    # pool of 1,000 nearly all are current, and a task each per reconcile was a quarter of
+    # the engine's time.
     stale = [
-        (m, live[name])
+        (name, status)
         for name, m in scope.infra_machines.items()
-        if name in live and not m.deleting
+        if name in live
+        and not m.deleting
+        and (status := _outdated_status(m, live[name])) is not None
     ]
     # Independent writes, sent together (bounded): see runtime.gather_bounded.
     created = await gather_bounded(_create(scope, i) for i in missing)
-    refreshed = await gather_bounded(_refresh_status(scope, m, i) for m, i in stale)
+    refreshed = await gather_bounded(_patch_status(scope, name, s) for name, s in stale)
     for instance, outcome in zip(missing, created, strict=True):
         if isinstance(outcome, BaseException):
             raise outcome
@@ -102,7 +107,8 @@ async def _create(scope: PoolScope, instance: Instance) -> SimMachineView:
     except AlreadyExists:
         created = await env.client.get(env.provider.machine_resource, instance.id, scope.namespace)
     machine = SimMachineView(created)
-    await _refresh_status(scope, machine, instance)
+    if (status := _outdated_status(machine, instance)) is not None:
+        await _patch_status(scope, instance.id, status)
     return machine
 
 
@@ -121,16 +127,19 @@ def _machine_status(machine: SimMachineView, instance: Instance) -> dict[str, An
     return status
 
 
-async def _refresh_status(scope: PoolScope, machine: SimMachineView, instance: Instance) -> None:
+def _outdated_status(machine: SimMachineView, instance: Instance) -> dict[str, Any] | None:
+    """The status ``machine`` should have, or ``None`` when it has it already (pure)."""
     current = machine.status.raw or {}
     desired = _machine_status(machine, instance)
-    if all(current.get(k) == v for k, v in desired.items()):
-        return
+    return None if all(current.get(k) == v for k, v in desired.items()) else desired
+
+
+async def _patch_status(scope: PoolScope, name: str, status: dict[str, Any]) -> None:
     env = scope.env
     await env.client.patch(
         env.provider.machine_resource,
-        machine.metadata.name,
-        {"status": desired},
+        name,
+        {"status": status},
         scope.namespace,
         subresource="status",
     )
