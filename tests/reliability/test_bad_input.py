@@ -26,6 +26,7 @@ from tests.reliability.harness import ControllerProcess, Env
 from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool, machine_pool
 from tests.support.resources import MACHINE_POOLS, SIM_MACHINE_POOLS
+from tests.support.waiting import until_admission_answers
 
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
@@ -258,14 +259,7 @@ async def _wait_effective(client: Client, namespace: str) -> None:
     probe = machine_pool(
         namespace, "probe", replicas=1, version="bad", labels={BARRAGE_LABEL: "true"}
     )
-    async with asyncio.timeout(60):
-        while True:
-            try:
-                await client.create(MACHINE_POOLS, probe, namespace, dry_run=True)
-            except ApiError as err:
-                if "admission webhook" in err.message:
-                    return
-            await asyncio.sleep(0.2)
+    await until_admission_answers(client, MACHINE_POOLS, probe, namespace)
 
 
 BUG_TYPES = re.compile(

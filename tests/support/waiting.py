@@ -6,7 +6,8 @@ Three shapes, one of each:
 - ``Changes``: a mixin for harnesses whose informers poke it; ``until(check, what)`` re-checks on
   every watched change instead of on a timer.
 - ``watch_until`` / ``wait_for``: follow a real watch of the API (a collection, or one object)
-  until a predicate holds; ``wait_established``: until a CRD is served.
+  until a predicate holds; ``wait_established``: until a CRD is served;
+  ``until_admission_answers``: until a just-registered webhook is called.
 
 Each fails with a ``TimeoutError`` (``AssertionError`` for ``Changes.until``, which harness
 tests assert on) that names what was awaited.
@@ -21,7 +22,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from machinepool.runtime import CRDS, Client, FuncHandler, Gone, Informer, Obj, Resource
+from machinepool.runtime import (
+    CRDS,
+    ApiError,
+    Client,
+    FuncHandler,
+    Gone,
+    Informer,
+    Obj,
+    Resource,
+)
 
 T = TypeVar("T")
 
@@ -228,3 +238,33 @@ async def wait_established(client: Client, name: str) -> None:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     await eventually(established, f"CRD {name} Established", within=60)
+
+
+async def until_admission_answers(
+    client: Client,
+    res: Resource,
+    probe: Obj,
+    namespace: str | None = None,
+    *,
+    within: float = 60.0,
+) -> str:
+    """Dry-run create ``probe`` (which a webhook should refuse) until a webhook refuses it, and
+    return the refusal message.
+
+    The apiserver reads webhook configurations through its own informer, so for a moment after
+    one is written, a create is still admitted without a call: a test that registers and then
+    expects a refusal must wait for this first.
+    """
+
+    async def refusal() -> str:
+        try:
+            await client.create(res, probe, namespace, dry_run=True)
+        except ApiError as err:
+            if "admission webhook" in err.message:
+                return err.message
+        return ""
+
+    name = probe["metadata"]["name"]
+    return await eventually(
+        refusal, f"a webhook to refuse {res.kind} {name}", within=within, interval=0.2
+    )

@@ -31,11 +31,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from tests.support.resources import MACHINE_POOLS
+from tests.support.waiting import until_admission_answers
 
 from machinepool.api.features import FeatureGates
 from machinepool.controlplane import ControlPlane, PodLifecycle, WorkloadCluster
 from machinepool.controlplane.process import Process
-from machinepool.runtime import CRDS, ApiError, Client, FuncHandler, Obj
+from machinepool.runtime import CRDS, Client, FuncHandler, Obj
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
 from .harness import MACHINESET_CRD, autoscaler_argv, build_autoscaler, start
@@ -116,14 +117,7 @@ async def _until_admission_answers(client: Client) -> None:
             },
         },
     }
-    for _ in range(300):
-        try:
-            await client.create(MACHINE_POOLS, probe, dry_run=True)
-        except ApiError as err:
-            if "admission webhook" in err.message:
-                return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"webhook configuration {WEBHOOK_CONFIG} never took effect")
+    await until_admission_answers(client, MACHINE_POOLS, probe)
 
 
 class NodeHistory:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from tests.support.resources import AWSMACHINEPOOLS
+from tests.support.waiting import until_admission_answers
 
 from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import VALIDATING_WEBHOOKS, Client, Forbidden, Invalid
@@ -44,6 +45,7 @@ async def test_min_size_above_max_size_is_rejected_at_admission(
             api_group="infrastructure.cluster.x-k8s.io",
             resource="awsmachinepools",
         )
+        await until_admission_answers(client, AWSMACHINEPOOLS, pool("probe", 5, 2), namespace)
         with pytest.raises((Forbidden, Invalid)) as refused:
             await client.create(AWSMACHINEPOOLS, pool("inverted", 5, 2), namespace)
         assert "spec.minSize: 5 is greater than spec.maxSize 2" in refused.value.message

@@ -15,6 +15,7 @@ from typing import Any
 import pytest_asyncio
 from tests.support import builders
 from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
+from tests.support.waiting import until_admission_answers
 
 from machinepool.api.features import FeatureGates
 from machinepool.runtime import CRDS, ApiError, Client
@@ -72,18 +73,6 @@ def _infra_crd() -> dict[str, Any]:
     }
 
 
-async def wait_until_effective(client: Client, config_name_hint: str, probe: dict[str, Any]) -> str:
-    """Dry-run create ``probe`` until a webhook answers; returns the refusal message."""
-    for _ in range(300):
-        try:
-            await client.create(MACHINE_POOLS, probe, dry_run=True)
-        except ApiError as err:
-            if "admission webhook" in err.message:
-                return err.message
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"webhook configuration {config_name_hint} never took effect")
-
-
 async def _wait_for_conversion(client: Client) -> None:
     """Dry-run a v1beta1 create until the conversion webhook (not plain pruning) answers."""
     body = machine_pool("default", "conversion-probe")
@@ -129,7 +118,7 @@ async def webhooks(client: Client, crds: list[str], infra_crd: str) -> AsyncIter
         await register(client, server.url, server.ca_bundle)
         probe = machine_pool("default", "admission-probe")
         probe["spec"]["template"]["spec"]["bootstrap"] = {}
-        await wait_until_effective(client, "machinepool-webhooks", probe)
+        await until_admission_answers(client, MACHINE_POOLS, probe)
         await _wait_for_conversion(client)
         yield server
     finally:

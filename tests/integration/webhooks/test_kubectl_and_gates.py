@@ -7,13 +7,14 @@ import uuid
 
 import pytest
 from tests.support.resources import MACHINE_POOLS
+from tests.support.waiting import until_admission_answers
 
 from machinepool.api.features import MACHINE_POOL, FeatureGates
 from machinepool.controlplane import ControlPlane, optional_binary
 from machinepool.runtime import ApiError, Client
 from machinepool.webhooks import WebhookServer, register, serve, unregister
 
-from .conftest import DENIED, machine_pool, wait_until_effective
+from .conftest import DENIED, machine_pool
 
 UPSTREAM_COLUMNS = ["NAME", "CLUSTER", "DESIRED", "CURRENT", "READY", "AVAILABLE", "UP-TO-DATE"]
 UPSTREAM_COLUMNS += ["PHASE", "AGE", "VERSION"]
@@ -80,7 +81,7 @@ async def test_feature_gate_off_refuses_create_update_and_delete(
         expected = (
             DENIED + "spec: Forbidden: can be set only if the MachinePool feature flag is enabled"
         )
-        assert await wait_until_effective(client, config, probe) == expected
+        assert await until_admission_answers(client, MACHINE_POOLS, probe) == expected
         with pytest.raises(ApiError) as create:
             await client.create(MACHINE_POOLS, probe)
         assert create.value.message == expected
@@ -113,7 +114,7 @@ async def test_webhook_down_fails_requests_visibly(
         probe = machine_pool(namespace, "probe")
         probe["metadata"]["labels"] = dict(label)
         probe["spec"]["template"]["spec"]["bootstrap"] = {}
-        await wait_until_effective(client, config, probe)
+        await until_admission_answers(client, MACHINE_POOLS, probe)
         await doomed.stop()
         body = machine_pool(namespace, "orphan")
         body["metadata"]["labels"] = dict(label)
