@@ -8,7 +8,7 @@ from collections import Counter
 from tests.e2e.conftest import System
 from tests.support.resources import MACHINE_POOLS
 
-from machinepool.runtime import SECRETS, FuncHandler, Obj
+from machinepool.runtime import NODES, SECRETS, FuncHandler, Obj, ObjectKey, PatchType
 
 
 async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> None:
@@ -103,6 +103,61 @@ async def test_an_idle_pool_rewrites_nothing(system: System) -> None:
     # (a timestamp, a reordered list) feeds its own watch and never gets this far.
     await system.settled(versions, "Machines and MachinePool resourceVersions", quiet=2.0)
     await system.unchanged(versions, "an idle pool's objects were rewritten", window=5.0)
+
+
+def _pool_engine_adds(system: System) -> float:
+    """Keys the sim provider's pool controller has been handed so far (an event handler
+    counts its add at once, as it enqueues)."""
+    name = "sim-provider-pool"
+    value = system.manager.metrics.registry.get_sample_value(
+        "workqueue_adds_total", {"name": name, "controller": name}
+    )
+    assert value is not None, f"no workqueue_adds_total for {name}"
+    return value
+
+
+async def _set_ready(system: System, name: str, status: str) -> None:
+    """Write the Node's Ready condition, as a node lifecycle controller or kubelet would."""
+    await system.workload_client.patch(
+        NODES,
+        name,
+        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
+        patch_type=PatchType.STRATEGIC,
+        subresource="status",
+    )
+
+
+async def test_a_node_turning_ready_outside_a_rollout_does_not_wake_its_pool(
+    system: System,
+) -> None:
+    """Which Nodes are Ready decides a pool's next step only while it rolls out. At 1,000
+    instances, re-reading the pool for each of its Nodes' joins kept the pool engine busy and
+    the joins waiting, so outside a rollout a Node turning Ready wakes no pool (one turning
+    NotReady does: its instance may have failed)."""
+    await system.create_pool("steady", 2)
+    await system.until(lambda: system.pool_running("steady", 2), "2 Ready nodes")
+    name = system.ready_nodes()[0]["metadata"]["name"]
+    engine_nodes = await system.cluster_cache.get_informer(
+        ObjectKey(system.namespace, system.cluster), NODES
+    )
+
+    def engine_sees(status: str) -> bool:
+        seen = engine_nodes.get(name)
+        conditions = (seen or {}).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == status for c in conditions)
+
+    await system.settled(lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0)
+    before = _pool_engine_adds(system)
+    await _set_ready(system, name, "False")
+    # The engine's Node informer calls its handlers as it stores a change, so once it shows
+    # the change, any key the change queues has been counted.
+    await system.until(lambda: engine_sees("False"), f"the engine's informer: {name} NotReady")
+    assert _pool_engine_adds(system) == before + 1, "a Node NotReady wakes its pool"
+    await system.settled(lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0)
+    before = _pool_engine_adds(system)
+    await _set_ready(system, name, "True")
+    await system.until(lambda: engine_sees("True"), f"the engine's informer: {name} Ready")
+    assert _pool_engine_adds(system) == before, "a Node turning Ready woke its pool"
 
 
 async def test_a_new_bootstrap_token_reaches_new_instances_and_replaces_none(

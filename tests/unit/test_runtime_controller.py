@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 
 import pytest
 from tests.support import eventually
@@ -329,6 +330,50 @@ def test_inputs_drop_updates_that_change_nothing_the_reconcile_reads() -> None:
     fresh.handler(inputs=ready).on_add(old)
     fresh.handler(inputs=ready).on_delete(old)
     assert len(fresh.queue) == 1  # de-duplicated: one key, queued by both
+
+
+async def test_a_paced_watch_waits_in_proportion_to_the_last_reconcile() -> None:
+    """A key whose reconcile takes a while is queued by a paced watch only after a pause of
+    ``PACE_FACTOR`` times that; every event in the pause is read by one reconcile. A fast key
+    and an unpaced watch queue at once."""
+    from machinepool.runtime.controller import PACE_FACTOR
+
+    work = {"slow": 0.1, "fast": 0.0}
+    started: list[tuple[str, float]] = []
+
+    async def reconcile(key: ObjectKey) -> None:
+        started.append((key.name, time.monotonic()))
+        await asyncio.sleep(work[key.name])  # the reconcile's own work
+
+    ctrl = Controller("c", reconcile, concurrency=2)
+    task = asyncio.create_task(ctrl.run())
+    try:
+        ctrl.queue.add(ObjectKey("ns", "slow"))
+        ctrl.queue.add(ObjectKey("ns", "fast"))
+        await eventually(lambda: reconciles(ctrl.metrics, "success") == 2)
+        assert ctrl.pace(ObjectKey("ns", "slow")) >= PACE_FACTOR * 0.1
+        assert ctrl.pace(ObjectKey("ns", "fast")) == 0.0
+
+        paced = ctrl.handler(paced=True)
+        slow = {"metadata": {"name": "slow", "namespace": "ns"}}
+        fast = {"metadata": {"name": "fast", "namespace": "ns"}}
+        sent = time.monotonic()
+        paced.on_update(slow, {**slow, "n": 1})
+        paced.on_update(fast, {**fast, "n": 1})
+        assert not ctrl.queue.is_queued(ObjectKey("ns", "slow")), "paused, not queued"
+        assert ctrl.queue.is_queued(ObjectKey("ns", "fast")), "a fast key goes at once"
+        paced.on_update(slow, {**slow, "n": 2})  # a second event in the pause
+        ctrl.handler().on_update(fast, {**fast, "n": 2})
+
+        await eventually(lambda: [k for k, _ in started].count("slow") == 2)
+        second = [t for k, t in started if k == "slow"][1]
+        assert second - sent >= PACE_FACTOR * 0.1 * 0.9
+        await eventually(lambda: len(ctrl.queue) == 0 and reconciles(ctrl.metrics, "success") >= 4)
+        assert [k for k, _ in started].count("slow") == 2, "one reconcile for both events"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
 
 async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:

@@ -177,6 +177,11 @@ class WorkQueue(Generic[K]):
     def is_processing(self, key: K) -> bool:
         return key in self._processing
 
+    def is_queued(self, key: K) -> bool:
+        """Whether ``key`` will be handed out again without another add (waiting, or added
+        while a worker holds it)."""
+        return key in self._dirty
+
     def add(self, key: K, *, echo: bool = False, priority: int = NORMAL_PRIORITY) -> None:
         """Queue ``key`` now at ``priority``, unless it is already waiting; a key waiting at a
         lower priority is raised to this one.

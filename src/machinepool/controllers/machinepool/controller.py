@@ -105,8 +105,10 @@ class MachinePoolReconciler:
         # writes need no event.
         self.controller.watch(self.pools, inputs=watches.pool_inputs)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
+        # Paced: each Machine of a big pool turning Ready would otherwise re-read the whole
+        # pool, back to back, while the Machine controller waits for the same event loop.
         self.controller.watch(
-            self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs
+            self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs, paced=True
         )
 
     # -- dynamic watches ------------------------------------------------------------------

@@ -11,6 +11,8 @@ after the patch, the shortest requeue wins otherwise (``runtime.phases``).
 
 from __future__ import annotations
 
+from functools import partial
+
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
 from machinepool.api.views import ClusterView, MachinePoolView, SimMachinePoolView
@@ -29,6 +31,7 @@ from machinepool.providers.pool.observe import (
     load_owner,
     machine_to_pools,
     node_inputs,
+    node_ready,
     pool_keys,
     read_nodes,
 )
@@ -80,6 +83,12 @@ class PoolEngine:
         self.controller: Controller | None = None
         self.reader = OwnReader(env.client, env.provider.pool_resource, env.pools)
         self._watched_clusters: set[ObjectKey] = set()
+        self._rolling: set[ObjectKey] = set()
+        """Pools whose last plan depended on Node readiness (``PoolScope.rolling``). Outside
+        a rollout, a Node that is Ready changes no step a pool would take, and waking a
+        1,000-instance pool for each of its Nodes' joins kept the engine busy re-reading it;
+        a scale-down reads readiness afresh when the MachinePool's spec wakes the pool. A
+        Node that is not Ready wakes its pool always: its instance may have failed."""
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         env = self.env
@@ -93,6 +102,7 @@ class PoolEngine:
         meta = scope.pool.metadata
         finalizers = meta.finalizers or []
         if scope.pool.deleting:
+            self._rolling.discard(key)
             if env.provider.pool_finalizer not in finalizers:
                 return None
             if deleted_for_move(pool):
@@ -108,6 +118,8 @@ class PoolEngine:
             await patch_on_exit(patcher, pool)
             return None
         outcome = await run_phases(scope, PHASES, chain=True)
+        if scope.plan is not None:
+            (self._rolling.add if scope.rolling else self._rolling.discard)(key)
         if scope.behind and not outcome.errors:
             # Nothing was planned or learnt: a report now would only rewrite the last one.
             return outcome.settle(self._text(key))
@@ -131,20 +143,29 @@ class PoolEngine:
             return
         try:
             informer = await self.env.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_to_pool, node_inputs)
+                cluster,
+                NODES,
+                self.controller.handler(partial(self._node_to_pool, cluster), node_inputs),
             )
         except ClusterNotConnected:
             return
         ensure_provider_id_index(informer)
         self._watched_clusters.add(cluster)
 
-    def _node_to_pool(self, node: Obj) -> list[ObjectKey]:
+    def _node_to_pool(self, cluster: ObjectKey, node: Obj) -> list[ObjectKey]:
         provider_id = (node.get("spec") or {}).get("providerID")
         if not provider_id:
             return []
-        keys = []
+        # A Node not Ready may be an instance that broke, which the pool replaces; a Ready one
+        # matters only to a rollout's availability floor. Judged on the Node as the cache has
+        # it now (an update maps the old and the new copy; the cache holds the new one).
+        nodes = self.env.cluster_cache.get_informer_nowait(cluster, NODES)
+        current = nodes.get(str(node["metadata"]["name"])) if nodes is not None else None
+        ready = current is not None and node_ready(current)
+        keys: list[ObjectKey] = []
         for machine in self.env.infra_machines.by_index(PROVIDER_ID_INDEX, str(provider_id)):
-            keys.extend(infra_machine_to_pool(self.env, machine))
+            pools = infra_machine_to_pool(self.env, machine)
+            keys.extend(k for k in pools if not ready or k in self._rolling)
         return keys
 
 

@@ -145,6 +145,7 @@ async def act(scope: PoolScope) -> Result:
     if scope.strategy is None or scope.backend is None:
         return Result()
     members = _members(scope)
+    scope.rolling = any(m.active and not m.up_to_date for m in members)
     surge, unavailable = scope.strategy.resolve(scope.replicas)
     step = plan(
         PlanInput(

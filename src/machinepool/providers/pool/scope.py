@@ -84,6 +84,10 @@ class PoolScope:
     """scale.decide."""
     plan: Plan | None = None
     """scale.act."""
+    rolling: bool = False
+    """Some active instance is outdated, so which Nodes are Ready decides the next step (the
+    availability floor of a rolling update): Node events wake the pool only while this holds
+    (scale.act)."""
     blocked: list[tuple[str, str]] = field(default_factory=list)
     """(reason, message) of problems that keep the pool from converging (any phase)."""
     halt: bool = False
