@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class _Connection:
     cache: InformerCache
     secret_version: str
     secret_digest: str
+    kubeconfig: dict[str, Any] = field(default_factory=dict)
     failures: int = 0
     last_error: str = ""
     watches: list[_Watch] = field(default_factory=list)
@@ -142,6 +144,13 @@ class ClusterCache:
                 f" probes failed (last error: {conn.last_error})"
             )
         return conn.client
+
+    async def get_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
+        """A copy of the kubeconfig the workload client was built from (connecting on first
+        use; rebuilt with the client when the Secret changes), for a caller that needs the
+        cluster's address and CA without reading and parsing the Secret again."""
+        conn = await self._connection(cluster)
+        return copy.deepcopy(conn.kubeconfig)
 
     async def get_informer(
         self, cluster: ObjectKey, resource: Resource, namespace: str | None = None
@@ -266,7 +275,8 @@ class ClusterCache:
             ) from exc
         cache = InformerCache(client, transform=self._transform, logger=self.log)
         await cache.start()
-        return _Connection(client, cache, version, hashlib.sha256(raw).hexdigest())
+        digest = hashlib.sha256(raw).hexdigest()
+        return _Connection(client, cache, version, digest, kubeconfig=kubeconfig)
 
     async def _ping(self, client: Client) -> None:
         async with asyncio.timeout(self.probe_timeout):

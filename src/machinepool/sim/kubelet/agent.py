@@ -39,7 +39,6 @@ by another instance's Node is not taken over (that instance does not join, and s
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,7 +71,7 @@ from machinepool.sim.kubelet.join import (
     request_client_certificate,
     verify_join,
 )
-from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, load_yaml, parse_join
+from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, parse_join
 from machinepool.sim.kubelet.node import (
     NODE_LEASE_NAMESPACE,
     lease_age,
@@ -353,10 +352,10 @@ class KubeletSimulator:
         return Result(requeue_after=self._next_look(record, now))
 
     async def _admin_kubeconfig(self, cluster: ObjectKey) -> dict[str, Any]:
-        secret = await self.client.get(SECRETS, f"{cluster.name}-kubeconfig", cluster.namespace)
-        raw = base64.b64decode((secret.get("data") or {}).get("value", ""))
-        loaded: dict[str, Any] = load_yaml(raw)
-        return loaded
+        """The cluster's address and CA, as the cluster cache connected with them: a kubelet
+        finds them in its bootstrap data; the simulator takes them from the kubeconfig
+        Secret, read once per connection rather than once per joining Node."""
+        return await self.cluster_cache.get_kubeconfig(cluster)
 
     async def _kubelet_client(self, record: InstanceRecord, secret: Obj, name: str) -> Client:
         """The client the instance's kubelet writes with: the cluster's admin client, or with
