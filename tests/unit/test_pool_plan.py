@@ -18,6 +18,7 @@ from machinepool.providers.pool import (
     plan,
     spread,
 )
+from machinepool.providers.pool.plan import BURST
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 FDS = ("a", "b", "c")
@@ -46,6 +47,21 @@ def test_scale_up_spreads_evenly() -> None:
     counts = Counter([m.failure_domain for m in pool(2)] + step.create)
     assert max(counts.values()) - min(counts.values()) <= 1
     assert len(step.create) == 5
+
+
+def test_a_big_scale_up_goes_in_bursts_that_stay_even() -> None:
+    """One step creates at most ``burst`` instances, spread evenly; the next step, with them
+    counted, creates the next burst."""
+    first = plan(PlanInput([], replicas=250, surge=1, unavailable=0, failure_domains=FDS))
+    assert len(first.create) == BURST
+    assert sorted(Counter(first.create).values()) == [33, 33, 34]
+    made = [member(i, fd) for i, fd in enumerate(first.create)]
+    second = plan(PlanInput(made, replicas=250, surge=1, unavailable=0, failure_domains=FDS))
+    assert len(second.create) == BURST
+    counts = Counter(first.create + second.create)
+    assert max(counts.values()) - min(counts.values()) <= 1
+    small = plan(PlanInput([], replicas=7, surge=1, unavailable=0, failure_domains=FDS, burst=3))
+    assert len(small.create) == 3
 
 
 def test_steady_pool_does_nothing() -> None:
