@@ -346,6 +346,7 @@ async def test_a_paced_watch_waits_in_proportion_to_the_last_reconcile() -> None
         await asyncio.sleep(work[key.name])  # the reconcile's own work
 
     ctrl = Controller("c", reconcile, concurrency=2)
+    paced = ctrl.handler(paced=True)  # as a watch is, before the controller runs
     task = asyncio.create_task(ctrl.run())
     try:
         ctrl.queue.add(ObjectKey("ns", "slow"))
@@ -354,7 +355,6 @@ async def test_a_paced_watch_waits_in_proportion_to_the_last_reconcile() -> None
         assert ctrl.pace(ObjectKey("ns", "slow")) >= PACE_FACTOR * 0.1
         assert ctrl.pace(ObjectKey("ns", "fast")) == 0.0
 
-        paced = ctrl.handler(paced=True)
         slow = {"metadata": {"name": "slow", "namespace": "ns"}}
         fast = {"metadata": {"name": "fast", "namespace": "ns"}}
         sent = time.monotonic()

@@ -290,7 +290,9 @@ class Controller:
         """What this controller's reconciles wrote: their echoes do not cut a backoff short."""
         self._arrivals: dict[ObjectKey, list[Obj]] = {}
         self._took: dict[ObjectKey, float] = {}
-        """Last reconcile's duration of each key that took long enough to pace."""
+        """Last reconcile's duration of each key that took long enough to pace (kept only
+        once a paced handler exists, so other controllers hold no entry per key)."""
+        self._paced = False
         """Objects that queued a key while it was being reconciled."""
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
         self._primary: Informer | None = None
@@ -305,6 +307,7 @@ class Controller:
         """An event handler feeding this controller's queue, for any informer (``inputs``:
         see ``EnqueueHandler``; ``paced``: see the module docstring)."""
         delay = self.pace if paced else None
+        self._paced = self._paced or paced
         return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival, inputs, delay)
 
     def pace(self, key: ObjectKey) -> float:
@@ -408,7 +411,7 @@ class Controller:
         finally:
             active.dec()
             took = time.monotonic() - started
-            if took >= _PACE_FLOOR:
+            if self._paced and took >= _PACE_FLOOR:
                 self._took[key] = took
             else:
                 self._took.pop(key, None)
