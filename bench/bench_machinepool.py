@@ -248,7 +248,7 @@ async def dump_state(run: Run) -> None:
     print(f"[{run.core_kind}] objects written to {path}", flush=True)
 
 
-async def idle_cpu(run: Run, seconds: float) -> dict[str, float]:
+async def idle_cpu(run: Run, seconds: float) -> dict[str, Any]:
     before = run.core.sample()
     infra_before = run.infra.sample()
     reconciles_before = run.core.reconciles()
@@ -256,9 +256,15 @@ async def idle_cpu(run: Run, seconds: float) -> dict[str, float]:
     await asyncio.sleep(seconds)
     after, infra_after = run.core.sample(), run.infra.sample()
     elapsed = time.monotonic() - t0
-    reconciles = sum(run.core.reconciles().values()) - sum(reconciles_before.values())
+    reconciles_after = run.core.reconciles()
+    by_controller = {
+        name: (count - reconciles_before.get(name, 0.0)) / elapsed
+        for name, count in reconciles_after.items()
+        if count > reconciles_before.get(name, 0.0)
+    }
     return {
-        "core_idle_reconciles_per_s": reconciles / elapsed,
+        "core_idle_reconciles_per_s": sum(by_controller.values()),
+        "core_idle_reconciles_per_s_by_controller": by_controller,
         "core_idle_cpu_pct": 100 * (after.cpu_seconds - before.cpu_seconds) / elapsed,
         "infra_idle_cpu_pct": 100 * (infra_after.cpu_seconds - infra_before.cpu_seconds) / elapsed,
         "core_rss_mib": after.rss_bytes / 2**20,

@@ -198,9 +198,10 @@ def infra(
     return _ours(name, components, kubeconfig, workdir, user, app=False, extra=extra)
 
 
-def kwok(binary: Path, kubeconfig: Path, workdir: Path) -> Controller:
-    """kwok managing the Nodes annotated ``kwok.x-k8s.io/node: fake``, with its defaults
-    (Node leases of 40 s, status heartbeats every 10-20 minutes)."""
+def kwok(binary: Path, kubeconfig: Path, workdir: Path, lease_duration: int = 0) -> Controller:
+    """kwok managing the Nodes annotated ``kwok.x-k8s.io/node: fake`` with its default node
+    stages, which write a Node's status once and never again; with ``lease_duration`` > 0 it
+    also keeps a Node Lease of that duration for each (``--node-lease-duration-seconds``)."""
     port = free_port()
     argv = [
         str(binary),
@@ -210,6 +211,8 @@ def kwok(binary: Path, kubeconfig: Path, workdir: Path) -> Controller:
         f"--server-address=127.0.0.1:{port}",
         f"--config={workdir / 'kwok-none.yaml'}",
     ]
+    if lease_duration > 0:
+        argv.append(f"--node-lease-duration-seconds={lease_duration}")
     (workdir / "kwok-none.yaml").write_text("")
     proc = Process("kwok", argv, workdir)
     proc.start()
