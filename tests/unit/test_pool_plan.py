@@ -137,6 +137,55 @@ def test_rollout_surges_first_and_never_deletes_ready_below_replicas() -> None:
     assert victim.failure_domain == ready.failure_domain
 
 
+def test_instances_still_running_behind_a_deleting_machine_count_toward_max_surge() -> None:
+    old = pool(3, up_to_date=False)
+    fresh = member(10, "a")
+    draining = replace(old[0], deleting=True)
+    members = [draining, *old[1:], fresh]
+    step = plan(PlanInput(members, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    # 3 active + 1 draining = replicas + maxSurge: the next instance waits for the old one.
+    assert step.create == []
+    assert any("maxSurge reached: 1 instances being deleted" in w for w in step.waiting)
+    gone = [*old[1:], fresh]
+    step = plan(PlanInput(gone, replicas=3, surge=1, unavailable=0, failure_domains=FDS))
+    assert len(step.create) == 1
+
+
+def test_a_replacement_for_an_instance_deleted_for_its_health_is_not_held_by_the_surge() -> None:
+    members = pool(3)
+    members[0] = replace(members[0], deleting=True, ready=False)
+    step = plan(PlanInput(members, replicas=3, surge=0, unavailable=1, failure_domains=FDS))
+    assert len(step.create) == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(replicas=st.integers(1, 10), surge=st.integers(1, 3), linger=st.integers(0, 3))
+def test_a_rollout_whose_deletions_take_time_never_runs_more_than_the_surge(
+    replicas: int, surge: int, linger: int
+) -> None:
+    members = pool(replicas, up_to_date=False)
+    leaving: dict[str, int] = {}
+    serial = 500
+    for _ in range(200):
+        step = plan(PlanInput(members, replicas, surge, 0, failure_domains=FDS))
+        if step.empty and not leaving:
+            break
+        # A deleted Machine's instance runs on for ``linger`` steps (drain, termination).
+        leaving.update({victim: linger for victim in step.delete})
+        members = [replace(m, deleting=True) if m.id in leaving else m for m in members]
+        for fd in step.create:
+            serial += 1
+            members.append(member(serial, fd))
+        assert sum(1 for m in members if m.running) <= replicas + surge
+        assert sum(1 for m in members if m.ready and m.active) >= replicas
+        for victim in [v for v, left in leaving.items() if left <= 0]:
+            del leaving[victim]
+            members = [m for m in members if m.id != victim]
+        leaving = {v: left - 1 for v, left in leaving.items()}
+    assert len(members) == replicas
+    assert all(m.up_to_date for m in members)
+
+
 def test_rollout_with_max_unavailable_and_no_surge() -> None:
     old = pool(3, up_to_date=False)
     step = plan(PlanInput(old, replicas=3, surge=0, unavailable=1, failure_domains=FDS))

@@ -9,9 +9,13 @@ safe, not complete. The rules:
 - **failed** instances are always deleted (their replacement is part of the count);
 - **scale-down** victims, in order: ``cluster.x-k8s.io/delete-machine`` annotated, not Ready,
   outdated, then the busiest failure domain, then ``deletePolicy`` (Oldest, Newest, Random);
-- **rolling replacement** of outdated instances (template hash differs): create up to
-  ``replicas + maxSurge`` instances, delete outdated ones only while at least
-  ``replicas - maxUnavailable`` Ready instances remain (never counting one being deleted);
+- **rolling replacement** of outdated instances (template hash differs): up to
+  ``replicas + maxSurge`` instances run at once, counting those still running behind a
+  Machine being deleted (the cloud still runs and bills them; at 10 x 1,000, leaving them out
+  let each pool grow to 1,800 instances while its drains queued); outdated ones are deleted
+  only while at least ``replicas - maxUnavailable`` Ready instances remain (never counting one
+  being deleted). Replacing an instance that is not active (failed, or deleted for its health)
+  is part of the count, never held back by the surge;
 - **spread**: new instances go to the failure domain with the fewest up-to-date instances,
   then the fewest instances, then the listed order, so counts differ by at most one;
 - **burst**: one step creates at most ``burst`` instances (``BURST``, as the ReplicaSet
@@ -62,9 +66,14 @@ class Member:
     """An owner Machine exists, so it can be deleted (drained) through it."""
 
     @property
+    def running(self) -> bool:
+        """Pending or running, on its way out or not: what maxSurge bounds."""
+        return self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+
+    @property
     def active(self) -> bool:
         """Counts towards replicas: pending or running and not on its way out."""
-        return not self.deleting and self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+        return self.running and not self.deleting
 
 
 @dataclass(frozen=True)
@@ -123,8 +132,13 @@ def _creates(inp: PlanInput, active: Sequence[Member], result: Plan) -> list[str
     """Failure domains of the instances to create this step."""
     current = [m for m in active if m.id not in set(result.delete)]
     new = [m for m in current if m.up_to_date]
+    running = sum(1 for m in inp.members if m.running)
     base_need = inp.replicas - len(current)
-    surge_need = min(inp.replicas - len(new), inp.replicas + inp.surge - len(active))
+    surge_need = min(inp.replicas - len(new), inp.replicas + inp.surge - running)
+    if max(base_need, surge_need) <= 0 < inp.replicas - len(new) and running > len(active):
+        result.waiting.append(
+            f"maxSurge reached: {running - len(active)} instances being deleted still run"
+        )
     count = min(max(0, base_need, surge_need), inp.burst)
     if count <= 0:
         return []
