@@ -39,12 +39,15 @@ restarted more often than the backlog takes.
 A key keeps the priority it was handed out with for its retry or ``requeue_after``.
 
 Pacing (``watch(..., paced=True)``): a watch whose events arrive faster than a key can be
-reconciled, such as each of a 1,000-Machine pool's Machines turning Ready, queues the key
-``PACE_FACTOR`` times its last reconcile's duration later (at most ``PACE_CAP`` seconds), unless
-it is queued already. A key that reconciles in milliseconds is barely delayed; one that takes
-a tenth of a second is reconciled at most every half second by those events, so one big
-object does not hold the event loop that every other reconcile of the process shares. The
-queue's de-duplication does the batching: every event in the pause is read by one reconcile.
+reconciled, such as each of a 1,000-Machine pool's Machines turning Ready, queues a key whose
+last reconcile took ``_PACE_FLOOR`` or more ``PACE_FACTOR`` times the last durations of all such
+keys later (at most ``PACE_CAP`` seconds), unless it is queued already. The sum, not the key's
+own duration: ten pools of 1,000 each reconciled every five times its own duration would still
+hold the event loop twice over, while against the sum the controller's paced work takes at most
+about a fifth of the loop that every other reconcile of the process shares, however many big
+keys there are. Keys that reconcile in under ``_PACE_FLOOR`` are neither delayed nor counted.
+The queue's de-duplication does the batching: every event in the pause is read by one
+reconcile.
 """
 
 from __future__ import annotations
@@ -153,13 +156,15 @@ def owner_key(kind: str, group: str) -> Mapper:
 
 
 PACE_FACTOR = 4.0
-"""A paced watch waits this many times the key's last reconcile: its events then cost that key
-at most a fifth of the time."""
-PACE_CAP = 2.0
-"""Seconds: the longest a paced event waits, so a reconcile slowed by a slow API call does not
-delay the next one for long."""
-_PACE_FLOOR = 0.005
-"""Seconds: reconciles shorter than this are not remembered (nothing to pace)."""
+"""A paced watch waits this many times the paced keys' last reconciles: their events then cost
+the controller at most a fifth of the time."""
+PACE_CAP = 10.0
+"""Seconds: the longest a paced event waits. At 10 pools of 1,000 (a quarter of a second each)
+the sum asks for 10 s; upstream's MachinePool controller looks again every 30 s while replicas
+are not ready."""
+_PACE_FLOOR = 0.02
+"""Seconds: reconciles shorter than this are not remembered (nothing to pace): a pool of a few
+dozen Machines reconciles in less, and its Node Ready -> Running path stays undelayed."""
 
 
 class EnqueueHandler:
@@ -292,6 +297,8 @@ class Controller:
         self._took: dict[ObjectKey, float] = {}
         """Last reconcile's duration of each key that took long enough to pace (kept only
         once a paced handler exists, so other controllers hold no entry per key)."""
+        self._took_total = 0.0
+        """The sum of ``_took``, kept as it changes."""
         self._paced = False
         """Objects that queued a key while it was being reconciled."""
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
@@ -311,9 +318,11 @@ class Controller:
         return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival, inputs, delay)
 
     def pace(self, key: ObjectKey) -> float:
-        """Seconds a paced event for ``key`` waits: ``PACE_FACTOR`` times its last reconcile,
-        at most ``PACE_CAP``."""
-        return min(PACE_CAP, PACE_FACTOR * self._took.get(key, 0.0))
+        """Seconds a paced event for ``key`` waits: none for a fast key, else ``PACE_FACTOR``
+        times the last reconciles of every key paced, at most ``PACE_CAP``."""
+        if key not in self._took:
+            return 0.0
+        return min(PACE_CAP, PACE_FACTOR * self._took_total)
 
     def _arrival(self, key: ObjectKey, obj: Obj) -> None:
         self._arrivals.setdefault(key, []).append(obj)
@@ -411,10 +420,12 @@ class Controller:
         finally:
             active.dec()
             took = time.monotonic() - started
+            self._took_total -= self._took.pop(key, 0.0)
             if self._paced and took >= _PACE_FLOOR:
                 self._took[key] = took
-            else:
-                self._took.pop(key, None)
+                self._took_total += took
+            if not self._took:
+                self._took_total = 0.0  # no float drift left behind
             self.metrics.reconcile_time.labels(self.name).observe(took)
             self.metrics.queue_work.labels(self.name, self.name).observe(took)
         self._settle(key, priority, outcome, log)

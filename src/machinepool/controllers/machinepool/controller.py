@@ -105,8 +105,11 @@ class MachinePoolReconciler:
         # writes need no event.
         self.controller.watch(self.pools, inputs=watches.pool_inputs)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
-        # Paced: each Machine of a big pool turning Ready would otherwise re-read the whole
-        # pool, back to back, while the Machine controller waits for the same event loop.
+        # Paced, as are the watches of the pool's members below (infra machines, Nodes, the
+        # referenced infra pool): each Machine of a big pool turning Ready, each of its Nodes
+        # joining, would otherwise re-read the whole pool, back to back, while the Machine
+        # controller waits for the same event loop. A change to the MachinePool itself is not
+        # paced: it is what a user or an autoscaler just asked for.
         self.controller.watch(
             self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs, paced=True
         )
@@ -123,7 +126,10 @@ class MachinePoolReconciler:
                 _index(informer, watches.BY_INFRA_PROVIDER_ID, watches.infra_provider_ids)
                 self._referenced.append(informer)
                 self.controller.watch(
-                    informer, watches.referenced_to_pool(self.pools), watches.referenced_inputs
+                    informer,
+                    watches.referenced_to_pool(self.pools),
+                    watches.referenced_inputs,
+                    paced=True,
                 )
         return informer
 
@@ -135,7 +141,10 @@ class MachinePoolReconciler:
                 self._watched.add(resource)
                 _index(informer, watches.BY_MEMBER_LABELS, watches.member_labels)
                 self.controller.watch(
-                    informer, watches.labels_to_pool(self.pools), watches.infra_machine_inputs
+                    informer,
+                    watches.labels_to_pool(self.pools),
+                    watches.infra_machine_inputs,
+                    paced=True,
                 )
         return informer
 
@@ -149,7 +158,7 @@ class MachinePoolReconciler:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
                 mapper = watches.node_to_pool(self.pools, key, lambda: self._referenced)
-                handler = self.controller.handler(mapper, node_inputs)
+                handler = self.controller.handler(mapper, node_inputs, paced=True)
                 await self.cluster_cache.watch(key, NODES, handler)
                 self._watched_clusters.add(key)
         except ClusterNotConnected as exc:
