@@ -139,6 +139,23 @@ def test_node_registers_provider_id_taint_and_version() -> None:
     assert {c["type"]: c["status"] for c in unready}["Ready"] == "False"
 
 
+def test_a_heartbeat_moves_the_heartbeat_time_and_no_transition() -> None:
+    """A kubelet's status heartbeat keeps each unchanged condition's lastTransitionTime, so
+    the core's Node watches, which count Ready transitions, are not woken by it."""
+    from machinepool.controllers.common import node_inputs
+
+    r = record()
+    joined = {"metadata": {"uid": "u"}, "spec": {"providerID": r.provider_id}}
+    joined.update(node_status(r, "n", True, r.boot_at))
+    later = r.boot_at + timedelta(minutes=5)
+    beat = {**joined, **node_status(r, "n", True, later, current=joined)}
+    ready = {c["type"]: c for c in beat["status"]["conditions"]}["Ready"]
+    assert ready["lastHeartbeatTime"] != ready["lastTransitionTime"]
+    assert node_inputs(beat) == node_inputs(joined)
+    broken = {**joined, **node_status(r, "n", False, later, current=joined)}
+    assert node_inputs(broken) != node_inputs(joined), "a real transition still counts"
+
+
 def named(name: str, header: str = "## template: jinja\n") -> bytes:
     """Bootstrap data whose JoinConfiguration sets nodeRegistration.name to ``name``."""
     join = JOIN.replace("nodeRegistration:\n", f"nodeRegistration:\n  name: '{name}'\n")

@@ -210,7 +210,7 @@ class KubeletSimulator:
         if state == "failed":  # a broken machine: its kubelet renews nothing any more
             if node is not None and _ready(node):
                 await self._post_status(
-                    record, _name(node), ready=False, now=now, reason="InstanceFailed"
+                    record, _name(node), ready=False, now=now, reason="InstanceFailed", node=node
                 )
             return None
         if record.kubelet_stopped:
@@ -227,7 +227,7 @@ class KubeletSimulator:
             log.warning("kubelet has no credentials", instance=record.id, reason=str(exc))
             return Result(requeue_after=self.retry)
         if _needs_heartbeat(node, now, self.heartbeat):
-            await self._post_status(record, name, ready=True, now=now, client=kubelet)
+            await self._post_status(record, name, ready=True, now=now, client=kubelet, node=node)
         await self._renew_lease(record, node, now, kubelet)
         next_stop = await self._run_pods(cluster, name, now, kubelet)
         look = self._next_look(record, now)
@@ -338,7 +338,7 @@ class KubeletSimulator:
         self._unjoined.discard(key)
         self._node_keys[name] = key
         if created is None or not _ready(created):
-            await self._post_status(record, name, ready=True, now=now, client=kubelet)
+            await self._post_status(record, name, ready=True, now=now, client=kubelet, node=created)
         if created is not None:  # else the next look renews, with the Node from the cache
             await self._renew_lease(record, created, now, kubelet)
         await self._watch_pods(cluster)
@@ -403,13 +403,15 @@ class KubeletSimulator:
         now: datetime,
         reason: str = "",
         client: Client | None = None,
+        node: Obj | None = None,
     ) -> None:
-        """Patch Node ``name``'s status with ``client`` (the kubelet's), else the admin's."""
+        """Patch Node ``name``'s status with ``client`` (the kubelet's), else the admin's;
+        ``node``, the Node as last seen, keeps the transition times of unchanged conditions."""
         if client is None:
             client = await self.cluster_cache.get_client(
                 ObjectKey(record.namespace, record.cluster)
             )
-        status = node_status(record, name, ready, now, reason)
+        status = node_status(record, name, ready, now, reason, current=node)
         with contextlib.suppress(NotFound):
             await client.patch(NODES, name, status, subresource="status")
 

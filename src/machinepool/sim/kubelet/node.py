@@ -149,10 +149,23 @@ def node_unknown_status(node: Obj, now: Any) -> Obj:
     return {"status": {"conditions": conditions}}
 
 
-def node_status(record: InstanceRecord, name: str, ready: bool, now: Any, reason: str = "") -> Obj:
+def node_status(
+    record: InstanceRecord,
+    name: str,
+    ready: bool,
+    now: Any,
+    reason: str = "",
+    current: Obj | None = None,
+) -> Obj:
     """Status of ``record``'s Node ``name``: a Ready condition (heartbeat ``now``), the
     kubelet version, and the addresses (the private IP; the name as Hostname, as kubelet
-    reports its hostname override)."""
+    reports its hostname override).
+
+    A condition whose status ``current`` (the Node as last seen) already has keeps its
+    ``lastTransitionTime``, as kubelet's heartbeat does: only ``lastHeartbeatTime`` moves, so
+    watchers that count transitions see none (a heartbeat that moved both woke a reconcile of
+    every Machine at each status period).
+    """
     stamp = format_time(now)
     condition = {
         "type": "Ready",
@@ -175,7 +188,7 @@ def node_status(record: InstanceRecord, name: str, ready: bool, now: Any, reason
     ]
     return {
         "status": {
-            "conditions": [*pressure, condition],
+            "conditions": _keep_transitions([*pressure, condition], current),
             "capacity": _capacity(record),
             "allocatable": _capacity(record),
             "addresses": [
@@ -200,6 +213,24 @@ def node_status(record: InstanceRecord, name: str, ready: bool, now: Any, reason
             },
         }
     }
+
+
+def _keep_transitions(conditions: list[Obj], current: Obj | None) -> list[Obj]:
+    """``conditions`` with the ``lastTransitionTime`` of each one whose status ``current``
+    already reports."""
+    seen = {
+        cond.get("type"): cond
+        for cond in ((current or {}).get("status") or {}).get("conditions") or []
+        if isinstance(cond, dict)
+    }
+    kept = []
+    for cond in conditions:
+        before = seen.get(cond["type"])
+        if before is not None and before.get("status") == cond["status"]:
+            since = before.get("lastTransitionTime")
+            cond = {**cond, "lastTransitionTime": since} if since else cond
+        kept.append(cond)
+    return kept
 
 
 def pod_running_status(pod: Obj, now: Any) -> Obj:
