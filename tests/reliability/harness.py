@@ -164,20 +164,50 @@ class ControllerProcess:
             self.proc.wait()
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
-        """Until /readyz answers 200 (informers synced); fails if the process exits."""
-        port = self.health_port if self.secure_diagnostics else self.port
-        url = f"http://127.0.0.1:{port}/readyz"
+        """Until /readyz answers 200 (informers synced) from this process; fails if the
+        process exits.
+
+        Ports come from ``free_port()``, and another xdist worker's process may bind one
+        between that and our start: the process then exits at once, while the other one
+        answers on the port. So a 200 counts only from a socket this process listens on, and
+        a process that lost its port that way starts again on new ones.
+        """
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
             while True:
                 if not self.alive:
-                    raise AssertionError(f"{self.name} exited; log tail:\n{self.tail()}")
+                    if "error while attempting to bind" not in self.tail(5):
+                        raise AssertionError(f"{self.name} exited; log tail:\n{self.tail()}")
+                    self.port, self.health_port = free_port(), free_port()
+                    self.start()
+                port = self.health_port if self.secure_diagnostics else self.port
+                url = f"http://127.0.0.1:{port}/readyz"
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                        if resp.status == 200:
+                        if resp.status == 200 and self._listens_on(port):
                             if self.down and self.down[-1][1] == math.inf:
                                 self.down[-1] = (self.down[-1][0], time.monotonic())
                             return
                 await asyncio.sleep(0.2)
+
+    def _listens_on(self, port: int) -> bool:
+        """Whether this process holds the listening socket of ``port`` (Linux /proc)."""
+        if self.proc is None or not self.alive:
+            return False
+        hexport = f":{port:04X}"
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(OSError), open(table) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[1].endswith(hexport) and fields[3] == "0A":  # LISTEN
+                        inodes.add(f"socket:[{fields[9]}]")
+        fds = Path(f"/proc/{self.proc.pid}/fd")
+        with contextlib.suppress(OSError):
+            for fd in fds.iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return True
+        return False
 
     async def metric(self, name: str) -> float | None:
         """One sample of a Prometheus metric (first series), ``None`` if unreachable."""
