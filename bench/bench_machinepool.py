@@ -152,6 +152,7 @@ class Snapshot:
     infra: ProcSample
     reconciles: dict[str, float]
     apiserver: dict[str, dict[str, float]]
+    controlplane_cpu: dict[str, float]
 
 
 def snapshot(run: Run) -> Snapshot:
@@ -166,6 +167,7 @@ def snapshot(run: Run) -> Snapshot:
         run.infra.sample(),
         run.core.reconciles(),
         apiserver,
+        run.env.controlplane_cpu(),
     )
 
 
@@ -187,6 +189,10 @@ def step_figures(
     return {
         "core_cpu_s": after.core.cpu_seconds - before.core.cpu_seconds,
         "infra_cpu_s": after.infra.cpu_seconds - before.infra.cpu_seconds,
+        **{
+            f"{proc}_cpu_s": after.controlplane_cpu[proc] - before.controlplane_cpu.get(proc, 0.0)
+            for proc in after.controlplane_cpu
+        },
         "reconciles_machinepool": reconciles.get(MACHINEPOOL_CONTROLLER, 0.0),
         "reconciles_all": sum(reconciles.values()),
         "reconciles_by_controller": reconciles,
@@ -483,6 +489,8 @@ async def scale_step(
     elapsed = (t0 + figures["wall_s"]) if figures["wall_s"] is not None else after.at
     own = bench_writes(audit)
     total = writes(own)
+    mgmt_writes = writes(bench_writes({"management": audit.get("management", Counter())}))
+    step_s = max(elapsed - t0, 1e-9)
     figures.update(
         pools=len(target.names),
         pools_met=len(target.met),
@@ -503,7 +511,18 @@ async def scale_step(
         # Only a finished step has a cost per Node: one cut off by the timeout has written
         # ahead for Nodes that do not exist yet (every instance and its record, for example).
         writes_per_node=total / changed if changed and figures["wall_s"] is not None else None,
-        writes_per_s=total / max(elapsed - t0, 1e-9),
+        writes_per_s=total / step_s,
+        mgmt_writes=mgmt_writes,
+        # Where the step's time goes: the management apiserver's CPU per write it took, and
+        # how much of a core it was busy; with two cores shared by every process, a step
+        # whose management apiserver runs near one core cannot go much faster by cutting
+        # controller CPU, only by sending fewer or smaller writes.
+        mgmt_apiserver_ms_per_write=(
+            1000 * figures["mgmt_apiserver_cpu_s"] / mgmt_writes if mgmt_writes else None
+        ),
+        mgmt_apiserver_busy_pct=(
+            100 * figures["mgmt_apiserver_cpu_s"] / max(after.at - before.at, 1e-9)
+        ),
         writes_by_resource=dict(list(writes_by_resource(own).items())[:25]),
         core_peak_rss_mib=after.core.peak_rss_bytes / 2**20,
         infra_peak_rss_mib=after.infra.peak_rss_bytes / 2**20,
@@ -762,6 +781,12 @@ def scale_rows(
                 )
             )
         row("shared infra process CPU, s", "infra_cpu_s")
+        row("management kube-apiserver CPU, s", "mgmt_apiserver_cpu_s")
+        row("management kube-apiserver busy, % of one core", "mgmt_apiserver_busy_pct")
+        row("management writes, all clients", "mgmt_writes")
+        row("management kube-apiserver CPU per management write, ms", "mgmt_apiserver_ms_per_write")
+        row("workload kube-apiserver CPU, s", "workload_apiserver_cpu_s")
+        row("etcd CPU, s", "etcd_cpu_s")
         if "min_ready_nodes" in step:
             row(f"fewest Ready Nodes seen (replicas {step['replicas_total']:,})", "min_ready_nodes")
             row(
@@ -817,6 +842,18 @@ def scale_section(results: dict[str, Any], command: str) -> str:
             f" {ceiling['writes']:,} ConfigMap creates, {ceiling['concurrency']} at a time,"
             f" one client, fresh control plane): {per_s:,.0f} writes/s.",
         ]
+        patches = ceiling.get("machine_status_patches")
+        if patches:
+            text += [
+                "",
+                f"The same client's ceiling for the write a Machine takes most of, a Machine"
+                f" status patch ({patches['writes']:,}, same concurrency, our CRDs): "
+                f"{patches['writes_per_s']:,.0f} writes/s, the management kube-apiserver"
+                f" spending {patches['apiserver_ms_per_write']:.2f} ms of CPU on each"
+                f" (a ConfigMap create: {ceiling['apiserver_ms_per_write']:.2f} ms). Each step"
+                " below reports the management kube-apiserver's CPU and its CPU per write: on"
+                " two cores shared by every process, that is the physical limit.",
+            ]
     for key, entry in results["scenarios"].items():
         ours, up = entry["ours"], entry.get("upstream")
         text += [

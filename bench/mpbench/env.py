@@ -23,7 +23,7 @@ from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import CRDS, NAMESPACES, Client, pki
-from mpbench.stats import AUDIT_POLICY, AuditLog
+from mpbench.stats import AUDIT_POLICY, AuditLog, read_proc
 
 NAMESPACE = "bench"
 CLUSTER = "bench"
@@ -111,12 +111,30 @@ class BenchEnv:
             await client.apply(CRDS, crd, field_manager=DRIVER_AGENT, force=True)
             names.append(crd["metadata"]["name"])
         for name in names:
-            await _wait_established(client, name)
+            await wait_established(client, name)
         await client.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
         assert self.workload is not None
         await register_workload_cluster(client, CLUSTER, NAMESPACE, self.workload)
 
     # -- apiserver metrics -------------------------------------------------------------
+
+    def controlplane_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of the management and workload kube-apiservers and of etcd.
+
+        The management apiserver is where a scale step's time goes on this machine (every
+        write of a custom resource is decoded, validated, encoded and sent to each watcher
+        there), so each step reports what these processes spent beside the core's and infra's.
+        """
+        assert self.workload is not None
+        found = {}
+        for key, proc in (
+            ("mgmt_apiserver", self.cp.management.apiserver),
+            ("workload_apiserver", self.workload.apiserver),
+            ("etcd", self.cp.etcd),
+        ):
+            pid = proc.pid if proc is not None else None
+            found[key] = read_proc(pid).cpu_seconds if pid else 0.0
+        return found
 
     def apiserver_metrics(self, server: str) -> str:
         """The text of a kube-apiserver's /metrics (``server``: management or workload)."""
@@ -127,7 +145,7 @@ class BenchEnv:
             return str(resp.read().decode())
 
 
-async def _wait_established(client: Client, name: str, timeout: float = 60.0) -> None:
+async def wait_established(client: Client, name: str, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
