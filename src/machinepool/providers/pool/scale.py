@@ -162,19 +162,54 @@ async def act(scope: PoolScope) -> Result:
     )
     scope.plan = step
     by_id = {m.id: m for m in members}
+    deleted: dict[str, list[str]] = {}
     for victim in step.delete:
         await _delete_machine(scope, victim)
+        deleted.setdefault(_why_delete(scope, by_id.get(victim)), []).append(victim)
+    for why, names in deleted.items():
         await scope.env.recorder.event(
-            scope.pool.raw,
-            "Normal",
-            "SuccessfulDelete",
-            f"Deleting Machine {victim} ({_why_delete(scope, by_id.get(victim))}); its Node is"
-            " drained first",
+            scope.pool.raw, "Normal", "SuccessfulDelete", deleting_message(names, why)
         )
     if step.create:
         await _create_instances(scope, step.create)
     booting = any(m.state is InstanceState.PENDING for m in members)
     return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
+
+
+# One Event per step and kind of change, naming at most this many objects: a step changes up
+# to ``plan.BURST`` instances, and one Event for each would pass the recorder's per-object spam
+# filter (25, then one per 5 minutes) only for the first few steps of a big pool.
+_NAMED = 10
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMED])
+    return shown if len(names) <= _NAMED else f"{shown} and {len(names) - _NAMED} more"
+
+
+def deleting_message(names: list[str], why: str) -> str:
+    """The ``SuccessfulDelete`` note for the Machines one step deletes for one reason."""
+    if len(names) == 1:
+        return f"Deleting Machine {names[0]} ({why}); its Node is drained first"
+    return (
+        f"Deleting {len(names)} Machines ({why}): {_listed(names)}; their Nodes are drained first"
+    )
+
+
+def created_message(specs: list[InstanceSpec], version: str) -> str:
+    """The ``SuccessfulCreate`` note for the instances one step created: how many, at which
+    version, how many in each failure domain, and their ids."""
+    version = version or "no version"
+    if len(specs) == 1:
+        zone = specs[0].failure_domain or "the default zone"
+        return f"Created instance {specs[0].instance_id} in {zone} ({version})"
+    zones: dict[str, int] = {}
+    for spec in specs:
+        zone = spec.failure_domain or "the default zone"
+        zones[zone] = zones.get(zone, 0) + 1
+    where = ", ".join(f"{zone} {n}" for zone, n in zones.items())
+    ids = _listed([spec.instance_id for spec in specs])
+    return f"Created {len(specs)} instances ({version}): {where}; {ids}"
 
 
 def _why_delete(scope: PoolScope, victim: Member | None) -> str:
@@ -245,6 +280,8 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
     # 100 in a row while every other pool waits for this worker.
     backend = scope.backend
     outcomes = await gather_bounded([backend.create(spec) for spec in specs])
+    created: list[InstanceSpec] = []
+    unexpected: BaseException | None = None
     for spec, outcome in zip(specs, outcomes, strict=True):
         if isinstance(outcome, CloudError):
             elsewhere = ""
@@ -266,14 +303,15 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
                 f"Creating instance {spec.instance_id}: {outcome}{elsewhere}",
             )
         elif isinstance(outcome, BaseException):
-            raise outcome
+            # Raised once the instances that were made are counted and told of.
+            unexpected = unexpected or outcome
         else:
             scope.instances.append(outcome)
             scope.env.expectations.created(scope.key, [outcome.id])
-            await scope.env.recorder.event(
-                scope.pool.raw,
-                "Normal",
-                "SuccessfulCreate",
-                f"Created instance {spec.instance_id} in"
-                f" {spec.failure_domain or 'the default zone'} ({version or 'no version'})",
-            )
+            created.append(spec)
+    if created:
+        await scope.env.recorder.event(
+            scope.pool.raw, "Normal", "SuccessfulCreate", created_message(created, version)
+        )
+    if unexpected is not None:
+        raise unexpected
