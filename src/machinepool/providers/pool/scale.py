@@ -9,6 +9,7 @@ Called in order by ``engine.PoolEngine``.
 from __future__ import annotations
 
 import base64
+from collections import Counter
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
@@ -19,7 +20,7 @@ from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
 from machinepool.runtime import SECRETS, NotFound, Result, gather_bounded
 
-__all__ = ["act", "decide"]
+__all__ = ["act", "created_message", "decide", "deleting_message"]
 
 _BOOTING_REQUEUE = 2.0
 
@@ -203,10 +204,7 @@ def created_message(specs: list[InstanceSpec], version: str) -> str:
     if len(specs) == 1:
         zone = specs[0].failure_domain or "the default zone"
         return f"Created instance {specs[0].instance_id} in {zone} ({version})"
-    zones: dict[str, int] = {}
-    for spec in specs:
-        zone = spec.failure_domain or "the default zone"
-        zones[zone] = zones.get(zone, 0) + 1
+    zones = Counter(spec.failure_domain or "the default zone" for spec in specs)
     where = ", ".join(f"{zone} {n}" for zone, n in zones.items())
     ids = _listed([spec.instance_id for spec in specs])
     return f"Created {len(specs)} instances ({version}): {where}; {ids}"
