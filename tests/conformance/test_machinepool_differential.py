@@ -186,7 +186,7 @@ def _provider_ids(objs: dict[str, Any]) -> list[str]:
     return list((mp.get("spec") or {}).get("providerIDList") or [])
 
 
-LATE_BOOT = 30
+LATE_BOOT = 60
 """Seconds a nodes-late instance boots for: ample time to stop its kubelet before it joins."""
 
 

@@ -185,11 +185,7 @@ class MachinePoolReconciler:
             return Result()  # the Cluster watch brings us back when it appears
         finalizers = mp.metadata.finalizers or []
         if not mp.deleting and c.MACHINE_POOL_FINALIZER not in finalizers:
-            # The finalizer is written before anything is made for the pool, as upstream
-            # does; the Cluster owner and label go in the same patch (metadata, nothing
-            # made), so a new pool's metadata costs one write, not two.
             mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
-            ensure_cluster_owner(mp, cluster_name, ClusterView(cluster))
             await patch_on_exit(patcher, obj)
             return Result()
         if _set_paused(mp, ClusterView(cluster)):
