@@ -310,7 +310,7 @@ async def main(argv: list[str]) -> int:
             async with await Client.from_kubeconfig(cp.kubeconfig) as client:
                 await create_nodes(client, records)
             round_ = 0
-            for mode, rate in ((f"paced at {args.rate:g}/s", args.rate), ("16 at a time", 0.0)):
+            for mode, rate in ((f"paced at {args.rate:.3g}/s", args.rate), ("16 at a time", 0.0)):
                 for kind in WATCHERS:
                     found = await measure(cp.kubeconfig, kind, records, args.updates, rate, round_)
                     round_ += 1
