@@ -28,13 +28,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from mpbench.env import wait_established
 from mpbench.stats import read_proc
 
 from machinepool.api.crdgen import crd_manifests
 from machinepool.api.kinds import MACHINES
 from machinepool.controlplane import ControlPlane
-from machinepool.runtime import CONFIGMAPS, CRDS, NAMESPACES, Client
+from machinepool.runtime import CONFIGMAPS, CRDS, NAMESPACES, Client, wait_established
 
 NAMESPACE = "writes"
 CONDITIONS = (

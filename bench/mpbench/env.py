@@ -11,7 +11,6 @@ workload cluster as a Cluster. Called by ``bench_machinepool.py``; one env per m
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import urllib.request
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import CRDS, NAMESPACES, Client, pki
+from machinepool.runtime import CRDS, NAMESPACES, Client, pki, wait_established
 from mpbench.stats import AUDIT_POLICY, AuditLog, read_proc
 
 NAMESPACE = "bench"
@@ -143,15 +142,3 @@ class BenchEnv:
         ctx: ssl.SSLContext = cluster.pki.ssl_context()
         with urllib.request.urlopen(f"{cluster.url}/metrics", context=ctx, timeout=30) as resp:
             return str(resp.read().decode())
-
-
-async def wait_established(client: Client, name: str, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        crd = await client.get(CRDS, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"CRD {name} was not Established within {timeout:.0f}s")

@@ -6,8 +6,7 @@ Three shapes, one of each:
 - ``Changes``: a mixin for harnesses whose informers poke it; ``until(check, what)`` re-checks on
   every watched change instead of on a timer.
 - ``watch_until`` / ``wait_for``: follow a real watch of the API (a collection, or one object)
-  until a predicate holds; ``wait_established``: until a CRD is served;
-  ``until_admission_answers``: until a just-registered webhook is called.
+  until a predicate holds; ``until_admission_answers``: until a just-registered webhook is called.
 
 Each fails with a ``TimeoutError`` (``AssertionError`` for ``Changes.until``, which harness
 tests assert on) that names what was awaited.
@@ -23,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from machinepool.runtime import (
-    CRDS,
     ApiError,
     Client,
     FuncHandler,
@@ -227,17 +225,6 @@ async def wait_for(
         within=within,
     )
     return objects.get(name)
-
-
-async def wait_established(client: Client, name: str) -> None:
-    """Until the CRD ``name`` is served (its Established condition True)."""
-
-    async def established() -> bool:
-        crd = await client.get(CRDS, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    await eventually(established, f"CRD {name} Established", within=60)
 
 
 async def until_admission_answers(

@@ -32,7 +32,7 @@ from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, NodeAuth
 from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime.client import CRDS, Client, Obj
+from machinepool.runtime.client import CRDS, Client, Obj, wait_established
 from machinepool.runtime.errors import NotFound
 
 _MANAGER = "machinepool-local"
@@ -167,7 +167,7 @@ async def _install(kubeconfig: Path, workload_name: str, cp: ControlPlane) -> No
         for crd in crd_manifests():
             await client.apply(CRDS, await _keeping_conversion(client, crd), field_manager=_MANAGER)
         for crd in crd_manifests():
-            await _wait_established(client, crd["metadata"]["name"])
+            await wait_established(client, crd["metadata"]["name"])
         await register_workload_cluster(
             client, CLUSTER_NAME, CLUSTER_NAMESPACE, cp.workloads[workload_name]
         )
@@ -191,16 +191,6 @@ async def _keeping_conversion(client: Client, crd: Obj) -> Obj:
     if conversion.get("strategy") != "Webhook":
         return crd
     return {**crd, "spec": {**crd["spec"], "conversion": conversion}}
-
-
-async def _wait_established(client: Client, name: str) -> None:
-    for _ in range(600):
-        crd = await client.get(CRDS, name)
-        conds = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"CRD {name} not Established")
 
 
 def _children(home: Path, kubeconfig: Path) -> list[tuple[Process, int]]:

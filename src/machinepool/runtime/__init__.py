@@ -32,6 +32,7 @@ from machinepool.runtime.client import (
     PatchType,
     Resource,
     WatchEvent,
+    wait_established,
 )
 from machinepool.runtime.clustercache import (
     ClusterCache,
@@ -216,4 +217,5 @@ __all__ = [
     "run_phases",
     "self_signed",
     "strip_managed_fields",
+    "wait_established",
 ]

@@ -583,3 +583,22 @@ MUTATING_WEBHOOKS = Resource(
     "MutatingWebhookConfiguration",
     False,
 )
+
+
+async def wait_established(client: Client, name: str, timeout: float = 60.0) -> None:
+    """Until the CustomResourceDefinition ``name`` is Established: its kind is served.
+
+    A kind cannot be created, listed or watched for a moment after its CRD is written; whoever
+    installs CRDs and then uses them (the local environment, benchmarks, tests) waits here.
+    Raises ``TimeoutError`` after ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        crd = await client.get(CRDS, name)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(f"CRD {name} was not Established within {timeout:.0f} s")
+        await asyncio.sleep(0.1)
