@@ -6,9 +6,50 @@ from __future__ import annotations
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.api import constants as c
-from machinepool.runtime import NODES, NotFound
+from machinepool.runtime import NODES, FuncHandler, NotFound, Obj
 
 from .conftest import TEST_POOLS, Env, cond
+
+
+async def test_a_new_pools_finalizer_comes_with_its_cluster_owner_in_one_write(
+    env: Env,
+) -> None:
+    """Every version of a new MachinePool that carries the finalizer also carries the Cluster
+    ownerReference and label: the core writes a new pool's metadata once, not twice. A pool
+    paused from its creation gets the finalizer alone and no owner, as upstream's does."""
+    seen: list[Obj] = []
+
+    def record(obj: Obj) -> None:
+        if obj["metadata"]["name"] in ("first", "held"):
+            seen.append(obj)
+
+    env.pools.informer.add_handler(FuncHandler(record, lambda _old, new: record(new), record))
+    await env.kubeadm_config("boot")
+    await env.infra_pool("first")
+    await env.machine_pool("first", replicas=1, bootstrap="boot")
+    await env.pool_until("first", lambda o: bool(o["status"].get("phase")))
+    await env.infra_pool("held")
+    await env.machine_pool(
+        "held", replicas=1, bootstrap="boot", annotations={c.PAUSED_ANNOTATION: ""}
+    )
+    await env.pool_until("held", lambda o: cond(o, c.PAUSED_CONDITION).get("status") == "True")
+
+    def with_finalizer(name: str) -> list[Obj]:
+        return [
+            o
+            for o in seen
+            if o["metadata"]["name"] == name
+            and c.MACHINE_POOL_FINALIZER in (o["metadata"].get("finalizers") or [])
+        ]
+
+    assert with_finalizer("first"), seen
+    for version in with_finalizer("first"):
+        owners = [r["kind"] for r in version["metadata"].get("ownerReferences") or []]
+        assert owners == ["Cluster"], version["metadata"]
+        assert version["metadata"]["labels"][c.CLUSTER_NAME_LABEL] == env.cluster_name
+    assert with_finalizer("held"), seen
+    for version in with_finalizer("held"):
+        assert not version["metadata"].get("ownerReferences"), version["metadata"]
 
 
 async def test_happy_path_through_every_phase(env: Env) -> None:

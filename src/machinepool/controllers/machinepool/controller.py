@@ -20,6 +20,7 @@ from machinepool.api.views import ClusterView, MachinePoolView
 from machinepool.controllers.common import (
     WorkloadNodes,
     ensure_cluster_owner,
+    is_paused,
     node_inputs,
     set_paused_condition,
 )
@@ -185,7 +186,13 @@ class MachinePoolReconciler:
             return Result()  # the Cluster watch brings us back when it appears
         finalizers = mp.metadata.finalizers or []
         if not mp.deleting and c.MACHINE_POOL_FINALIZER not in finalizers:
+            # The finalizer first, before anything is made for the pool, as upstream adds it.
+            # The Cluster owner and label (metadata; nothing is made) go in the same patch,
+            # so a new pool's metadata costs one write, not two; but not while paused, where
+            # upstream's reconcile stops before it sets them.
             mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
+            if not is_paused(mp, ClusterView(cluster)):
+                ensure_cluster_owner(mp, cluster_name, ClusterView(cluster))
             await patch_on_exit(patcher, obj)
             return Result()
         if _set_paused(mp, ClusterView(cluster)):
