@@ -57,7 +57,6 @@ from mpbench.stats import (
     writes_by_resource,
 )
 
-OUT = Path(__file__).resolve().parent / "out"
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
 BENCH_AGENTS = frozenset({DRIVER_AGENT, "Python-urllib"})
 SETTLE_SECONDS = 2.0
@@ -959,18 +958,13 @@ async def main(argv: list[str]) -> int:
     print(f"work directory (logs, audit logs): {base}", flush=True)
     binary = procs.build_upstream() if args.upstream else None
     cores = ["ours", "upstream"] if args.upstream else ["ours"]
-    OUT.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
 
     def save(mode: str, data: dict[str, Any], section: str, load: str) -> None:
         section += (
             f"\n\nLoad average (1/5/15 min) when this mode started: {load}; on {os.cpu_count()}"
             " CPUs shared with whatever else ran, so compare within a run, not across runs."
         )
-        (OUT / f"{stamp}-{mode}.json").write_text(json.dumps(data, indent=2, default=str))
-        print("\n" + section + "\n", flush=True)
-        if not args.no_results:
-            report.update_results(mode, section, [command])
+        report.publish(mode, section, command, data=data, results=not args.no_results)
 
     def load_now() -> str:
         return " / ".join(f"{v:.1f}" for v in os.getloadavg())

@@ -320,9 +320,7 @@ async def main(argv: list[str]) -> int:
         finally:
             cp.stop()
     text = section(results, command)
-    print("\n" + text + "\n", flush=True)
-    if not args.no_results:
-        report.update_results("node-watch", text, [command])
+    report.publish("node-watch", text, command, data=results, results=not args.no_results)
     return 0
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import math
 import os
 import shlex
@@ -47,7 +46,6 @@ from mpbench.stats import writes
 
 from machinepool.runtime import NODES, FuncHandler, Informer
 
-OUT = Path(__file__).resolve().parent / "out"
 KWOK_CACHE = Path.home() / ".cache" / "machinepool" / "kwok"
 DRIVER_USER, CORE_USER, INFRA_USER, KUBELET_USER = (
     "bench-driver",
@@ -301,12 +299,7 @@ async def main(argv: list[str]) -> int:
     results["ours"] = await run_ours(args, base / "ours")
     results["kwok"] = await run_kwok(args, base / "kwok", binary)
     text = section(results, command)
-    OUT.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
-    (OUT / f"{stamp}-nodesim.json").write_text(json.dumps(results, indent=2, default=str))
-    print("\n" + text + "\n", flush=True)
-    if not args.no_results:
-        report.update_results("nodesim", text, [command])
+    report.publish("nodesim", text, command, data=results, results=not args.no_results)
     return 0
 
 

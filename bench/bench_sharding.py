@@ -246,8 +246,7 @@ with the Clusters it holds more steeply than it would in a real fleet; with one 
 uneven shares: compare the busiest replica with the single one. The replicas' reconciles add
 up to more than one replica's, as a single busy queue folds more events into each reconcile.
 """
-    print(body)
-    report.update_results("sharding", body, [command])
+    report.publish("sharding", body, command, results=True)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import shlex
 import sys
@@ -60,7 +59,6 @@ from machinepool.sim import Faults
 from machinepool.sim.cloud import SimCloud
 
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
-OUT = Path(__file__).resolve().parent / "out"
 
 RSS = Tolerance(absolute=4.0, relative=0.05)
 """MiB: the allocator keeps freed arenas, and a GC cycle moves RSS by a few MiB."""
@@ -412,14 +410,9 @@ def main(argv: list[str]) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mpbench-soak-"))
     print(f"work directory (logs): {workdir}", flush=True)
     outcome = asyncio.run(soak(args, workdir))
-    OUT.mkdir(exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     raw = {"args": vars(args), "steps": outcome.steps, "samples": outcome.samples.raw}
-    (OUT / f"{stamp}-soak.json").write_text(json.dumps(raw, indent=1, default=str))
     body = section(args, outcome, command, load)
-    print("\n" + body, flush=True)
-    if not args.no_results:
-        report.update_results("soak", body, [command])
+    report.publish("soak", body, command, data=raw, results=not args.no_results)
     return 0 if not outcome.stalled else 1
 
 

@@ -3,11 +3,14 @@
 ``table`` renders rows of figures for ours / upstream with their ratio; ``update_results``
 rewrites one marked section of RESULTS.md (``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->``)
 and the machine/versions header, leaving the other sections as the last run of that mode left
-them. ``machine_info`` says where the numbers came from. Called by ``bench_machinepool.py``.
+them; ``publish`` does both and keeps the raw figures. ``machine_info`` says where the numbers
+came from. Used by every benchmark script.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import platform
 import re
@@ -15,11 +18,14 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from machinepool.controlplane import KUBERNETES_VERSION, upstream
 
 RESULTS = Path(__file__).resolve().parent.parent / "RESULTS.md"
 REPO = RESULTS.parent.parent
+OUT = RESULTS.parent / "out"
+"""Raw figures of each run, as JSON (not committed)."""
 
 Row = tuple[str, float | None, float | None]
 """(figure, ours, upstream); None: not measured."""
@@ -107,6 +113,19 @@ Last command(s):
 {cmds}
 ```
 """
+
+
+def publish(section: str, body: str, command: str, *, data: Any = None, results: bool) -> None:
+    """How every benchmark ends: print ``body``; keep ``data`` (the raw figures, if any) as
+    JSON in bench/out/, named by the time and ``section``; and, when ``results`` (no
+    ``--no-results``), rewrite ``section`` of RESULTS.md with ``body`` and ``command``."""
+    if data is not None:
+        OUT.mkdir(exist_ok=True)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+        (OUT / f"{stamp}-{section}.json").write_text(json.dumps(data, indent=2, default=str))
+    print("\n" + body.strip() + "\n", flush=True)
+    if results:
+        update_results(section, body, [command])
 
 
 def update_results(section: str, body: str, commands: Sequence[str]) -> None:
