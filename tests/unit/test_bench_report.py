@@ -22,7 +22,6 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.setattr(report, "RESULTS", path)
     monkeypatch.setattr(report, "OUT", tmp_path / "out")
-    monkeypatch.setattr(report, "machine_info", lambda: [("machinepool", "git abc1234")])
     return path
 
 
