@@ -184,6 +184,7 @@ class MachinePoolReconciler:
             _report_missing_cluster(mp, key.namespace, cluster_name)
             await patch_on_exit(patcher, obj)
             return Result()  # the Cluster watch brings us back when it appears
+        cluster_view = ClusterView(cluster)
         finalizers = mp.metadata.finalizers or []
         if not mp.deleting and c.MACHINE_POOL_FINALIZER not in finalizers:
             # The finalizer first, before anything is made for the pool, as upstream adds it.
@@ -191,14 +192,14 @@ class MachinePoolReconciler:
             # so a new pool's metadata costs one write, not two; but not while paused, where
             # upstream's reconcile stops before it sets them.
             mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
-            if not is_paused(mp, ClusterView(cluster)):
-                ensure_cluster_owner(mp, cluster_name, ClusterView(cluster))
+            if not is_paused(mp, cluster_view):
+                ensure_cluster_owner(mp, cluster_name, cluster_view)
             await patch_on_exit(patcher, obj)
             return Result()
-        if _set_paused(mp, ClusterView(cluster)):
+        if _set_paused(mp, cluster_view):
             await patch_on_exit(patcher, obj)
             return Result()
-        scope = Scope(self, mp, ClusterView(cluster))
+        scope = Scope(self, mp, cluster_view)
         # Independent phases: a missing bootstrap config does not keep Nodes from being
         # counted, so every phase runs and every condition is current.
         outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
