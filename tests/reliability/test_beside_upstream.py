@@ -43,6 +43,7 @@ from tests.support.upstream import (
     upstream_management,
 )
 
+from machinepool.api.meta import dig
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.process import free_port
 from machinepool.runtime import (
@@ -201,10 +202,14 @@ async def _upstream_state(client: Client) -> Obj:
     return state
 
 
-async def _taken_over(client: Client) -> Obj | None:
-    """Upstream's state once our core (leading) took MachinePool admission over, else None."""
+async def _taken_over(client: Client, shared: Beside) -> Obj | None:
+    """Upstream's state once our core (leading) took MachinePool admission and conversion
+    over, else None. ``beside.take_over`` moves the webhook entries first and the CRD's
+    conversion last, so both are waited for."""
     state = await _upstream_state(client)
-    return None if _machinepool_entries(state) else state
+    upstreams = shared.webhook.client_config("/convert")["url"]
+    converter = dig(state, "conversion", "webhook", "clientConfig", "url")
+    return None if _machinepool_entries(state) or converter == upstreams else state
 
 
 def _machinepool_entries(state: Obj) -> list[str]:
@@ -299,7 +304,7 @@ async def test_pools_move_from_upstream_to_us_and_back_without_churn(shared: Bes
             await shared.upstream(machine_pool=False)
             core = await shared.our_core()
             await core.wait_ready()
-            taken = await eventually(lambda: _taken_over(client), within=180)
+            taken = await eventually(lambda: _taken_over(client, shared), within=180)
             assert not _machinepool_entries(taken), "upstream's MachinePool entries moved out"
             assert (
                 taken["conversion"]["webhook"]["clientConfig"]["url"]
@@ -474,7 +479,7 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
     core = await shared.our_core()
     for proc in (providers, kubelet, core):
         await proc.wait_ready()
-    await eventually(lambda: _taken_over(client), within=180)
+    await eventually(lambda: _taken_over(client, shared), within=180)
     assert await _reconcilers(core) == {"machinepool"}, "upstream's Machine controller only"
     async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
         world = await World.start(client, workload_client, ns)
@@ -549,7 +554,7 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
     core = await shared.our_core()
     for proc in (providers, kubelet, core):
         await proc.wait_ready()
-    await eventually(lambda: _taken_over(client), within=180)
+    await eventually(lambda: _taken_over(client, shared), within=180)
     assert await _reconcilers(core) == {"machinepool"}, "no MachineHealthCheck controller of ours"
     async with await Client.from_kubeconfig(workload.kubeconfig) as workload_client:
         world = await World.start(client, workload_client, ns)
