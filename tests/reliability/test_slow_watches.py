@@ -1,4 +1,5 @@
-"""One cache behind the others: a rollout while the instance records are seen late.
+"""One cache behind the others: a rollout while the instance records are seen late, and a
+scale-down while the Machines are.
 
 The pool engine joins three caches: the Sim cloud's instance records (Secrets), SimMachines
 and Machines. An informer re-listing after a 410 through an apiserver answering 429s, or a
@@ -12,6 +13,10 @@ towards replicas and make the engine delete a young instance as surplus. A user 
 that: the rollout converges with nothing lost, only old-version Nodes are deleted, no Machine
 is deleted "to scale down" (the replicas never change), and no SimMachine comes back under the
 name of one that was deleted.
+
+The cluster autoscaler marks the Machine it wants gone and then lowers the size. With the
+Machine watch served late, the engine hears of the size first: choosing from its cache, it
+would drain a Node the autoscaler kept and leave the marked one running.
 """
 
 from __future__ import annotations
@@ -21,12 +26,19 @@ from pathlib import Path
 from tests.reliability.harness import Env, check_converged, judge_victims, roll
 from tests.reliability.proxy import AuditProxy
 from tests.support.builders import VERSION, create_pool
+from tests.support.resources import MACHINE_POOLS
 
+from machinepool.api import constants as c
+from machinepool.api.kinds import MACHINES
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
+from machinepool.sim import SimCloud
 
 NEW_VERSION = "v1.34.1"
 REPLICAS = 6
+MARKS_LATE = 3.0
+"""Seconds by which the controller sees Machine changes late: far longer than it takes to
+act on a MachinePool's new size."""
 RECORDS_LATE = 4.0
 """Seconds by which the controller sees instance record changes late; longer than the
 engine's 2 s re-check of a pool with instances booting, so it plans from the stale view."""
@@ -89,3 +101,45 @@ async def test_a_rollout_with_the_instance_records_seen_late(
     ]
     assert scale_downs == [], "a rollout deleted Machines as surplus"
     assert returned == [], "SimMachines made again for instances already terminated"
+
+
+async def test_a_scale_down_with_the_marks_seen_late(
+    env: Env, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    world = env.world
+    proxy = AuditProxy(
+        "slow-machines",
+        control_plane.url,
+        control_plane.management.pki.ssl_context(),
+        [],
+        watch_delays={"/machines": MARKS_LATE},
+    )
+    await proxy.start()
+    try:
+        controller = env.spawn(
+            "controller",
+            "core,bootstrap,sim",
+            kubeconfig=proxy.write_kubeconfig(tmp_path / "slow-machines.kubeconfig"),
+        )
+        kubelet = env.spawn("kubelet", "kubelet")
+        await controller.wait_ready()
+        await kubelet.wait_ready()
+        sim = {"sim": {"bootDelaySeconds": 1}}
+        await create_pool(env.client, env.namespace, "marked", replicas=3, sim_spec=sim)
+        await world.until(world.settled("marked", 3, VERSION), "3 Ready")
+        deleted_before = len(world.deleted_nodes)
+        # The newest instance's Machine: the default policy (Oldest) would pick another.
+        records = await SimCloud(env.client).instances(env.namespace, "marked")
+        newest = max(records, key=lambda r: (r.created, r.id)).provider_id
+        (chosen,) = [m for m in world.objects("machines") if m["spec"]["providerID"] == newest]
+        mark = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
+        await env.client.patch(MACHINES, chosen["metadata"]["name"], mark, env.namespace)
+        await env.client.set_scale(MACHINE_POOLS, "marked", env.namespace, 2)
+        await world.until(world.settled("marked", 2, VERSION), "2 Ready, the marked one gone")
+    finally:
+        env.close()
+        await proxy.stop()
+
+    assert check_converged(world, "marked", 2, VERSION) == []
+    deleted = [d.provider_id for d in world.deleted_nodes[deleted_before:]]
+    assert deleted == [chosen["spec"]["providerID"]]

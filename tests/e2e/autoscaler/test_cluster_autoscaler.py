@@ -16,7 +16,7 @@ import pytest
 
 from machinepool.api import constants as c
 from machinepool.controlplane.process import Process
-from machinepool.runtime import PODS, FuncHandler, Obj
+from machinepool.runtime import CORE_EVENTS, PODS, FuncHandler, Obj
 
 from .conftest import NodeHistory
 from .harness import wait_for_objects
@@ -46,6 +46,17 @@ class MarkedMachines:
         pid = (machine.get("spec") or {}).get("providerID")
         if c.DELETE_MACHINE_ANNOTATION in annotations and pid:
             self.provider_ids.add(str(pid))
+
+
+async def pool_story(system: Any) -> str:
+    """What the pool engine said it did (its create and delete Events), for a failure message."""
+    events = await system.client.list(CORE_EVENTS, system.namespace)
+    said = [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in events.items
+        if e.get("reason") in ("SuccessfulCreate", "SuccessfulDelete", "FailedCreate")
+    ]
+    return "\n".join(["the pool's Events:", *said])
 
 
 async def test_scales_up_for_pending_pods_and_removes_the_nodes_it_marks(
@@ -90,8 +101,8 @@ async def test_scales_up_for_pending_pods_and_removes_the_nodes_it_marks(
         WAIT,
     )
     removed = set(before) - {n["metadata"]["name"] for n in system.nodes.list()}
-    assert len(removed) == 3
-    assert {before[name] for name in removed} == marked.provider_ids
+    assert len(removed) == 3, await pool_story(system)
+    assert {before[name] for name in removed} == marked.provider_ids, await pool_story(system)
     assert node_history.deleted == removed
     assert node_history.cordoned_before_delete == removed
     assert await provider_target_size(system, pool) == 1

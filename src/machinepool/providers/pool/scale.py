@@ -13,8 +13,8 @@ from collections import Counter
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
-from machinepool.api.views import MachinePoolView
-from machinepool.providers.pool.plan import Member, PlanInput, plan
+from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
@@ -146,21 +146,12 @@ async def act(scope: PoolScope) -> Result:
     if scope.strategy is None or scope.backend is None:
         return Result()
     members = _members(scope)
+    step = _plan(scope, members)
+    if _picks_unmarked(step, members):
+        await _read_machines(scope)
+        members = _members(scope)
+        step = _plan(scope, members)
     scope.rolling = any(m.active and not m.up_to_date for m in members)
-    surge, unavailable = scope.strategy.resolve(scope.replicas)
-    step = plan(
-        PlanInput(
-            members=members,
-            replicas=scope.replicas,
-            surge=surge,
-            unavailable=unavailable,
-            delete_policy=scope.strategy.delete_policy,
-            failure_domains=_failure_domains(scope),
-            full_domains=_full_domains(scope, members),
-            nodes_known=scope.ready_ids is not None,
-            seed=str(scope.pool.metadata.uid or ""),
-        )
-    )
     scope.plan = step
     by_id = {m.id: m for m in members}
     deleted: dict[str, list[str]] = {}
@@ -175,6 +166,65 @@ async def act(scope: PoolScope) -> Result:
         await _create_instances(scope, step.create)
     booting = any(m.state is InstanceState.PENDING for m in members)
     return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
+
+
+def _plan(scope: PoolScope, members: list[Member]) -> Plan:
+    assert scope.strategy is not None
+    surge, unavailable = scope.strategy.resolve(scope.replicas)
+    return plan(
+        PlanInput(
+            members=members,
+            replicas=scope.replicas,
+            surge=surge,
+            unavailable=unavailable,
+            delete_policy=scope.strategy.delete_policy,
+            failure_domains=_failure_domains(scope),
+            full_domains=_full_domains(scope, members),
+            nodes_known=scope.ready_ids is not None,
+            seed=str(scope.pool.metadata.uid or ""),
+        )
+    )
+
+
+def _picks_unmarked(step: Plan, members: list[Member]) -> bool:
+    """The step removes an up-to-date instance whose Machine the cache shows unmarked: a
+    scale-down victim chosen by policy (a rollout's victims are outdated ones)."""
+    by_id = {m.id: m for m in members}
+    return any(
+        (m := by_id.get(victim)) is not None
+        and m.active
+        and m.up_to_date
+        and not m.delete_requested
+        for victim in step.delete
+    )
+
+
+async def _read_machines(scope: PoolScope) -> None:
+    """Replace the cached owner Machines with the API server's, before a scale-down chooses.
+
+    The cluster autoscaler marks the Machine it wants gone (``delete-machine``) and then
+    lowers the size: two writes that reach this engine on two watches. When the MachinePool's
+    arrives first, the cache shows no mark and the policy would pick another instance, which
+    cannot be undone: the Node the autoscaler chose stays and one it kept is drained. A read
+    by label sees every write made before the size changed. Only steps that remove an unmarked
+    up-to-date instance pay it: one list per scale-down, none in a rollout or a settled pool.
+    The AWS provider reads its candidates the same way.
+    """
+    assert scope.machine_pool is not None
+    mp = scope.machine_pool
+    selector = (
+        f"{c.POOL_NAME_LABEL}={c.pool_name_label_value(mp.metadata.name or '')},"
+        f"{c.CLUSTER_NAME_LABEL}={mp.spec.cluster_name or ''}"
+    )
+    listed = await scope.env.client.list(MACHINES, scope.namespace, label_selector=selector)
+    infra_kind = scope.env.provider.machine_resource.kind
+    fresh: dict[str, MachineView] = {}
+    for obj in listed.items:
+        machine = MachineView(obj)
+        ref = machine.spec.infrastructure_ref
+        if ref.kind == infra_kind and ref.name in scope.infra_machines:
+            fresh[str(ref.name)] = machine
+    scope.machines = fresh
 
 
 # One Event per step and kind of change, naming at most this many objects: a step changes up
