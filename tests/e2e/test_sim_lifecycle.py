@@ -270,6 +270,9 @@ async def test_a_throttling_cloud_slows_the_pool_but_never_doubles_it(system: Sy
     assert any("RequestLimitExceeded" in e["message"] for e in events.items), [
         e.get("message") for e in events.items
     ]
+    # The first step's five creates meet a burst of two: its refusals are one note, not three.
+    refused = [e["message"] for e in events.items if e.get("reason") == "FailedCreate"]
+    assert any(" instances failed: " in m for m in refused), refused
 
 
 def _pod(name: str, node: str, app: str) -> Obj:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from machinepool.providers.pool.scale import created_message, deleting_message
+from machinepool.providers.pool.scale import created_message, deleting_message, failed_message
 from machinepool.providers.pool.types import InstanceSpec
 
 
@@ -40,3 +40,13 @@ def test_deletions_of_one_step_for_one_reason_are_one_note() -> None:
         "Deleting 2 Machines (replaced by an up-to-date instance): m-1, m-2; their Nodes are"
         " drained first"
     )
+
+
+def test_creates_refused_alike_in_one_step_are_one_note() -> None:
+    assert failed_message(["w-1"], "RequestLimitExceeded") == (
+        "creating instance w-1 failed: RequestLimitExceeded"
+    )
+    ids = [f"w-{i}" for i in range(1, 41)]
+    message = failed_message(ids, "RequestLimitExceeded")
+    assert message.startswith("creating 40 instances failed: RequestLimitExceeded; w-1, w-2, ")
+    assert message.endswith("w-10 and 30 more")

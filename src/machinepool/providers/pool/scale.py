@@ -20,7 +20,7 @@ from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
 from machinepool.runtime import SECRETS, NotFound, Result, gather_bounded
 
-__all__ = ["act", "created_message", "decide", "deleting_message"]
+__all__ = ["act", "created_message", "decide", "deleting_message", "failed_message"]
 
 _BOOTING_REQUEUE = 2.0
 
@@ -260,6 +260,15 @@ def created_message(specs: list[InstanceSpec], version: str) -> str:
     return f"Created {len(specs)} instances ({version}): {where}; {ids}"
 
 
+def failed_message(ids: list[str], error: str) -> str:
+    """The ``CloudError`` condition message and ``FailedCreate`` note for the instances one
+    step could not create for one reason: a flaky cloud refuses many creates of a step alike,
+    and one line each would bury the condition and pass the Event filter only at first."""
+    if len(ids) == 1:
+        return f"creating instance {ids[0]} failed: {error}"
+    return f"creating {len(ids)} instances failed: {error}; {_listed(ids)}"
+
+
 def _why_delete(scope: PoolScope, victim: Member | None) -> str:
     if victim is not None and victim.delete_requested:
         return "marked for deletion"
@@ -329,6 +338,7 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
     backend = scope.backend
     outcomes = await gather_bounded([backend.create(spec) for spec in specs])
     created: list[InstanceSpec] = []
+    refused: dict[str, list[str]] = {}
     unexpected: BaseException | None = None
     for spec, outcome in zip(specs, outcomes, strict=True):
         if isinstance(outcome, CloudError):
@@ -340,16 +350,8 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
                     "; new instances go to other failure domains for"
                     f" {scope.env.shortages.retry_after:.0f} s"
                 )
-            scope.block(
-                "CloudError", f"creating instance {spec.instance_id} failed: {outcome}{elsewhere}"
-            )
+            refused.setdefault(f"{outcome}{elsewhere}", []).append(spec.instance_id)
             scope.errors.append(outcome)
-            await scope.env.recorder.event(
-                scope.pool.raw,
-                "Warning",
-                "FailedCreate",
-                f"Creating instance {spec.instance_id}: {outcome}{elsewhere}",
-            )
         elif isinstance(outcome, BaseException):
             # Raised once the instances that were made are counted and told of.
             unexpected = unexpected or outcome
@@ -357,6 +359,12 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
             scope.instances.append(outcome)
             scope.env.expectations.created(scope.key, [outcome.id])
             created.append(spec)
+    for error, ids in refused.items():
+        message = failed_message(ids, error)
+        scope.block("CloudError", message)
+        await scope.env.recorder.event(
+            scope.pool.raw, "Warning", "FailedCreate", message[:1].upper() + message[1:]
+        )
     if created:
         await scope.env.recorder.event(
             scope.pool.raw, "Normal", "SuccessfulCreate", created_message(created, version)
