@@ -21,6 +21,8 @@ would drain a Node the autoscaler kept and leave the marked one running.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.reliability.harness import Env, check_converged, judge_victims, roll
@@ -44,6 +46,35 @@ RECORDS_LATE = 4.0
 engine's 2 s re-check of a pool with instances booting, so it plans from the stale view."""
 
 
+@contextlib.asynccontextmanager
+async def controller_behind(
+    env: Env, control_plane: ControlPlane, tmp_path: Path, watch_delays: dict[str, float]
+) -> AsyncIterator[None]:
+    """The controllers (through a proxy serving the watches of ``watch_delays`` late) and the
+    node simulator, running and ready until the block ends."""
+    proxy = AuditProxy(
+        "slow",
+        control_plane.url,
+        control_plane.management.pki.ssl_context(),
+        [],
+        watch_delays=watch_delays,
+    )
+    await proxy.start()
+    try:
+        controller = env.spawn(
+            "controller",
+            "core,bootstrap,sim",
+            kubeconfig=proxy.write_kubeconfig(tmp_path / "slow.kubeconfig"),
+        )
+        kubelet = env.spawn("kubelet", "kubelet")
+        await controller.wait_ready()
+        await kubelet.wait_ready()
+        yield
+    finally:
+        env.close()
+        await proxy.stop()
+
+
 async def test_a_rollout_with_the_instance_records_seen_late(
     env: Env, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
@@ -59,23 +90,7 @@ async def test_a_rollout_with_the_instance_records_seen_late(
     world.informers["simmachines"].add_handler(
         FuncHandler(added, None, lambda obj: deleted.add(str(obj["metadata"]["name"])))
     )
-    proxy = AuditProxy(
-        "slow",
-        control_plane.url,
-        control_plane.management.pki.ssl_context(),
-        [],
-        watch_delays={"/secrets": RECORDS_LATE},
-    )
-    await proxy.start()
-    try:
-        controller = env.spawn(
-            "controller",
-            "core,bootstrap,sim",
-            kubeconfig=proxy.write_kubeconfig(tmp_path / "slow.kubeconfig"),
-        )
-        kubelet = env.spawn("kubelet", "kubelet")
-        await controller.wait_ready()
-        await kubelet.wait_ready()
+    async with controller_behind(env, control_plane, tmp_path, {"/secrets": RECORDS_LATE}):
         sim = {"sim": {"bootDelaySeconds": 1}}
         await create_pool(env.client, env.namespace, "slow", replicas=REPLICAS, sim_spec=sim)
         await world.until(world.settled("slow", REPLICAS, VERSION), f"{REPLICAS} Ready")
@@ -86,9 +101,6 @@ async def test_a_rollout_with_the_instance_records_seen_late(
             f"{REPLICAS} Ready on {NEW_VERSION} with the records seen late",
             timeout=600,
         )
-    finally:
-        env.close()
-        await proxy.stop()
 
     assert check_converged(world, "slow", REPLICAS, NEW_VERSION) == []
     victims = world.deleted_nodes[deleted_before:]
@@ -107,23 +119,7 @@ async def test_a_scale_down_with_the_marks_seen_late(
     env: Env, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     world = env.world
-    proxy = AuditProxy(
-        "slow-machines",
-        control_plane.url,
-        control_plane.management.pki.ssl_context(),
-        [],
-        watch_delays={"/machines": MARKS_LATE},
-    )
-    await proxy.start()
-    try:
-        controller = env.spawn(
-            "controller",
-            "core,bootstrap,sim",
-            kubeconfig=proxy.write_kubeconfig(tmp_path / "slow-machines.kubeconfig"),
-        )
-        kubelet = env.spawn("kubelet", "kubelet")
-        await controller.wait_ready()
-        await kubelet.wait_ready()
+    async with controller_behind(env, control_plane, tmp_path, {"/machines": MARKS_LATE}):
         sim = {"sim": {"bootDelaySeconds": 1}}
         await create_pool(env.client, env.namespace, "marked", replicas=3, sim_spec=sim)
         await world.until(world.settled("marked", 3, VERSION), "3 Ready")
@@ -136,9 +132,6 @@ async def test_a_scale_down_with_the_marks_seen_late(
         await env.client.patch(MACHINES, chosen["metadata"]["name"], mark, env.namespace)
         await env.client.set_scale(MACHINE_POOLS, "marked", env.namespace, 2)
         await world.until(world.settled("marked", 2, VERSION), "2 Ready, the marked one gone")
-    finally:
-        env.close()
-        await proxy.stop()
 
     assert check_converged(world, "marked", 2, VERSION) == []
     deleted = [d.provider_id for d in world.deleted_nodes[deleted_before:]]
