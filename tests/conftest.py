@@ -99,9 +99,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 SUITES_LONGEST_FIRST = ("reliability", "e2e", "conformance", "integration", "unit")
-"""The order suites run in. pytest-xdist (``--dist loadfile``) hands a worker whole files in
-collection order, so minutes-long files handed out last would keep one worker busy while the
-other idles; the short ones last even out the end."""
+"""The order suites run in. pytest-xdist (``--dist loadfile --no-loadscope-reorder``, as the
+Makefile runs it) hands a worker whole files in collection order, as each asks for more, so
+minutes-long files handed out last would keep one worker busy while the other idles; the short
+ones last even out the end. (Its default order, most tests first, put the reliability files,
+a few long tests each, last.)"""
 
 
 def _suite_rank(item: pytest.Item) -> int:

@@ -244,8 +244,12 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
         assert {c: writers[c] for c in clusters} == {c: {shards[c]} for c in clusters}
 
         # Kill one replica that does not lead the ring: its Clusters move and keep converging.
-        leader = (await env.client.get(LEASES, ring, LEASE_NAMESPACE))["spec"]["holderIdentity"]
-        victim = next(r for r in ("r1", "r2", "r3") if r not in leader)
+        # (The ring Lease's holder is a process identity, hostname_uuid, not the shard name;
+        # each replica's metrics say whether it holds the ring's Lease.)
+        leading = f'leader_election_master_status{{name="{ring}"}}'
+        followers = [r for r in ("r1", "r2", "r3") if await replicas[r].metric(leading) == 0.0]
+        assert len(followers) == 2, f"two replicas not leading the ring, not {followers}"
+        victim = followers[0]
         moved = [c for c in clusters if shards[c] == victim]
         killed_at = asyncio.get_running_loop().time()
         replicas[victim].kill()

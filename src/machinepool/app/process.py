@@ -223,7 +223,7 @@ def _add_assigner(mgr: Manager, options: Options) -> None:
         resources=tuple(sorted(labelled | {MACHINE_POOLS}, key=lambda r: (r.group, r.plural))),
         labelled=frozenset(labelled),
     )
-    mgr.add_controller(sharding.Assigner(mgr.client, ring, mgr.handover))
+    mgr.add_controller(sharding.Assigner(mgr.client, ring, mgr.handover, mgr.metrics))
 
 
 async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache]:

@@ -43,6 +43,7 @@ from machinepool.runtime import (
     ObjectKey,
     Resource,
     Result,
+    RuntimeMetrics,
     gather_bounded,
     get_logger,
     labels_of,
@@ -99,10 +100,21 @@ class Assigner(Controller):
     """See the module docstring. A ``Controller`` so the manager runs it while this replica
     holds its own shard Lease; inside, it also campaigns for the ring's Lease."""
 
-    def __init__(self, client: Client, ring: RingConfig, handover: Handover) -> None:
+    def __init__(
+        self,
+        client: Client,
+        ring: RingConfig,
+        handover: Handover,
+        metrics: RuntimeMetrics | None = None,
+    ) -> None:
         # Clusters are independent keys: after a replica dies, all of its Clusters move at once
         # rather than one after another behind a single worker.
-        super().__init__(ASSIGNER_NAME, self._reconcile_cluster, concurrency=ASSIGNER_WORKERS)
+        super().__init__(
+            ASSIGNER_NAME,
+            self._reconcile_cluster,
+            concurrency=ASSIGNER_WORKERS,
+            metrics=metrics,
+        )
         self.client = client
         self.ring = ring
         self.handover = handover
@@ -115,7 +127,16 @@ class Assigner(Controller):
     # -- running --------------------------------------------------------------------------
 
     async def run(self) -> None:
-        elector = LeaderElector(self.client, self.ring.election, logger=self.log)
+        # The ring's Lease beside the replica's own in leader_election_master_status: which
+        # replica assigns is what an operator asks first when Clusters do not move.
+        leader = self.metrics.leader.labels(self.ring.election.name)
+        leader.set(0)
+        elector = LeaderElector(
+            self.client,
+            self.ring.election,
+            on_change=lambda leading: leader.set(1 if leading else 0),
+            logger=self.log,
+        )
         try:
             while True:
                 await elector.acquire()
