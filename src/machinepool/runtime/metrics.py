@@ -20,7 +20,8 @@ existing dashboards read them:
   worker spent on a key); ``name`` and ``controller`` are both the controller's name, as in
   controller-runtime 0.24, whose dashboards group by either
 - ``rest_client_requests_total{verb,resource,code}`` (fed by ``Client``'s ``on_request`` hook)
-- ``leader_election_master_status{name}`` (1 while this manager, or with sharding the ring's assigner, holds that Lease)
+- ``leader_election_master_status{name}`` (1 while this manager, or with sharding the ring's
+  assigner, holds that Lease)
 
 and two of our own, read from the process's state on each scrape (``StateCollector``), for
 watching a process's footprint over time (bench/bench_soak.py) and alerting on a leak:
