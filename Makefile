@@ -17,10 +17,12 @@ demo: setup controlplane
 
 # The suite waits on controllers far more than it computes (a quarter of a core on average in
 # the reliability tier), so two pytest-xdist workers run its files side by side.
+# Files go out in collection order (tests/conftest.py: longest suites first), not pytest-xdist's
+# default of most tests first, which left the reliability files, a few long tests each, to the end.
 TEST_WORKERS ?= 2
 
 test: setup controlplane clients lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

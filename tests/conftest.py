@@ -95,6 +95,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"to include them, {real.include}"
         )
     config.stash[_LEFT_OUT] = notes
+    items.sort(key=_suite_rank)  # stable: each suite keeps its own order
+
+
+SUITES_LONGEST_FIRST = ("reliability", "e2e", "conformance", "integration", "unit")
+"""The order suites run in. pytest-xdist (``--dist loadfile --no-loadscope-reorder``, as the
+Makefile runs it) hands a worker whole files in collection order, as each asks for more, so
+minutes-long files handed out last would keep one worker busy while the other idles; the short
+ones last even out the end. (Its default order, most tests first, put the reliability files,
+a few long tests each, last.)"""
+
+
+def _suite_rank(item: pytest.Item) -> int:
+    suite = item.path.relative_to(REPO / "tests").parts[0]
+    return SUITES_LONGEST_FIRST.index(suite) if suite in SUITES_LONGEST_FIRST else 0
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from tests.reliability.harness import Env, check_converged, scan_logs, secret_needles
 from tests.support.builders import VERSION, create_pool
+from tests.support.rbac import wait_aggregated
 from tests.support.resources import CLUSTER_ROLE_BINDINGS, MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
@@ -82,7 +83,7 @@ def test_rbac_has_no_wildcards_and_no_cluster_wide_escalation(component: str) ->
 
 
 async def _apply_rbac(client: Client) -> None:
-    """Apply every rbac.yaml (and its namespaces), then aggregate as the controller would."""
+    """Apply every rbac.yaml (and its namespaces); the aggregation controller folds them in."""
     roles: list[Obj] = []
     for component in RBAC_FILES:
         for doc in _docs(component):
@@ -93,21 +94,9 @@ async def _apply_rbac(client: Client) -> None:
             await client.apply(await _resource(client, doc), doc, field_manager="reliability-tests")
             if doc["kind"] == "ClusterRole":
                 roles.append(doc)
-    for aggregated in (r for r in roles if r.get("aggregationRule")):
-        selectors = [
-            s["matchLabels"] for s in aggregated["aggregationRule"]["clusterRoleSelectors"]
-        ]
-        rules = [
-            rule
-            for role in roles
-            if any(
-                all((role["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
-                for sel in selectors
-            )
-            for rule in role.get("rules") or []
-        ]
-        res = await client.resource(aggregated["apiVersion"], "ClusterRole")
-        await client.patch(res, aggregated["metadata"]["name"], {"rules": rules})
+    await wait_aggregated(
+        client, [r["metadata"]["name"] for r in roles if r.get("aggregationRule")]
+    )
 
 
 async def _resource(client: Client, doc: Obj) -> Resource:

@@ -17,8 +17,8 @@
 
 cert-manager is not installed here: stand-in CRDs for ``cert-manager.io/v1`` Issuer and
 Certificate (schema-less) let the apiserver accept those objects. The management
-kube-controller-manager runs without the ClusterRole aggregation controller, so the fixture
-does its one job (copying labelled rules into the aggregated role) itself.
+kube-controller-manager runs the ClusterRole aggregation controller, as a user's does, so the
+install is applied twice, as an upgrade applies it again over what that controller wrote.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ import pytest_asyncio
 import yaml
 from tests.support import wait_for
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.rbac import wait_aggregated
 from tests.support.resources import (
-    CLUSTER_ROLES,
     CLUSTERS,
     KUBEADM_CONFIGS,
     MACHINE_POOLS,
@@ -106,23 +106,6 @@ SHARED_KINDS = {
 }
 
 
-async def aggregate_cluster_roles(client: Client) -> None:
-    """What kube-controller-manager's aggregation controller does for our aggregated roles."""
-    roles = (await client.list(CLUSTER_ROLES)).items
-    for role in roles:
-        rule = role.get("aggregationRule")
-        if not rule or not role["metadata"]["name"].startswith("machinepool-"):
-            continue
-        selectors = [s["matchLabels"] for s in rule["clusterRoleSelectors"]]
-        merged: list[Obj] = []
-        for other in roles:
-            labels = other["metadata"].get("labels") or {}
-            if any(sel.items() <= labels.items() for sel in selectors):
-                merged += [r for r in other.get("rules") or [] if r not in merged]
-        patch = {"rules": merged}
-        await client.patch(CLUSTER_ROLES, role["metadata"]["name"], patch)
-
-
 BESIDE_UPSTREAM = "beside-upstream"
 """The core for a cluster that runs upstream's: an alternative to "core" (the same Deployment
 and roles), so it is only dry-run here, never applied beside it."""
@@ -181,14 +164,21 @@ async def installed(
             stdin=as_yaml(local),
         )
         assert real.returncode == 0, real.stderr
-        await aggregate_cluster_roles(client)
+        aggregated = [
+            d["metadata"]["name"]
+            for d in local
+            if d["kind"] == "ClusterRole" and d.get("aggregationRule")
+        ]
+        await wait_aggregated(client, aggregated)
         yield standalone
     finally:
+        # Waits for the namespaces to be gone: a later file on this control plane may install
+        # the same RBAC, and a terminating namespace refuses its ServiceAccounts.
         kubectl(
             control_plane,
             "delete",
             "--ignore-not-found",
-            "--wait=false",
+            "--timeout=90s",
             "-f",
             "-",
             stdin=as_yaml(list(reversed(local))),
@@ -203,6 +193,24 @@ async def test_everything_applied_is_served_back(
         got = kubectl(control_plane, "get", "-o", "name", "-f", "-", stdin=as_yaml(local))
         assert got.returncode == 0, f"{name}: {got.stderr}"
         assert len(got.stdout.split()) == len(local)
+
+
+async def test_applying_again_over_the_running_install_is_an_upgrade_with_no_conflict(
+    installed: dict[str, list[Obj]], control_plane: ControlPlane
+) -> None:
+    """``kubectl apply --server-side`` of the same release again, as an upgrade does: nothing
+    the cluster's own controllers fill in (the aggregated roles' rules) conflicts with it."""
+    local = [d for docs in installed.values() for d in docs if d["kind"] not in SHARED_KINDS]
+    again = kubectl(
+        control_plane,
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        "-",
+        stdin=as_yaml(local),
+    )
+    assert again.returncode == 0, again.stderr
 
 
 @pytest.mark.parametrize("flavor", ["sim", "aws"])
