@@ -387,7 +387,7 @@ class World(Changes):
         """Instances of ``pool`` the cloud would bill for (not terminated)."""
         return [r for r in self.records() if r.pool == pool and r.forced_state != "terminated"]
 
-    def settled(self, pool: str, replicas: int, version: str) -> Callable[[], bool]:
+    def steady(self, pool: str, replicas: int, version: str) -> Callable[[], bool]:
         """A check for ``until``: ``pool`` runs ``replicas`` on ``version``, nothing lost."""
 
         def check() -> bool:

@@ -41,7 +41,7 @@ async def test_flaky_cloud_converges_without_duplicates(
         await roll(env.client, name, env.namespace, version)
         await chaos_kills(controller, 2, rng, max_delay=4.0)
         await world.until(
-            world.settled(name, replicas, version),
+            world.steady(name, replicas, version),
             f"{replicas} Ready on {version} despite cloud faults",
         )
     final_replicas, final_version = steps[-1]

@@ -66,7 +66,7 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(
         replicas, version = phase.replicas, phase.version
         await chaos_kills(controller, kills_per_phase, rng, max_delay=3.0)
         await world.until(
-            world.settled(name, replicas, version),
+            world.steady(name, replicas, version),
             f"{phase.what}: {replicas} Ready on {version} with nothing lost",
         )
         problems += [f"{phase.what}: {p}" for p in check_converged(world, name, replicas, version)]

@@ -52,7 +52,7 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
     try:
         controller, _kubelet = await env.spawn_system()
         await create_pool(env.client, env.namespace, name, replicas=3)
-        await world.until(world.settled(name, 3, VERSION), "3 Ready nodes")
+        await world.until(world.steady(name, 3, VERSION), "3 Ready nodes")
         await env.client.create(
             MACHINE_HEALTH_CHECKS,
             {
@@ -92,13 +92,13 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
         await world.until(
             lambda: (
                 victim not in {m["metadata"]["name"] for m in world.objects("machines")}
-                and world.settled(name, 3, VERSION)()
+                and world.steady(name, 3, VERSION)()
                 and healthy(3)
             ),
             f"{victim} replaced and 3 healthy again",
         )
         await kills
-        await world.until(world.settled(name, 3, VERSION), "settled after the last kill")
+        await world.until(world.steady(name, 3, VERSION), "settled after the last kill")
         assert check_converged(world, name, 3, VERSION) == []
         assert deleted_machines == [victim], deleted_machines
         assert [d.name for d in world.deleted_nodes] == [victim_node["metadata"]["name"]]

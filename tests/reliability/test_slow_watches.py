@@ -93,11 +93,11 @@ async def test_a_rollout_with_the_instance_records_seen_late(
     async with controller_behind(env, control_plane, tmp_path, {"/secrets": RECORDS_LATE}):
         sim = {"sim": {"bootDelaySeconds": 1}}
         await create_pool(env.client, env.namespace, "slow", replicas=REPLICAS, sim_spec=sim)
-        await world.until(world.settled("slow", REPLICAS, VERSION), f"{REPLICAS} Ready")
+        await world.until(world.steady("slow", REPLICAS, VERSION), f"{REPLICAS} Ready")
         deleted_before = len(world.deleted_nodes)
         await roll(env.client, "slow", env.namespace, NEW_VERSION)
         await world.until(
-            world.settled("slow", REPLICAS, NEW_VERSION),
+            world.steady("slow", REPLICAS, NEW_VERSION),
             f"{REPLICAS} Ready on {NEW_VERSION} with the records seen late",
             timeout=600,
         )
@@ -122,7 +122,7 @@ async def test_a_scale_down_with_the_marks_seen_late(
     async with controller_behind(env, control_plane, tmp_path, {"/machines": MARKS_LATE}):
         sim = {"sim": {"bootDelaySeconds": 1}}
         await create_pool(env.client, env.namespace, "marked", replicas=3, sim_spec=sim)
-        await world.until(world.settled("marked", 3, VERSION), "3 Ready")
+        await world.until(world.steady("marked", 3, VERSION), "3 Ready")
         deleted_before = len(world.deleted_nodes)
         # The newest instance's Machine: the default policy (Oldest) would pick another.
         records = await SimCloud(env.client).instances(env.namespace, "marked")
@@ -131,7 +131,7 @@ async def test_a_scale_down_with_the_marks_seen_late(
         mark = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
         await env.client.patch(MACHINES, chosen["metadata"]["name"], mark, env.namespace)
         await env.client.set_scale(MACHINE_POOLS, "marked", env.namespace, 2)
-        await world.until(world.settled("marked", 2, VERSION), "2 Ready, the marked one gone")
+        await world.until(world.steady("marked", 2, VERSION), "2 Ready, the marked one gone")
 
     assert check_converged(world, "marked", 2, VERSION) == []
     deleted = [d.provider_id for d in world.deleted_nodes[deleted_before:]]
