@@ -88,6 +88,14 @@ def kubectl(
     )
 
 
+def apply(cp: ControlPlane, docs: list[Obj]) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply --server-side`` of ``docs`` as this test's field manager."""
+    return kubectl(
+        cp, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+        stdin=as_yaml(docs),
+    )  # fmt: skip
+
+
 def component_docs(component: str) -> list[Obj]:
     comp = next(x for x in gen.COMPONENTS if x.name == component)
     text = (REPO / "deploy/release" / comp.release_file).read_text()
@@ -128,15 +136,7 @@ async def installed(
     afterwards."""
     await cert_manager_api(client)
     namespaces = [d for docs in components.values() for d in docs if d["kind"] == "Namespace"]
-    result = kubectl(
-        control_plane,
-        "apply",
-        "--server-side",
-        f"--field-manager={FIELD_MANAGER}",
-        "-f",
-        "-",
-        stdin=as_yaml(namespaces),
-    )
+    result = apply(control_plane, namespaces)
     assert result.returncode == 0, result.stderr
     standalone = {k: v for k, v in components.items() if k != BESIDE_UPSTREAM}
     local = [d for docs in standalone.values() for d in docs if d["kind"] not in SHARED_KINDS]
@@ -154,15 +154,7 @@ async def installed(
                 stdin=as_yaml(docs),
             )
             assert dry.returncode == 0, f"{name}: {dry.stderr}"
-        real = kubectl(
-            control_plane,
-            "apply",
-            "--server-side",
-            f"--field-manager={FIELD_MANAGER}",
-            "-f",
-            "-",
-            stdin=as_yaml(local),
-        )
+        real = apply(control_plane, local)
         assert real.returncode == 0, real.stderr
         aggregated = [
             d["metadata"]["name"]
@@ -201,15 +193,7 @@ async def test_applying_again_over_the_running_install_is_an_upgrade_with_no_con
     """``kubectl apply --server-side`` of the same release again, as an upgrade does: nothing
     the cluster's own controllers fill in (the aggregated roles' rules) conflicts with it."""
     local = [d for docs in installed.values() for d in docs if d["kind"] not in SHARED_KINDS]
-    again = kubectl(
-        control_plane,
-        "apply",
-        "--server-side",
-        f"--field-manager={FIELD_MANAGER}",
-        "-f",
-        "-",
-        stdin=as_yaml(local),
-    )
+    again = apply(control_plane, local)
     assert again.returncode == 0, again.stderr
 
 
