@@ -379,47 +379,6 @@ async def test_a_paced_watch_waits_in_proportion_to_the_slow_keys_last_reconcile
             await task
 
 
-async def test_a_key_quiet_for_the_pace_window_is_neither_paced_nor_counted(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Only keys reconciled in the last ``PACE_WINDOW`` make up the pace: a settled pool takes
-    none of the loop, so it neither slows a pool still converging nor waits for its own next
-    change. (Counted for ever, a thousand settled pools held every paced event at the cap.)"""
-    from machinepool.runtime import controller as controller_module
-
-    window = 0.5
-    monkeypatch.setattr(controller_module, "PACE_WINDOW", window)
-    work = {"busy": 0.1, "settled": 0.05}
-    done: dict[str, float] = {}
-
-    async def reconcile(key: ObjectKey) -> None:
-        await asyncio.sleep(work[key.name])
-        done[key.name] = time.monotonic()
-
-    ctrl = Controller("c", reconcile, concurrency=2)
-    ctrl.handler(paced=True)
-    task = asyncio.create_task(ctrl.run())
-    busy, settled = ObjectKey("ns", "busy"), ObjectKey("ns", "settled")
-    try:
-        ctrl.queue.add(busy)
-        ctrl.queue.add(settled)
-        await eventually(lambda: reconciles(ctrl.metrics, "success") == 2)
-        both = controller_module.PACE_FACTOR * (0.1 + 0.05)
-        assert both <= ctrl.pace(settled) < both * 1.5, "both count while they are recent"
-
-        await eventually(lambda: ctrl.pace(settled) == 0.0, "settled to go quiet")
-        assert time.monotonic() - done["settled"] >= window
-        ctrl.queue.add(busy)  # the pool still converging reconciles again
-        await eventually(lambda: reconciles(ctrl.metrics, "success") == 3)
-        alone = controller_module.PACE_FACTOR * 0.1
-        assert alone <= ctrl.pace(busy) < alone * 1.5, "the quiet key no longer counts"
-        assert ctrl.pace(settled) == 0.0, "and its own next change goes at once"
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-
 async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:
     from machinepool.runtime import gather_bounded
 

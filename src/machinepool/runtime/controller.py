@@ -46,10 +46,7 @@ own duration: ten pools of 1,000 each reconciled every five times its own durati
 hold the event loop twice over, while against the sum the controller's paced work takes at most
 about a fifth of the loop that every other reconcile of the process shares, however many big
 keys there are. Keys that reconcile in under ``_PACE_FLOOR`` are neither delayed nor counted.
-Only keys reconciled in the last ``PACE_WINDOW`` seconds count: a settled pool takes none of the
-loop, so it neither slows the others nor waits itself when its next change comes (counted for
-ever, a thousand settled pools held every event of a pool that was still converging at the
-cap). The queue's de-duplication does the batching: every event in the pause is read by one
+The queue's de-duplication does the batching: every event in the pause is read by one
 reconcile.
 """
 
@@ -57,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -166,10 +162,6 @@ PACE_CAP = 10.0
 """Seconds: the longest a paced event waits. At 10 pools of 1,000 (a quarter of a second each)
 the sum asks for 10 s; upstream's MachinePool controller looks again every 30 s while replicas
 are not ready."""
-PACE_WINDOW = 2 * PACE_CAP
-"""Seconds: a key whose last reconcile ended longer ago than this is quiet, out of the sum and
-not paced. Twice the longest pause, so a key kept waiting at the cap (and then behind a busy
-queue) still counts while its events come."""
 _PACE_FLOOR = 0.02
 """Seconds: reconciles shorter than this are not remembered (nothing to pace): a pool of a few
 dozen Machines reconciles in less, and its Node Ready -> Running path stays undelayed."""
@@ -302,14 +294,11 @@ class Controller:
         self.own_writes = OwnWrites()
         """What this controller's reconciles wrote: their echoes do not cut a backoff short."""
         self._arrivals: dict[ObjectKey, list[Obj]] = {}
-        self._took: dict[ObjectKey, tuple[float, float]] = {}
-        """Last reconcile's duration and end of each key that took long enough to pace, in
-        the last ``PACE_WINDOW`` (kept only once a paced handler exists, so other controllers
-        hold no entry per key)."""
-        self._took_ends: deque[tuple[float, ObjectKey]] = deque()
-        """``(end, key)`` of those reconciles, oldest first: what leaves the window next."""
+        self._took: dict[ObjectKey, float] = {}
+        """Last reconcile's duration of each key that took long enough to pace (kept only
+        once a paced handler exists, so other controllers hold no entry per key)."""
         self._took_total = 0.0
-        """The sum of ``_took``'s durations, kept as it changes."""
+        """The sum of ``_took``, kept as it changes."""
         self._paced = False
         """Objects that queued a key while it was being reconciled."""
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
@@ -329,36 +318,11 @@ class Controller:
         return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival, inputs, delay)
 
     def pace(self, key: ObjectKey) -> float:
-        """Seconds a paced event for ``key`` waits: none for a fast or quiet key, else
-        ``PACE_FACTOR`` times the last reconciles of every key paced in the last
-        ``PACE_WINDOW``, at most ``PACE_CAP``."""
-        self._forget_quiet(time.monotonic())
+        """Seconds a paced event for ``key`` waits: none for a fast key, else ``PACE_FACTOR``
+        times the last reconciles of every key paced, at most ``PACE_CAP``."""
         if key not in self._took:
             return 0.0
         return min(PACE_CAP, PACE_FACTOR * self._took_total)
-
-    def _took_slow(self, key: ObjectKey, took: float, ended: float) -> None:
-        """Remember ``key``'s reconcile of ``took`` seconds, if it is one to pace."""
-        last = self._took.pop(key, None)
-        if last is not None:
-            self._took_total -= last[0]
-        if self._paced and took >= _PACE_FLOOR:
-            self._took[key] = (took, ended)
-            self._took_ends.append((ended, key))
-            self._took_total += took
-        self._forget_quiet(ended)
-
-    def _forget_quiet(self, now: float) -> None:
-        """Drop the keys whose last slow reconcile ended more than ``PACE_WINDOW`` ago."""
-        ends, horizon = self._took_ends, now - PACE_WINDOW
-        while ends and ends[0][0] < horizon:
-            ended, key = ends.popleft()
-            last = self._took.get(key)
-            if last is not None and last[1] == ended:  # not reconciled since
-                del self._took[key]
-                self._took_total -= last[0]
-        if not self._took:
-            self._took_total = 0.0  # no float drift left behind
 
     def _arrival(self, key: ObjectKey, obj: Obj) -> None:
         self._arrivals.setdefault(key, []).append(obj)
@@ -455,9 +419,13 @@ class Controller:
             outcome = exc
         finally:
             active.dec()
-            ended = time.monotonic()
-            took = ended - started
-            self._took_slow(key, took, ended)
+            took = time.monotonic() - started
+            self._took_total -= self._took.pop(key, 0.0)
+            if self._paced and took >= _PACE_FLOOR:
+                self._took[key] = took
+                self._took_total += took
+            if not self._took:
+                self._took_total = 0.0  # no float drift left behind
             self.metrics.reconcile_time.labels(self.name).observe(took)
             self.metrics.queue_work.labels(self.name, self.name).observe(took)
         self._settle(key, priority, outcome, log)
