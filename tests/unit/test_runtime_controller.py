@@ -379,6 +379,36 @@ async def test_a_paced_watch_waits_in_proportion_to_the_slow_keys_last_reconcile
             await task
 
 
+async def test_a_paced_watch_queues_at_once_an_update_that_changes_its_at_once_inputs() -> None:
+    """A slow key's paced event waits, unless the update changes what ``at_once`` returns (a
+    referenced object turning ready): that one is queued without a pause."""
+    work = {"slow": 0.1}
+
+    async def reconcile(key: ObjectKey) -> None:
+        await asyncio.sleep(work[key.name])
+
+    def ready(obj: dict[str, object]) -> object:
+        return obj.get("ready")
+
+    ctrl = Controller("c", reconcile)
+    paced = ctrl.handler(paced=True, at_once=ready)
+    task = asyncio.create_task(ctrl.run())
+    try:
+        key = ObjectKey("ns", "slow")
+        ctrl.queue.add(key)
+        await eventually(lambda: reconciles(ctrl.metrics, "success") == 1)
+        assert ctrl.pace(key) > 0
+        slow = {"metadata": {"name": "slow", "namespace": "ns"}, "ready": False}
+        paced.on_update(slow, {**slow, "replicas": 1})
+        assert not ctrl.queue.is_queued(key), "a change of anything else is paced"
+        paced.on_update(slow, {**slow, "ready": True})
+        assert ctrl.queue.is_queued(key), "turning ready is queued at once"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_gather_bounded_keeps_order_errors_and_the_bound() -> None:
     from machinepool.runtime import gather_bounded
 

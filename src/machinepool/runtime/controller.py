@@ -47,7 +47,9 @@ hold the event loop twice over, while against the sum the controller's paced wor
 about a fifth of the loop that every other reconcile of the process shares, however many big
 keys there are. Keys that reconcile in under ``_PACE_FLOOR`` are neither delayed nor counted.
 The queue's de-duplication does the batching: every event in the pause is read by one
-reconcile.
+reconcile. A paced watch's ``at_once`` inputs name what is not worth a pause: an update that
+changes them (a referenced object turning ready, which happens once per object, not once per
+member) is queued at once, since there is nothing to batch it with.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ class EnqueueHandler:
 
     With ``delay`` (a paced watch, see the module docstring), a key that is not queued already
     is queued ``delay(key)`` seconds later; echoes of the controller's own writes are not
-    delayed, so their backoff rules hold.
+    delayed, so their backoff rules hold, nor is an update that changes ``at_once``.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class EnqueueHandler:
         arrived: Callable[[ObjectKey, Obj], None] | None = None,
         inputs: Inputs | None = None,
         delay: Callable[[ObjectKey], float] | None = None,
+        at_once: Inputs | None = None,
     ) -> None:
         self._queue = queue
         self._mapper = mapper
@@ -203,6 +206,7 @@ class EnqueueHandler:
         self._arrived = arrived
         self._inputs = inputs
         self._delay = delay
+        self._at_once = at_once
 
     def watching(self, resource: Resource) -> None:
         """Called by ``Informer.add_handler``: the controller's writes of ``resource``'s kind
@@ -216,13 +220,15 @@ class EnqueueHandler:
         echo: bool = False,
         change: Obj | None = None,
         priority: int = NORMAL_PRIORITY,
+        paced: bool = True,
     ) -> None:
         """Queue ``obj``'s keys; ``change`` is the object version the event carries (for an
-        update, the new one, also when the keys come from the old one)."""
+        update, the new one, also when the keys come from the old one); ``paced``: false for
+        an event that is not delayed whatever the handler's ``delay``."""
         for key in self._mapper(obj):
             if self._arrived is not None and self._queue.is_processing(key):
                 self._arrived(key, change if change is not None else obj)
-            delay = self._delay(key) if self._delay is not None and not echo else 0.0
+            delay = self._delay(key) if paced and not echo and self._delay is not None else 0.0
             if delay > 0:
                 if not self._queue.is_queued(key):
                     self._queue.add_after(key, delay, priority=priority)
@@ -244,8 +250,9 @@ class EnqueueHandler:
             return
         # Both: an owner or label change must reach the old target and the new one.
         echo = self._echo(new)
-        self._enqueue(old, echo, new)
-        self._enqueue(new, echo)
+        paced = self._at_once is None or self._at_once(old) == self._at_once(new)
+        self._enqueue(old, echo, new, paced=paced)
+        self._enqueue(new, echo, paced=paced)
 
     def on_delete(self, obj: Obj) -> None:
         if self._own_writes is not None:
@@ -309,13 +316,20 @@ class Controller:
     # -- sources ------------------------------------------------------------------------
 
     def handler(
-        self, mapper: Mapper = object_key, inputs: Inputs | None = None, *, paced: bool = False
+        self,
+        mapper: Mapper = object_key,
+        inputs: Inputs | None = None,
+        *,
+        paced: bool = False,
+        at_once: Inputs | None = None,
     ) -> EnqueueHandler:
         """An event handler feeding this controller's queue, for any informer (``inputs``:
-        see ``EnqueueHandler``; ``paced``: see the module docstring)."""
+        see ``EnqueueHandler``; ``paced`` and ``at_once``: see the module docstring)."""
         delay = self.pace if paced else None
         self._paced = self._paced or paced
-        return EnqueueHandler(self.queue, mapper, self.own_writes, self._arrival, inputs, delay)
+        return EnqueueHandler(
+            self.queue, mapper, self.own_writes, self._arrival, inputs, delay, at_once
+        )
 
     def pace(self, key: ObjectKey) -> float:
         """Seconds a paced event for ``key`` waits: none for a fast key, else ``PACE_FACTOR``
@@ -340,15 +354,17 @@ class Controller:
         inputs: Inputs | None = None,
         *,
         paced: bool = False,
+        at_once: Inputs | None = None,
     ) -> EnqueueHandler:
         """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes (with
         ``inputs``, only when what it returns changed; see ``EnqueueHandler``; ``paced``: not
-        sooner than the key's pace allows, see the module docstring).
+        sooner than the key's pace allows, unless the update changes ``at_once``; see the
+        module docstring).
 
         Safe at any time: objects the informer already holds are queued at once.
         Returns the handler, for ``informer.remove_handler``.
         """
-        handler = self.handler(mapper, inputs, paced=paced)
+        handler = self.handler(mapper, inputs, paced=paced, at_once=at_once)
         informer.add_handler(handler)
         self._watched.append((informer, handler))
         if mapper is object_key and self._primary is None:

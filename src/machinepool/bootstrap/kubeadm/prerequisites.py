@@ -9,6 +9,8 @@ Waiting on things that send no event we watch (Secrets) requeues after ``POLL_SE
 
 from __future__ import annotations
 
+import asyncio
+
 from machinepool.api import conditions
 from machinepool.api import constants as c
 from machinepool.api.views import ClusterView, KubeadmConfigView, MachinePoolView, MachineView
@@ -147,9 +149,12 @@ async def _secret(scope: Scope, name: str) -> Obj | None:
 async def load_certificates(scope: Scope) -> Result:
     """Read the workload CA from ``<cluster>-ca`` or ``<cluster>-kubeconfig``, and the
     existing data Secret."""
-    scope.data_secret = await _secret(scope, scope.key.name)
-    ca_secret = await _secret(scope, f"{scope.cluster_name}-ca")
-    kubeconfig = await _secret(scope, f"{scope.cluster_name}-kubeconfig")
+    # Independent reads, sent together: one round trip of latency instead of three.
+    scope.data_secret, ca_secret, kubeconfig = await asyncio.gather(
+        _secret(scope, scope.key.name),
+        _secret(scope, f"{scope.cluster_name}-ca"),
+        _secret(scope, f"{scope.cluster_name}-kubeconfig"),
+    )
     if kubeconfig is None:
         scope.mark(
             r.CERTIFICATES_AVAILABLE,

@@ -42,8 +42,10 @@ class KubeadmOptions:
 
     token_ttl_seconds: int = DEFAULT_TOKEN_TTL_SECONDS
     """Lifetime of each bootstrap token; a pool's token is rotated at half of it."""
-    kubeadmconfig_concurrency: int = 2
-    """KubeadmConfigs reconciled at once."""
+    kubeadmconfig_concurrency: int = 10
+    """KubeadmConfigs reconciled at once. Each reconcile waits on round trips to both
+    apiservers, so this sets how many new pools a second get their bootstrap data
+    (upstream's default is 100)."""
 
     def __post_init__(self) -> None:
         if self.token_ttl_seconds <= 0:

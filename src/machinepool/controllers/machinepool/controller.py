@@ -107,10 +107,11 @@ class MachinePoolReconciler:
         self.controller.watch(self.pools, inputs=watches.pool_inputs)
         self.controller.watch(self.clusters, watches.cluster_to_pools(self.pools))
         # Paced, as are the watches of the pool's members below (infra machines, Nodes, the
-        # referenced infra pool): each Machine of a big pool turning Ready, each of its Nodes
+        # referenced objects): each Machine of a big pool turning Ready, each of its Nodes
         # joining, would otherwise re-read the whole pool, back to back, while the Machine
         # controller waits for the same event loop. A change to the MachinePool itself is not
-        # paced: it is what a user or an autoscaler just asked for.
+        # paced: it is what a user or an autoscaler just asked for; nor is a referenced object
+        # turning ready (``watches.referenced_readiness``).
         self.controller.watch(
             self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs, paced=True
         )
@@ -131,6 +132,7 @@ class MachinePoolReconciler:
                     watches.referenced_to_pool(self.pools),
                     watches.referenced_inputs,
                     paced=True,
+                    at_once=watches.referenced_readiness,
                 )
         return informer
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.api.contract import InfraMachinePool
+from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
 from machinepool.controllers.common import group_of
@@ -178,6 +178,15 @@ def referenced_inputs(obj: Obj) -> tuple[object, ...]:
         if isinstance(cond, dict) and cond.get("type") == c.READY_CONDITION
     ]
     return (metadata_and_spec(obj), kept, ready, dig(status, "deprecated"))
+
+
+def referenced_readiness(obj: Obj) -> tuple[object, ...]:
+    """What of a bootstrap config or infra pool moves its MachinePool's phase, and changes
+    about once in the object's life: its data Secret (created, named) and its provisioning.
+    A change of these is not paced: a pool waits on it, and no other event of the object
+    would share the reconcile it costs."""
+    config, pool = BootstrapConfig(obj), InfraMachinePool(obj)
+    return (config.data_secret_created, config.data_secret_name, pool.provisioned)
 
 
 def _keys(pools: Iterable[Obj]) -> list[ObjectKey]:
