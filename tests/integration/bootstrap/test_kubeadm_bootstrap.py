@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.support import wait_for
+from tests.support import eventually, wait_for
+from tests.support.builders import kubeadm_config
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
     TOKEN_CONFIG_UID_LABEL,
 )
-from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj
+from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj, ObjectKey
 from machinepool.runtime.pki import ca_public_key_hash
 
 from .conftest import Env, b64, condition, rejected_eventually, unb64, whoami
@@ -216,6 +217,61 @@ async def test_pool_token_is_refreshed_then_rotated_and_the_old_one_expires(
     )
     assert await rejected_eventually(env.workload, first) == 401
     assert (await whoami(env.workload, second))[0] == 201
+
+
+async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopted(
+    bootstrap_env: Env, run_controller: RunController
+) -> None:
+    """A config a MachinePool names but has not adopted (no owner, no cluster-name label, as
+    when both are created together) gets its finalizer and no status: the adoption brings
+    it back, and a status before it would be one more write per new pool. A config that no
+    pool names reports WaitingForCluster, which says why it waits."""
+    env = bootstrap_env
+    pool = await env.create_pool("named", "named")
+    for name in ("named", "orphan"):
+        body = kubeadm_config(env.namespace, name, labels={}, spec={})
+        await env.client.create(KUBEADM_CONFIGS, body, env.namespace)
+    mgr = await run_controller(900)
+    orphan = await env.wait_config(
+        "orphan",
+        lambda obj: condition(obj, "DataSecretAvailable").get("reason") == "WaitingForCluster",
+    )
+    assert "no owner" in condition(orphan, "DataSecretAvailable")["message"]
+
+    # The named config's second reconcile (the one after its finalizer's write) has run once
+    # the cache holds the finalizer and the key is neither queued nor being reconciled.
+    ctrl = next(c for c in mgr.controllers if c.name == "kubeadmconfig")
+    configs = await mgr.cache.get_informer(KUBEADM_CONFIGS)
+    key = ObjectKey(env.namespace, "named")
+
+    def second_reconcile_done() -> bool:
+        cached = configs.get("named", env.namespace) or {}
+        return bool(cached.get("metadata", {}).get("finalizers")) and not (
+            ctrl.queue.is_queued(key) or ctrl.queue.is_processing(key)
+        )
+
+    await eventually(second_reconcile_done, "the named config's reconcile after its finalizer")
+    named = await env.client.get(KUBEADM_CONFIGS, "named", env.namespace)
+    assert not (named.get("status") or {}).get("conditions"), named.get("status")
+
+    # The pool adopts it, as the core does: owner and label in one patch.
+    adoption = {
+        "metadata": {
+            "labels": {"cluster.x-k8s.io/cluster-name": env.cluster},
+            "ownerReferences": [
+                {
+                    "apiVersion": MACHINE_POOLS.api_version,
+                    "kind": MACHINE_POOLS.kind,
+                    "name": "named",
+                    "uid": pool["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+    }
+    await env.client.patch(KUBEADM_CONFIGS, "named", adoption, env.namespace)
+    await env.wait_config("named", data_created)
 
 
 async def test_bad_input_is_reported_in_conditions_not_crashes(

@@ -10,11 +10,14 @@ One reconcile: read the config (from the informer, or this controller's newer wr
 snapshot it, run the phases as a chain (each needs what the ones before it found: the owner,
 the Cluster, the certificates, the token) until one halts or fails, write the Ready summary,
 and patch once (metadata, then status, only what changed). An error means a retry with
-backoff, otherwise the shortest requeue wins (``runtime.phases``).
+backoff, otherwise the shortest requeue wins (``runtime.phases``). Before the phases, a
+config that a MachinePool names but has not adopted yet is left as it is (after its
+finalizer): the adoption brings it back (``prerequisites.awaiting_adoption``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable
 
@@ -28,6 +31,7 @@ from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.data import validate_spec, write_data
 from machinepool.bootstrap.kubeadm.delete import delete
 from machinepool.bootstrap.kubeadm.prerequisites import (
+    awaiting_adoption,
     check_cluster_ready,
     check_paused,
     load_certificates,
@@ -133,6 +137,8 @@ class KubeadmConfigReconciler:
             meta.finalizers = [*finalizers, r.FINALIZER]
             await patch_on_exit(patcher, config)
             return None
+        elif awaiting_adoption(scope):
+            return None  # a status now would be one more write per new pool, soon replaced
         else:
             outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
             summarize(scope)
@@ -154,6 +160,10 @@ def _pool_to_config(pool: Obj) -> list[ObjectKey]:
     if ref.kind != "KubeadmConfig" or group != c.BOOTSTRAP_GROUP:
         return []
     return [ObjectKey(view.metadata.namespace or "", str(ref.name or ""))]
+
+
+def _pool_config_index(pool: Obj) -> list[str]:
+    return [str(key) for key in _pool_to_config(pool)]
 
 
 def pool_inputs(pool: Obj) -> tuple[object, ...]:
@@ -200,9 +210,13 @@ async def setup(
     """Register the KubeadmConfig controller on ``mgr`` (``options``: defaults if omitted)."""
     options = options or KubeadmOptions()
     configs = await mgr.cache.get_informer(r.KUBEADM_CONFIGS)
-    if CLUSTER_INDEX not in _index_names(configs):
-        configs.add_indexer(CLUSTER_INDEX, _cluster_index)
     pools = await mgr.cache.get_informer(r.MACHINE_POOLS)
+    for informer, name, index in (
+        (configs, CLUSTER_INDEX, _cluster_index),
+        (pools, r.POOL_CONFIG_INDEX, _pool_config_index),
+    ):
+        with contextlib.suppress(ValueError):  # added already, by an earlier setup
+            informer.add_indexer(name, index)
     clusters = await mgr.cache.get_informer(CLUSTERS)
     recorder = mgr.event_recorder(r.COMPONENT)
     reconciler = KubeadmConfigReconciler(
@@ -216,11 +230,3 @@ async def setup(
     # controller starts (it watches them all), so pools need no replay of their own.
     pools.add_handler(PoolEvents(ctrl.handler(_pool_to_config)))
     ctrl.watch(clusters, _cluster_to_configs(configs, pools))
-
-
-def _index_names(informer: Informer) -> list[str]:
-    try:
-        informer.index_values(CLUSTER_INDEX)
-    except KeyError:
-        return []
-    return [CLUSTER_INDEX]

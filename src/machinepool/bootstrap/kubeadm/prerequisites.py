@@ -39,6 +39,18 @@ def _owner_ref(config: KubeadmConfigView) -> Obj | None:
     return refs[0] if refs else None
 
 
+def awaiting_adoption(scope: Scope) -> bool:
+    """Whether a MachinePool names this config and has not adopted it yet: no owner, no
+    cluster-name label. The pool's adoption (owner and label, one patch) brings the config
+    back, and until then it has nothing to report; upstream writes nothing either while a
+    config has no owner. A config no pool names still reports ``WaitingForCluster``
+    (``resolve_owner``), which tells whoever made it by hand why it waits."""
+    meta = scope.config.metadata
+    if _owner_ref(scope.config) is not None or (meta.labels or {}).get(c.CLUSTER_NAME_LABEL):
+        return False
+    return bool(scope.machine_pools.by_index(r.POOL_CONFIG_INDEX, str(scope.key)))
+
+
 async def resolve_owner(scope: Scope) -> Result:
     """Find the owning MachinePool or Machine and the Cluster name.
 

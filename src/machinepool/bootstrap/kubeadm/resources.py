@@ -36,6 +36,9 @@ PAUSED: Final = c.PAUSED_CONDITION
 AVAILABLE: Final = c.AVAILABLE_REASON
 NOT_AVAILABLE: Final = c.NOT_AVAILABLE_REASON
 WAITING_FOR_CLUSTER: Final = "WaitingForCluster"
+
+POOL_CONFIG_INDEX: Final = "kubeadm-bootstrap/pool-config"
+"""On MachinePools: ``namespace/name`` of the KubeadmConfig each references."""
 WAITING_FOR_CLUSTER_INFRASTRUCTURE: Final = "WaitingForClusterInfrastructure"
 WAITING_FOR_CONTROL_PLANE: Final = "WaitingForControlPlaneAvailable"
 WAITING_FOR_KUBECONFIG: Final = "WaitingForKubeconfigSecret"
