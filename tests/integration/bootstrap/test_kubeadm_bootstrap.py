@@ -225,11 +225,14 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
     """A config a MachinePool names but has not adopted (no owner, no cluster-name label, as
     when both are created together) gets its finalizer and no status: the adoption brings
     it back, and a status before it would be one more write per new pool. A config that no
-    pool names reports WaitingForCluster, which says why it waits."""
+    pool names reports WaitingForCluster, which says why it waits, unless it is paused: it
+    asked to be left alone, and reports Paused once it has a Cluster."""
     env = bootstrap_env
     pool = await env.create_pool("named", "named")
-    for name in ("named", "orphan"):
+    for name in ("named", "orphan", "paused"):
         body = kubeadm_config(env.namespace, name, labels={}, spec={})
+        if name == "paused":
+            body["metadata"]["annotations"] = {"cluster.x-k8s.io/paused": "true"}
         await env.client.create(KUBEADM_CONFIGS, body, env.namespace)
     mgr = await run_controller(900)
     orphan = await env.wait_config(
@@ -238,21 +241,34 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
     )
     assert "no owner" in condition(orphan, "DataSecretAvailable")["message"]
 
-    # The named config's second reconcile (the one after its finalizer's write) has run once
-    # the cache holds the finalizer and the key is neither queued nor being reconciled.
+    # A config's second reconcile (the one after its finalizer's write) has run once the
+    # cache holds the finalizer and the key is neither queued nor being reconciled.
     ctrl = next(c for c in mgr.controllers if c.name == "kubeadmconfig")
     configs = await mgr.cache.get_informer(KUBEADM_CONFIGS)
-    key = ObjectKey(env.namespace, "named")
 
-    def second_reconcile_done() -> bool:
-        cached = configs.get("named", env.namespace) or {}
-        return bool(cached.get("metadata", {}).get("finalizers")) and not (
-            ctrl.queue.is_queued(key) or ctrl.queue.is_processing(key)
-        )
+    def second_reconcile_done(name: str) -> Callable[[], bool]:
+        key = ObjectKey(env.namespace, name)
 
-    await eventually(second_reconcile_done, "the named config's reconcile after its finalizer")
-    named = await env.client.get(KUBEADM_CONFIGS, "named", env.namespace)
-    assert not (named.get("status") or {}).get("conditions"), named.get("status")
+        def done() -> bool:
+            cached = configs.get(name, env.namespace) or {}
+            return bool(cached.get("metadata", {}).get("finalizers")) and not (
+                ctrl.queue.is_queued(key) or ctrl.queue.is_processing(key)
+            )
+
+        return done
+
+    for name in ("named", "paused"):
+        await eventually(second_reconcile_done(name), f"{name}'s reconcile after its finalizer")
+        quiet = await env.client.get(KUBEADM_CONFIGS, name, env.namespace)
+        assert not (quiet.get("status") or {}).get("conditions"), (name, quiet.get("status"))
+
+    # Labelled with its Cluster, the paused config says it is paused, and nothing else.
+    label = {"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": env.cluster}}}
+    await env.client.patch(KUBEADM_CONFIGS, "paused", label, env.namespace)
+    paused = await env.wait_config(
+        "paused", lambda obj: condition(obj, "Paused").get("status") == "True"
+    )
+    assert not condition(paused, "DataSecretAvailable"), paused["status"]
 
     # The pool adopts it, as the core does: owner and label in one patch.
     adoption = {

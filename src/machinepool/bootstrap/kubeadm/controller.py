@@ -11,8 +11,9 @@ snapshot it, run the phases as a chain (each needs what the ones before it found
 the Cluster, the certificates, the token) until one halts or fails, write the Ready summary,
 and patch once (metadata, then status, only what changed). An error means a retry with
 backoff, otherwise the shortest requeue wins (``runtime.phases``). Before the phases, a
-config that a MachinePool names but has not adopted yet is left as it is (after its
-finalizer): the adoption brings it back (``prerequisites.awaiting_adoption``).
+config that a MachinePool names but has not adopted yet, or that is paused and has no owner,
+is left as it is (after its finalizer): the adoption brings it back
+(``prerequisites.awaiting_adoption``).
 """
 
 from __future__ import annotations

@@ -40,14 +40,23 @@ def _owner_ref(config: KubeadmConfigView) -> Obj | None:
 
 
 def awaiting_adoption(scope: Scope) -> bool:
-    """Whether a MachinePool names this config and has not adopted it yet: no owner, no
-    cluster-name label. The pool's adoption (owner and label, one patch) brings the config
-    back, and until then it has nothing to report; upstream writes nothing either while a
-    config has no owner. A config no pool names still reports ``WaitingForCluster``
-    (``resolve_owner``), which tells whoever made it by hand why it waits."""
+    """Whether this config has no owner and no cluster-name label yet, and either a
+    MachinePool names it or it is paused by its own annotation. The pool's adoption (owner and
+    label, one patch) brings the config back, and until then it has nothing to report;
+    upstream writes nothing either while a config has no owner. A paused config asked to be
+    left alone: its Paused condition comes with its owner. A config no pool names still
+    reports ``WaitingForCluster`` (``resolve_owner``), which tells whoever made it by hand why
+    it waits.
+
+    Without the paused case, whether a paused config new beside its pool reported
+    ``WaitingForCluster`` would depend on whether this process had seen the pool yet, and the
+    stale message would outlive the adoption (a paused config's phases stop at
+    ``check_paused``)."""
     meta = scope.config.metadata
     if _owner_ref(scope.config) is not None or (meta.labels or {}).get(c.CLUSTER_NAME_LABEL):
         return False
+    if c.PAUSED_ANNOTATION in (meta.annotations or {}):
+        return True
     return bool(scope.machine_pools.by_index(r.POOL_CONFIG_INDEX, str(scope.key)))
 
 
