@@ -224,9 +224,9 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
 ) -> None:
     """A config a MachinePool names but has not adopted (no owner, no cluster-name label, as
     when both are created together) gets its finalizer and no status: the adoption brings
-    it back, and a status before it would be one more write per new pool. A config that no
-    pool names reports WaitingForCluster, which says why it waits, unless it is paused: it
-    asked to be left alone, and reports Paused once it has a Cluster."""
+    it back, and a status before it would be one more write per new pool; a restart leaves it
+    so. A config that no pool names reports WaitingForCluster, which says why it waits, unless
+    it is paused: it asked to be left alone, and reports Paused once it has a Cluster."""
     env = bootstrap_env
     pool = await env.create_pool("named", "named")
     for name in ("named", "orphan", "paused"):
@@ -261,6 +261,27 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
         await eventually(second_reconcile_done(name), f"{name}'s reconcile after its finalizer")
         quiet = await env.client.get(KUBEADM_CONFIGS, name, env.namespace)
         assert not (quiet.get("status") or {}).get("conditions"), (name, quiet.get("status"))
+
+    # A restart's first pass reconciles every config again: the named one stays quiet.
+    await mgr.stop()
+    mgr = await run_controller(900)
+    ctrl = next(c for c in mgr.controllers if c.name == "kubeadmconfig")
+    configs = await mgr.cache.get_informer(KUBEADM_CONFIGS)
+
+    def first_pass_done() -> bool:
+        reconciled = sum(
+            mgr.metrics.registry.get_sample_value(
+                "controller_runtime_reconcile_total",
+                {"controller": "kubeadmconfig", "result": result},
+            )
+            or 0
+            for result in ("success", "requeue_after", "error")
+        )
+        return reconciled >= 3 and second_reconcile_done("named")()
+
+    await eventually(first_pass_done, "the restarted controller's first pass")
+    named = await env.client.get(KUBEADM_CONFIGS, "named", env.namespace)
+    assert not (named.get("status") or {}).get("conditions"), named.get("status")
 
     # Labelled with its Cluster, the paused config says it is paused, and nothing else.
     label = {"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": env.cluster}}}
