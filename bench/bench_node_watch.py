@@ -1,6 +1,7 @@
 """What one Node status update costs a watcher in our runtime, on demand.
 
     python bench/bench_node_watch.py [--nodes 1000] [--updates 1200] [--rate 33.3]
+                                     [--loops asyncio,uvloop]
 
 Why: once a big system has converged, what a core still spends is receiving the kubelets'
 status reports. Kubelet posts a Node's status every 5 minutes when nothing changed
@@ -27,6 +28,11 @@ of it the cyclic garbage collector took (a heap of 10,000 Nodes could make full 
 the hidden cost; ``--nodes 10000`` shows whether it does), and what that comes to at 10,000
 Nodes reporting every 5 minutes, as a share of one core. Results:
 stdout and bench/RESULTS.md (section ``node-watch``).
+
+``--loops asyncio,uvloop`` runs each watcher on each event loop: what a faster loop (uvloop,
+with its TLS transport in C; ``pip install uvloop`` first, it is not a dependency of
+machinepool) would take off an update that arrives alone, where most of the cost is waking
+up and reading, not the JSON or the informer.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import argparse
 import asyncio
 import datetime as dt
 import gc
+import importlib.util
 import json
 import os
 import shlex
@@ -58,6 +65,7 @@ KUBELET_REPORT_SECONDS = 300
 """Kubelet's default ``nodeStatusReportFrequency``."""
 AT_NODES = 10_000
 WATCHERS = ("stream", "informer")
+LOOPS = ("asyncio", "uvloop")
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -225,6 +233,7 @@ async def watcher(kind: str, kubeconfig: Path) -> None:
 async def measure(
     kubeconfig: Path,
     kind: str,
+    loop: str,
     records: list[InstanceRecord],
     updates: int,
     rate: float,
@@ -236,6 +245,8 @@ async def measure(
         __file__,
         "--watcher",
         kind,
+        "--loops",
+        loop,
         "--kubeconfig",
         str(kubeconfig),
         stdin=subprocess.PIPE,
@@ -278,25 +289,37 @@ def section(results: dict[str, Any], command: str) -> str:
         " time, so they arrive together. Each watcher in a process of its own: **stream** is"
         " our client's watch, decoding each event; **informer** is a Node informer as the core"
         " keeps one (managedFields stripped, indexed by providerID, a handler comparing"
-        " `node_inputs`). CPU is user and system time from the first update to the last; the"
+        " `node_inputs`); each on the event loop named (`uvloop` only when asked for with"
+        " `--loops`). CPU is user and system time from the first update to the last; the"
         " cyclic garbage collector's part of it is timed with `gc.callbacks`, with the number"
         " of full (generation 2) collections in the window. The"
         f" last column: that cost at {AT_NODES:,} Nodes reporting every"
         f" {KUBELET_REPORT_SECONDS // 60} minutes (kubelet's `nodeStatusReportFrequency`),"
         f" {AT_NODES / KUBELET_REPORT_SECONDS:.1f} updates a second.",
         "",
-        "| watcher | updates sent | per second | updates seen | CPU ms per update |"
+        "| watcher | event loop | updates sent | per second | updates seen | CPU ms per update |"
         f" of which GC ms | full collections | % of one core at {AT_NODES:,} Nodes |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
         lines.append(
-            f"| {row['watcher']} | {row['mode']} | {report.fmt(row['sent_per_s'])} |"
+            f"| {row['watcher']} | {row['loop']} | {row['mode']} |"
+            f" {report.fmt(row['sent_per_s'])} |"
             f" {row['updates']:,} | {row['cpu_ms_per_update']:.3f} |"
             f" {row['gc_ms_per_update']:.3f} | {row['full_collections']} |"
             f" {share_at_scale(row['cpu_ms_per_update']):.2f} |"
         )
     return "\n".join(lines)
+
+
+def _loops(text: str) -> tuple[str, ...]:
+    loops = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in loops if name not in LOOPS]
+    if unknown or not loops:
+        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(LOOPS)}")
+    if "uvloop" in loops and importlib.util.find_spec("uvloop") is None:
+        raise argparse.ArgumentTypeError("uvloop is not installed: pip install uvloop")
+    return loops
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -308,6 +331,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=AT_NODES / KUBELET_REPORT_SECONDS,
         help="paced updates a second [33.3: 10,000 Nodes every 5 minutes]",
+    )
+    p.add_argument(
+        "--loops",
+        type=_loops,
+        default=("asyncio",),
+        help="event loops to run each watcher on, comma-separated [asyncio; also: uvloop]",
     )
     p.add_argument("--no-results", action="store_true", help="do not rewrite bench/RESULTS.md")
     p.add_argument("--watcher", choices=WATCHERS, help=argparse.SUPPRESS)
@@ -339,11 +368,14 @@ async def main(argv: list[str]) -> int:
             round_ = 0
             for mode, rate in ((f"paced at {args.rate:.3g}/s", args.rate), ("16 at a time", 0.0)):
                 for kind in WATCHERS:
-                    found = await measure(cp.kubeconfig, kind, records, args.updates, rate, round_)
-                    round_ += 1
-                    row = {"watcher": kind, "mode": mode, **found}
-                    results["rows"].append(row)
-                    print(json.dumps(row), flush=True)
+                    for loop in args.loops:
+                        found = await measure(
+                            cp.kubeconfig, kind, loop, records, args.updates, rate, round_
+                        )
+                        round_ += 1
+                        row = {"watcher": kind, "loop": loop, "mode": mode, **found}
+                        results["rows"].append(row)
+                        print(json.dumps(row), flush=True)
         finally:
             cp.stop()
     text = section(results, command)
@@ -352,4 +384,8 @@ async def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if "--watcher" in sys.argv and parse_args(sys.argv[1:]).loops == ("uvloop",):
+        import uvloop
+
+        sys.exit(uvloop.run(main(sys.argv[1:])))
     sys.exit(asyncio.run(main(sys.argv[1:])))
