@@ -1,7 +1,7 @@
 """What one Node status update costs a watcher in our runtime, on demand.
 
     python bench/bench_node_watch.py [--nodes 1000] [--updates 1200] [--rate 33.3]
-                                     [--loops asyncio,uvloop]
+                                     [--reads batched,each] [--loops asyncio,uvloop]
 
 Why: once a big system has converged, what a core still spends is receiving the kubelets'
 status reports. Kubelet posts a Node's status every 5 minutes when nothing changed
@@ -29,6 +29,12 @@ the hidden cost; ``--nodes 10000`` shows whether it does), and what that comes t
 Nodes reporting every 5 minutes, as a share of one core. Results:
 stdout and bench/RESULTS.md (section ``node-watch``).
 
+``--reads``: **batched** is our runtime as it runs, where a watch busier than
+``WATCH_BUSY_RATE`` events a second is left unread for up to ``WATCH_MAX_HOLD`` so the events
+that arrive meanwhile are read together (``machinepool.runtime.client``); **each** sets that
+rate out of reach in the watcher's process, so every event is read the moment it arrives, as
+before. Both by default: what batching buys, in one invocation.
+
 ``--loops asyncio,uvloop`` runs each watcher on each event loop: what a faster loop (uvloop,
 with its TLS transport in C; ``pip install uvloop`` first, it is not a dependency of
 machinepool) would take off an update that arrives alone, where most of the cost is waking
@@ -43,6 +49,7 @@ import datetime as dt
 import gc
 import importlib.util
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -57,6 +64,7 @@ from mpbench import report
 from machinepool.controllers.common import node_inputs
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import NODES, Client, FuncHandler, Informer, Obj
+from machinepool.runtime import client as client_module
 from machinepool.runtime.informer import field_indexer
 from machinepool.sim.kubelet.node import node_object, node_status
 from machinepool.sim.records import InstanceRecord, allocate_address, hostname_of
@@ -66,6 +74,7 @@ KUBELET_REPORT_SECONDS = 300
 AT_NODES = 10_000
 WATCHERS = ("stream", "informer")
 LOOPS = ("asyncio", "uvloop")
+READS = ("batched", "each")
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -198,8 +207,10 @@ async def _stream(client: Client, meter: _Meter, version: str) -> None:
                 meter.tick()
 
 
-async def watcher(kind: str, kubeconfig: Path) -> None:
+async def watcher(kind: str, kubeconfig: Path, reads: str) -> None:
     """Watch until a line arrives on stdin, then print what was measured as JSON."""
+    if reads == "each":
+        client_module.WATCH_BUSY_RATE = math.inf  # no stream is busy: read every event at once
     meter = _Meter()
     async with await Client.from_kubeconfig(kubeconfig) as client:
         if kind == "informer":
@@ -234,6 +245,7 @@ async def measure(
     kubeconfig: Path,
     kind: str,
     loop: str,
+    reads: str,
     records: list[InstanceRecord],
     updates: int,
     rate: float,
@@ -247,6 +259,8 @@ async def measure(
         kind,
         "--loops",
         loop,
+        "--reads",
+        reads,
         "--kubeconfig",
         str(kubeconfig),
         stdin=subprocess.PIPE,
@@ -290,20 +304,25 @@ def section(results: dict[str, Any], command: str) -> str:
         " our client's watch, decoding each event; **informer** is a Node informer as the core"
         " keeps one (managedFields stripped, indexed by providerID, a handler comparing"
         " `node_inputs`); each on the event loop named (`uvloop` only when asked for with"
-        " `--loops`). CPU is user and system time from the first update to the last; the"
+        " `--loops`). Reads **batched** is our runtime as it runs: a watch busier than"
+        f" {client_module.WATCH_BUSY_RATE:g} events a second is left unread for up to"
+        f" {client_module.WATCH_MAX_HOLD * 1000:.0f} ms, so what arrives meanwhile is read"
+        " together; **each** reads every event the moment it arrives. CPU is user and system"
+        " time from the first update to the last; the"
         " cyclic garbage collector's part of it is timed with `gc.callbacks`, with the number"
         " of full (generation 2) collections in the window. The"
         f" last column: that cost at {AT_NODES:,} Nodes reporting every"
         f" {KUBELET_REPORT_SECONDS // 60} minutes (kubelet's `nodeStatusReportFrequency`),"
         f" {AT_NODES / KUBELET_REPORT_SECONDS:.1f} updates a second.",
         "",
-        "| watcher | event loop | updates sent | per second | updates seen | CPU ms per update |"
-        f" of which GC ms | full collections | % of one core at {AT_NODES:,} Nodes |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| watcher | event loop | reads | updates sent | per second | updates seen |"
+        " CPU ms per update | of which GC ms | full collections |"
+        f" % of one core at {AT_NODES:,} Nodes |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
         lines.append(
-            f"| {row['watcher']} | {row['loop']} | {row['mode']} |"
+            f"| {row['watcher']} | {row['loop']} | {row['reads']} | {row['mode']} |"
             f" {report.fmt(row['sent_per_s'])} |"
             f" {row['updates']:,} | {row['cpu_ms_per_update']:.3f} |"
             f" {row['gc_ms_per_update']:.3f} | {row['full_collections']} |"
@@ -312,14 +331,22 @@ def section(results: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def _names(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names or any(name not in known for name in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(known)}")
+    return names
+
+
 def _loops(text: str) -> tuple[str, ...]:
-    loops = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in loops if name not in LOOPS]
-    if unknown or not loops:
-        raise argparse.ArgumentTypeError(f"{text!r}: name one or more of {', '.join(LOOPS)}")
+    loops = _names(text, LOOPS)
     if "uvloop" in loops and importlib.util.find_spec("uvloop") is None:
         raise argparse.ArgumentTypeError("uvloop is not installed: pip install uvloop")
     return loops
+
+
+def _reads(text: str) -> tuple[str, ...]:
+    return _names(text, READS)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -338,6 +365,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=("asyncio",),
         help="event loops to run each watcher on, comma-separated [asyncio; also: uvloop]",
     )
+    p.add_argument(
+        "--reads",
+        type=_reads,
+        default=READS,
+        help="batched (our runtime), each (every event read at once), or both [both]",
+    )
     p.add_argument("--no-results", action="store_true", help="do not rewrite bench/RESULTS.md")
     p.add_argument("--watcher", choices=WATCHERS, help=argparse.SUPPRESS)
     p.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
@@ -347,7 +380,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 async def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.watcher:
-        await watcher(args.watcher, args.kubeconfig)
+        await watcher(args.watcher, args.kubeconfig, args.reads[0])
         return 0
     command = "python bench/bench_node_watch.py " + shlex.join(argv)
     results: dict[str, Any] = {
@@ -369,13 +402,21 @@ async def main(argv: list[str]) -> int:
             for mode, rate in ((f"paced at {args.rate:.3g}/s", args.rate), ("16 at a time", 0.0)):
                 for kind in WATCHERS:
                     for loop in args.loops:
-                        found = await measure(
-                            cp.kubeconfig, kind, loop, records, args.updates, rate, round_
-                        )
-                        round_ += 1
-                        row = {"watcher": kind, "loop": loop, "mode": mode, **found}
-                        results["rows"].append(row)
-                        print(json.dumps(row), flush=True)
+                        for reads in args.reads:
+                            found = await measure(
+                                cp.kubeconfig,
+                                kind,
+                                loop,
+                                reads,
+                                records,
+                                args.updates,
+                                rate,
+                                round_,
+                            )
+                            round_ += 1
+                            row = {"watcher": kind, "loop": loop, "reads": reads, "mode": mode}
+                            results["rows"].append({**row, **found})
+                            print(json.dumps(results["rows"][-1]), flush=True)
         finally:
             cp.stop()
     text = section(results, command)
