@@ -421,7 +421,7 @@ def scale_scenarios(args: argparse.Namespace) -> list[ScaleScenario]:
         f"(a) {args.big_pools} pools x {args.big_replicas}",
         args.big_pools,
         (args.big_replicas,),
-        rollout=True,
+        rollout=not args.no_rollout,
     )
     many = ScaleScenario(
         "b",
@@ -904,6 +904,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--one-pool-steps", default="2000,200", help="replica targets in order")
     p.add_argument(
         "--max-surge", default="10%", help="maxSurge of the scale pools' rolling update [10%%]"
+    )
+    p.add_argument(
+        "--no-rollout",
+        action="store_true",
+        help="skip (a)'s rollout: its idle window follows the create, with every Node in place",
     )
     p.add_argument("--scale-idle-seconds", type=float, default=60.0)
     p.add_argument(
