@@ -29,7 +29,7 @@ the hidden cost; ``--nodes 10000`` shows whether it does), and what that comes t
 Nodes reporting every 5 minutes, as a share of one core. Results:
 stdout and bench/RESULTS.md (section ``node-watch``).
 
-``--reads``: **batched** is our runtime as it runs, where a watch busier than
+``--reads``: **batched** is our runtime as it runs, where a Node watch busier than
 ``WATCH_BUSY_RATE`` events a second is left unread for up to ``WATCH_MAX_HOLD`` so the events
 that arrive meanwhile are read together (``machinepool.runtime.client``); **each** sets that
 rate out of reach in the watcher's process, so every event is read the moment it arrives, as
@@ -304,7 +304,7 @@ def section(results: dict[str, Any], command: str) -> str:
         " our client's watch, decoding each event; **informer** is a Node informer as the core"
         " keeps one (managedFields stripped, indexed by providerID, a handler comparing"
         " `node_inputs`); each on the event loop named (`uvloop` only when asked for with"
-        " `--loops`). Reads **batched** is our runtime as it runs: a watch busier than"
+        " `--loops`). Reads **batched** is our runtime as it runs: a Node watch busier than"
         f" {client_module.WATCH_BUSY_RATE:g} events a second is left unread for up to"
         f" {client_module.WATCH_MAX_HOLD * 1000:.0f} ms, so what arrives meanwhile is read"
         " together; **each** reads every event the moment it arrives. CPU is user and system"

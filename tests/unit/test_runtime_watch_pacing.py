@@ -1,15 +1,19 @@
-"""When a watch stream is read at once and when it is left to gather events (``ReadPacer``)."""
+"""When a Node watch is read at once and when it is left to gather events (``ReadPacer``),
+and which watches are never held."""
 
 from __future__ import annotations
 
 import pytest
 
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.runtime import CONFIGMAPS, LEASES, NODES
 from machinepool.runtime.client import (
     WATCH_BATCH_EVENTS,
     WATCH_BATCH_WINDOW,
     WATCH_BUSY_RATE,
     WATCH_MAX_HOLD,
     ReadPacer,
+    reports_on_a_timer,
 )
 
 
@@ -71,3 +75,9 @@ def test_a_stream_that_falls_quiet_is_read_at_once_again() -> None:
     assert pacer.hold() == 0.0
     clock.now += 10 * WATCH_BATCH_WINDOW  # silence
     assert pacer.hold() == 0.0
+
+
+def test_only_node_watches_are_batched() -> None:
+    """Kubelets report on a timer; every other kind's events are what a reconcile waits for."""
+    assert reports_on_a_timer(NODES)
+    assert not any(reports_on_a_timer(r) for r in (CONFIGMAPS, MACHINE_POOLS, MACHINES, LEASES))
