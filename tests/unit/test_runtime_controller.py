@@ -28,6 +28,13 @@ from machinepool.runtime.ownwrites import note_write
 KEY = ObjectKey("ns", "a")
 
 
+def compute(seconds: float) -> None:
+    """A reconcile's own work: it holds the event loop for ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def sample(metrics: RuntimeMetrics, name: str, labels: dict[str, str]) -> float:
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
@@ -344,7 +351,7 @@ async def test_a_paced_watch_waits_in_proportion_to_the_slow_keys_last_reconcile
 
     async def reconcile(key: ObjectKey) -> None:
         started.append((key.name, time.monotonic()))
-        await asyncio.sleep(work[key.name])  # the reconcile's own work
+        compute(work[key.name])  # the reconcile's own work, holding the event loop
 
     ctrl = Controller("c", reconcile, concurrency=2)
     paced = ctrl.handler(paced=True)  # as a watch is, before the controller runs
@@ -385,7 +392,7 @@ async def test_a_paced_watch_queues_at_once_an_update_that_changes_its_at_once_i
     work = {"slow": 0.1}
 
     async def reconcile(key: ObjectKey) -> None:
-        await asyncio.sleep(work[key.name])
+        compute(work[key.name])  # holding the event loop
 
     def ready(obj: dict[str, object]) -> object:
         return obj.get("ready")
@@ -471,3 +478,29 @@ async def test_changes_go_before_listed_keys_and_a_retry_keeps_its_priority() ->
         with pytest.raises(asyncio.CancelledError):
             await task
     assert order == ["l1", "l2", "l3", "mapped", "new", "l1"]
+
+
+async def test_a_reconcile_that_waits_on_round_trips_is_not_paced() -> None:
+    """Pacing bounds the event loop's share, so it counts the time a reconcile holds the loop:
+    one that spends 0.1 s waiting on a round trip (a status patch on a loaded apiserver) and
+    little else leaves its pool's events undelayed, where one that computes for 0.1 s does not."""
+
+    async def reconcile(key: ObjectKey) -> None:
+        if key.name == "waits":
+            await asyncio.sleep(0.1)  # a round trip: the loop serves others meanwhile
+        else:
+            compute(0.1)  # the reconcile's own work
+
+    ctrl = Controller("c", reconcile)
+    ctrl.handler(paced=True)
+    task = asyncio.create_task(ctrl.run())
+    try:
+        ctrl.queue.add(ObjectKey("ns", "waits"))
+        ctrl.queue.add(ObjectKey("ns", "computes"))
+        await eventually(lambda: reconciles(ctrl.metrics, "success") == 2)
+        assert ctrl.pace(ObjectKey("ns", "waits")) == 0.0
+        assert ctrl.pace(ObjectKey("ns", "computes")) > 0.0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
