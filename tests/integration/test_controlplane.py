@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -61,6 +62,26 @@ async def test_crd_object_round_trips_through_the_apiserver(client: Client, name
 
 
 async def test_garbage_collector_deletes_dependents(client: Client, namespace: str) -> None:
+    await _assert_garbage_collected(client, namespace)
+
+
+async def test_a_controller_manager_that_exited_runs_again_after_an_apiserver_restart(
+    control_plane: ControlPlane,
+) -> None:
+    """One still starting exits when its apiserver goes away; the restart brings it back."""
+    workload = control_plane.start_workload("kcm-restart")
+    try:
+        assert workload.kcm is not None
+        workload.kcm.kill()
+        await asyncio.to_thread(workload.restart_apiserver)
+        async with await Client.from_kubeconfig(workload.kubeconfig) as client:
+            await _assert_garbage_collected(client, "default")
+    finally:
+        control_plane.stop_workload("kcm-restart")
+
+
+async def _assert_garbage_collected(client: Client, namespace: str) -> None:
+    """A ConfigMap owned by a deleted one is deleted: the controller-manager's GC runs."""
     owner = await client.create(
         CONFIGMAPS, {"metadata": {"name": "owner"}, "data": {"k": "v"}}, namespace
     )

@@ -375,9 +375,17 @@ class _ApiServerCluster:
             self.apiserver.stop()
 
     def restart_apiserver(self) -> None:
-        """Stop kube-apiserver and start it again on the same port (watches break)."""
+        """Stop kube-apiserver and start it again on the same port (watches break).
+
+        A controller-manager survives an apiserver restart once it runs, but one still starting
+        exits when the apiserver refuses it ("error building controller context"). On a real
+        node the kubelet restarts that static pod; here this does, so garbage collection never
+        silently stops for the tests that follow.
+        """
         self.stop_apiserver()
         self.start_apiserver()
+        if self.kcm is not None and not self.kcm.running():
+            self.kcm.start()
 
     def stop(self) -> None:
         for proc in (self.kcm, self.apiserver):
