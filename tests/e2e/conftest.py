@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 from tests.support import Changes
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINES
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
 from machinepool.controlplane import NodeAuth, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
@@ -65,6 +65,14 @@ class System(Changes):
     async def watch(self, name: str, informer: Informer) -> Informer:
         self.watched[name] = self.follow(informer)
         return informer
+
+    async def watch_sim_pools(self) -> Informer:
+        """Follow SimMachinePools too, as ``watched["simmachinepools"]`` (once)."""
+        if "simmachinepools" not in self.watched:
+            await self.watch(
+                "simmachinepools", await self.manager.cache.get_informer(SIM_MACHINE_POOLS)
+            )
+        return self.watched["simmachinepools"]
 
     # -- reading ----------------------------------------------------------------------
 

@@ -21,13 +21,6 @@ def _pool_condition(system: System, name: str, type_: str) -> dict[str, Any] | N
     return None
 
 
-async def _with_pools(system: System) -> None:
-    if "simmachinepools" not in system.watched:
-        await system.watch(
-            "simmachinepools", await system.manager.cache.get_informer(SIM_MACHINE_POOLS)
-        )
-
-
 async def test_version_change_rolls_without_dropping_below_replicas(system: System) -> None:
     await system.create_pool("workers", 3)
     await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes")
@@ -185,7 +178,7 @@ async def test_the_pools_events_tell_every_instance_a_big_step_created(system: S
 
 
 async def test_bad_input_is_reported_in_conditions(system: System) -> None:
-    await _with_pools(system)
+    await system.watch_sim_pools()
     await system.create_pool(
         "stuck", 1, strategy={"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}
     )
@@ -215,7 +208,7 @@ async def test_bad_input_is_reported_in_conditions(system: System) -> None:
 async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None:
     from machinepool.sim import Faults
 
-    await _with_pools(system)
+    await system.watch_sim_pools()
     await system.cloud.set_faults(system.namespace, Faults(error_rate=1.0))
     await system.create_pool("workers", 2)
     await system.until(

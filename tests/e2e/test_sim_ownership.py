@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from tests.e2e.conftest import System
 from tests.support import eventually
-from tests.support.resources import MACHINE_POOLS, MACHINES
+from tests.support.builders import machine_pool, sim_machine_pool
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
+from machinepool.api.meta import ADOPTION_GRACE_SECONDS, parse_time
 from machinepool.runtime import CORE_EVENTS, Obj
 
 
@@ -132,3 +134,51 @@ async def test_a_pool_machine_without_infra_machine_or_instance_is_released(
     )
     await system.until(lambda: system.pool_running("strays", 2), "still 2 Ready nodes")
     assert sorted(m["metadata"]["name"] for m in system.machines("strays")) == kept
+
+
+async def test_a_pool_waits_quietly_for_the_machine_pool_that_will_adopt_it(
+    system: System,
+) -> None:
+    """A SimMachinePool is usually applied a moment before its MachinePool. One a MachinePool
+    names writes no status while it waits for the adoption (here it never comes: the
+    MachinePool's Cluster does not exist); one nothing names says that it waits for an owner,
+    but only after the adoption grace, so a pool applied in the usual order costs no status
+    write that its adoption would replace."""
+    pools = await system.watch_sim_pools()
+    await system.client.create(
+        SIM_MACHINE_POOLS, sim_machine_pool(system.namespace, "named"), system.namespace
+    )
+    await system.client.create(
+        MACHINE_POOLS,
+        machine_pool(system.namespace, "named", cluster="no-such-cluster"),
+        system.namespace,
+    )
+    await system.client.create(
+        SIM_MACHINE_POOLS, sim_machine_pool(system.namespace, "orphan"), system.namespace
+    )
+
+    def waiting_for_owner(name: str) -> dict[str, object] | None:
+        for cond in ((pools.get(name, system.namespace) or {}).get("status") or {}).get(
+            "conditions"
+        ) or []:
+            if cond["type"] == c.READY_CONDITION and cond["reason"] == "WaitingForOwner":
+                return dict(cond)
+        return None
+
+    await system.until(lambda: waiting_for_owner("orphan") is not None, "orphan waits")
+    orphan = pools.get("orphan", system.namespace)
+    assert orphan is not None
+    said = waiting_for_owner("orphan")
+    assert said is not None
+    waited = parse_time(str(said["lastTransitionTime"])) - parse_time(
+        orphan["metadata"]["creationTimestamp"]
+    )
+    # Timestamps have whole seconds: a second less than the grace is still the grace.
+    assert waited.total_seconds() >= ADOPTION_GRACE_SECONDS - 1, waited
+
+    def named_status() -> object:
+        return (pools.get("named", system.namespace) or {}).get("status")
+
+    assert not named_status(), named_status()
+    # Its grace ended no later than the orphan's: it stays quiet past it, too.
+    await system.unchanged(named_status, "the named pool's status", window=3.0)

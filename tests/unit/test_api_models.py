@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from machinepool.api import (
     model_for,
     parse_time,
 )
+from machinepool.api.meta import ADOPTION_GRACE_SECONDS, adoption_grace_left
 
 UPSTREAM_MACHINE_POOL: dict[str, Any] = {
     "apiVersion": "cluster.x-k8s.io/v1beta2",
@@ -334,6 +336,16 @@ def test_times_round_trip_in_apiserver_format() -> None:
     stamp = "2025-05-01T10:00:02Z"
 
     assert format_time(parse_time(stamp)) == stamp
+
+
+def test_a_new_unowned_object_waits_the_adoption_grace_from_its_creation() -> None:
+    created = {"metadata": {"creationTimestamp": "2025-05-01T10:00:00Z"}}
+    at = parse_time("2025-05-01T10:00:04Z")
+
+    assert adoption_grace_left(created, at) == ADOPTION_GRACE_SECONDS - 4
+    assert adoption_grace_left(created, at + timedelta(seconds=60)) == 0
+    assert adoption_grace_left({"metadata": {}}, at) == 0  # nothing to count from: say it now
+    assert adoption_grace_left({"metadata": {"creationTimestamp": "not a time"}}, at) == 0
 
 
 @pytest.mark.parametrize(

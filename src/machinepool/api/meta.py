@@ -40,6 +40,7 @@ __all__ = [
     "TemplateMeta",
     "Time",
     "V1Beta1Condition",
+    "adoption_grace_left",
     "camel",
     "deleted_for_move",
     "dig",
@@ -108,6 +109,33 @@ def deleted_for_move(obj: Mapping[str, Any] | None) -> bool:
     cluster) must then be left alone, and only the object let go."""
     annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
     return DELETE_FOR_MOVE_ANNOTATION in annotations
+
+
+ADOPTION_GRACE_SECONDS = 10.0
+"""How long a new referenced object with no owner waits quietly for the MachinePool that will
+adopt it (see ``adoption_grace_left``)."""
+
+
+def adoption_grace_left(obj: Mapping[str, Any], now: datetime | None = None) -> float:
+    """Seconds until a new object nothing has adopted yet should say that it waits.
+
+    Users apply a pool's objects together, most often the referenced ones first (a
+    KubeadmConfig, an infra pool, then the MachinePool), so a config or infra pool usually
+    lives a moment with no owner before its MachinePool adopts it. Upstream's controllers
+    write nothing then; ours report why they wait, which helps whoever made one by hand, but
+    said at once it costs every new pool one status write per object, soon replaced. Within
+    ``ADOPTION_GRACE_SECONDS`` of its creation the object stays quiet; 0 after that, or when
+    it carries no creation time.
+    """
+    created = dig(obj, "metadata", "creationTimestamp")
+    if not isinstance(created, str) or not created:
+        return 0.0
+    try:
+        since = parse_time(created)
+    except ValueError:
+        return 0.0
+    age = ((now or datetime.now(UTC)) - since).total_seconds()
+    return max(0.0, ADOPTION_GRACE_SECONDS - age)
 
 
 def parse_time(value: str) -> datetime:

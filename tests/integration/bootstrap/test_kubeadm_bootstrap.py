@@ -14,6 +14,7 @@ from tests.support import eventually, wait_for
 from tests.support.builders import kubeadm_config
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
+from machinepool.api.meta import ADOPTION_GRACE_SECONDS, parse_time
 from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
     TOKEN_CONFIG_UID_LABEL,
@@ -225,8 +226,9 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
     """A config a MachinePool names but has not adopted (no owner, no cluster-name label, as
     when both are created together) gets its finalizer and no status: the adoption brings
     it back, and a status before it would be one more write per new pool; a restart leaves it
-    so. A config that no pool names reports WaitingForCluster, which says why it waits, unless
-    it is paused: it asked to be left alone, and reports Paused once it has a Cluster."""
+    so. A config that no pool names reports WaitingForCluster, which says why it waits (after
+    the adoption grace: its pool is usually applied a moment after it), unless it is paused:
+    it asked to be left alone, and reports Paused once it has a Cluster."""
     env = bootstrap_env
     pool = await env.create_pool("named", "named")
     for name in ("named", "orphan", "paused"):
@@ -240,6 +242,10 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
         lambda obj: condition(obj, "DataSecretAvailable").get("reason") == "WaitingForCluster",
     )
     assert "no owner" in condition(orphan, "DataSecretAvailable")["message"]
+    # Not at once: its pool usually follows it. Timestamps have whole seconds.
+    said = parse_time(condition(orphan, "DataSecretAvailable")["lastTransitionTime"])
+    waited = said - parse_time(orphan["metadata"]["creationTimestamp"])
+    assert waited.total_seconds() >= ADOPTION_GRACE_SECONDS - 1, waited
 
     # A config's second reconcile (the one after its finalizer's write) has run once the
     # cache holds the finalizer and the key is neither queued nor being reconciled.

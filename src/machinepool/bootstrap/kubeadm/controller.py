@@ -12,7 +12,8 @@ the Cluster, the certificates, the token) until one halts or fails, write the Re
 and patch once (metadata, then status, only what changed). An error means a retry with
 backoff, otherwise the shortest requeue wins (``runtime.phases``). Before the phases, a
 config that a MachinePool names but has not adopted yet, or that is paused and has no owner,
-is left as it is (after its finalizer): the adoption brings it back
+is left as it is (after its finalizer): the adoption brings it back; one no pool names yet
+is left so for a few seconds after its creation, as its pool usually follows it
 (``prerequisites.awaiting_adoption``).
 """
 
@@ -138,8 +139,8 @@ class KubeadmConfigReconciler:
             meta.finalizers = [*finalizers, r.FINALIZER]
             await patch_on_exit(patcher, config)
             return None
-        elif awaiting_adoption(scope):
-            return None  # a status now would be one more write per new pool, soon replaced
+        elif (waiting := awaiting_adoption(scope)) is not None:
+            return waiting  # a status now would be one more write per new pool, soon replaced
         else:
             outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
             summarize(scope)

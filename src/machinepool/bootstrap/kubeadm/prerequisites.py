@@ -13,6 +13,7 @@ import asyncio
 
 from machinepool.api import conditions
 from machinepool.api import constants as c
+from machinepool.api.meta import adoption_grace_left
 from machinepool.api.views import ClusterView, KubeadmConfigView, MachinePoolView, MachineView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.certs import (
@@ -39,14 +40,18 @@ def _owner_ref(config: KubeadmConfigView) -> Obj | None:
     return refs[0] if refs else None
 
 
-def awaiting_adoption(scope: Scope) -> bool:
-    """Whether this config has no owner and no cluster-name label yet, and either a
-    MachinePool names it or it is paused by its own annotation. The pool's adoption (owner and
-    label, one patch) brings the config back, and until then it has nothing to report;
+def awaiting_adoption(scope: Scope) -> Result | None:
+    """What to return, writing nothing, while this config has no owner and no cluster-name
+    label yet; ``None`` once it has either, or once it should say that it waits.
+
+    It waits quietly for the adoption event when a MachinePool names it, or when it is paused
+    by its own annotation; and for at most what is left of ``adoption_grace_left`` when no
+    pool names it yet (its pool is usually applied a moment after it). The pool's adoption
+    (owner and label, one patch) brings it back, and until then it has nothing to report;
     upstream writes nothing either while a config has no owner. A paused config asked to be
-    left alone: its Paused condition comes with its owner. A config no pool names still
-    reports ``WaitingForCluster`` (``resolve_owner``), which tells whoever made it by hand why
-    it waits.
+    left alone: its Paused condition comes with its owner. A config no pool names after the
+    grace reports ``WaitingForCluster`` (``resolve_owner``), which tells whoever made it by
+    hand why it waits.
 
     Without the paused case, whether a paused config new beside its pool reported
     ``WaitingForCluster`` would depend on whether this process had seen the pool yet, and the
@@ -54,10 +59,13 @@ def awaiting_adoption(scope: Scope) -> bool:
     ``check_paused``)."""
     meta = scope.config.metadata
     if _owner_ref(scope.config) is not None or (meta.labels or {}).get(c.CLUSTER_NAME_LABEL):
-        return False
+        return None
     if c.PAUSED_ANNOTATION in (meta.annotations or {}):
-        return True
-    return bool(scope.machine_pools.by_index(r.POOL_CONFIG_INDEX, str(scope.key)))
+        return Result()
+    if scope.machine_pools.by_index(r.POOL_CONFIG_INDEX, str(scope.key)):
+        return Result()
+    left = adoption_grace_left(scope.config.raw)
+    return Result(requeue_after=left) if left > 0 else None
 
 
 async def resolve_owner(scope: Scope) -> Result:

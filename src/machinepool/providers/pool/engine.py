@@ -25,6 +25,7 @@ from machinepool.providers.pool.machines import (
 from machinepool.providers.pool.observe import (
     PROVIDER_ID_INDEX,
     await_own_writes,
+    ensure_adoption_index,
     ensure_member_indexes,
     ensure_provider_id_index,
     list_instances,
@@ -120,7 +121,7 @@ class PoolEngine:
         outcome = await run_phases(scope, PHASES, chain=True)
         if scope.plan is not None:
             (self._rolling.add if scope.rolling else self._rolling.discard)(key)
-        if scope.behind and not outcome.errors:
+        if scope.quiet and not outcome.errors:
             # Nothing was planned or learnt: a report now would only rewrite the last one.
             return outcome.settle(self._text(key))
         for exc in outcome.errors:
@@ -191,6 +192,7 @@ async def start_engine(
     )
     ensure_provider_id_index(env.infra_machines)
     ensure_member_indexes(env.infra_machines, provider.pool_resource.kind, env.machines)
+    ensure_adoption_index(env.machine_pools)
     engine = PoolEngine(env)
     ctrl = mgr.new_controller(f"{provider.component}-pool", engine, concurrency=concurrency)
     engine.controller = ctrl

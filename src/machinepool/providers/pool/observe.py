@@ -8,6 +8,7 @@ import contextlib
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
+from machinepool.api.meta import adoption_grace_left
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachineView
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
@@ -54,6 +55,16 @@ async def load_owner(scope: PoolScope) -> Result:
     env = scope.env
     ref = controller_owner(scope.pool.raw)
     if ref is None or ref.get("kind") != "MachinePool":
+        # A pool a MachinePool names waits for its adoption (the owner patch brings it back),
+        # and a new one for the MachinePool usually applied a moment after it: in either
+        # case a status now would be one more write per new pool, soon replaced; upstream's
+        # providers write nothing while a pool has no owner.
+        key = infra_ref_key(scope.namespace, env.provider.pool_resource.kind, scope.key.name)
+        named = bool(env.machine_pools.by_index(INFRA_REF_INDEX, key))
+        left = adoption_grace_left(scope.pool.raw)
+        if named or left > 0:
+            scope.quiet = scope.halt = True
+            return Result(requeue_after=None if named else left)
         scope.block("WaitingForOwner", "waiting for a MachinePool to adopt this pool")
         scope.halt = True
         return Result()
@@ -119,7 +130,7 @@ async def await_own_writes(scope: PoolScope) -> Result:
     listed = {i.id: i.state is not InstanceState.TERMINATED for i in scope.instances}
     if not env.expectations.unmet(scope.key, machine=machine, instances=listed):
         return Result()
-    scope.behind = scope.halt = True
+    scope.quiet = scope.halt = True
     return Result(requeue_after=_CACHE_REQUEUE)
 
 
@@ -151,6 +162,22 @@ def ensure_member_indexes(infra_machines: Informer, pool_kind: str, machines: In
         machines.add_indexer(MACHINE_POOL_INDEX, _controlling_machine_pool)
 
 
+def ensure_adoption_index(machine_pools: Informer) -> None:
+    """Index MachinePools by the infra pool they reference (``INFRA_REF_INDEX``): whether a
+    pool with no owner yet is about to be adopted (``load_owner``)."""
+    with contextlib.suppress(ValueError):  # already there
+        machine_pools.add_indexer(INFRA_REF_INDEX, _pool_infrastructure_ref)
+
+
+def _pool_infrastructure_ref(obj: Obj) -> list[str]:
+    pool = MachinePoolView(obj)
+    ref = pool.spec.template.spec.infrastructure_ref
+    if not ref.name:
+        return []
+    namespace = str(pool.metadata.namespace or "")
+    return [infra_ref_key(namespace, str(ref.kind or ""), str(ref.name))]
+
+
 def _controlling_machine_pool(machine: Obj) -> list[str]:
     ref = controller_owner(machine)
     if ref is None or ref.get("kind") != "MachinePool":
@@ -169,7 +196,8 @@ def _infrastructure_ref(obj: Obj) -> list[str]:
 
 
 def infra_ref_key(namespace: str, kind: str, name: str) -> str:
-    """The ``INFRA_REF_INDEX`` value of a Machine whose infrastructureRef is ``kind``/``name``."""
+    """The ``INFRA_REF_INDEX`` value of a Machine, or a MachinePool, whose infrastructureRef
+    is ``kind``/``name``."""
     return f"{namespace}/{kind}/{name}"
 
 

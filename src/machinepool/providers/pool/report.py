@@ -24,7 +24,10 @@ async def report(scope: PoolScope) -> Result:
     conditions."""
     live = [i for i in scope.instances if i.state is not InstanceState.TERMINATED]
     if scope.backend is not None:
-        scope.pool.spec.provider_id_list = sorted(i.provider_id for i in live)
+        ids = sorted(i.provider_id for i in live)
+        if ids or scope.pool.spec.provider_id_list:
+            # Absent and empty say the same; turning one into the other is a write per pool.
+            scope.pool.spec.provider_id_list = ids
         status = scope.status
         status.replicas = len(live)
         status.instances = [

@@ -71,9 +71,10 @@ class PoolScope:
     unbacked_machines: list[MachineView] = field(default_factory=list)
     """The MachinePool's Machines whose infra machine of this provider is not in the cache
     (observe.list_instances): new ones the cache has not caught up with, or orphans."""
-    behind: bool = False
-    """The caches do not yet show this engine's writes for the pool: the reconcile stops
-    before planning, writes nothing and comes back (observe.await_own_writes)."""
+    quiet: bool = False
+    """The reconcile stops and writes nothing: the caches do not yet show this engine's
+    writes for the pool, so it comes back (observe.await_own_writes); or a new pool waits for
+    the MachinePool that will adopt it (observe.load_owner)."""
     ready_ids: set[str] | None = None
     """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
     replicas: int = 0
