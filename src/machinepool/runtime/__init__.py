@@ -113,6 +113,7 @@ from machinepool.runtime.workqueue import (
     RateLimiter,
     WorkQueue,
 )
+from machinepool.runtime.yamlio import YAML_LOADER, load_yaml
 
 __all__ = [
     "CONFIGMAPS",
@@ -135,6 +136,7 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     "VALIDATING_WEBHOOKS",
     "VOLUME_ATTACHMENTS",
+    "YAML_LOADER",
     "AlreadyExists",
     "ApiError",
     "BadRequest",
@@ -208,6 +210,7 @@ __all__ = [
     "is_expected",
     "label_indexer",
     "labels_of",
+    "load_yaml",
     "merge_patch",
     "metadata_and_spec",
     "object_key",

@@ -30,8 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from machinepool.api.kinds import CLUSTERS
 from machinepool.runtime.client import SECRETS, Client, Resource
 from machinepool.runtime.errors import ExpectedError, NotFound
@@ -45,6 +43,7 @@ from machinepool.runtime.informer import (
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
+from machinepool.runtime.yamlio import load_yaml
 
 
 class ClusterNotConnected(ExpectedError):
@@ -248,7 +247,7 @@ class ClusterCache:
         secret_name = f"{cluster.namespace}/{kubeconfig_secret_name(cluster.name)}"
         try:
             version, raw = await self._read_secret(cluster)
-            kubeconfig: Any = yaml.safe_load(raw)
+            kubeconfig: Any = load_yaml(raw)
             client = await Client.from_kubeconfig_dict(
                 kubeconfig, user_agent="machinepool-clustercache"
             )

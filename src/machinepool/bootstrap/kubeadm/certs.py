@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
+from machinepool.runtime import load_yaml
+
 __all__ = [
     "CAInfo",
     "InvalidClusterSecret",
@@ -77,7 +79,7 @@ def ca_from_kubeconfig(secret: dict[str, Any], ca_pem: bytes | None = None) -> C
     if not encoded:
         raise InvalidClusterSecret(f"secret {name} has no data key 'value' (the kubeconfig)")
     try:
-        config = yaml.safe_load(base64.b64decode(encoded))
+        config = load_yaml(base64.b64decode(encoded))
     except (ValueError, yaml.YAMLError) as exc:
         raise InvalidClusterSecret(f"secret {name} key 'value' is not kubeconfig YAML") from exc
     if not isinstance(config, dict):

@@ -26,16 +26,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["InvalidBootstrapData", "JoinInfo", "load_yaml", "parse_join", "render_template"]
+from machinepool.runtime import YAML_LOADER, load_yaml
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML was built with it (the same documents, ten times faster:
-every join parses its cloud-config and the cluster's kubeconfig), else the pure-Python one."""
-
-
-def load_yaml(text: str | bytes) -> Any:
-    """``yaml.safe_load``, with libyaml when available."""
-    return yaml.load(text, Loader=_LOADER)
+__all__ = ["InvalidBootstrapData", "JoinInfo", "parse_join", "render_template"]
 
 
 class InvalidBootstrapData(ValueError):
@@ -158,7 +151,7 @@ def _documents(item: dict[str, Any]) -> list[dict[str, Any]]:
     if "JoinConfiguration" not in content:
         return []
     try:
-        docs = list(yaml.load_all(content, Loader=_LOADER))
+        docs = list(yaml.load_all(content, Loader=YAML_LOADER))
     except yaml.YAMLError:
         return []
     return [d for d in docs if isinstance(d, dict) and d.get("kind") == "JoinConfiguration"]
