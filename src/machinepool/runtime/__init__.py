@@ -113,7 +113,6 @@ from machinepool.runtime.workqueue import (
     RateLimiter,
     WorkQueue,
 )
-from machinepool.runtime.yamlio import YAML_LOADER, load_yaml
 
 __all__ = [
     "CONFIGMAPS",
@@ -136,7 +135,6 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     "VALIDATING_WEBHOOKS",
     "VOLUME_ATTACHMENTS",
-    "YAML_LOADER",
     "AlreadyExists",
     "ApiError",
     "BadRequest",
@@ -210,7 +208,6 @@ __all__ = [
     "is_expected",
     "label_indexer",
     "labels_of",
-    "load_yaml",
     "merge_patch",
     "metadata_and_spec",
     "object_key",

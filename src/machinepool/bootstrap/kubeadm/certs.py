@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from machinepool.runtime import load_yaml
+from machinepool.runtime.yamlio import load_yaml
 
 __all__ = [
     "CAInfo",

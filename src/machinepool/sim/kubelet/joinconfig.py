@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from machinepool.runtime import YAML_LOADER, load_yaml
+from machinepool.runtime.yamlio import YAML_LOADER, load_yaml
 
 __all__ = ["InvalidBootstrapData", "JoinInfo", "parse_join", "render_template"]
 
