@@ -20,7 +20,8 @@ kube-apiservers with audit logs), its own controller processes and the same work
   pool 0 -> 2,000 -> 200; per step wall time, per-pool convergence (p50/p99/max), core CPU and
   peak RSS, MachinePool reconciles, writes of all clients per Node and per second against the
   write ceiling, the rollout's fewest Ready Nodes; idle CPU, reconciles and writes afterwards.
-  A side that misses ``--scale-timeout`` keeps its row with where it stood.
+  A side that misses ``--scale-timeout`` (the rollout: ``--rollout-timeout``) keeps its row
+  with where it stood.
 
 Results: stdout, bench/RESULTS.md (the section of each mode that ran), and JSON under bench/out/.
 Numbers are goals to compare, never assertions. Never part of the test suite.
@@ -599,7 +600,7 @@ async def scale_scenario(
                     scenario.roll_pools(run.driver, names, TO_VERSION),
                     (names, current, TO_VERSION),
                     len(names) * current,
-                    args.scale_timeout,
+                    args.rollout_timeout or args.scale_timeout,
                 )
                 run.observer.stop_tracking()
                 step["replicas_total"] = len(names) * current
@@ -916,6 +917,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=600.0,
         help="per step; a side that does not converge keeps its row with where it stood [600]",
+    )
+    p.add_argument(
+        "--rollout-timeout",
+        type=float,
+        help="(a)'s rollout step: 10,000 replacements take longer than a create [--scale-timeout]",
     )
     p.add_argument(
         "--ceiling-writes",
