@@ -22,6 +22,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 from tests.e2e.conftest import System
+from tests.support import eventually
 
 from machinepool.controlplane import NodeAuth
 from machinepool.runtime import (
@@ -184,11 +185,16 @@ async def test_a_nodes_pods_are_run_and_let_go_with_its_own_certificate(system: 
     by_node = f"system:node:{node}"
     statuses = [e for e in _audited(system, "pods") if e["objectRef"].get("subresource")]
     assert {e["user"]["username"] for e in statuses} == {by_node}, statuses
-    confirmations = [
-        e
-        for e in _audited(system, "pods")
-        if e["verb"] == "delete" and e["user"]["username"] != "admin"
-    ]
+    # An audit event's last stage is logged after the response is sent, so the Pod can leave
+    # the watch a moment before the delete that confirmed it reaches the log.
+    confirmations = await eventually(
+        lambda: [
+            e
+            for e in _audited(system, "pods")
+            if e["verb"] == "delete" and e["user"]["username"] != "admin"
+        ],
+        "the Pod's confirming delete in the audit log",
+    )
     assert [e["user"]["username"] for e in confirmations] == [by_node]
     leases = _audited(system, "leases")
     assert {e["user"]["username"] for e in leases} == {by_node}, leases

@@ -25,11 +25,31 @@ async def test_version_change_rolls_without_dropping_below_replicas(system: Syst
     await system.create_pool("workers", 3)
     await system.until(lambda: system.pool_running("workers", 3), "3 Ready nodes")
     lowest = [len(system.ready_nodes())]
+    # What `kubectl get machinepool` shows as READY counts Ready Machines, which turn Ready a
+    # moment after their Nodes: an old Machine must not be deleted before its replacement's
+    # Machine is Ready. The Machine watch delivers events in etcd's order, so the count at
+    # each event is the count at that revision.
+    lowest_ready_machines = [3]
 
     def record(*_: Obj) -> None:
         lowest[0] = min(lowest[0], len(system.ready_nodes()))
 
+    def record_machines(*_: Obj) -> None:
+        ready = [
+            m
+            for m in system.machines("workers")
+            if not m["metadata"].get("deletionTimestamp")
+            and any(
+                x["type"] == c.READY_CONDITION and x["status"] == "True"
+                for x in (m.get("status") or {}).get("conditions") or []
+            )
+        ]
+        lowest_ready_machines[0] = min(lowest_ready_machines[0], len(ready))
+
     system.nodes.add_handler(FuncHandler(record, lambda _o, n: record(n), record))
+    system.watched["machines"].add_handler(
+        FuncHandler(record_machines, lambda _o, n: record_machines(n), record_machines)
+    )
     new = "v1.34.1"
     patch = {"spec": {"template": {"spec": {"version": new}}}}
     await system.client.patch(MACHINE_POOLS, "workers", patch, system.namespace)
@@ -42,6 +62,7 @@ async def test_version_change_rolls_without_dropping_below_replicas(system: Syst
         "every node on the new version",
     )
     assert lowest[0] >= 3  # maxUnavailable 0
+    assert lowest_ready_machines[0] >= 3, "Ready Machines fell below replicas"
     assert all(n["status"]["nodeInfo"]["kubeletVersion"] == new for n in system.nodes.list())
 
 

@@ -15,7 +15,7 @@ from functools import partial
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.api.views import ClusterView, MachinePoolView, SimMachinePoolView
+from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.machines import (
     InfraMachineReconciler,
@@ -30,6 +30,7 @@ from machinepool.providers.pool.observe import (
     ensure_provider_id_index,
     list_instances,
     load_owner,
+    machine_ready,
     machine_to_pools,
     node_inputs,
     node_ready,
@@ -157,17 +158,23 @@ class PoolEngine:
         provider_id = (node.get("spec") or {}).get("providerID")
         if not provider_id:
             return []
-        # A Node not Ready may be an instance that broke, which the pool replaces; a Ready one
-        # matters only to a rollout's availability floor. Judged on the Node as the cache has
-        # it now (an update maps the old and the new copy; the cache holds the new one).
+        # A Node not Ready may be an instance that broke, which the pool replaces. A Ready one
+        # wakes nobody: a rollout's availability floor counts Ready Machines, whose watch
+        # (``machine_turned_ready``) follows. Judged on the Node as the cache has it now (an
+        # update maps the old and the new copy; the cache holds the new one).
         nodes = self.env.cluster_cache.get_informer_nowait(cluster, NODES)
         current = nodes.get(str(node["metadata"]["name"])) if nodes is not None else None
-        ready = current is not None and node_ready(current)
+        if current is not None and node_ready(current):
+            return []
         keys: list[ObjectKey] = []
         for machine in self.env.infra_machines.by_index(PROVIDER_ID_INDEX, str(provider_id)):
-            pools = infra_machine_to_pool(self.env, machine)
-            keys.extend(k for k in pools if not ready or k in self._rolling)
+            keys.extend(infra_machine_to_pool(self.env, machine))
         return keys
+
+    def machine_turned_ready(self, machine: Obj) -> list[ObjectKey]:
+        """The pools in a rollout that a Machine's Ready change concerns: its floor counts
+        Ready Machines. Outside a rollout nothing a pool decides depends on it."""
+        return [k for k in _machine_to_pool(self.env, machine) if k in self._rolling]
 
 
 def infra_machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:
@@ -201,6 +208,7 @@ async def start_engine(
     ctrl.watch(env.pools, inputs=metadata_and_spec)
     ctrl.watch(env.infra_machines, lambda m: infra_machine_to_pool(env, m), metadata_and_spec)
     ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m), metadata_and_spec)
+    ctrl.watch(env.machines, engine.machine_turned_ready, lambda m: machine_ready(MachineView(m)))
     ctrl.watch(env.machine_pools, lambda mp: _machine_pool_to_pool(env, mp), metadata_and_spec)
     ctrl.watch(env.clusters, lambda cl: _cluster_to_pools(env, cl))
     machines = mgr.new_controller(

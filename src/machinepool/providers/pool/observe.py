@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
+from machinepool.api.conditions import is_true, set_condition
 from machinepool.api.meta import adoption_grace_left
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachineView
 from machinepool.providers.pool.scope import PoolScope
@@ -32,6 +32,7 @@ __all__ = [
     "infra_ref_key",
     "list_instances",
     "load_owner",
+    "machine_ready",
     "machine_to_pools",
     "node_inputs",
     "owner_machines",
@@ -265,6 +266,12 @@ def node_ready(node: Obj) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
+
+
+def machine_ready(machine: MachineView) -> bool:
+    """The Machine's v1beta2 ``Ready`` condition is true: what MachinePool ``readyReplicas``
+    counts, and what a rollout's availability floor counts on (see ``plan``)."""
+    return is_true(machine.status.conditions, c.READY_CONDITION)
 
 
 def node_inputs(node: Obj) -> tuple[object, bool]:

@@ -14,8 +14,9 @@ safe, not complete. The rules:
   Machine being deleted (the cloud still runs and bills them; at 10 x 1,000, leaving them out
   let each pool grow to 1,800 instances while its drains queued); outdated ones are deleted
   only while at least ``replicas - maxUnavailable`` Ready instances remain (never counting one
-  being deleted). Replacing an instance that is not active (failed, or deleted for its health)
-  is part of the count, never held back by the surge;
+  being deleted; Ready: its Node and its Machine both, as MachinePool readyReplicas
+  counts). Replacing an instance that is not active (failed, or deleted for its health) is
+  part of the count, never held back by the surge;
 - **spread**: new instances go to the failure domain with the fewest up-to-date instances,
   then the fewest instances, then the listed order, so counts differ by at most one;
 - **burst**: one step creates at most ``burst`` instances (``BURST``, as the ReplicaSet
@@ -57,7 +58,7 @@ class Member:
     up_to_date: bool = True
     """Its template hash equals the pool's current one."""
     ready: bool = False
-    """Its Node exists and is Ready."""
+    """Its Node is Ready and so is its Machine (what MachinePool readyReplicas counts)."""
     deleting: bool = False
     """Its Machine or infra machine is being deleted (or the instance is terminated)."""
     delete_requested: bool = False

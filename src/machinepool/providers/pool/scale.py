@@ -14,6 +14,7 @@ from collections import Counter
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.providers.pool.observe import machine_ready
 from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
@@ -100,7 +101,14 @@ def _members(scope: PoolScope) -> list[Member]:
                 failure_domain=instance.failure_domain,
                 created=instance.created,
                 up_to_date=instance.template_hash == scope.template_hash,
-                ready=instance.provider_id in ready,
+                # The core's MachinePool readyReplicas counts Ready Machines, and a Machine
+                # turns Ready some time after its Node: counting the Node alone let a
+                # rollout delete an old Machine before its replacement counted there, and
+                # readyReplicas fell below replicas with maxUnavailable 0 (496 of 500 at
+                # 4 x 500). A MachineDeployment's rollout waits for its Machines too.
+                ready=instance.provider_id in ready
+                and machine is not None
+                and machine_ready(machine),
                 deleting=deleting,
                 delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
                 has_machine=machine is not None and not deleting,

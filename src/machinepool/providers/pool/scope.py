@@ -86,9 +86,9 @@ class PoolScope:
     plan: Plan | None = None
     """scale.act."""
     rolling: bool = False
-    """Some active instance is outdated, so which Nodes are Ready decides the next step (the
-    availability floor of a rolling update): Node events wake the pool only while this holds
-    (scale.act)."""
+    """Some active instance is outdated, so which Machines are Ready decides the next step
+    (the availability floor of a rolling update): a Machine turning Ready wakes the pool only
+    while this holds (scale.act)."""
     blocked: list[tuple[str, str]] = field(default_factory=list)
     """(reason, message) of problems that keep the pool from converging (any phase)."""
     halt: bool = False
