@@ -9,7 +9,13 @@ import contextlib
 from machinepool.api import constants as c
 from machinepool.api.conditions import is_true, set_condition
 from machinepool.api.meta import adoption_grace_left
-from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachineView
+from machinepool.api.views import (
+    ClusterView,
+    MachinePoolView,
+    MachineView,
+    ReferenceView,
+    SimMachineView,
+)
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
 from machinepool.runtime import (
@@ -172,11 +178,7 @@ def ensure_adoption_index(machine_pools: Informer) -> None:
 
 def _pool_infrastructure_ref(obj: Obj) -> list[str]:
     pool = MachinePoolView(obj)
-    ref = pool.spec.template.spec.infrastructure_ref
-    if not ref.name:
-        return []
-    namespace = str(pool.metadata.namespace or "")
-    return [infra_ref_key(namespace, str(ref.kind or ""), str(ref.name))]
+    return _ref_keys(pool.metadata.namespace, pool.spec.template.spec.infrastructure_ref)
 
 
 def _controlling_machine_pool(machine: Obj) -> list[str]:
@@ -189,11 +191,15 @@ def _controlling_machine_pool(machine: Obj) -> list[str]:
 
 def _infrastructure_ref(obj: Obj) -> list[str]:
     machine = MachineView(obj)
-    ref = machine.spec.infrastructure_ref
+    return _ref_keys(machine.metadata.namespace, machine.spec.infrastructure_ref)
+
+
+def _ref_keys(namespace: str | None, ref: ReferenceView) -> list[str]:
+    """The ``INFRA_REF_INDEX`` values of an object in ``namespace`` whose infrastructureRef
+    is ``ref``: none while it names nothing."""
     if not ref.name:
         return []
-    namespace = str(machine.metadata.namespace or "")
-    return [infra_ref_key(namespace, str(ref.kind or ""), str(ref.name))]
+    return [infra_ref_key(str(namespace or ""), str(ref.kind or ""), str(ref.name))]
 
 
 def infra_ref_key(namespace: str, kind: str, name: str) -> str:
