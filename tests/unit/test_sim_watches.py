@@ -94,6 +94,28 @@ async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
         await informer.stop()
 
 
+async def test_pool_records_keep_the_top_ordinal_as_records_come_and_go() -> None:
+    api = FakeApi([record("a-1", "a", "1"), record("a-3", "a", "2"), record("b-5", "b", "3")])
+    informer = Informer(api, SECRETS)  # type: ignore[arg-type]
+    records = PoolRecords(informer)
+    await informer.start()
+    try:
+        await informer.wait_synced()
+        pool = records.of("ns", "a")
+        assert pool.top_index() == 3
+        found = pool.get("a-1")
+        assert found is not None and found.index == 1
+        assert pool.get("b-5") is None, "another pool's record is not this pool's"
+        assert records.of("ns", "c").top_index() == 0
+
+        await api.events.put(WatchEvent("ADDED", record("a-7", "a", "4")))
+        await eventually(lambda: pool.top_index() == 7)
+        await api.events.put(WatchEvent("DELETED", record("a-7", "a", "5")))
+        await eventually(lambda: pool.top_index() == 3)
+    finally:
+        await informer.stop()
+
+
 async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
     cm = {"metadata": {"name": FAULTS_CONFIGMAP, "namespace": "ns", "resourceVersion": "1"}}
     cm["data"] = Faults(error_rate=0.5).to_configmap()

@@ -21,6 +21,7 @@ import contextlib
 import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from machinepool.api.views import SimSettingsView
 from machinepool.providers.pool.types import (
@@ -77,12 +78,26 @@ class SimPoolSettings:
         return boot_at, will_fail, fail_at
 
 
+class Records(Protocol):
+    """One pool's instance records, as a ``SimBackend`` reads them (``OnePool``)."""
+
+    def all(self) -> Iterable[InstanceRecord]: ...
+
+    def get(self, instance_id: str) -> InstanceRecord | None:
+        """The pool's record of ``instance_id``; ``None`` when it has none."""
+        ...
+
+    def top_index(self) -> int:
+        """The highest ordinal among the pool's records (0 with none)."""
+        ...
+
+
 class SimBackend:
     """Instances of one pool, stored as Secrets in the pool's namespace.
 
-    ``records`` gives the pool's instance records (an informer's view, or a fresh list;
-    records of other pools are ignored); ``owner`` is the ownerReference every record carries
-    (the SimMachinePool), so garbage collection removes records a crash left behind.
+    ``records`` reads the pool's instance records (``PoolRecords.of``: the informer's view);
+    ``owner`` is the ownerReference every record carries (the SimMachinePool), so garbage
+    collection removes records a crash left behind.
     ``address_taken`` [the pool's own records] says whether a private address is in use in the
     namespace, whichever pool holds it (``PoolRecords.address_taken``).
     """
@@ -90,7 +105,7 @@ class SimBackend:
     def __init__(
         self,
         client: Client,
-        records: Callable[[], Iterable[InstanceRecord]],
+        records: Records,
         *,
         namespace: str,
         pool: str,
@@ -117,7 +132,7 @@ class SimBackend:
         self._address_taken = address_taken or self._taken_in_pool
 
     def _taken_in_pool(self, address: str) -> bool:
-        return any(r.private_ip == address for r in self._records())
+        return any(r.private_ip == address for r in self._records.all())
 
     def failure_domains(self) -> Mapping[str, int | None]:
         return {zone: self.settings.capacity for zone in self.zones}
@@ -125,7 +140,7 @@ class SimBackend:
     async def list(self, pool_id: str) -> list[Instance]:
         now = now_utc()
         return sorted(
-            (_instance(r, now) for r in self._records() if r.pool == pool_id),
+            (_instance(r, now) for r in self._records.all() if r.pool == pool_id),
             key=lambda i: i.index,
         )
 
@@ -176,11 +191,9 @@ class SimBackend:
         reused; any other record goes at once, one request instead of a tombstone now and a
         purge later (the node simulator deletes the Node of a deleted record too)."""
         await self._weather("delete")
-        records = [r for r in self._records() if r.pool == self.pool]
-        top = max((r.index for r in records), default=0)
-        doomed = next((r for r in records if r.id == instance_id), None)
+        doomed = self._records.get(instance_id)
         with contextlib.suppress(NotFound):
-            if doomed is not None and doomed.index < top:
+            if doomed is not None and doomed.index < self._records.top_index():
                 await self.client.delete(SECRETS, instance_id, self.namespace)
             else:
                 patch = {"metadata": {"annotations": {STATE_ANNOTATION: TERMINATED}}}

@@ -66,7 +66,7 @@ class SimProvider:
         }
         return SimBackend(
             self.client,
-            lambda: self.pool_records.of_pool(namespace, name),
+            self.pool_records.of(namespace, name),
             namespace=namespace,
             pool=name,
             cluster=str((meta.get("labels") or {}).get(c.CLUSTER_NAME_LABEL, "")),
