@@ -47,6 +47,11 @@ def get_condition(conditions: list[Condition] | None, type_: str) -> Condition |
     return None
 
 
+def statuses(conditions: list[Condition] | None) -> dict[object, object]:
+    """Each condition's status by its type: one pass, for a caller asking about several."""
+    return {cond.get("type"): cond.get("status") for cond in conditions or []}
+
+
 def is_true(conditions: list[Condition] | None, type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.get("status") == TRUE
