@@ -9,7 +9,7 @@ EXPECTED = {
     "Client", "Resource", "PatchType", "ObjectList", "WatchEvent", "Obj",
     "CONFIGMAPS", "CORE_EVENTS", "CRDS", "EVENTS", "LEASES", "MUTATING_WEBHOOKS", "NAMESPACES",
     "NODES", "PDBS", "PODS", "SECRETS", "SERVICE_ACCOUNTS", "VALIDATING_WEBHOOKS",
-    "PERSISTENT_VOLUMES", "VOLUME_ATTACHMENTS", "wait_established",
+    "PERSISTENT_VOLUMES", "VOLUME_ATTACHMENTS", "wait_established", "copy_obj",
     # contract resolution of referenced kinds
     "ContractResolver", "contract_resource",
     # errors

@@ -14,7 +14,6 @@ comparison runs and the tests that run us beside upstream.
 from __future__ import annotations
 
 import base64
-import copy
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 import yaml
 
 from machinepool.controlplane.process import free_port
-from machinepool.runtime import pki
+from machinepool.runtime import copy_obj, pki
 
 __all__ = [
     "UpstreamWebhook",
@@ -136,7 +135,7 @@ def webhook_configurations(webhook: UpstreamWebhook) -> list[Obj]:
     docs = _documents(module_dir() / "core" / "config" / "webhook" / "manifests.yaml")
     out = []
     for doc in docs:
-        config = copy.deepcopy(doc)
+        config = copy_obj(doc)
         config["metadata"] = {"name": NAME_PREFIX + doc["metadata"]["name"]}
         for entry in config["webhooks"]:
             path = entry["clientConfig"]["service"]["path"]

@@ -32,6 +32,7 @@ from machinepool.runtime.client import (
     PatchType,
     Resource,
     WatchEvent,
+    copy_obj,
     wait_established,
 )
 from machinepool.runtime.clustercache import (
@@ -201,6 +202,7 @@ __all__ = [
     "configure_logging",
     "contract_resource",
     "controller_owner",
+    "copy_obj",
     "describe_error",
     "field_indexer",
     "gather_bounded",

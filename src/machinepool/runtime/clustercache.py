@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import copy
 import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from machinepool.api.kinds import CLUSTERS
-from machinepool.runtime.client import SECRETS, Client, Resource
+from machinepool.runtime.client import SECRETS, Client, Resource, copy_obj
 from machinepool.runtime.errors import ExpectedError, NotFound
 from machinepool.runtime.informer import (
     EventHandler,
@@ -149,7 +148,7 @@ class ClusterCache:
         use; rebuilt with the client when the Secret changes), for a caller that needs the
         cluster's address and CA without reading and parsing the Secret again."""
         conn = await self._connection(cluster)
-        return copy.deepcopy(conn.kubeconfig)
+        return copy_obj(conn.kubeconfig)
 
     async def get_informer(
         self, cluster: ObjectKey, resource: Resource, namespace: str | None = None

@@ -29,11 +29,10 @@ deleted object, no status patch is sent to an object that is gone.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
-from machinepool.runtime.client import Client, Obj, Resource
+from machinepool.runtime.client import Client, Obj, Resource, copy_obj
 from machinepool.runtime.errors import Conflict
 
 _SERVER_FIELDS = ("resourceVersion", "managedFields", "generation", "creationTimestamp", "uid")
@@ -47,26 +46,26 @@ def merge_patch(before: Any, after: Any) -> Any:
     Removed keys become ``None`` (null). Lists are replaced whole, as merge patch requires.
     """
     if not isinstance(before, dict) or not isinstance(after, dict):
-        return copy.deepcopy(after)
+        return copy_obj(after)
     patch: dict[str, Any] = {}
     for key in before.keys() - after.keys():
         patch[key] = None
     for key, value in after.items():
         if key not in before:
-            patch[key] = copy.deepcopy(value)
+            patch[key] = copy_obj(value)
         elif before[key] != value:
             if isinstance(before[key], dict) and isinstance(value, dict):
                 patch[key] = merge_patch(before[key], value)
             else:
-                patch[key] = copy.deepcopy(value)
+                patch[key] = copy_obj(value)
     return patch
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
     """``target`` with the RFC 7386 merge ``patch`` applied (``target`` is not changed)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_obj(patch)
+    result = copy_obj(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -94,12 +93,12 @@ def rebase_conditions(before: Any, after: Any, theirs: Any) -> list[Any]:
         t for t in ours_before.keys() | ours_after.keys() if ours_before.get(t) != ours_after.get(t)
     }
     merged = [
-        copy.deepcopy(ours_after[t]) if t in owned else c
+        copy_obj(ours_after[t]) if t in owned else c
         for t, c in _by_type(theirs).items()
         if t not in owned or t in ours_after
     ]
     present = {c["type"] for c in merged}
-    merged += [copy.deepcopy(c) for t, c in ours_after.items() if t in owned and t not in present]
+    merged += [copy_obj(c) for t, c in ours_after.items() if t in owned and t not in present]
     return merged
 
 
@@ -196,7 +195,7 @@ class Patcher:
         self._client = client
         self._rebases = _REBASES if rebase else 1
         self._resource = resource
-        self._before = copy.deepcopy(obj)
+        self._before = copy_obj(obj)
         self._on_patched = on_patched
 
     @property
@@ -236,9 +235,11 @@ class Patcher:
             latest = await self._patch_status(
                 name, namespace, status_patch, version, status_before, status_after
             )
-        if latest is not obj and self._on_patched is not None:
+        if latest is obj:
+            return obj  # nothing sent: the snapshot already equals it
+        if self._on_patched is not None:
             self._on_patched(latest)
-        self._before = copy.deepcopy(latest)
+        self._before = copy_obj(latest)
         return latest
 
     async def _patch_status(

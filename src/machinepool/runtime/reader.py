@@ -21,9 +21,7 @@ cannot order the two copies and falls back to a live GET, which is always correc
 
 from __future__ import annotations
 
-import copy
-
-from machinepool.runtime.client import Client, Obj, Resource
+from machinepool.runtime.client import Client, Obj, Resource, copy_obj
 from machinepool.runtime.errors import NotFound
 from machinepool.runtime.informer import Informer
 from machinepool.runtime.keys import ObjectKey
@@ -51,7 +49,7 @@ class OwnReader:
 
     def wrote(self, obj: Obj) -> None:
         """Remember what the server answered to a write of the object."""
-        self._written[ObjectKey.of(obj)] = copy.deepcopy(obj)
+        self._written[ObjectKey.of(obj)] = copy_obj(obj)
 
     async def get(self, key: ObjectKey) -> Obj | None:
         """A private copy of the newest known state of ``key``; ``None`` when it is gone.
@@ -65,15 +63,15 @@ class OwnReader:
             return None
         own = self._written.get(key)
         if own is None:
-            return copy.deepcopy(cached)
+            return copy_obj(cached)
         cached_version, own_version = _version(cached), _version(own)
         if cached_version is None or own_version is None:
             self._written.pop(key, None)
             return await self._live(key)
         if cached_version >= own_version:
             del self._written[key]
-            return copy.deepcopy(cached)
-        return copy.deepcopy(own)
+            return copy_obj(cached)
+        return copy_obj(own)
 
     async def _live(self, key: ObjectKey) -> Obj | None:
         try:

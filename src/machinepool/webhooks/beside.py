@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from machinepool.runtime import (
     Obj,
     PatchType,
     Resource,
+    copy_obj,
     get_logger,
 )
 from machinepool.webhooks.registration import MACHINE_POOL_CRD
@@ -312,7 +312,7 @@ def _replacing(conversion: Obj) -> Obj:
     """``conversion`` as a merge patch that replaces the CRD's webhook target: a client
     config names a URL or a Service, never both, so the one not given is removed (upstream's
     may be either, for example a URL where no Service fronts its webhook server)."""
-    patch = copy.deepcopy(conversion)
+    patch = copy_obj(conversion)
     client_config = (patch.get("webhook") or {}).get("clientConfig")
     if client_config is not None:
         for key in ("url", "service"):

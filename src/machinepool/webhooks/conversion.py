@@ -28,13 +28,13 @@ object, a duration of the same length) are taken from it.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from machinepool.api.constants import CLUSTER_GROUP, CONVERSION_DATA_ANNOTATION
 from machinepool.api.meta import dig, ensure, format_duration, parse_duration
+from machinepool.runtime import copy_obj
 
 __all__ = [
     "HUB_API_VERSION",
@@ -88,7 +88,7 @@ def to_hub(spoke: Obj) -> Obj:
     versions = _spoke_api_versions(source)
     hub = _plain_to_hub(source)
     if stored is not None:
-        candidate = {**stored, "metadata": copy.deepcopy(source.get("metadata", {}))}
+        candidate = {**stored, "metadata": copy_obj(source.get("metadata", {}))}
         if _converts_back(lambda: _plain_from_hub(candidate, versions), source):
             hub = candidate
     if not _converts_back(lambda: _plain_from_hub(hub, versions), source):
@@ -110,7 +110,7 @@ def from_hub(hub: Obj, api_versions: APIVersions | None = None) -> Obj:
     versions.update(api_versions or {})
     spoke: Obj | None = None
     if stored is not None:
-        candidate = {**stored, "metadata": copy.deepcopy(source.get("metadata", {}))}
+        candidate = {**stored, "metadata": copy_obj(source.get("metadata", {}))}
         if _converts_back(lambda: _plain_to_hub(candidate), source):
             spoke = candidate
     if spoke is None:
@@ -138,7 +138,7 @@ def referenced_group_kinds(hub: Obj) -> set[tuple[str, str]]:
 
 def _split_payload(obj: Obj, payload_version: str) -> tuple[Obj, Obj | None]:
     """A copy of ``obj`` without our annotation, and the stored object when it is for us."""
-    source = copy.deepcopy(obj)
+    source = copy_obj(obj)
     annotations = _get(source, "metadata", "annotations")
     raw = annotations.get(CONVERSION_DATA_ANNOTATION)
     if not isinstance(raw, str):
@@ -176,7 +176,7 @@ def _converts_back(convert: Callable[[], Obj], expected: Obj) -> bool:
 
 
 def _plain_to_hub(spoke: Obj) -> Obj:
-    hub = copy.deepcopy(spoke)
+    hub = copy_obj(spoke)
     hub["apiVersion"] = HUB_API_VERSION
     spec = hub.get("spec")
     if isinstance(spec, dict):
@@ -194,7 +194,7 @@ def _plain_to_hub(spoke: Obj) -> Obj:
 
 
 def _plain_from_hub(hub: Obj, versions: APIVersions) -> Obj:
-    spoke = copy.deepcopy(hub)
+    spoke = copy_obj(hub)
     spoke["apiVersion"] = SPOKE_API_VERSION
     namespace = _get(hub, "metadata").get("namespace")
     spec = spoke.get("spec")

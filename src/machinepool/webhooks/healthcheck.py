@@ -13,7 +13,6 @@ namespace or uid) travels in the ``cluster.x-k8s.io/conversion-data`` annotation
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from machinepool.api import constants as c
@@ -23,6 +22,7 @@ from machinepool.api.healthcheck import (
     scaled_int_or_percent,
 )
 from machinepool.api.meta import ensure, format_duration, parse_duration
+from machinepool.runtime import copy_obj
 from machinepool.webhooks.conversion import (
     ConversionError,
     _converts_back,
@@ -73,7 +73,7 @@ def _dict(value: Any) -> Obj:
 
 def default_machine_health_check(obj: Obj) -> Obj:
     """The defaulted copy: the cluster-name label, and nodeStartupTimeoutSeconds 600."""
-    out = copy.deepcopy(obj)
+    out = copy_obj(obj)
     spec = ensure(out, "spec")
     cluster_name = spec.get("clusterName")
     labels = ensure(out, "metadata", "labels")
@@ -183,7 +183,7 @@ def to_hub(spoke: Obj) -> Obj:
     source, stored = _split_payload(spoke, HUB_API_VERSION)
     hub = _plain_to_hub(source)
     if stored is not None:
-        candidate = {**stored, "metadata": copy.deepcopy(source.get("metadata", {}))}
+        candidate = {**stored, "metadata": copy_obj(source.get("metadata", {}))}
         if _converts_back(lambda: _plain_from_hub(candidate), source):
             hub = candidate
     if not _converts_back(lambda: _plain_from_hub(hub), source):
@@ -196,7 +196,7 @@ def from_hub(hub: Obj) -> Obj:
     source, stored = _split_payload(hub, SPOKE_API_VERSION)
     spoke: Obj | None = None
     if stored is not None:
-        candidate = {**stored, "metadata": copy.deepcopy(source.get("metadata", {}))}
+        candidate = {**stored, "metadata": copy_obj(source.get("metadata", {}))}
         if _converts_back(lambda: _plain_to_hub(candidate), source):
             spoke = candidate
     if spoke is None:
@@ -217,7 +217,7 @@ def _seconds(raw: Any, field: str) -> int:
 
 
 def _plain_to_hub(spoke: Obj) -> Obj:
-    hub = copy.deepcopy(spoke)
+    hub = copy_obj(spoke)
     hub["apiVersion"] = HUB_API_VERSION
     spec = hub.get("spec")
     if isinstance(spec, dict):
@@ -270,7 +270,7 @@ def _condition_to_hub(item: Any, field: str) -> Any:
 
 
 def _plain_from_hub(hub: Obj) -> Obj:
-    spoke = copy.deepcopy(hub)
+    spoke = copy_obj(hub)
     spoke["apiVersion"] = SPOKE_API_VERSION
     spec = spoke.get("spec")
     if isinstance(spec, dict):

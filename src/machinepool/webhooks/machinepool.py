@@ -10,11 +10,11 @@ the Status upstream would return, word for word.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.features import MACHINE_POOL, MACHINE_TAINT_PROPAGATION, FeatureGates
+from machinepool.runtime import copy_obj
 from machinepool.webhooks.fielderrors import (
     FieldError,
     denied_status,
@@ -78,7 +78,7 @@ def default_machine_pool(
     dry runs out of its logs.
     """
     del dry_run
-    out = copy.deepcopy(obj)
+    out = copy_obj(obj)
     spec = _child(out, "spec")
     cluster_name = spec.get("clusterName")
     labels = _child(_child(out, "metadata"), "labels")

@@ -20,7 +20,6 @@ is left so for a few seconds after its creation, as its pool usually follows it
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Callable
 
 from pydantic import ValidationError
@@ -56,6 +55,7 @@ from machinepool.runtime import (
     Phase,
     Result,
     TerminalError,
+    copy_obj,
     get_logger,
     patch_on_exit,
     run_phases,
@@ -115,7 +115,7 @@ class KubeadmConfigReconciler:
         if config is None:
             return None
         try:
-            model = KubeadmConfig.from_dict(copy.deepcopy(config))
+            model = KubeadmConfig.from_dict(copy_obj(config))
         except ValidationError as exc:
             raise TerminalError(f"KubeadmConfig {key} does not match the API: {exc}") from exc
         scope = Scope(

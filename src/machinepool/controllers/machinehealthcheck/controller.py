@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition, set_v1beta1_condition
@@ -53,6 +52,7 @@ from machinepool.runtime import (
     ObjectKey,
     OwnReader,
     Result,
+    copy_obj,
     get_logger,
 )
 from machinepool.runtime.patch import Patcher
@@ -318,7 +318,7 @@ class MachineHealthCheckReconciler:
         machine = MachineView(target.machine)
         if verdict.health is Health.PENDING:
             return
-        updated = MachineView(copy.deepcopy(target.machine))
+        updated = MachineView(copy_obj(target.machine))
         conditions = updated.status.conditions
         if conditions is None:
             conditions = updated.status.conditions = []

@@ -25,14 +25,13 @@ Nothing runs while the pool is paused (the controller stops before the phases).
 from __future__ import annotations
 
 import asyncio
-import copy
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import Conflict, NotFound, Result
+from machinepool.runtime import Conflict, NotFound, Result, copy_obj
 from machinepool.runtime.patch import Patcher
 
 __all__ = [
@@ -114,7 +113,7 @@ async def _set_owner_remediated(
     scope: Scope, view: MachineView, reason: str, message: str
 ) -> MachineView:
     machine = view.raw
-    updated = copy.deepcopy(machine)
+    updated = copy_obj(machine)
     conditions = updated.setdefault("status", {}).setdefault("conditions", [])
     if not set_condition(
         conditions,

@@ -16,7 +16,6 @@ group launches a replacement. An instance that is already gone needs nothing.
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Any
 
 from machinepool.api import constants as c
@@ -34,6 +33,7 @@ from machinepool.runtime import (
     NotFound,
     ObjectKey,
     Result,
+    copy_obj,
 )
 from machinepool.runtime.patch import Patcher
 
@@ -81,7 +81,7 @@ class AWSMachineReconciler:
         cached = self.aws_machines.get_key(key)
         if cached is None:
             return Result()
-        obj = copy.deepcopy(cached)
+        obj = copy_obj(cached)
         aws_machine = AWSMachineView(obj)
         meta = aws_machine.metadata
         if not aws_machine.deleting or AWS_MACHINE_FINALIZER not in (meta.finalizers or []):

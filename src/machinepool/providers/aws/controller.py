@@ -15,7 +15,6 @@ controller backs off while conditions already say what failed, and each AWS fail
 from __future__ import annotations
 
 import base64
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +45,7 @@ from machinepool.runtime import (
     Patcher,
     Phase,
     Result,
+    copy_obj,
     patch_on_exit,
     run_phases,
 )
@@ -152,7 +152,7 @@ class AWSMachinePoolReconciler:
         if mp_name is not None:
             cached = self.informers.machine_pools.get(mp_name, namespace)
             # A private copy: the informer's object is shared with every other reader.
-            machine_pool = MachinePoolView(copy.deepcopy(cached)) if cached is not None else None
+            machine_pool = MachinePoolView(copy_obj(cached)) if cached is not None else None
         if machine_pool is None and not view.deleting:
             self.log.info("waiting for the MachinePool to own this AWSMachinePool", pool=name)
             return None
