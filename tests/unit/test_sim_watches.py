@@ -104,7 +104,8 @@ async def test_pool_records_keep_the_top_ordinal_as_records_come_and_go() -> Non
         pool = records.of("ns", "a")
         assert pool.top_index() == 3
         found = pool.get("a-1")
-        assert found is not None and found.index == 1
+        assert found is not None
+        assert found.index == 1
         assert pool.get("b-5") is None, "another pool's record is not this pool's"
         assert records.of("ns", "c").top_index() == 0
 

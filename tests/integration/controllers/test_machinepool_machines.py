@@ -3,10 +3,11 @@ counted for status, and deleted drain-safely: a PodDisruptionBudget blocks evict
 drain timeout, then the infra machine and the Node go and the Machine is released. Deletion
 waits for pre-drain and pre-terminate hooks and for the Node's volumes to be detached, does
 nothing while the Cluster or the Machine is paused, and does not wait on an unreachable Node for
-pods its kubelet will never end. A Machine whose infra machine vanished out of band is kept,
-and says why. As upstream: v1beta1 conditions beside the v1beta2 ones; no drain or volume
-wait once the infra machine is going; the Node left alone while the Cluster is being deleted;
-a Machine whose Cluster does not exist left untouched."""
+pods its kubelet will never end. A change to the pool's template reaches its Machines. A
+Machine whose infra machine vanished out of band is kept, and says why. As upstream: v1beta1
+conditions beside the v1beta2 ones; no drain or volume wait once the infra machine is going;
+the Node left alone while the Cluster is being deleted; a Machine whose Cluster does not exist
+left untouched."""
 
 from __future__ import annotations
 
@@ -218,6 +219,30 @@ async def test_the_machine_says_where_its_infra_machine_runs(env: Env) -> None:
             dig(m, "spec", "failureDomain") == "zone-z"
             and dig(m, "status", "failureDomain") == "zone-z"
             and dig(m, "status", "addresses") == addresses
+        ),
+    )
+    assert machine is not None
+
+
+async def test_a_template_change_reaches_the_pools_machines(env: Env) -> None:
+    """A label or annotation added to the pool's template, and a new drain timeout, reach a
+    Machine that was in sync before, though neither it nor its infra machine changed."""
+    await _pool_machine(env)
+    patch = {
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"tier": "gold"}, "annotations": {"team": "infra"}},
+                "spec": {"deletion": {"nodeDrainTimeoutSeconds": 42}},
+            }
+        }
+    }
+    await env.client.patch(MACHINE_POOLS, "workers", patch, env.namespace)
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            dig(m, "metadata", "labels", "tier") == "gold"
+            and dig(m, "metadata", "annotations", "team") == "infra"
+            and dig(m, "spec", "deletion", "nodeDrainTimeoutSeconds") == 42
         ),
     )
     assert machine is not None

@@ -92,6 +92,9 @@ class MachinePoolReconciler:
         """Informers of referenced kinds (bootstrap configs, infra pools), for Node mapping."""
         self._watched_clusters: set[ObjectKey] = set()
         self._lock = asyncio.Lock()
+        self.machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = {}
+        """Pool -> its Machines found in sync with their infra machines, by name, with what
+        that was decided from (``machines.reconcile_machines``)."""
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""
@@ -176,6 +179,7 @@ class MachinePoolReconciler:
         # patch on exit is a diff against this copy (see runtime.OwnReader).
         obj = await self.reader.get(key)
         if obj is None:
+            self.machines_in_sync.pop(key, None)
             return Result()
         obj.setdefault("status", {})
         patcher = Patcher(self.client, MACHINE_POOLS, obj, on_patched=self.reader.wrote)

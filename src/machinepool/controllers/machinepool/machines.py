@@ -16,6 +16,7 @@ writes it from the MachinePool controller, a second writer to the same list).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from machinepool.api import constants as c
@@ -113,6 +114,24 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
     }
 
 
+def _template_mark(mp: MachinePoolView) -> str:
+    """What ``desired_machine`` reads from ``mp``, as one comparable value."""
+    meta, template = mp.metadata, mp.spec.template
+    read = [
+        meta.name,
+        meta.namespace,
+        meta.uid,
+        meta.labels,
+        mp.api_version,
+        mp.spec.cluster_name,
+        template.metadata.labels,
+        template.metadata.annotations,
+        template.spec.deletion.raw,
+        template.spec.min_ready_seconds,
+    ]
+    return json.dumps(read, sort_keys=True)
+
+
 _JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 """A JSON value as decoded (typed so that a view passed by mistake is a type error)."""
 
@@ -164,6 +183,9 @@ async def reconcile_machines(scope: Scope) -> Result:
     ]
     by_name = {m.metadata.name: m for m in scope.machines}
     wanted: list[tuple[MachineView | None, Obj]] = []
+    template = _template_mark(scope.mp)
+    seen = r.machines_in_sync.get(scope.key, {})
+    in_sync: dict[str, tuple[object, ...]] = {}
     for obj in infra_machines:
         infra_machine = InfraMachine(obj)
         existing = by_name.get(infra_machine.name)
@@ -176,6 +198,19 @@ async def reconcile_machines(scope: Scope) -> Result:
             continue
         pid = infra_machine.provider_id
         node = scope.nodes.by_provider_id(pid) if pid and scope.nodes else None
+        mark = None
+        if existing is not None:
+            # Everything desired_machine reads: a Machine found in sync with the same inputs
+            # is in sync still, and a pool of 1,000 is not rebuilt and compared each pass.
+            mark = (
+                existing.metadata.resource_version,
+                dig(obj, "metadata", "resourceVersion"),
+                dig(node, "status", "nodeInfo", "kubeletVersion"),
+                template,
+            )
+            if seen.get(infra_machine.name) == mark:
+                in_sync[infra_machine.name] = mark
+                continue
         want = desired_machine(scope.mp, infra_machine, node)
         if existing is not None and not r.machines_up_to_date and not existing.spec.version:
             # A Machine created before its Node joined gets its version from our Machine
@@ -186,6 +221,9 @@ async def reconcile_machines(scope: Scope) -> Result:
             want["spec"].pop("version", None)
         if existing is None or not _contains(existing.raw, want):
             wanted.append((existing, want))
+        elif mark is not None:
+            in_sync[infra_machine.name] = mark
+    r.machines_in_sync[scope.key] = in_sync
     # Independent writes: sent together, so a pool of new instances costs one round trip.
     outcomes = await asyncio.gather(
         *(r.client.apply(MACHINES, want, field_manager=FIELD_MANAGER) for _, want in wanted),
