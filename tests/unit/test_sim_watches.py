@@ -111,7 +111,10 @@ async def test_pool_records_keep_the_top_ordinal_as_records_come_and_go() -> Non
 
         await api.events.put(WatchEvent("ADDED", record("a-7", "a", "4")))
         await eventually(lambda: pool.top_index() == 7)
-        await api.events.put(WatchEvent("DELETED", record("a-7", "a", "5")))
+        await api.events.put(WatchEvent("DELETED", record("a-1", "a", "5")))
+        await eventually(lambda: pool.get("a-1") is None)
+        assert pool.top_index() == 7
+        await api.events.put(WatchEvent("DELETED", record("a-7", "a", "6")))
         await eventually(lambda: pool.top_index() == 3)
     finally:
         await informer.stop()

@@ -34,6 +34,7 @@ from typing import Any
 
 from machinepool.runtime.client import Client, Obj, Resource, copy_obj
 from machinepool.runtime.errors import Conflict
+from machinepool.runtime.informer import strip_managed_fields
 
 _SERVER_FIELDS = ("resourceVersion", "managedFields", "generation", "creationTimestamp", "uid")
 _REBASES = 5
@@ -237,6 +238,9 @@ class Patcher:
             )
         if latest is obj:
             return obj  # nothing sent: the snapshot already equals it
+        # As the informers keep objects: the server's field ownership is read by no
+        # controller, and it is often half of what would be copied twice below.
+        strip_managed_fields(latest)
         if self._on_patched is not None:
             self._on_patched(latest)
         self._before = copy_obj(latest)

@@ -74,9 +74,9 @@ class PoolRecords:
     def top_index(self, namespace: str, pool: str) -> int:
         """The highest ordinal of ``pool``'s records (0 with none).
 
-        Kept once asked for: raised as records arrive, asked again when one leaves. Ordinals
-        only grow and the highest stays as a tombstone, so a pool of 1,000 deleting its
-        instances one by one does not read its 1,000 records for each.
+        Kept once asked for: raised as records arrive, looked up again when the highest
+        leaves. Ordinals only grow and the highest stays as a tombstone, so a pool of 1,000
+        deleting its instances one by one does not read its 1,000 records for each.
         """
         key = f"{namespace}/{pool}"
         top = self._tops.get(key)
@@ -112,9 +112,17 @@ class PoolRecords:
                     self._tops[key] = max(self._tops[key], self._decode(secret).index)
 
     def _forget(self, secret: Obj) -> None:
-        self._decoded.pop(ObjectKey.of(secret), None)
+        decoded = self._decoded.pop(ObjectKey.of(secret), None)
         for key in _pool_key(secret):
-            self._tops.pop(key, None)
+            top = self._tops.get(key)
+            if top is None:
+                continue
+            try:
+                index = decoded[1].index if decoded else InstanceRecord.from_secret(secret).index
+            except ValueError:
+                index = top
+            if index >= top:  # the highest left: look again when next asked
+                del self._tops[key]
 
 
 @dataclass(frozen=True)
