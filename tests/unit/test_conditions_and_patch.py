@@ -16,6 +16,7 @@ from machinepool.api.conditions import (
     set_v1beta1_condition,
     v1beta1_summary,
 )
+from machinepool.runtime.client import copy_obj
 from machinepool.runtime.patch import (
     _rebase_status,
     apply_merge_patch,
@@ -72,6 +73,21 @@ no_null_dicts = st.dictionaries(st.text(max_size=3), json_values, max_size=4)
 @given(no_null_dicts, no_null_dicts)
 def test_merge_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert apply_merge_patch(before, merge_patch(before, after)) == apply_merge_patch({}, after)
+
+
+json_objects = st.dictionaries(
+    st.text(max_size=3), json_values | st.none() | st.floats(allow_nan=False), max_size=4
+)
+
+
+@given(json_objects)
+def test_copy_obj_is_an_equal_object_sharing_nothing_mutable(obj: dict[str, Any]) -> None:
+    copied = copy_obj({"nested": obj, "list": [obj]})
+    assert copied == {"nested": obj, "list": [obj]}
+    copied["nested"]["added"] = 1
+    copied["list"].append(2)
+    assert "added" not in obj
+    assert copy_obj("text") == "text"
 
 
 def test_merge_patch_is_empty_without_changes() -> None:

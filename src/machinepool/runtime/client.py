@@ -44,6 +44,8 @@ def copy_obj(value: _T) -> _T:
     patch is a diff against). Only for values this process holds; nothing read from outside
     is ever unpickled.
     """
+    if value is None or isinstance(value, (str, int, float)):
+        return value  # immutable: nothing to copy
     return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))  # type: ignore[no-any-return]
 
 
