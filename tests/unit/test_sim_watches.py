@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -68,15 +69,24 @@ def record(name: str, pool: str, rv: str, *, annotated: bool = True) -> Obj:
     }
 
 
-async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
-    api = FakeApi(
-        [record("a-1", "a", "1"), record("a-2", "a", "2"), record("b-1", "b", "3", annotated=False)]
-    )
+@contextlib.asynccontextmanager
+async def synced_records(api: FakeApi) -> AsyncIterator[PoolRecords]:
+    """``PoolRecords`` over an informer of ``api``'s Secrets, listed."""
     informer = Informer(api, SECRETS)  # type: ignore[arg-type]
     records = PoolRecords(informer)
     await informer.start()
     try:
         await informer.wait_synced()
+        yield records
+    finally:
+        await informer.stop()
+
+
+async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
+    api = FakeApi(
+        [record("a-1", "a", "1"), record("a-2", "a", "2"), record("b-1", "b", "3", annotated=False)]
+    )
+    async with synced_records(api) as records:
         first = records.of_pool("ns", "a")
         assert sorted(r.id for r in first) == ["a-1", "a-2"]
         assert [r.id for r in records.of_pool("ns", "b")] == ["b-1"]  # pool from instance.json
@@ -90,17 +100,11 @@ async def test_pool_records_index_by_pool_and_decode_once_per_version() -> None:
         await api.events.put(WatchEvent("DELETED", record("a-2", "a", "10")))
         await eventually(lambda: [r.id for r in records.of_pool("ns", "a")] == ["a-1"])
         assert len(records) == 2, "a deleted record is forgotten"
-    finally:
-        await informer.stop()
 
 
 async def test_pool_records_keep_the_top_ordinal_as_records_come_and_go() -> None:
     api = FakeApi([record("a-1", "a", "1"), record("a-3", "a", "2"), record("b-5", "b", "3")])
-    informer = Informer(api, SECRETS)  # type: ignore[arg-type]
-    records = PoolRecords(informer)
-    await informer.start()
-    try:
-        await informer.wait_synced()
+    async with synced_records(api) as records:
         pool = records.of("ns", "a")
         assert pool.top_index() == 3
         found = pool.get("a-1")
@@ -116,8 +120,6 @@ async def test_pool_records_keep_the_top_ordinal_as_records_come_and_go() -> Non
         assert pool.top_index() == 7
         await api.events.put(WatchEvent("DELETED", record("a-7", "a", "6")))
         await eventually(lambda: pool.top_index() == 3)
-    finally:
-        await informer.stop()
 
 
 async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
