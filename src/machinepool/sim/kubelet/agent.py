@@ -68,6 +68,7 @@ from machinepool.runtime import (
 from machinepool.sim.kubelet.join import (
     JoinRejected,
     NodeCertificate,
+    TokenClients,
     request_client_certificate,
     verify_join,
 )
@@ -132,6 +133,8 @@ class KubeletSimulator:
         self.lease_renew = lease_renew_seconds
         self.lease_duration = lease_duration_seconds
         self.tls_bootstrap = tls_bootstrap
+        self._token_clients = TokenClients()
+        """Bootstrap-token clients, one per token, shared by the nodes joining with it."""
         self._identities: dict[ObjectKey, _Identity] = {}
         """Each instance's kubelet credentials (``tls_bootstrap``), in memory only."""
         self._renewed: dict[ObjectKey, datetime] = {}
@@ -311,7 +314,7 @@ class KubeletSimulator:
         try:
             join = parse_join(user_data(secret))
             name = join.node_name(record.hostname, record.meta_data())
-            await verify_join(join, await self._admin_kubeconfig(cluster))
+            await verify_join(join, await self._admin_kubeconfig(cluster), self._token_clients)
             kubelet = await self._kubelet_client(record, secret, name)
         except (InvalidBootstrapData, JoinRejected) as exc:
             log.warning("instance cannot join", instance=record.id, reason=str(exc))
@@ -369,7 +372,9 @@ class KubeletSimulator:
         if held is not None and held.name == name:
             return held.client
         join = parse_join(user_data(secret))
-        cert = await request_client_certificate(join, await self._admin_kubeconfig(cluster), name)
+        cert = await request_client_certificate(
+            join, await self._admin_kubeconfig(cluster), name, clients=self._token_clients
+        )
         await self._forget_identity(key)
         identity = _Identity(name, cert, cert.client())
         self._identities[key] = identity
@@ -390,9 +395,11 @@ class KubeletSimulator:
             await identity.client.close()
 
     async def close(self) -> None:
-        """Close every kubelet's own client (after the controller stopped)."""
+        """Close every kubelet's own client and the token clients (after the controller
+        stopped)."""
         for key in list(self._identities):
             await self._forget_identity(key)
+        await self._token_clients.close()
 
     async def _post_status(
         self,
