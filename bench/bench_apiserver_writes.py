@@ -2,6 +2,7 @@
 gets through etcd and kube-apiserver on this machine, and what each costs the apiserver.
 
     .venv/bin/python bench/bench_apiserver_writes.py [--writes 3000] [--concurrency 32]
+        [--pool-sizes 10,100,1000] [--pool-writes 100] [--no-results]
 
 Two kinds of write, on one fresh control plane with our CRDs installed:
 
@@ -13,7 +14,16 @@ Two kinds of write, on one fresh control plane with our CRDs installed:
   shape the core writes (ten conditions, three deprecated ones), so each is a real change.
 
 For each: writes per second and the management kube-apiserver's CPU milliseconds per write
-(from /proc). Used to judge the scale goals (RESULTS.md): a Node costs a known number of
+(from /proc).
+
+Then what a write of a pool object costs by the pool's size (``--pool-sizes``): ten
+MachinePools with that many providerIDs and nodeRefs, each patched in turn, once in its
+status (``readyReplicas`` only) and once in its spec (``providerIDList``, one ID replaced). The
+patch is small, but the apiserver decodes, validates, encodes and sends every watcher the whole
+object, so a pool of 1,000 pays for 1,000 entries on every write. Written to RESULTS.md
+(section ``apiserver-writes``) unless ``--no-results``.
+
+Used to judge the scale goals (RESULTS.md): a Node costs a known number of
 writes, so the apiserver's CPU per write bounds how fast any controller converges on two cores.
 Starts its own control plane in a temporary directory and removes it afterwards.
 """
@@ -22,16 +32,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
+import json
+import shlex
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from mpbench import report
 from mpbench.stats import read_proc
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.api.kinds import MACHINES
+from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CONFIGMAPS, CRDS, NAMESPACES, Client, wait_established
 
@@ -153,6 +168,127 @@ async def measure(cp: ControlPlane, writes: int, concurrency: int) -> dict[str, 
     return {"configmap_creates": creates, "machine_status_patches": patches}
 
 
+def machine_pool(name: str, size: int) -> dict[str, Any]:
+    """A MachinePool of ``size`` replicas listing ``size`` provider IDs."""
+    return {
+        "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {
+            "clusterName": "c",
+            "replicas": size,
+            "providerIDList": provider_ids(name, 0, size),
+            "template": {
+                "spec": {
+                    "clusterName": "c",
+                    "version": "v1.34.4",
+                    "bootstrap": {"dataSecretName": name},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "SimMachinePool",
+                        "name": name,
+                    },
+                }
+            },
+        },
+    }
+
+
+def provider_ids(pool: str, first: int, size: int) -> list[str]:
+    return [f"sim:///zone-a/{pool}-{i:05d}" for i in range(first, first + size)]
+
+
+def node_refs(pool: str, size: int) -> list[dict[str, str]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": f"ip-10-{i // 256 % 256}-{i % 256}-{len(pool)}.sim.internal",
+            "uid": f"00000000-0000-4000-8000-{i:012d}",
+        }
+        for i in range(size)
+    ]
+
+
+async def measure_pools(
+    cp: ControlPlane, sizes: list[int], writes: int, pools: int = 10
+) -> list[dict[str, Any]]:
+    """Per size: a status patch and a spec patch of a pool of that size, ``writes`` of each,
+    one pool's patches in turn (a pool's writes wait on each other, as one controller's do)."""
+    rows: list[dict[str, Any]] = []
+    async with await Client.from_kubeconfig(cp.kubeconfig) as client:
+        for crd in crd_manifests():
+            if crd["spec"]["names"]["kind"] == "MachinePool":
+                await client.apply(CRDS, crd, field_manager="bench", force=True)
+                await wait_established(client, crd["metadata"]["name"])
+        for size in sizes:
+            rows += await _pool_rows(cp, client, size, max(1, writes // pools), pools)
+    return rows
+
+
+async def _pool_rows(
+    cp: ControlPlane, client: Client, size: int, rounds: int, pools: int
+) -> list[dict[str, Any]]:
+    names = [f"pool-{size}-{p}" for p in range(pools)]
+    for name in names:
+        await client.create(MACHINE_POOLS, machine_pool(name, size), NAMESPACE)
+        status = {"status": {"replicas": size, "nodeRefs": node_refs(name, size)}}
+        await client.patch(MACHINE_POOLS, name, status, NAMESPACE, subresource="status")
+
+    async def status_patch(i: int) -> None:
+        name, round_ = names[i % pools], i // pools
+        body = {"status": {"readyReplicas": round_ % size}}
+        await client.patch(MACHINE_POOLS, name, body, NAMESPACE, subresource="status")
+
+    async def spec_patch(i: int) -> None:
+        name, round_ = names[i % pools], i // pools + 1
+        body = {"spec": {"providerIDList": provider_ids(name, round_, size)}}
+        await client.patch(MACHINE_POOLS, name, body, NAMESPACE)
+
+    rows = []
+    for write, one in (("status", status_patch), ("spec", spec_patch)):
+        found = await _timed(cp, rounds * pools, pools, one)
+        rows.append({"size": size, "write": write, **found})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def section(found: dict[str, Any], pool_rows: list[dict[str, Any]], command: str) -> str:
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    commit = dict(report.machine_info())["machinepool"]
+    lines = [
+        "## What a write costs the management kube-apiserver",
+        "",
+        f"Run {when} on {commit}: `{command}`",
+        "",
+        "One client on a fresh local control plane with our CRDs; CPU is the management"
+        " kube-apiserver's (user and system, from /proc) over the writes. A pool write is a"
+        " small patch of one of ten MachinePools holding that many providerIDs and nodeRefs,"
+        " each pool's writes in turn: the apiserver handles the whole object each time.",
+        "",
+        "| write | writes | per second | apiserver CPU ms per write |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, what in (
+        ("configmap_creates", "ConfigMap create"),
+        ("machine_status_patches", "Machine status patch (ten conditions)"),
+    ):
+        f = found[key]
+        lines.append(
+            f"| {what} | {f['writes']:,} | {f['writes_per_s']:,.0f} |"
+            f" {f['apiserver_ms_per_write']:.2f} |"
+        )
+    for row in pool_rows:
+        what = (
+            "MachinePool status patch (readyReplicas)"
+            if row["write"] == "status"
+            else "MachinePool spec patch (providerIDList, one ID replaced)"
+        )
+        lines.append(
+            f"| {what}, {row['size']:,} providerIDs and nodeRefs | {row['writes']:,} |"
+            f" {row['writes_per_s']:,.0f} | {row['apiserver_ms_per_write']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def ceiling(writes: int, concurrency: int) -> dict[str, Any]:
     """Start a control plane in a temporary directory, measure, stop it; the figures.
 
@@ -170,23 +306,42 @@ def ceiling(writes: int, concurrency: int) -> dict[str, Any]:
     return {"concurrency": concurrency, **found["configmap_creates"], **found}
 
 
-def main() -> None:
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: positive integers, comma-separated")
+    return sizes
+
+
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
-    args = parser.parse_args()
-    found = ceiling(args.writes, args.concurrency)
-    for key, what in (
-        ("configmap_creates", "ConfigMap creates"),
-        ("machine_status_patches", "Machine status patches"),
-    ):
-        f = found[key]
-        print(
-            f"{args.writes} {what}, {args.concurrency} at a time: {f['seconds']:.2f} s,"
-            f" {f['writes_per_s']:.0f} writes/s, management kube-apiserver"
-            f" {f['apiserver_ms_per_write']:.2f} ms CPU per write"
-        )
+    parser.add_argument("--pool-sizes", type=_sizes, default=[10, 100, 1000])
+    parser.add_argument("--pool-writes", type=int, default=100, help="of each kind, per size")
+    parser.add_argument("--no-results", action="store_true", help="do not rewrite RESULTS.md")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        cp = ControlPlane(Path(tmp) / "cp")
+        cp.start()
+        try:
+            found = asyncio.run(measure(cp, args.writes, args.concurrency))
+            pool_rows = asyncio.run(measure_pools(cp, args.pool_sizes, args.pool_writes))
+        finally:
+            cp.stop()
+    command = " ".join(["python bench/bench_apiserver_writes.py", *map(shlex.quote, argv)])
+    data = {"ceiling": found, "pools": pool_rows}
+    report.publish(
+        "apiserver-writes",
+        section(found, pool_rows, command),
+        command,
+        data=data,
+        results=not args.no_results,
+    )
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
