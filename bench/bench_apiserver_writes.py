@@ -18,7 +18,9 @@ For each: writes per second and the management kube-apiserver's CPU milliseconds
 
 Then what a write of a pool object costs by the pool's size (``--pool-sizes``): ten
 MachinePools with that many providerIDs and nodeRefs, each patched in turn, once in its
-status (``readyReplicas`` only) and once in its spec (``providerIDList``, one ID replaced). The
+status (``readyReplicas`` only) and once in its spec (``providerIDList``, one ID replaced), and
+ten SimMachinePools with that many providerIDs and ``status.instances``, patched in their
+status (``observedGeneration`` only). The
 patch is small, but the apiserver decodes, validates, encodes and sends every watcher the whole
 object, so a pool of 1,000 pays for 1,000 entries on every write. Written to RESULTS.md
 (section ``apiserver-writes``) unless ``--no-results``.
@@ -46,6 +48,7 @@ from mpbench import report
 from mpbench.stats import read_proc
 
 from machinepool.api.crdgen import crd_manifests
+from machinepool.api.infra_sim import SIM_MACHINE_POOLS
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CONFIGMAPS, CRDS, NAMESPACES, Client, wait_established
@@ -208,6 +211,21 @@ def node_refs(pool: str, size: int) -> list[dict[str, str]]:
     ]
 
 
+def instances(pool: str, size: int) -> list[dict[str, Any]]:
+    """A SimMachinePool's ``status.instances`` as the provider writes them."""
+    return [
+        {
+            "instanceID": f"{pool}-{i:05d}",
+            "providerID": f"sim:///zone-a/{pool}-{i:05d}",
+            "failureDomain": "zone-a",
+            "state": "running",
+            "upToDate": True,
+            "version": "v1.34.4",
+        }
+        for i in range(size)
+    ]
+
+
 async def measure_pools(
     cp: ControlPlane, sizes: list[int], writes: int, pools: int = 10
 ) -> list[dict[str, Any]]:
@@ -216,7 +234,7 @@ async def measure_pools(
     rows: list[dict[str, Any]] = []
     async with await Client.from_kubeconfig(cp.kubeconfig) as client:
         for crd in crd_manifests():
-            if crd["spec"]["names"]["kind"] == "MachinePool":
+            if crd["spec"]["names"]["kind"] in ("MachinePool", "SimMachinePool"):
                 await client.apply(CRDS, crd, field_manager="bench", force=True)
                 await wait_established(client, crd["metadata"]["name"])
         for size in sizes:
@@ -232,6 +250,13 @@ async def _pool_rows(
         await client.create(MACHINE_POOLS, machine_pool(name, size), NAMESPACE)
         status = {"status": {"replicas": size, "nodeRefs": node_refs(name, size)}}
         await client.patch(MACHINE_POOLS, name, status, NAMESPACE, subresource="status")
+        infra = {
+            "metadata": {"name": name},
+            "spec": {"providerIDList": provider_ids(name, 0, size)},
+        }
+        await client.create(SIM_MACHINE_POOLS, infra, NAMESPACE)
+        status = {"status": {"replicas": size, "instances": instances(name, size)}}
+        await client.patch(SIM_MACHINE_POOLS, name, status, NAMESPACE, subresource="status")
 
     async def status_patch(i: int) -> None:
         name, round_ = names[i % pools], i // pools
@@ -243,8 +268,14 @@ async def _pool_rows(
         body = {"spec": {"providerIDList": provider_ids(name, round_, size)}}
         await client.patch(MACHINE_POOLS, name, body, NAMESPACE)
 
+    async def infra_status_patch(i: int) -> None:
+        name, round_ = names[i % pools], i // pools + 1
+        body = {"status": {"observedGeneration": round_}}
+        await client.patch(SIM_MACHINE_POOLS, name, body, NAMESPACE, subresource="status")
+
     rows = []
-    for write, one in (("status", status_patch), ("spec", spec_patch)):
+    writes = (("status", status_patch), ("spec", spec_patch), ("infra", infra_status_patch))
+    for write, one in writes:
         found = await _timed(cp, rounds * pools, pools, one)
         rows.append({"size": size, "write": write, **found})
         print(json.dumps(rows[-1]), flush=True)
@@ -262,7 +293,8 @@ def section(found: dict[str, Any], pool_rows: list[dict[str, Any]], command: str
         "One client on a fresh local control plane with our CRDs; CPU is the management"
         " kube-apiserver's (user and system, from /proc) over the writes. A pool write is a"
         " small patch of one of ten MachinePools holding that many providerIDs and nodeRefs,"
-        " each pool's writes in turn: the apiserver handles the whole object each time.",
+        " or of ten SimMachinePools holding that many providerIDs and status.instances, each"
+        " pool's writes in turn: the apiserver handles the whole object each time.",
         "",
         "| write | writes | per second | apiserver CPU ms per write |",
         "|---|---:|---:|---:|",
@@ -277,13 +309,13 @@ def section(found: dict[str, Any], pool_rows: list[dict[str, Any]], command: str
             f" {f['apiserver_ms_per_write']:.2f} |"
         )
     for row in pool_rows:
-        what = (
-            "MachinePool status patch (readyReplicas)"
-            if row["write"] == "status"
-            else "MachinePool spec patch (providerIDList, one ID replaced)"
-        )
+        what = {
+            "status": "MachinePool status patch (readyReplicas)",
+            "spec": "MachinePool spec patch (providerIDList, one ID replaced)",
+            "infra": "SimMachinePool status patch (observedGeneration)",
+        }[row["write"]]
         lines.append(
-            f"| {what}, {row['size']:,} providerIDs and nodeRefs | {row['writes']:,} |"
+            f"| {what}, {row['size']:,} entries | {row['writes']:,} |"
             f" {row['writes_per_s']:,.0f} | {row['apiserver_ms_per_write']:.2f} |"
         )
     return "\n".join(lines)
