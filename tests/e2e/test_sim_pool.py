@@ -5,10 +5,21 @@ from __future__ import annotations
 import base64
 from collections import Counter
 
+import pytest
 from tests.e2e.conftest import System
-from tests.support.resources import MACHINE_POOLS
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
-from machinepool.runtime import NODES, SECRETS, FuncHandler, Obj, ObjectKey, PatchType
+from machinepool.runtime import (
+    NODES,
+    SECRETS,
+    FuncHandler,
+    Informer,
+    Obj,
+    ObjectKey,
+    PatchType,
+    Resource,
+)
+from machinepool.sim.records import INSTANCE_LABEL, InstanceRecord
 
 
 async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> None:
@@ -158,6 +169,83 @@ async def test_a_node_turning_ready_outside_a_rollout_does_not_wake_its_pool(
     await _set_ready(system, name, "True")
     await system.until(lambda: engine_sees("True"), f"the engine's informer: {name} Ready")
     assert _pool_engine_adds(system) == before, "a Node turning Ready woke its pool"
+
+
+TOUCH = "test.machinepool.dev/touch"
+
+
+async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool engine paces the watches of a pool's members, as the core does: once a pool's
+    reconcile has held the event loop a while (a pool of 1,000 instances does), a change of
+    one of its infra machines, Machines or cloud instance records queues the pool only after
+    a pause, so one reconcile reads every change of the pause and writes the pool's status,
+    a list of every instance, once. A change of the pool itself still goes at once: that is
+    what a user or an autoscaler asked for. At 10 x 1,000 the engine rewrote that status
+    about once per member event. A pool of two reconciles too fast to be paced, so here the
+    floor under which a reconcile is not remembered is zero: every pool counts as slow."""
+    from machinepool.runtime import controller as runtime_controller
+
+    await system.create_pool("paced", 2)
+    await system.until(lambda: system.pool_running("paced", 2), "2 Ready nodes")
+    engine = next(c for c in system.manager.controllers if c.name == "sim-provider-pool")
+    key = ObjectKey(system.namespace, "paced")
+    cache = system.manager.cache
+    sim_pools = await cache.get_informer(SIM_MACHINE_POOLS)
+    monkeypatch.setattr(runtime_controller, "_PACE_FLOOR", 0.0)
+
+    def annotated(informer: Informer, name: str, value: str) -> bool:
+        meta = (informer.get(name, system.namespace) or {}).get("metadata") or {}
+        return (meta.get("annotations") or {}).get(TOUCH) == value
+
+    async def touch(res: Resource, informer: Informer, name: str, value: str) -> None:
+        """Annotate ``name`` and wait until the engine's informer holds the change: the
+        informer calls its handlers as it stores a change, so any add it made is counted."""
+        body = {"metadata": {"annotations": {TOUCH: value}}}
+        await system.client.patch(res, name, body, system.namespace)
+        await system.until(
+            lambda: annotated(informer, name, value),
+            f"the engine's informer: {res.kind} {name} annotated",
+        )
+
+    # A change of the pool itself: queued at once, and its reconcile is remembered.
+    await system.settled(lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0)
+    before = _pool_engine_adds(system)
+    await touch(SIM_MACHINE_POOLS, sim_pools, "paced", "0")
+    assert _pool_engine_adds(system) == before + 1, "a change of the pool itself goes at once"
+    queue = engine.queue
+    await system.until(
+        lambda: not queue.is_queued(key) and not queue.is_processing(key),
+        "the pool's reconcile after its change",
+    )
+    assert engine.pace(key) > 0, "the pool engine paces none of its watches"
+
+    machine = system.machines("paced")[0]
+    records = await cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
+    record = next(
+        r for r in records.list(system.namespace) if InstanceRecord.from_secret(r).pool == "paced"
+    )
+    members = (
+        (
+            SIM_MACHINES,
+            await cache.get_informer(SIM_MACHINES),
+            machine["spec"]["infrastructureRef"]["name"],
+        ),
+        (MACHINES, await cache.get_informer(MACHINES), machine["metadata"]["name"]),
+        (SECRETS, records, record["metadata"]["name"]),
+    )
+    for n, (res, informer, name) in enumerate(members, start=1):
+        await system.settled(
+            lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0
+        )
+        before = _pool_engine_adds(system)
+        await touch(res, informer, name, str(n))
+        assert _pool_engine_adds(system) == before, f"a {res.kind} change queued its pool at once"
+        await system.until(
+            lambda b=before: _pool_engine_adds(system) == b + 1,
+            f"the pool queued after the pause that followed its {res.kind}'s change",
+        )
 
 
 async def test_a_new_bootstrap_token_reaches_new_instances_and_replaces_none(

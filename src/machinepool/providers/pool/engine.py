@@ -147,7 +147,9 @@ class PoolEngine:
             informer = await self.env.cluster_cache.watch(
                 cluster,
                 NODES,
-                self.controller.handler(partial(self._node_to_pool, cluster), node_inputs),
+                self.controller.handler(
+                    partial(self._node_to_pool, cluster), node_inputs, paced=True
+                ),
             )
         except ClusterNotConnected:
             return
@@ -205,10 +207,25 @@ async def start_engine(
     engine.controller = ctrl
     # Status writes (this engine's own on pools and infra machines, the core's MachinePool
     # status, the Machine controller's conditions) change nothing a pool reconcile reads.
+    # The watches of a pool's members (infra machines, Machines, Nodes, the cloud's instance
+    # records) are paced, as the core's are: each member of a big pool changing would
+    # otherwise re-read the whole pool and rewrite its status, a list of every instance,
+    # back to back. Its pool, MachinePool and Cluster changing is not: that is what a user or
+    # an autoscaler just asked for.
     ctrl.watch(env.pools, inputs=metadata_and_spec)
-    ctrl.watch(env.infra_machines, lambda m: infra_machine_to_pool(env, m), metadata_and_spec)
-    ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m), metadata_and_spec)
-    ctrl.watch(env.machines, engine.machine_turned_ready, lambda m: machine_ready(MachineView(m)))
+    ctrl.watch(
+        env.infra_machines,
+        lambda m: infra_machine_to_pool(env, m),
+        metadata_and_spec,
+        paced=True,
+    )
+    ctrl.watch(env.machines, lambda m: _machine_to_pool(env, m), metadata_and_spec, paced=True)
+    ctrl.watch(
+        env.machines,
+        engine.machine_turned_ready,
+        lambda m: machine_ready(MachineView(m)),
+        paced=True,
+    )
     ctrl.watch(env.machine_pools, lambda mp: _machine_pool_to_pool(env, mp), metadata_and_spec)
     ctrl.watch(env.clusters, lambda cl: _cluster_to_pools(env, cl))
     machines = mgr.new_controller(

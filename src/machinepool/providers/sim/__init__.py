@@ -50,7 +50,8 @@ async def setup(
         mgr, cluster_cache, provider, concurrency=options.simmachinepool_concurrency
     )
     assert engine.controller is not None
-    engine.controller.watch(records, _record_to_pool)
+    # Paced: a record changes per instance (see ``start_engine``).
+    engine.controller.watch(records, _record_to_pool, paced=True)
 
 
 def _record_to_pool(secret: Obj) -> list[ObjectKey]:
