@@ -184,16 +184,15 @@ async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
     a list of every instance, once. A change of the pool itself still goes at once: that is
     what a user or an autoscaler asked for. At 10 x 1,000 the engine rewrote that status
     about once per member event. A pool of two reconciles too fast to be paced, so here the
-    floor under which a reconcile is not remembered is zero: every pool counts as slow."""
-    from machinepool.runtime import controller as runtime_controller
-
+    engine's floor under which a reconcile is not remembered is zero: every pool of the engine
+    counts as slow (the core's controllers keep theirs)."""
     await system.create_pool("paced", 2)
     await system.until(lambda: system.pool_running("paced", 2), "2 Ready nodes")
     engine = next(c for c in system.manager.controllers if c.name == "sim-provider-pool")
     key = ObjectKey(system.namespace, "paced")
     cache = system.manager.cache
     sim_pools = await cache.get_informer(SIM_MACHINE_POOLS)
-    monkeypatch.setattr(runtime_controller, "_PACE_FLOOR", 0.0)
+    monkeypatch.setattr(engine, "pace_floor", 0.0)
 
     async def touch(res: Resource, informer: Informer, name: str, value: str) -> float:
         """Annotate ``name``; return the engine's adds counted as its informer handed the change

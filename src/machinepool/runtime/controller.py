@@ -40,7 +40,7 @@ A key keeps the priority it was handed out with for its retry or ``requeue_after
 
 Pacing (``watch(..., paced=True)``): a watch whose events arrive faster than a key can be
 reconciled, such as each of a 1,000-Machine pool's Machines turning Ready, queues a key whose
-last reconcile held the event loop for ``_PACE_FLOOR`` or more ``PACE_FACTOR`` times the last
+last reconcile held the event loop for ``pace_floor`` or more ``PACE_FACTOR`` times the last
 such times of all such keys later (at most ``PACE_CAP`` seconds), unless it is queued already.
 Held, not taken: a reconcile's own steps, not the round trips it waits on, which leave the loop
 to everything else (``_LoopHeld``). Counted in wall time, a pool of 50 Machines on a loaded
@@ -49,7 +49,7 @@ turning Ready then waited four times every such pool's round trips. The sum, not
 own duration: ten pools of 1,000 each reconciled every five times its own duration would still
 hold the event loop twice over, while against the sum the controller's paced work takes at most
 about a fifth of the loop that every other reconcile of the process shares, however many big
-keys there are. Keys that reconcile in under ``_PACE_FLOOR`` are neither delayed nor counted.
+keys there are. Keys that reconcile in under ``pace_floor`` are neither delayed nor counted.
 The queue's de-duplication does the batching: every event in the pause is read by one
 reconcile. A paced watch's ``at_once`` inputs name what is not worth a pause: an update that
 changes them (a referenced object turning ready, which happens once per object, not once per
@@ -170,10 +170,10 @@ PACE_CAP = 10.0
 """Seconds: the longest a paced event waits. At 10 pools of 1,000 (a quarter of a second each)
 the sum asks for 10 s; upstream's MachinePool controller looks again every 30 s while replicas
 are not ready."""
-_PACE_FLOOR = 0.02
-"""Seconds: reconciles that hold the event loop for less are not remembered (nothing to pace):
-a pool of a few dozen Machines holds it for less, and its Node Ready -> Running path stays
-undelayed."""
+PACE_FLOOR = 0.02
+"""Seconds, a controller's default ``pace_floor``: reconciles that hold the event loop for less
+are not remembered (nothing to pace): a pool of a few dozen Machines holds it for less, and its
+Node Ready -> Running path stays undelayed."""
 
 
 class _LoopHeld(Generic[T]):
@@ -340,6 +340,7 @@ class Controller:
         self.own_writes = OwnWrites()
         """What this controller's reconciles wrote: their echoes do not cut a backoff short."""
         self._arrivals: dict[ObjectKey, list[Obj]] = {}
+        """Objects that queued a key while it was being reconciled."""
         self._took: dict[ObjectKey, float] = {}
         """How long each key's last reconcile held the event loop, for keys that held it long
         enough to pace (kept only once a paced handler exists, so other controllers hold no
@@ -347,7 +348,9 @@ class Controller:
         self._took_total = 0.0
         """The sum of ``_took``, kept as it changes."""
         self._paced = False
-        """Objects that queued a key while it was being reconciled."""
+        self.pace_floor = PACE_FLOOR
+        """Seconds a reconcile must hold the event loop for its key to be paced (a test lowers
+        it to pace a pool of two, which reconciles far faster than a pool worth pacing)."""
         self._watched: list[tuple[Informer, EnqueueHandler]] = []
         self._primary: Informer | None = None
         self._handover = handover
@@ -476,7 +479,7 @@ class Controller:
             active.dec()
             took = time.monotonic() - started
             self._took_total -= self._took.pop(key, 0.0)
-            if self._paced and reconcile.held >= _PACE_FLOOR:
+            if self._paced and reconcile.held >= self.pace_floor:
                 self._took[key] = reconcile.held
                 self._took_total += reconcile.held
             if not self._took:
