@@ -29,6 +29,8 @@ EXPECTED = {
     "EnqueueHandler", "object_key", "owner_key", "metadata_and_spec",
     # the reconcile skeleton
     "Phase", "Outcome", "run_phases", "patch_on_exit",
+    # big objects' progress writes, spaced out
+    "ProgressSpacing", "reports_progress",
     # manager
     "Manager", "ManagerState", "ManagerStateError", "LeaderElectionConfig", "LeaderElector",
     "RuntimeMetrics",

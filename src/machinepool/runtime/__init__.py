@@ -105,6 +105,7 @@ from machinepool.runtime.sharding import (
     ShardLabels,
     labels_of,
 )
+from machinepool.runtime.spacing import ProgressSpacing, reports_progress
 from machinepool.runtime.tls import CertReloader, ServingCert, self_signed
 from machinepool.runtime.workqueue import (
     LOW_PRIORITY,
@@ -181,6 +182,7 @@ __all__ = [
     "PatchType",
     "Patcher",
     "Phase",
+    "ProgressSpacing",
     "QueueShutDown",
     "RateLimiter",
     "ReconcileFunc",
@@ -216,6 +218,7 @@ __all__ = [
     "owner_indexer",
     "owner_key",
     "patch_on_exit",
+    "reports_progress",
     "run_phases",
     "self_signed",
     "strip_managed_fields",

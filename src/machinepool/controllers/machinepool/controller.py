@@ -45,9 +45,11 @@ from machinepool.runtime import (
     Manager,
     Obj,
     ObjectKey,
+    Outcome,
     OwnReader,
     Patcher,
     Phase,
+    ProgressSpacing,
     Resource,
     Result,
     get_logger,
@@ -95,6 +97,8 @@ class MachinePoolReconciler:
         self.machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = {}
         """Pool -> its Machines found in sync with their infra machines, by name, with what
         that was decided from (``machines.reconcile_machines``)."""
+        self.spacing = ProgressSpacing()
+        """When each big pool was last written: its progress reports are spaced out."""
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""
@@ -180,6 +184,7 @@ class MachinePoolReconciler:
         obj = await self.reader.get(key)
         if obj is None:
             self.machines_in_sync.pop(key, None)
+            self.spacing.forget(key)
             return Result()
         obj.setdefault("status", {})
         patcher = Patcher(self.client, MACHINE_POOLS, obj, on_patched=self.reader.wrote)
@@ -210,8 +215,23 @@ class MachinePoolReconciler:
         # counted, so every phase runs and every condition is current.
         outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
         update_status(scope)
-        await patch_on_exit(patcher, obj, outcome)
+        if outcome.ok and (wait := self._progress_wait(key, patcher.snapshot, obj)):
+            # Everything the phases did in the world is done; only the report waits, and the
+            # next reconcile computes it afresh.
+            return (outcome + Outcome(Result(requeue_after=wait))).settle(scope.text)
+        if await patch_on_exit(patcher, obj, outcome) is not obj:
+            self.spacing.wrote(key)
         return outcome.settle(scope.text)
+
+    def _progress_wait(self, key: ObjectKey, before: Obj, after: Obj) -> float:
+        """Seconds to hold back this write of a big pool: its progress is reported at most
+        once per ``spacing.interval`` of its size; 0 to write now (news, a small pool, its
+        turn, or nothing to write)."""
+        entries = max(len(MachinePoolView(o).spec.provider_id_list or []) for o in (before, after))
+        wait = self.spacing.wait(key, entries)
+        if not wait or before == after or not status.progress_only(before, after):
+            return 0.0
+        return wait
 
 
 def _index(informer: Informer, name: str, fn: IndexFunc) -> None:

@@ -23,7 +23,7 @@ from machinepool.api.contract import Referenced
 from machinepool.api.core_v1beta2 import MachinePoolPhase
 from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolView, MachineView
-from machinepool.runtime import Obj
+from machinepool.runtime import Obj, reports_progress
 
 INVALID_REFERENCE_REASON = "InvalidReference"
 """A reference that cannot be used: not set, kind not served, or controlled by another owner."""
@@ -124,6 +124,54 @@ def set_replica_counters(
     # A Machine's Node knows best what it runs (upstream prefers it to the Machine's spec).
     versions = [m.status.node_info.kubelet_version or m.spec.version or "" for m in machines]
     status.versions = aggregate_versions(versions) or None
+
+
+# --- what a write says ----------------------------------------------------------------------
+
+_NEWS = (
+    c.AVAILABLE_CONDITION,
+    c.BOOTSTRAP_CONFIG_READY_CONDITION,
+    c.INFRASTRUCTURE_READY_CONDITION,
+    c.PAUSED_CONDITION,
+    c.DELETING_CONDITION,
+)
+"""Condition types whose status turning is news, never held back as progress."""
+
+
+def settled(obj: Obj) -> bool:
+    """Whether the pool is where its spec wants it: Running, every desired replica there,
+    ready, available and up to date, and each one's Node referenced."""
+    mp = MachinePoolView(obj)
+    status, want = mp.status, mp.spec.replicas
+    return (
+        status.phase == c.PHASE_RUNNING
+        and isinstance(want, int)
+        and status.replicas == want
+        and status.ready_replicas == want
+        and status.available_replicas == want
+        and status.up_to_date_replicas == want
+        and len(status.node_refs or []) == want
+    )
+
+
+def progress_only(before: Obj, after: Obj) -> bool:
+    """Whether writing ``after`` over the snapshot ``before`` only reports how far a change
+    under way has come (``runtime.reports_progress``): a big pool's such writes are spaced
+    out (``controller``). Its providerIDList may differ; a reference turning provisioned or a
+    failure being set is news."""
+    if not reports_progress(
+        before, after, spec_fields=("providerIDList",), settled=settled, news=_NEWS
+    ):
+        return False
+    old, new = MachinePoolView(before).status, MachinePoolView(after).status
+    return (
+        old.initialization.infrastructure_provisioned
+        == new.initialization.infrastructure_provisioned
+        and old.initialization.bootstrap_data_secret_created
+        == new.initialization.bootstrap_data_secret_created
+        and old.v1beta1.failure_reason == new.v1beta1.failure_reason
+        and old.v1beta1.failure_message == new.v1beta1.failure_message
+    )
 
 
 # --- phase ---------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from machinepool.providers.pool.observe import (
     read_nodes,
 )
 from machinepool.providers.pool.provider import PoolProvider
-from machinepool.providers.pool.report import report
+from machinepool.providers.pool.report import progress_only, report
 from machinepool.providers.pool.scale import act, decide
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import CloudError
@@ -54,6 +54,7 @@ from machinepool.runtime import (
     OwnReader,
     Patcher,
     Phase,
+    ProgressSpacing,
     Result,
     controller_owner,
     describe_error,
@@ -91,11 +92,14 @@ class PoolEngine:
         1,000-instance pool for each of its Nodes' joins kept the engine busy re-reading it;
         a scale-down reads readiness afresh when the MachinePool's spec wakes the pool. A
         Node that is not Ready wakes its pool always: its instance may have failed."""
+        self.spacing = ProgressSpacing()
+        """When each big pool was last written: its progress reports are spaced out."""
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         env = self.env
         pool = await self.reader.get(key)
         if pool is None:
+            self.spacing.forget(key)
             return None
         patcher = Patcher(
             env.client, env.provider.pool_resource, pool, on_patched=self.reader.wrote
@@ -130,10 +134,25 @@ class PoolEngine:
                 scope.block("ReconcileError", describe_error(exc))
         outcome += await run_phases(scope, (report,))
         outcome += Outcome(errors=scope.errors)
+        wait = 0.0 if not outcome.ok else self._progress_wait(key, patcher.snapshot, pool)
+        if wait:
+            # The instances are made or deleted; only the report waits, computed afresh then.
+            outcome += Outcome(Result(requeue_after=wait))
         # A blocked pool has not acted on its spec: its status does not claim the generation.
-        await patch_on_exit(patcher, pool, outcome, observed=not scope.blocked)
+        elif await patch_on_exit(patcher, pool, outcome, observed=not scope.blocked) is not pool:
+            self.spacing.wrote(key)
         await self._watch_nodes(scope)
         return outcome.settle(self._text(key))
+
+    def _progress_wait(self, key: ObjectKey, before: Obj, after: Obj) -> float:
+        """Seconds to hold back this write of a big pool: its progress is reported at most
+        once per ``spacing.interval`` of its size; 0 to write now (news, a small pool, its
+        turn, or nothing to write)."""
+        entries = max(len(SimMachinePoolView(o).status.instances or []) for o in (before, after))
+        wait = self.spacing.wait(key, entries)
+        if not wait or before == after or not progress_only(before, after):
+            return 0.0
+        return wait
 
     def _text(self, key: ObjectKey) -> str:
         return f"{self.env.provider.pool_resource.kind} {key}"

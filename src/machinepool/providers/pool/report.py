@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
+from machinepool.api.conditions import set_condition, statuses
+from machinepool.api.views import SimMachinePoolView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
-from machinepool.runtime import Result
+from machinepool.runtime import Obj, Result, reports_progress
 
-__all__ = ["report"]
+__all__ = ["progress_only", "report"]
 
 
 async def report(scope: PoolScope) -> Result:
@@ -115,3 +116,35 @@ def _counts(scope: PoolScope) -> dict[str, Any]:
         ):
             deleting += 1
     return {"outdated": outdated, "deleting": deleting}
+
+
+_CHANGES = (c.SCALING_UP_CONDITION, c.SCALING_DOWN_CONDITION, c.ROLLING_OUT_CONDITION)
+
+
+def settled(pool: Obj) -> bool:
+    """Whether the pool is Ready with no change under way: not scaling, not rolling out,
+    every instance running."""
+    status = SimMachinePoolView(pool).status
+    have = statuses(status.conditions)
+    return (
+        have.get(c.READY_CONDITION) == "True"
+        and all(have.get(t) != "True" for t in _CHANGES)
+        and all(i.get("state") == InstanceState.RUNNING for i in status.instances or [])
+    )
+
+
+def progress_only(before: Obj, after: Obj) -> bool:
+    """Whether writing ``after`` over the snapshot ``before`` only reports how far a change
+    under way has come (``runtime.reports_progress``), for a big pool to space out (the
+    engine): its providerIDList, instances and counts. Ready or Paused turning, and a new
+    capacity (what an autoscaler scales up from zero by), are news."""
+    return (
+        reports_progress(
+            before,
+            after,
+            spec_fields=("providerIDList",),
+            settled=settled,
+            news=(c.READY_CONDITION, c.PAUSED_CONDITION),
+        )
+        and SimMachinePoolView(before).status.capacity == SimMachinePoolView(after).status.capacity
+    )
