@@ -97,6 +97,9 @@ class MachinePoolReconciler:
         self.machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = {}
         """Pool -> its Machines found in sync with their infra machines, by name, with what
         that was decided from (``machines.reconcile_machines``)."""
+        self.machines_applied: dict[ObjectKey, dict[str, tuple[float, Obj]]] = {}
+        """Pool -> the Machines it created that the Machine cache may not show yet, by name,
+        with when and as the server answered (``machines.reconcile_machines``)."""
         self.spacing = ProgressSpacing()
         """When each big pool was last written: its progress reports are spaced out."""
 
@@ -184,6 +187,7 @@ class MachinePoolReconciler:
         obj = await self.reader.get(key)
         if obj is None:
             self.machines_in_sync.pop(key, None)
+            self.machines_applied.pop(key, None)
             self.spacing.forget(key)
             return Result()
         obj.setdefault("status", {})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from machinepool.api import constants as c
@@ -32,6 +33,9 @@ from machinepool.runtime import Conflict, NotFound, Obj, Result
 from machinepool.runtime.patch import Patcher
 
 FIELD_MANAGER = "machinepool-controller"
+
+APPLIED_TTL_SECONDS = 60.0
+"""How long a Machine this controller created stands in for the cache's copy it waits for."""
 
 
 def pool_labels(mp: MachinePoolView) -> dict[str, str]:
@@ -170,6 +174,7 @@ async def reconcile_machines(scope: Scope) -> Result:
         if _matches(machine := MachineView(m), scope.namespace, labels)
         and not _controlled_elsewhere(machine, scope.mp)
     ]
+    scope.machines += _created_not_cached(scope)
     infra_pool = scope.infra_pool
     kind = infra_pool.infrastructure_machine_kind if infra_pool is not None else ""
     if not kind or infra_pool is None or scope.mp.deleting:
@@ -231,6 +236,7 @@ async def reconcile_machines(scope: Scope) -> Result:
     )
     errors: list[str] = []
     causes: list[Exception] = []
+    created = r.machines_applied.setdefault(scope.key, {})
     for (existing, want), applied in zip(wanted, outcomes, strict=True):
         if isinstance(applied, Exception):
             errors.append(f"failed to apply Machine {want['metadata']['name']}: {applied}")
@@ -239,11 +245,34 @@ async def reconcile_machines(scope: Scope) -> Result:
             raise applied
         elif existing is None:
             scope.machines.append(MachineView(applied))
+            created[str(want["metadata"]["name"])] = (time.monotonic(), applied)
         else:
             scope.machines[scope.machines.index(existing)] = MachineView(applied)
     if errors:
         raise ExceptionGroup("; ".join(errors), causes)
     return Result()
+
+
+def _created_not_cached(scope: Scope) -> list[MachineView]:
+    """The Machines this controller created for the pool that the cache does not show yet,
+    as the server answered the create.
+
+    The next pass may come before the Machine watch brings a create's echo: each new
+    instance's event queues the pool, and a big pool's report may not be written, which
+    was the pause that let the cache catch up. Taken for absent, such a Machine would be
+    applied again, a write the apiserver handles in full. Once the cache shows the name,
+    or after ``APPLIED_TTL_SECONDS`` (a watch that far behind is a fault of its own), the
+    cache decides, as the pool engine's expectations do."""
+    created = scope.reconciler.machines_applied.get(scope.key)
+    if not created:
+        return []
+    cached = {m.metadata.name for m in scope.machines}
+    now = time.monotonic()
+    for name in [
+        n for n, (at, _) in created.items() if n in cached or now - at > APPLIED_TTL_SECONDS
+    ]:
+        del created[name]
+    return [MachineView(obj) for _, obj in created.values()]
 
 
 async def set_machines_up_to_date(scope: Scope) -> Result:
