@@ -408,6 +408,31 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
     assert not machines._contains({**got, "metadata": {**got["metadata"], "finalizers": []}}, got)
 
 
+def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass that comes before the Machine watch brings a create's echo takes the Machine as
+    created, rather than as absent and to be applied again; once the cache shows the name, or
+    after ``APPLIED_TTL_SECONDS``, the cache decides."""
+    from types import SimpleNamespace
+
+    from machinepool.runtime import ObjectKey
+
+    clock = [1000.0]
+    monkeypatch.setattr(machines.time, "monotonic", lambda: clock[0])
+    key = ObjectKey("ns", "p")
+    made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
+    reconciler = SimpleNamespace(machines_applied={key: {"m1": (clock[0], made)}})
+    scope: Any = SimpleNamespace(reconciler=reconciler, key=key, machines=[])
+    assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
+    clock[0] += machines.APPLIED_TTL_SECONDS + 1
+    assert machines._created_not_cached(scope) == [], "waited long enough: the cache decides"
+    reconciler.machines_applied[key]["m1"] = (clock[0], made)
+    scope.machines = [MachineView(dict(made))]
+    assert machines._created_not_cached(scope) == [], "the cache shows it"
+    assert reconciler.machines_applied[key] == {}
+
+
 def test_machine_controller_sets_up_to_date_in_its_own_status() -> None:
     m: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {}}
     common.set_up_to_date(MachineView(m))

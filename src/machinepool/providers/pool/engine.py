@@ -100,6 +100,7 @@ class PoolEngine:
         pool = await self.reader.get(key)
         if pool is None:
             self.spacing.forget(key)
+            env.statuses_sent.pop(key, None)
             return None
         patcher = Patcher(
             env.client, env.provider.pool_resource, pool, on_patched=self.reader.wrote

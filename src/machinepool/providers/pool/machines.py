@@ -9,6 +9,7 @@ controller does after draining the Node) terminates the instance before the obje
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from machinepool.api import constants as c
@@ -31,6 +32,9 @@ from machinepool.runtime import (
 
 __all__ = ["InfraMachineReconciler", "prune_records", "sync_infra_machines"]
 
+ECHO_WAIT_SECONDS = 30.0
+"""How long a status this engine wrote stands for the cache's older copy of it."""
+
 
 async def sync_infra_machines(scope: PoolScope) -> Result:
     """Create missing infra machines, refresh their status, and clean up after instances that
@@ -39,14 +43,23 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     missing = [i for i in live.values() if i.id not in scope.infra_machines]
     # Only the infra machines whose status would change get a write, and a task for it: in a
     # pool of 1,000 nearly all are current, and a task each per reconcile was a quarter of
-    # the engine's time.
-    stale = [
-        (name, status)
-        for name, m in scope.infra_machines.items()
-        if name in live
-        and not m.deleting
-        and (status := _outdated_status(m, live[name])) is not None
-    ]
+    # the engine's time. A status this engine wrote for the instance's state that the cache
+    # does not show yet is not written again: the next pass can come before the watch brings
+    # the echo (a new instance's events queue the pool, and a big pool's report may wait).
+    now = time.monotonic()
+    sent = scope.env.statuses_sent.get(scope.key, {})
+    unseen: dict[str, tuple[float, str]] = {}
+    stale: list[tuple[str, dict[str, Any]]] = []
+    for name, m in scope.infra_machines.items():
+        if name not in live or m.deleting:
+            continue
+        if (status := _outdated_status(m, live[name])) is None:
+            continue
+        last = sent.get(name)
+        if last is not None and last[1] == live[name].state and now - last[0] < ECHO_WAIT_SECONDS:
+            unseen[name] = last
+        else:
+            stale.append((name, status))
     # Independent writes, sent together (bounded): see runtime.gather_bounded.
     created = await gather_bounded(_create(scope, i) for i in missing)
     refreshed = await gather_bounded(_patch_status(scope, name, s) for name, s in stale)
@@ -54,9 +67,12 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
         if isinstance(outcome, BaseException):
             raise outcome
         scope.infra_machines[instance.id] = outcome
-    for failure in refreshed:
+        unseen[instance.id] = (now, live[instance.id].state)
+    for (name, _), failure in zip(stale, refreshed, strict=True):
         if isinstance(failure, BaseException):
             raise failure
+        unseen[name] = (now, live[name].state)
+    scope.env.statuses_sent[scope.key] = unseen
     for name, machine in scope.infra_machines.items():
         if name not in live and not machine.deleting:
             await _release(scope, name, machine)

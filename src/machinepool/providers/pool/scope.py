@@ -45,6 +45,9 @@ class EngineEnv:
     """Failure domains that refused a create for lack of capacity, per pool."""
     expectations: Expectations = field(default_factory=Expectations)
     """Per pool, what this engine wrote that the caches have yet to show."""
+    statuses_sent: dict[ObjectKey, dict[str, tuple[float, str]]] = field(default_factory=dict)
+    """Per pool, infra machine name -> when, and for which instance state, the engine last
+    wrote its status, until the cache shows it (``machines.sync_infra_machines``)."""
 
 
 @dataclass
