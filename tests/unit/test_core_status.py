@@ -408,26 +408,24 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
     assert not machines._contains({**got, "metadata": {**got["metadata"], "finalizers": []}}, got)
 
 
-def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out() -> None:
     """A pass that comes before the Machine watch brings a create's echo takes the Machine as
     created, rather than as absent and to be applied again; once the cache shows the name, or
     after ``APPLIED_TTL_SECONDS``, the cache decides."""
+    import time
     from types import SimpleNamespace
 
     from machinepool.runtime import ObjectKey
 
-    clock = [1000.0]
-    monkeypatch.setattr(machines.time, "monotonic", lambda: clock[0])
     key = ObjectKey("ns", "p")
     made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
-    reconciler = SimpleNamespace(machines_applied={key: {"m1": (clock[0], made)}})
+    reconciler = SimpleNamespace(machines_applied={key: {"m1": (time.monotonic(), made)}})
     scope: Any = SimpleNamespace(reconciler=reconciler, key=key, machines=[])
     assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
-    clock[0] += machines.APPLIED_TTL_SECONDS + 1
+    long_ago = time.monotonic() - machines.APPLIED_TTL_SECONDS - 1
+    reconciler.machines_applied[key]["m1"] = (long_ago, made)
     assert machines._created_not_cached(scope) == [], "waited long enough: the cache decides"
-    reconciler.machines_applied[key]["m1"] = (clock[0], made)
+    reconciler.machines_applied[key]["m1"] = (time.monotonic(), made)
     scope.machines = [MachineView(dict(made))]
     assert machines._created_not_cached(scope) == [], "the cache shows it"
     assert reconciler.machines_applied[key] == {}
