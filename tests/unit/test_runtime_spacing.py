@@ -152,3 +152,16 @@ def test_an_infra_pool_reports_instances_coming_as_progress_and_its_end_as_news(
     capacity = _sim_pool(400, **scaling)
     capacity["status"]["capacity"] = {"cpu": "2"}
     assert not report.progress_only(_sim_pool(300, **scaling), capacity), "capacity"
+
+
+def test_a_write_is_held_only_when_it_reports_progress_and_it_is_not_its_turn() -> None:
+    clock = Clock()
+    spacing = ProgressSpacing(clock)
+    before, after = _obj(count=1), _obj(count=2)
+    assert spacing.hold(KEY, 500, before, after, _progress) == 0.0, "never written"
+    spacing.wrote(KEY)
+    clock.now += 5
+    assert spacing.hold(KEY, 500, before, after, _progress) == 10.0
+    assert spacing.hold(KEY, 500, before, _obj(count=2, done=True), _progress) == 0.0, "news"
+    assert spacing.hold(KEY, 500, before, _obj(count=1), _progress) == 0.0, "nothing to write"
+    assert spacing.hold(KEY, 50, before, after, _progress) == 0.0, "a small object"

@@ -56,6 +56,22 @@ class ProgressSpacing:
             return 0.0
         return max(0.0, last + self.interval(entries) - self._clock())
 
+    def hold(
+        self,
+        key: ObjectKey,
+        entries: int,
+        before: Obj,
+        after: Obj,
+        progress_only: Callable[[Obj, Obj], bool],
+    ) -> float:
+        """Seconds to hold back writing ``after`` over the snapshot ``before`` of an object
+        listing ``entries``; 0 to write now: a small object, its turn, nothing to write, or
+        news (not ``progress_only``, the kind's own rule built on ``reports_progress``)."""
+        wait = self.wait(key, entries)
+        if not wait or before == after or not progress_only(before, after):
+            return 0.0
+        return wait
+
     def wrote(self, key: ObjectKey) -> None:
         """``key`` was just written, progress or news."""
         self._written[key] = self._clock()

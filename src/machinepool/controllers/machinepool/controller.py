@@ -219,23 +219,16 @@ class MachinePoolReconciler:
         # counted, so every phase runs and every condition is current.
         outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
         update_status(scope)
-        if outcome.ok and (wait := self._progress_wait(key, patcher.snapshot, obj)):
+        entries = len(mp.spec.provider_id_list or [])
+        if outcome.ok and (
+            wait := self.spacing.hold(key, entries, patcher.snapshot, obj, status.progress_only)
+        ):
             # Everything the phases did in the world is done; only the report waits, and the
             # next reconcile computes it afresh.
             return (outcome + Outcome(Result(requeue_after=wait))).settle(scope.text)
         if await patch_on_exit(patcher, obj, outcome) is not obj:
             self.spacing.wrote(key)
         return outcome.settle(scope.text)
-
-    def _progress_wait(self, key: ObjectKey, before: Obj, after: Obj) -> float:
-        """Seconds to hold back this write of a big pool: its progress is reported at most
-        once per ``spacing.interval`` of its size; 0 to write now (news, a small pool, its
-        turn, or nothing to write)."""
-        entries = max(len(MachinePoolView(o).spec.provider_id_list or []) for o in (before, after))
-        wait = self.spacing.wait(key, entries)
-        if not wait or before == after or not status.progress_only(before, after):
-            return 0.0
-        return wait
 
 
 def _index(informer: Informer, name: str, fn: IndexFunc) -> None:

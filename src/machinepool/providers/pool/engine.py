@@ -135,8 +135,10 @@ class PoolEngine:
                 scope.block("ReconcileError", describe_error(exc))
         outcome += await run_phases(scope, (report,))
         outcome += Outcome(errors=scope.errors)
-        wait = 0.0 if not outcome.ok else self._progress_wait(key, patcher.snapshot, pool)
-        if wait:
+        entries = len(scope.status.instances or [])
+        if outcome.ok and (
+            wait := self.spacing.hold(key, entries, patcher.snapshot, pool, progress_only)
+        ):
             # The instances are made or deleted; only the report waits, computed afresh then.
             outcome += Outcome(Result(requeue_after=wait))
         # A blocked pool has not acted on its spec: its status does not claim the generation.
@@ -144,16 +146,6 @@ class PoolEngine:
             self.spacing.wrote(key)
         await self._watch_nodes(scope)
         return outcome.settle(self._text(key))
-
-    def _progress_wait(self, key: ObjectKey, before: Obj, after: Obj) -> float:
-        """Seconds to hold back this write of a big pool: its progress is reported at most
-        once per ``spacing.interval`` of its size; 0 to write now (news, a small pool, its
-        turn, or nothing to write)."""
-        entries = max(len(SimMachinePoolView(o).status.instances or []) for o in (before, after))
-        wait = self.spacing.wait(key, entries)
-        if not wait or before == after or not progress_only(before, after):
-            return 0.0
-        return wait
 
     def _text(self, key: ObjectKey) -> str:
         return f"{self.env.provider.pool_resource.kind} {key}"
