@@ -2,7 +2,7 @@
 gets through etcd and kube-apiserver on this machine, and what each costs the apiserver.
 
     .venv/bin/python bench/bench_apiserver_writes.py [--writes 3000] [--concurrency 32]
-        [--pool-sizes 10,100,1000] [--pool-writes 100] [--no-results]
+        [--pool-sizes 10,100,1000] [--pool-writes 100] [--no-profile] [--no-results]
 
 Two kinds of write, on one fresh control plane with our CRDs installed:
 
@@ -15,6 +15,14 @@ Two kinds of write, on one fresh control plane with our CRDs installed:
 
 For each: writes per second and the management kube-apiserver's CPU milliseconds per write
 (from /proc).
+
+Then what makes a Machine write cost what it does: a Machine created the MachinePool
+controller's way (server-side apply, labels, finalizer and owner in the request) and upstream
+MachineSet's way (a create), and the same one-field status patch (``phase``) of a Machine
+before and after it carries its ten conditions, with the stored object's size and how much of
+it is ``managedFields``. Unless ``--no-profile`` (or without a ``go`` command to read the
+profile), the management kube-apiserver runs with profiling on and a CPU profile is taken
+over those one-field patches: the share of its samples in each stage of a write.
 
 Then what a write of a pool object costs by the pool's size (``--pool-sizes``): ten
 MachinePools with that many providerIDs and nodeRefs, each patched in turn, once in its
@@ -37,9 +45,12 @@ import asyncio
 import datetime as dt
 import json
 import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -171,6 +182,152 @@ async def measure(cp: ControlPlane, writes: int, concurrency: int) -> dict[str, 
     return {"configmap_creates": creates, "machine_status_patches": patches}
 
 
+def pool_machine(name: str) -> dict[str, Any]:
+    """A Machine as the MachinePool controller creates one: its labels, the Machine
+    finalizer and the pool as controlling owner, all in the first request."""
+    body = machine(0)
+    body["apiVersion"], body["kind"] = "cluster.x-k8s.io/v1beta2", "Machine"
+    meta = body["metadata"]
+    meta.update(
+        name=name,
+        namespace=NAMESPACE,
+        finalizers=["machine.cluster.x-k8s.io"],
+        ownerReferences=[
+            {
+                "apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "MachinePool",
+                "name": "p",
+                "uid": "00000000-0000-4000-8000-000000000001",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    )
+    meta["labels"]["cluster.x-k8s.io/pool-name"] = "p"
+    return body
+
+
+# The stages of a write, by the function whose cumulative samples measure it (they overlap:
+# a decode happens inside a patch, a managedFields read inside a decode).
+PROFILE_STAGES = (
+    ("the whole status patch, request to stored", "endpoints/handlers.(*patcher).patchResource"),
+    ("applying the patch: the object to JSON, patched, and back", ".applyPatchToCurrentObject"),
+    ("decoding JSON into objects", "serializer/versioning.(*codec).Decode"),
+    ("encoding objects into JSON", "serializer/versioning.(*codec).Encode"),
+    ("schema validation, ratcheting against the old object", ".ValidateCustomResourceUpdate"),
+    ("managedFields: recording the write's fields", "internal.(*FieldManager).Update"),
+    ("managedFields: reading them from the object", "(*Unstructured).GetManagedFields"),
+    ("the watch: decoding each stored change for watchers", "etcd3.(*watchChan).prepareObjs"),
+    ("Go garbage collection", "runtime.gcBgMarkWorker"),
+)
+
+
+async def measure_machine_shapes(
+    cp: ControlPlane, writes: int, concurrency: int, profile: bool
+) -> dict[str, Any]:
+    """What a Machine write costs by how it is made and by what the Machine carries."""
+    rows: dict[str, dict[str, float]] = {}
+    async with await Client.from_kubeconfig(cp.kubeconfig) as client:
+
+        def phase(prefix: str, value: str) -> Callable[[int], Awaitable[Any]]:
+            body = {"status": {"phase": value}}
+            return lambda i: client.patch(
+                MACHINES, f"{prefix}{i}", body, NAMESPACE, subresource="status"
+            )
+
+        rows["create"] = await _timed(
+            cp,
+            writes,
+            concurrency,
+            lambda i: client.create(MACHINES, pool_machine(f"c{i}"), NAMESPACE),
+        )
+        rows["apply"] = await _timed(
+            cp,
+            writes,
+            concurrency,
+            lambda i: client.apply(MACHINES, pool_machine(f"a{i}"), field_manager="bench"),
+        )
+        rows["bare_phase"] = await _timed(cp, writes, concurrency, phase("a", "Provisioning"))
+        rows["conditions"] = await _timed(
+            cp,
+            writes,
+            concurrency,
+            lambda i: client.patch(
+                MACHINES, f"a{i}", machine_status(0), NAMESPACE, subresource="status"
+            ),
+        )
+        rows["full_phase"] = await _timed(cp, writes, concurrency, phase("a", "Provisioned"))
+        stored = await client.get(MACHINES, "a0", NAMESPACE)  # managedFields included
+        sizes = {
+            "whole": _json_bytes(stored),
+            "managedFields": _json_bytes(stored["metadata"].get("managedFields") or []),
+            "status": _json_bytes(stored.get("status") or {}),
+        }
+        shares = await _profile(cp, writes, concurrency, phase) if profile else None
+    return {"rows": rows, "bytes": sizes, "profile": shares}
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+async def _profile(
+    cp: ControlPlane,
+    writes: int,
+    concurrency: int,
+    phase: Callable[[str, str], Callable[[int], Awaitable[Any]]],
+    seconds: int = 20,
+) -> dict[str, Any] | None:
+    """The share of the management kube-apiserver's CPU samples in each ``PROFILE_STAGES``
+    while one-field status patches of conditioned Machines run; None without ``go``."""
+    go = shutil.which("go")
+    if go is None:
+        print("no go command: no apiserver profile", flush=True)
+        return None
+    management = cp.management
+    url = f"{management.url}/debug/pprof/profile?seconds={seconds}"
+
+    def fetch() -> bytes:
+        with urllib.request.urlopen(
+            url, context=management.pki.ssl_context(), timeout=seconds + 30
+        ) as resp:
+            return bytes(resp.read())
+
+    taking = asyncio.ensure_future(asyncio.to_thread(fetch))
+    rounds = 0
+    while not taking.done():
+        await _timed(cp, writes, concurrency, phase("a", ("Running", "Provisioned")[rounds % 2]))
+        rounds += 1
+    cum = await asyncio.to_thread(_cumulative, go, await taking)
+    return {
+        "seconds": seconds,
+        "rounds": rounds,
+        "stages": {
+            what: max((pct for name, pct in cum.items() if function in name), default=0.0)
+            for what, function in PROFILE_STAGES
+        },
+    }
+
+
+def _cumulative(go: str, profile: bytes) -> dict[str, float]:
+    """Each function's cumulative share of a CPU profile's samples, in percent."""
+    with tempfile.NamedTemporaryFile(suffix=".pprof") as raw:
+        raw.write(profile)
+        raw.flush()
+        top = subprocess.run(
+            [go, "tool", "pprof", "-top", "-cum", "-nodecount=100000", raw.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    cum: dict[str, float] = {}
+    for line in top.splitlines():
+        parts = line.split()  # flat flat% sum% cum cum% name
+        if len(parts) >= 6 and parts[4].endswith("%"):
+            cum.setdefault(" ".join(parts[5:]), float(parts[4].rstrip("%")))
+    return cum
+
+
 def machine_pool(name: str, size: int) -> dict[str, Any]:
     """A MachinePool of ``size`` replicas listing ``size`` provider IDs."""
     return {
@@ -282,7 +439,12 @@ async def _pool_rows(
     return rows
 
 
-def section(found: dict[str, Any], pool_rows: list[dict[str, Any]], command: str) -> str:
+def section(
+    found: dict[str, Any],
+    shapes: dict[str, Any],
+    pool_rows: list[dict[str, Any]],
+    command: str,
+) -> str:
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit = dict(report.machine_info())["machinepool"]
     lines = [
@@ -318,7 +480,54 @@ def section(found: dict[str, Any], pool_rows: list[dict[str, Any]], command: str
             f"| {what}, {row['size']:,} entries | {row['writes']:,} |"
             f" {row['writes_per_s']:,.0f} | {row['apiserver_ms_per_write']:.2f} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _shape_lines(shapes))
+
+
+def _shape_lines(shapes: dict[str, Any]) -> list[str]:
+    rows, size = shapes["rows"], shapes["bytes"]
+    lines = [
+        "",
+        "What makes a Machine write cost that: the same client and concurrency, one Machine per"
+        " write, a Machine as the MachinePool controller makes it (labels, finalizer, the pool"
+        " as owner). A one-field status patch (`phase`) costs what the object it lands on"
+        " weighs: the apiserver decodes, validates, records in managedFields and encodes the"
+        " whole object.",
+        "",
+        "| write | writes | per second | apiserver CPU ms per write |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, what in (
+        ("create", "Machine create (a POST, as upstream's MachineSet creates)"),
+        ("apply", "Machine create by server-side apply (as our MachinePool controller creates)"),
+        ("bare_phase", "Machine status patch, `phase` only, before any condition"),
+        ("conditions", "Machine status patch writing its ten conditions"),
+        ("full_phase", "Machine status patch, `phase` only, with the ten conditions there"),
+    ):
+        f = rows[key]
+        lines.append(
+            f"| {what} | {f['writes']:,} | {f['writes_per_s']:,.0f} |"
+            f" {f['apiserver_ms_per_write']:.2f} |"
+        )
+    lines += [
+        "",
+        f"The Machine as stored then, in compact JSON: {size['whole']:,} bytes, of which"
+        f" managedFields {size['managedFields']:,} and status {size['status']:,}.",
+    ]
+    shares = shapes.get("profile")
+    if shares is None:
+        return lines
+    lines += [
+        "",
+        f"Where the management kube-apiserver's CPU went during {shares['seconds']} s of"
+        " those one-field status patches of conditioned Machines (a CPU profile, `go tool"
+        " pprof`; each stage is the share of all samples under the function that does it, so"
+        " they overlap: a managedFields read happens inside a decode):",
+        "",
+        "| stage | share of the apiserver's CPU samples, % |",
+        "|---|---:|",
+    ]
+    lines += [f"| {what} | {pct:.1f} |" for what, pct in shares["stages"].items()]
+    return lines
 
 
 def ceiling(writes: int, concurrency: int) -> dict[str, Any]:
@@ -354,21 +563,27 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--pool-sizes", type=_sizes, default=[10, 100, 1000])
     parser.add_argument("--pool-writes", type=int, default=100, help="of each kind, per size")
+    parser.add_argument("--no-profile", action="store_true", help="no CPU profile of the apiserver")
     parser.add_argument("--no-results", action="store_true", help="do not rewrite RESULTS.md")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        cp = ControlPlane(Path(tmp) / "cp")
+        # The last --profiling flag wins: on only when a profile is taken.
+        flags = () if args.no_profile else ("--profiling=true",)
+        cp = ControlPlane(Path(tmp) / "cp", management_args=flags)
         cp.start()
         try:
             found = asyncio.run(measure(cp, args.writes, args.concurrency))
+            shapes = asyncio.run(
+                measure_machine_shapes(cp, args.writes, args.concurrency, not args.no_profile)
+            )
             pool_rows = asyncio.run(measure_pools(cp, args.pool_sizes, args.pool_writes))
         finally:
             cp.stop()
     command = " ".join(["python bench/bench_apiserver_writes.py", *map(shlex.quote, argv)])
-    data = {"ceiling": found, "pools": pool_rows}
+    data = {"ceiling": found, "machine_shapes": shapes, "pools": pool_rows}
     report.publish(
         "apiserver-writes",
-        section(found, pool_rows, command),
+        section(found, shapes, pool_rows, command),
         command,
         data=data,
         results=not args.no_results,
