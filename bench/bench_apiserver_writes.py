@@ -573,10 +573,11 @@ def main(argv: list[str]) -> None:
         cp.start()
         try:
             found = asyncio.run(measure(cp, args.writes, args.concurrency))
+            pool_rows = asyncio.run(measure_pools(cp, args.pool_sizes, args.pool_writes))
+            # Last: the Machines it makes would otherwise weigh on the pool rows' apiserver.
             shapes = asyncio.run(
                 measure_machine_shapes(cp, args.writes, args.concurrency, not args.no_profile)
             )
-            pool_rows = asyncio.run(measure_pools(cp, args.pool_sizes, args.pool_writes))
         finally:
             cp.stop()
     command = " ".join(["python bench/bench_apiserver_writes.py", *map(shlex.quote, argv)])
