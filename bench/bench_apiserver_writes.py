@@ -182,9 +182,9 @@ async def measure(cp: ControlPlane, writes: int, concurrency: int) -> dict[str, 
     return {"configmap_creates": creates, "machine_status_patches": patches}
 
 
-def pool_machine(name: str) -> dict[str, Any]:
+def pool_machine(name: str, owner: dict[str, Any]) -> dict[str, Any]:
     """A Machine as the MachinePool controller creates one: its labels, the Machine
-    finalizer and the pool as controlling owner, all in the first request."""
+    finalizer and the pool ``owner`` as controlling owner, all in the first request."""
     body = machine(0)
     body["apiVersion"], body["kind"] = "cluster.x-k8s.io/v1beta2", "Machine"
     meta = body["metadata"]
@@ -196,14 +196,14 @@ def pool_machine(name: str) -> dict[str, Any]:
             {
                 "apiVersion": "cluster.x-k8s.io/v1beta2",
                 "kind": "MachinePool",
-                "name": "p",
-                "uid": "00000000-0000-4000-8000-000000000001",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
                 "controller": True,
                 "blockOwnerDeletion": True,
             }
         ],
     )
-    meta["labels"]["cluster.x-k8s.io/pool-name"] = "p"
+    meta["labels"]["cluster.x-k8s.io/pool-name"] = owner["metadata"]["name"]
     return body
 
 
@@ -235,17 +235,19 @@ async def measure_machine_shapes(
                 MACHINES, f"{prefix}{i}", body, NAMESPACE, subresource="status"
             )
 
+        # A real owner: the garbage collector deletes what a missing one owned.
+        owner = await client.create(MACHINE_POOLS, machine_pool("owner", 1), NAMESPACE)
         rows["create"] = await _timed(
             cp,
             writes,
             concurrency,
-            lambda i: client.create(MACHINES, pool_machine(f"c{i}"), NAMESPACE),
+            lambda i: client.create(MACHINES, pool_machine(f"c{i}", owner), NAMESPACE),
         )
         rows["apply"] = await _timed(
             cp,
             writes,
             concurrency,
-            lambda i: client.apply(MACHINES, pool_machine(f"a{i}"), field_manager="bench"),
+            lambda i: client.apply(MACHINES, pool_machine(f"a{i}", owner), field_manager="bench"),
         )
         rows["bare_phase"] = await _timed(cp, writes, concurrency, phase("a", "Provisioning"))
         rows["conditions"] = await _timed(
@@ -258,6 +260,7 @@ async def measure_machine_shapes(
         )
         rows["full_phase"] = await _timed(cp, writes, concurrency, phase("a", "Provisioned"))
         stored = await client.get(MACHINES, "a0", NAMESPACE)  # managedFields included
+        assert not stored["metadata"].get("deletionTimestamp"), "the Machines were deleted"
         sizes = {
             "whole": _json_bytes(stored),
             "managedFields": _json_bytes(stored["metadata"].get("managedFields") or []),
