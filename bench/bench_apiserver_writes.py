@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench import report
+from mpbench.shapes import machine_status
 from mpbench.stats import read_proc
 
 from machinepool.api.crdgen import crd_manifests
@@ -65,18 +66,6 @@ from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CONFIGMAPS, CRDS, NAMESPACES, Client, wait_established
 
 NAMESPACE = "writes"
-CONDITIONS = (
-    "Paused",
-    "BootstrapConfigReady",
-    "InfrastructureReady",
-    "NodeHealthy",
-    "Deleting",
-    "Updating",
-    "NodeReady",
-    "Ready",
-    "Available",
-    "UpToDate",
-)
 
 
 def machine(i: int) -> dict[str, Any]:
@@ -93,35 +82,6 @@ def machine(i: int) -> dict[str, Any]:
             "providerID": f"sim:///zone-a/m{i}",
             "version": "v1.34.4",
         },
-    }
-
-
-def machine_status(round_: int) -> dict[str, Any]:
-    """The status the core writes for a Ready Machine; NodeReady flips each round."""
-    stamp = f"2026-01-01T00:{round_ // 60 % 60:02d}:{round_ % 60:02d}Z"
-    flip = round_ % 2 == 0
-    conditions = [
-        {
-            "type": t,
-            "status": "True" if (t != "NodeReady" or flip) else "False",
-            "reason": t if (t != "NodeReady" or flip) else "NodeNotReady",
-            "message": "",
-            "observedGeneration": 1,
-            "lastTransitionTime": stamp,
-        }
-        for t in CONDITIONS
-    ]
-    deprecated = [
-        {"type": t, "status": "True", "lastTransitionTime": stamp}
-        for t in ("Ready", "InfrastructureReady", "NodeHealthy")
-    ]
-    return {
-        "status": {
-            "phase": "Running",
-            "nodeRef": {"name": "ip-10-0-0-1.sim.internal"},
-            "conditions": conditions,
-            "deprecated": {"v1beta1": {"conditions": deprecated}},
-        }
     }
 
 
