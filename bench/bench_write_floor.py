@@ -338,8 +338,9 @@ def _namespace(res: Resource) -> str | None:
 
 
 async def _watch(client: Client, res: Resource, since: str, tally: Tally) -> None:
-    """Read every change of ``res`` after ``since``. The apiserver ends a watch whose reader
-    falls behind; as an informer does, the next one starts from the last change read."""
+    """Read every change of ``res`` after ``since``. A stream ends at its timeout (the
+    client's default), or earlier when the apiserver drops a reader that fell behind; as an
+    informer does, the next one starts from the last change read."""
     namespace = _namespace(res)
     while True:
         async for event in client.watch(res, namespace, resource_version=since):
@@ -516,8 +517,9 @@ def section(found: Obj, command: str) -> str:
     if restarts:
         lines += [
             "",
-            "Watches the apiserver ended because their reader fell behind, each resumed from"
-            " the last change read, as an informer resumes: "
+            "Watch streams that ended (at the stream's timeout, or when the apiserver ended one"
+            " whose reader fell behind), each followed by one from the last change read, as an"
+            " informer resumes: "
             + ", ".join(f"{k} {v}" for k, v in sorted(restarts.items()))
             + ".",
         ]
