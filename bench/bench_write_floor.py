@@ -488,7 +488,7 @@ def section(found: Obj, command: str) -> str:
         ),
         (
             "the same for 10,000 Nodes (scaled), s",
-            lambda p: f"{servers(p) / cores * 10_000 / p['nodes']:.1f}",
+            lambda p: f"{servers(p) / cores * (10_000 / p['nodes']):.1f}",
         ),
     ]
     names = list(phases)
