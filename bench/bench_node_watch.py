@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from mpbench import report
+from mpbench.shapes import EPOCH, instance_record
 
 from machinepool.controllers.common import node_inputs
 from machinepool.controlplane import ControlPlane
@@ -67,7 +68,7 @@ from machinepool.runtime import NODES, Client, FuncHandler, Informer, Obj
 from machinepool.runtime import client as client_module
 from machinepool.runtime.informer import field_indexer
 from machinepool.sim.kubelet.node import node_object, node_status
-from machinepool.sim.records import InstanceRecord, allocate_address, hostname_of
+from machinepool.sim.records import InstanceRecord
 
 KUBELET_REPORT_SECONDS = 300
 """Kubelet's default ``nodeStatusReportFrequency``."""
@@ -75,33 +76,10 @@ AT_NODES = 10_000
 WATCHERS = ("stream", "informer")
 LOOPS = ("asyncio", "uvloop")
 READS = ("batched", "each")
-EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def record(i: int, taken: set[str]) -> InstanceRecord:
-    instance = f"i-{i:08x}"
-    address = allocate_address("bench", instance, taken.__contains__)
-    taken.add(address)
-    return InstanceRecord(
-        namespace="bench",
-        id=instance,
-        pool="pool",
-        index=i,
-        cluster="bench",
-        failure_domain="zone-a",
-        provider_id=f"sim:///zone-a/{instance}",
-        template_hash="h",
-        version="v1.34.4",
-        created=EPOCH,
-        boot_at=EPOCH,
-        will_fail=False,
-        bootstrap_version="1",
-        forced_state="",
-        attributes={},
-        uid=f"uid-{i}",
-        private_ip=address,
-        hostname=hostname_of(address),
-    )
+    return instance_record(f"i-{i:08x}", "pool", i, taken, uid=f"uid-{i}")
 
 
 def heartbeat(rec: InstanceRecord, at: dt.datetime) -> Obj:

@@ -50,14 +50,15 @@ from pathlib import Path
 
 from mpbench import report
 from mpbench.env import CLUSTER, NAMESPACE, BenchEnv
-from mpbench.shapes import machine_status
+from mpbench.scenario import TO_VERSION, pool_name, pool_objects
+from mpbench.shapes import instance_record, machine_status
 from mpbench.stats import AuditKey, writes_by_resource
 
 from machinepool.api import JoinConfiguration
 from machinepool.api import constants as c
 from machinepool.api.contract import InfraMachine
-from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
-from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.api.infra_sim import SIM_MACHINES
+from machinepool.api.kinds import MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.bootstrap.kubeadm.cloudinit import NodeInput, render_node_cloud_config
 from machinepool.controllers.machine.node import node_patch
@@ -65,16 +66,8 @@ from machinepool.controllers.machinepool.machines import FIELD_MANAGER, desired_
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Client, Obj, Resource
 from machinepool.sim.kubelet.node import node_object, node_status
-from machinepool.sim.records import (
-    InstanceRecord,
-    allocate_address,
-    hostname_of,
-    instance_secret,
-    provider_id,
-)
+from machinepool.sim.records import InstanceRecord, instance_secret
 
-VERSION = "v1.34.4"
-ZONE = "zone-a"
 WATCH_TIMEOUT_SECONDS = 300.0
 TARGET_SECONDS = 120.0
 """The goal for scale scenarios (a) and (b): 10,000 Nodes converged in two minutes."""
@@ -82,72 +75,31 @@ ROLLOUT_TARGET_SECONDS = 300.0
 """The goal for rolling 10 pools of 1,000: every Node replaced in five minutes."""
 
 
-def machine_pool(name: str, replicas: int) -> Obj:
-    return {
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "clusterName": CLUSTER,
-            "replicas": replicas,
-            "template": {
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "version": VERSION,
-                    "bootstrap": {"dataSecretName": f"{name}-bootstrap"},
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.cluster.x-k8s.io",
-                        "kind": "SimMachinePool",
-                        "name": name,
-                    },
-                }
-            },
-        },
-    }
-
-
-def user_data() -> bytes:
-    """A worker's cloud-config as the kubeadm bootstrap provider renders it (token discovery;
-    the token and hash are placeholders of the real length, never used to join)."""
+def user_data(kubeadm: Obj) -> bytes:
+    """The cloud-config the kubeadm bootstrap provider renders for ``kubeadm`` (a
+    KubeadmConfig) with token discovery; the token and hash are placeholders of the real
+    length, never used to join."""
     join = JoinConfiguration.model_validate(
         {
+            **kubeadm["spec"].get("joinConfiguration", {}),
             "discovery": {
                 "bootstrapToken": {
                     "apiServerEndpoint": "127.0.0.1:6443",
                     "token": "abcdef.0123456789abcdef",
                     "caCertHashes": ["sha256:" + "0" * 64],
                 }
-            }
+            },
         }
     )
-    return render_node_cloud_config(NodeInput(join, kubernetes_version=VERSION)).encode()
+    return render_node_cloud_config(NodeInput(join, kubernetes_version=TO_VERSION)).encode()
 
 
 def record_for(pool: Obj, index: int, taken: set[str]) -> InstanceRecord:
-    """The cloud's record of instance ``index`` of ``pool``; its address is not in ``taken``
-    (the Sim cloud's rule: one network per namespace), and is added to it."""
+    """The cloud's record of instance ``index`` of ``pool``, named as the Sim provider names
+    it (``SimProvider.instance_id``)."""
     meta = pool["metadata"]
     ident = f"{meta['name']}-{meta['uid'][:5]}-{index}"
-    address = allocate_address(NAMESPACE, ident, taken.__contains__)
-    taken.add(address)
-    now = dt.datetime.now(dt.UTC)
-    return InstanceRecord(
-        namespace=NAMESPACE,
-        id=ident,
-        pool=meta["name"],
-        index=index,
-        cluster=CLUSTER,
-        failure_domain=ZONE,
-        provider_id=provider_id(ZONE, ident),
-        template_hash="floor",
-        version=VERSION,
-        created=now,
-        boot_at=now,
-        will_fail=False,
-        bootstrap_version="1",
-        forced_state="",
-        attributes={},
-        private_ip=address,
-        hostname=hostname_of(address),
-    )
+    return instance_record(ident, meta["name"], index, taken)
 
 
 def sim_machine(record: InstanceRecord, pool: Obj) -> Obj:
@@ -403,16 +355,14 @@ async def run(
     tally = Tally() if watch else None
     try:
         await env.install(driver, "ours")
-        owners = []
+        owners, data = [], b""
         for p in range(pools):
-            name = f"pool-{p:02d}"
             replicas = -(-nodes // pools)
-            mp = await driver.create(MACHINE_POOLS, machine_pool(name, replicas), NAMESPACE)
-            smp = await driver.create(
-                SIM_MACHINE_POOLS, {"metadata": {"name": name}, "spec": {}}, NAMESPACE
-            )
-            owners.append((mp, smp))
-        data = user_data()
+            made = {}
+            for res, body in pool_objects(pool_name(p), replicas, TO_VERSION):
+                made[body["kind"]] = await driver.create(res, body, NAMESPACE)
+            owners.append((made["MachinePool"], made["SimMachinePool"]))
+            data = user_data(made["KubeadmConfig"])
         if tally is not None:
             for server, res, _, _ in WATCHED:
                 client = watcher if server == "management" else workload_watcher

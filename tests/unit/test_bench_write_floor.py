@@ -18,10 +18,14 @@ from bench_write_floor import (
     sim_machine,
     user_data,
 )
+from mpbench.scenario import TO_VERSION, pool_objects
 
 from machinepool.sim.kubelet.joinconfig import parse_join
 from machinepool.sim.records import InstanceRecord, instance_secret
 
+KUBEADM = next(
+    body for _, body in pool_objects("pool-0000", 1, TO_VERSION) if body["kind"] == "KubeadmConfig"
+)
 POOL = {
     "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
     "kind": "SimMachinePool",
@@ -33,15 +37,15 @@ def test_records_get_distinct_addresses_and_round_trip_through_their_secret() ->
     taken: set[str] = set()
     records = [record_for(POOL, i, taken) for i in range(500)]
     assert len({r.private_ip for r in records}) == 500 == len(taken)
-    secret = instance_secret(records[7], userdata=user_data(), labels={}, owner={})
+    secret = instance_secret(records[7], userdata=user_data(KUBEADM), labels={}, owner={})
     back = InstanceRecord.from_secret({**secret, "metadata": {**secret["metadata"], "uid": ""}})
     assert back.provider_id == records[7].provider_id
     assert back.hostname == records[7].hostname
 
 
-def test_user_data_is_a_join_the_node_simulator_reads_to_the_nodes_name() -> None:
+def test_user_data_is_the_scenarios_join_the_node_simulator_reads_to_the_nodes_name() -> None:
     record = record_for(POOL, 0, set())
-    join = parse_join(user_data())
+    join = parse_join(user_data(KUBEADM))
     assert join.node_name(record.hostname, record.meta_data()) == record.hostname
 
 
