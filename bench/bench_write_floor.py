@@ -2,7 +2,7 @@
 Nodes are made of, when no controller decides anything and every object is written once.
 
     .venv/bin/python bench/bench_write_floor.py [--nodes 10000] [--pools 10]
-        [--concurrency 64] [--no-watch] [--no-results]
+        [--concurrency 64] [--no-watch] [--replace] [--no-results]
 
 A Node of a MachinePool whose provider keeps a machine per instance (as ours and upstream's
 core do with the Sim provider, scenario (a) of ``bench_machinepool.py --scale``) is made of
@@ -15,6 +15,13 @@ skip:
 5. the Node, registered by its kubelet with its status in the create, in the workload cluster;
 6. the Node's labels, annotations and taint set from its Machine (the Machine controller's
    one patch); 7. the Machine's status (nodeRef, nodeInfo, its conditions).
+
+With ``--replace``, every Node is then replaced as a rollout replaces it: a new Node's seven
+writes, then the eight that remove the old one, in the order our system sends them (the
+audit log of scenario (c)'s scale-down): the pool engine deletes the Machine; the Machine
+controller writes its status (Deleting), cordons the Node, deletes the SimMachine; the cloud
+drops its record, the engine the SimMachine's finalizer; the Machine controller deletes the
+Node and drops the Machine's finalizer.
 
 Each body is built by the function the system builds it with where there is one
 (``instance_secret``, ``render_node_cloud_config``, ``desired_machine``, ``node_object``,
@@ -69,6 +76,7 @@ from machinepool.sim.kubelet.node import node_object, node_status
 from machinepool.sim.records import InstanceRecord, instance_secret
 
 WATCH_TIMEOUT_SECONDS = 300.0
+"""How long the watches may lag the last answered write before the run gives up."""
 TARGET_SECONDS = 120.0
 """The goal for scale scenarios (a) and (b): 10,000 Nodes converged in two minutes."""
 ROLLOUT_TARGET_SECONDS = 300.0
@@ -229,11 +237,7 @@ async def add_node(writers: Writers, pool: Obj, infra_pool: Obj, index: int, dat
 
 
 async def remove_node(writers: Writers, index: int) -> None:
-    """The eight writes that remove a Node, in the order our system sends them (scenario (c)'s
-    scale-down in its audit log): the pool engine deletes the instance's Machine; the Machine
-    controller says so in its status, cordons the Node (nothing to drain), deletes the
-    SimMachine; the cloud drops its record and the engine the SimMachine's finalizer; the
-    Machine controller deletes the Node and drops the Machine's finalizer."""
+    """The eight writes that remove a Node, in order (the module docstring says whose)."""
     record = writers.records.pop(index)
     name = record.id
     await writers.infra.delete(MACHINES, name, NAMESPACE)
