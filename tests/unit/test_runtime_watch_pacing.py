@@ -1,18 +1,23 @@
 """When a Node watch is read at once and when it is left to gather events (``ReadPacer``),
-and which watches are never held."""
+which watches are never held, and a held read whose TLS connection closes meanwhile."""
 
 from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
 
 import pytest
 
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
-from machinepool.runtime import CONFIGMAPS, LEASES, NODES
+from machinepool.runtime import CONFIGMAPS, LEASES, NODES, pki
 from machinepool.runtime.client import (
     WATCH_BATCH_EVENTS,
     WATCH_BATCH_WINDOW,
     WATCH_BUSY_RATE,
     WATCH_MAX_HOLD,
     ReadPacer,
+    _unread_for,
     reports_on_a_timer,
 )
 
@@ -81,3 +86,38 @@ def test_only_node_watches_are_batched() -> None:
     """Kubelets report on a timer; every other kind's events are what a reconcile waits for."""
     assert reports_on_a_timer(NODES)
     assert not any(reports_on_a_timer(r) for r in (CONFIGMAPS, MACHINE_POOLS, MACHINES, LEASES))
+
+
+async def _closed_while_unread(tmp_path: Path) -> None:
+    ca = pki.new_ca("test-ca")
+    crt, key = pki.issue(ca, "localhost", ip_addresses=("127.0.0.1",), server=True).write(
+        tmp_path, "server"
+    )
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(crt, key)
+    server_sides: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server_sides.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=serving)
+    port = server.sockets[0].getsockname()[1]
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting)
+    try:
+        waiting = asyncio.create_task(_unread_for(writer.transport, 0.2))
+        await asyncio.sleep(0)  # the task runs until its wait: reading is paused
+        writer.transport.abort()
+        await waiting  # raised AttributeError from asyncio's TLS transport before the fix
+        assert writer.transport.is_closing()
+    finally:
+        writer.close()
+        for side in server_sides:
+            side.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_unread_wait_ends_quietly_when_the_connection_closes(tmp_path: Path) -> None:
+    asyncio.run(_closed_while_unread(tmp_path))

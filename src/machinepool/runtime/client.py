@@ -627,10 +627,12 @@ async def _unread_for(transport: asyncio.BaseTransport, seconds: float) -> None:
             set_limits(high=0)
         await asyncio.sleep(seconds)
     finally:
-        if saved is not None and set_limits is not None:
-            low, high = saved
-            set_limits(high=high, low=low)
+        # A connection closed meanwhile is left alone: restoring a closed TLS transport's
+        # limits makes it resume a socket transport that is gone (AttributeError).
         if not transport.is_closing():
+            if saved is not None and set_limits is not None:
+                low, high = saved
+                set_limits(high=high, low=low)
             transport.resume_reading()
 
 
