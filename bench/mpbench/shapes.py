@@ -1,10 +1,10 @@
 """Objects as our controllers write them, shared by the benchmarks that replay their writes.
 
 ``instance_record`` is a running Sim instance as the cloud records it. ``machine_status`` is
-the status the Machine controller writes for a Ready Machine: the ten
-v1beta2 conditions the contract gives every Machine and the three v1beta1 ones kept for
-older clients. Its weight, not the patch's, is what a Machine status write costs the
-apiserver (``bench_apiserver_writes.py`` measures it; ``bench_write_floor.py`` replays it).
+the status the Machine controller writes for a Ready Machine: the ten v1beta2 conditions the
+contract gives every Machine and the three v1beta1 ones kept for older clients. Its weight,
+not the patch's, is what a Machine status write costs the apiserver
+(``bench_apiserver_writes.py`` measures it; ``bench_write_floor.py`` replays it).
 """
 
 from __future__ import annotations
