@@ -523,7 +523,7 @@ async def scale_step(
         mgmt_apiserver_busy_pct=(
             100 * figures["mgmt_apiserver_cpu_s"] / max(after.at - before.at, 1e-9)
         ),
-        writes_by_resource=dict(list(writes_by_resource(own).items())[:25]),
+        writes_by_resource=writes_by_resource(own),
         core_peak_rss_mib=after.core.peak_rss_bytes / 2**20,
         infra_peak_rss_mib=after.infra.peak_rss_bytes / 2**20,
     )
@@ -809,12 +809,19 @@ def _pct(value: float | None, ceiling: float) -> float | None:
     return None if value is None else 100 * value / ceiling
 
 
-def _writes_table(result: dict[str, Any], limit: int = 12) -> str:
+def _writes_table(result: dict[str, Any]) -> str:
+    """Every writer's writes over the steps, and per Node changed: the accounting behind
+    "writes per Node", each row one kind of write a reader can look up in the code."""
     counts: Counter[str] = Counter()
+    nodes = 0
     for step in result["steps"]:
         counts.update(step.get("writes_by_resource", {}))
-    lines = ["| user verb resource | writes |", "|---|---:|"]
-    lines += [f"| {k} | {n:,} |" for k, n in counts.most_common(limit)]
+        nodes += step.get("nodes_changed") or 0
+    lines = ["| user verb resource | writes | per Node |", "|---|---:|---:|"]
+    lines += [
+        f"| {k} | {n:,} | {n / nodes:.2f} |" if nodes else f"| {k} | {n:,} | - |"
+        for k, n in counts.most_common()
+    ]
     idle = result.get("idle", {}).get("idle_writes_by_resource", {})
     if idle:
         lines += ["", "Idle window: " + ", ".join(f"{k} {n:,}" for k, n in idle.items())]

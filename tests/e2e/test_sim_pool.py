@@ -10,6 +10,7 @@ import pytest
 from tests.e2e.conftest import System
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
+from machinepool.api import constants as c
 from machinepool.runtime import (
     NODES,
     SECRETS,
@@ -50,6 +51,40 @@ async def test_scale_up_down_to_zero_and_back(system: System) -> None:
         )
     mp = await system.client.get(MACHINE_POOLS, "workers", system.namespace)
     assert mp["status"]["replicas"] == 2
+
+
+async def test_the_infra_pool_reports_the_end_of_a_scale_up_with_its_last_instance(
+    system: System,
+) -> None:
+    """The SimMachinePool says it is scaling up while it holds fewer instances than wanted,
+    and the write that lists the last one already says it is not (issue 18: it said
+    "creating 10 instance(s)" beside ten listed instances, and took one more status write
+    per pool and scale-up, a tenth of a write per Node at 1,000 pools of 10, to say it was
+    done). Counted after the pool settles: every status it was written with that lists all
+    the wanted instances says ScalingUp False, and while it listed fewer it said True."""
+    sim_pools = await system.watch_sim_pools()
+    statuses: list[tuple[int, str | None]] = []
+
+    def note(obj: Obj) -> None:
+        if obj["metadata"]["name"] != "ending":
+            return
+        status = obj.get("status") or {}
+        scaling = {
+            cond.get("type"): cond.get("status") for cond in status.get("conditions") or []
+        }.get(c.SCALING_UP_CONDITION)
+        entry = (len(status.get("instances") or []), scaling)
+        if not statuses or statuses[-1] != entry:
+            statuses.append(entry)
+
+    sim_pools.add_handler(FuncHandler(add=note, update=lambda _old, new: note(new)))
+    await system.create_pool("ending", 3)
+    await system.until(lambda: system.pool_running("ending", 3), "3 Ready nodes")
+    await system.scale("ending", 5)
+    await system.until(lambda: system.pool_running("ending", 5), "5 Ready nodes")
+    listed = [(n, s) for n, s in statuses if s is not None]
+    assert {(3, "False"), (5, "False")} <= set(listed), statuses
+    assert not {(3, "True"), (5, "True")} & set(listed), statuses
+    assert all(s == "True" for n, s in listed if n in (0, 4)), statuses
 
 
 async def test_a_joining_node_costs_its_machine_and_node_few_writes(system: System) -> None:

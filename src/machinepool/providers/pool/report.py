@@ -71,7 +71,11 @@ def _conditions(scope: PoolScope, ready: bool) -> None:
         )
     counts = _counts(scope)
     step = scope.plan
-    creating = bool(step and step.create)
+    # Scaling up while the pool holds fewer instances than it wants, counted after this
+    # step's creates: the step that creates the last one reports the end of the scale-up in
+    # the same write, rather than one more write per pool on the next reconcile.
+    staying = counts["live"] - counts["deleting"]
+    creating = step is not None and staying < scope.replicas
     deleting = bool(step and step.delete) or counts["deleting"] > 0
     rolling = counts["outdated"] > 0
     set_condition(
@@ -79,7 +83,7 @@ def _conditions(scope: PoolScope, ready: bool) -> None:
         c.SCALING_UP_CONDITION,
         creating,
         c.SCALING_UP_REASON if creating else c.NOT_SCALING_UP_REASON,
-        f"creating {len(step.create)} instance(s)" if step and creating else "",
+        f"scaling up from {staying} to {scope.replicas} instance(s)" if creating else "",
     )
     set_condition(
         conditions,
@@ -101,10 +105,11 @@ def _conditions(scope: PoolScope, ready: bool) -> None:
 
 
 def _counts(scope: PoolScope) -> dict[str, Any]:
-    outdated = deleting = 0
+    outdated = deleting = live = 0
     for instance in scope.instances:
         if instance.state is InstanceState.TERMINATED:
             continue
+        live += 1
         if scope.template_hash and instance.template_hash != scope.template_hash:
             outdated += 1
         machine, infra_machine = (
@@ -115,7 +120,7 @@ def _counts(scope: PoolScope) -> dict[str, Any]:
             infra_machine is not None and infra_machine.deleting
         ):
             deleting += 1
-    return {"outdated": outdated, "deleting": deleting}
+    return {"outdated": outdated, "deleting": deleting, "live": live}
 
 
 _CHANGES = (c.SCALING_UP_CONDITION, c.SCALING_DOWN_CONDITION, c.ROLLING_OUT_CONDITION)
