@@ -817,6 +817,8 @@ def _writes_table(result: dict[str, Any]) -> str:
     for step in result["steps"]:
         counts.update(step.get("writes_by_resource", {}))
         nodes += step.get("nodes_changed") or 0
+    if any(step.get("writes_per_node") is None for step in result["steps"]):
+        nodes = 0  # a step cut off by the timeout has no cost per Node (see scale_step)
     lines = ["| user verb resource | writes | per Node |", "|---|---:|---:|"]
     lines += [
         f"| {k} | {n:,} | {n / nodes:.2f} |" if nodes else f"| {k} | {n:,} | - |"
