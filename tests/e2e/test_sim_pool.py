@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 from tests.e2e.conftest import System
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
 from machinepool.api import constants as c
+from machinepool.api.meta import parse_time
+from machinepool.controllers.machinepool import status as core_status
 from machinepool.runtime import (
     NODES,
     SECRETS,
@@ -254,6 +257,49 @@ async def test_a_big_pools_progress_is_written_spaced_out_and_its_end_at_once(
     assert len(states) <= 4, f"SimMachinePool written {len(states)} times: {states}"
 
 
+async def test_a_small_pools_progress_is_written_a_second_apart_and_its_end_at_once(
+    system: System,
+) -> None:
+    """A small MachinePool reports the progress of a change at most once a second, and its
+    end at once (issue 18: a pool of 10 wrote its status three or four times within 0.6 s as
+    its Machines turned Ready, each write a tenth of a write per Node at 1,000 such pools).
+    Its six instances boot together, so its Machines join and turn Ready within a fraction
+    of a second of each other (15 to 17 versions of the pool, progress 0.01 to 0.4 s apart,
+    before): every pair of successive versions that the controller's own rule calls progress
+    is now a second apart, less the watch's jitter, and the end is not held back."""
+    written: list[tuple[float, Obj]] = []
+    loop = asyncio.get_running_loop()
+
+    def update(_old: Obj, new: Obj) -> None:
+        if new["metadata"]["name"] == "small":
+            written.append((loop.time(), new))
+
+    system.watched["machinepools"].add_handler(FuncHandler(update=update))
+    await system.create_pool("small", 6, sim={"bootDelaySeconds": 1, "bootDelaySpreadSeconds": 0})
+    await system.until(lambda: system.pool_running("small", 6), "6 Ready nodes")
+    gaps = [
+        round(later - earlier, 2)
+        for (earlier, before), (later, after) in pairwise(written)
+        # From the moment the pool counts all its Machines: what follows is them joining
+        # and turning Ready, the progress this is about.
+        if (before.get("status") or {}).get("replicas") == 6
+        and core_status.progress_only(_as_written(before), _as_written(after))
+    ]
+    assert all(gap > 0.7 for gap in gaps), f"progress written closer than a second: {gaps}"
+    ready_at = max(
+        parse_time(cond["lastTransitionTime"]).timestamp()
+        for m in system.machines("small")
+        for cond in m["status"]["conditions"]
+        if cond["type"] == c.READY_CONDITION
+    )
+    running = next(
+        parse_time(cond["lastTransitionTime"]).timestamp()
+        for cond in (system.machine_pool("small") or {})["status"]["conditions"]
+        if cond["type"] == c.AVAILABLE_CONDITION
+    )
+    assert running - ready_at < 2.0, "the end waited for the pool's turn"
+
+
 TOUCH = "test.machinepool.dev/touch"
 
 
@@ -373,6 +419,14 @@ async def test_a_new_bootstrap_token_reaches_new_instances_and_replaces_none(
     assert old <= records.keys()
     (new,) = records.keys() - old
     assert records[new].bootstrap_version not in old_versions
+
+
+def _as_written(obj: Obj) -> Obj:
+    """``obj`` as the controller compares it: without what the apiserver sets on a write."""
+    meta = {
+        k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields")
+    }
+    return {**obj, "metadata": meta}
 
 
 def _node_marks(node: Obj) -> tuple[object, ...]:

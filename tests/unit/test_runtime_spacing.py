@@ -22,10 +22,12 @@ class Clock:
         return self.now
 
 
-def test_a_big_objects_progress_waits_its_size_and_a_small_one_never_waits() -> None:
+def test_a_big_objects_progress_waits_its_size_and_a_small_one_a_second() -> None:
     clock = Clock()
     spacing = ProgressSpacing(clock)
-    assert spacing.interval(99) == 0.0
+    assert spacing.interval(0) == 0.0, "an object listing nothing has no progress to space"
+    assert spacing.interval(10) == 1.0
+    assert spacing.interval(99) == 1.0
     assert spacing.interval(100) == 3.0
     assert spacing.interval(500) == 15.0
     assert spacing.interval(10_000) == 30.0  # the longest
@@ -33,7 +35,7 @@ def test_a_big_objects_progress_waits_its_size_and_a_small_one_never_waits() -> 
     spacing.wrote(KEY)
     clock.now += 5
     assert spacing.wait(KEY, 500) == 10.0
-    assert spacing.wait(KEY, 50) == 0.0
+    assert spacing.wait(KEY, 50) == 0.0, "a small object's second is over"
     clock.now += 10
     assert spacing.wait(KEY, 500) == 0.0
     spacing.wrote(KEY)

@@ -1,4 +1,4 @@
-"""Space out the progress writes of big objects.
+"""Space out the progress writes of pools, big ones the most.
 
 A MachinePool or an infra pool of a thousand instances carries a thousand provider IDs (and
 node references, or instance entries), and the kube-apiserver decodes, converts, validates,
@@ -9,8 +9,11 @@ seconds, a counter or a list one entry further along each time, and those writes
 half of the management apiserver's CPU.
 
 So a controller writes the progress of a change under way on a big object at most once per
-``interval`` (30 ms an entry, at most 30 s: 15 s at 500 entries; never under 100 entries),
-which keeps each such object's progress reports near half a percent of an apiserver core.
+``interval`` (30 ms an entry, at most 30 s: 15 s at 500 entries), which keeps each such
+object's progress reports near half a percent of an apiserver core. A small object (under 100
+entries) waits a second: its few members change within a second of each other (a pool of 10
+Machines turning Ready wrote its status three or four times in 0.6 s, at 1,000 such pools
+each of those writes a tenth of a write per Node).
 What the controller calls news is written at once: the start and the end of a change, a new
 generation observed, an error, metadata. The caller says which a write is; this module keeps
 the clock. Nothing is lost by waiting: a reconcile recomputes the whole status from the caches,
@@ -34,7 +37,10 @@ class ProgressSpacing:
     per_entry: float = 0.03
     """Seconds between progress writes, per entry the object lists."""
     smallest: int = 100
-    """Objects listing fewer entries are written whenever they change."""
+    """Objects listing fewer entries wait ``shortest``, whatever their size."""
+    shortest: float = 1.0
+    """Seconds between progress writes of an object listing fewer than ``smallest`` entries
+    (one listing none: at once)."""
     longest: float = 30.0
     """The longest wait, whatever the size."""
 
@@ -44,8 +50,10 @@ class ProgressSpacing:
 
     def interval(self, entries: int) -> float:
         """Seconds between progress writes of an object that lists ``entries``."""
-        if entries < self.smallest:
+        if entries <= 0:
             return 0.0
+        if entries < self.smallest:
+            return self.shortest
         return min(self.longest, entries * self.per_entry)
 
     def wait(self, key: ObjectKey, entries: int) -> float:
@@ -65,8 +73,9 @@ class ProgressSpacing:
         progress_only: Callable[[Obj, Obj], bool],
     ) -> float:
         """Seconds to hold back writing ``after`` over the snapshot ``before`` of an object
-        listing ``entries``; 0 to write now: a small object, its turn, nothing to write, or
-        news (not ``progress_only``, the kind's own rule built on ``reports_progress``)."""
+        listing ``entries``; 0 to write now: an object listing nothing, its turn, nothing to
+        write, or news (not ``progress_only``, the kind's own rule built on
+        ``reports_progress``)."""
         wait = self.wait(key, entries)
         if not wait or before == after or not progress_only(before, after):
             return 0.0

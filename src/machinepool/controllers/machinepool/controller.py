@@ -101,7 +101,7 @@ class MachinePoolReconciler:
         """Pool -> the Machines it created that the Machine cache may not show yet, by name,
         with when and as the server answered (``machines.reconcile_machines``)."""
         self.spacing = ProgressSpacing()
-        """When each big pool was last written: its progress reports are spaced out."""
+        """When each pool was last written: its progress reports are spaced out."""
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""

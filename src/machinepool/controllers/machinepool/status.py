@@ -156,7 +156,7 @@ def settled(obj: Obj) -> bool:
 
 def progress_only(before: Obj, after: Obj) -> bool:
     """Whether writing ``after`` over the snapshot ``before`` only reports how far a change
-    under way has come (``runtime.reports_progress``): a big pool's such writes are spaced
+    under way has come (``runtime.reports_progress``): a pool's such writes are spaced
     out (``controller``). Its providerIDList may differ; a reference turning provisioned or a
     failure being set is news."""
     if not reports_progress(

@@ -93,7 +93,7 @@ class PoolEngine:
         a scale-down reads readiness afresh when the MachinePool's spec wakes the pool. A
         Node that is not Ready wakes its pool always: its instance may have failed."""
         self.spacing = ProgressSpacing()
-        """When each big pool was last written: its progress reports are spaced out."""
+        """When each pool was last written: its progress reports are spaced out."""
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         env = self.env
