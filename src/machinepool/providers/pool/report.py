@@ -140,8 +140,8 @@ def settled(pool: Obj) -> bool:
 
 def progress_only(before: Obj, after: Obj) -> bool:
     """Whether writing ``after`` over the snapshot ``before`` only reports how far a change
-    under way has come (``runtime.reports_progress``), to be spaced out (the
-    engine): its providerIDList, instances and counts. Ready or Paused turning, and a new
+    under way has come (``runtime.reports_progress``), for the engine to space out: its
+    providerIDList, instances and counts. Ready or Paused turning, and a new
     capacity (what an autoscaler scales up from zero by), are news."""
     return (
         reports_progress(
