@@ -365,8 +365,7 @@ async def reconcile_normal(scope: Scope) -> Result:
             machine.spec.version = str(version)
         patch = node_patch(machine, node)
         if patch is not None:
-            wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-            await _patch_node(wclient, machine, name, patch)
+            await _patch_node(scope, node, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
     status.set_machine_conditions(machine, scope.infra_machine, node)
     wait = status.set_node_conditions(machine, node, now())
@@ -376,13 +375,17 @@ async def reconcile_normal(scope: Scope) -> Result:
     return Result(requeue_after=wait) if wait else Result()
 
 
-async def _patch_node(wclient: Client, machine: MachineView, name: str, patch: Obj) -> None:
-    """Patch the Node; when its taints changed since our copy (the lock of a patch that drops
-    the uninitialized taint), re-read it once and send what is still due."""
+async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
+    """Patch the Node (once for this view of it: ``ClusterCache.patch_once``); when its taints
+    changed since our copy (the lock of a patch that drops the uninitialized taint), re-read
+    it once and send what is still due."""
+    cache = scope.reconciler.cluster_cache
     try:
-        await wclient.patch(NODES, name, patch)
+        await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
-        again = node_patch(machine, await wclient.get(NODES, name))
+        wclient = await cache.get_client(scope.cluster_key)
+        name = str(dig(node, "metadata", "name"))
+        again = node_patch(scope.machine, await wclient.get(NODES, name))
         if again is not None:
             await wclient.patch(NODES, name, again)
 
@@ -517,7 +520,7 @@ async def reconcile_delete(scope: Scope) -> Result:
     if scope.infra_machine_not_found:
         status.set_v1beta1_infrastructure_deleted(machine)
     if node_allowed:
-        await _delete_node(scope, wclient)
+        await _delete_node(scope)
     _drop_finalizer(machine)
     _deleting(scope, c.DELETION_COMPLETED_REASON, "")
     return Result()
@@ -635,7 +638,7 @@ async def _delete_infra_machine(scope: Scope) -> None:
     )
 
 
-async def _delete_node(scope: Scope, wclient: Client) -> None:
+async def _delete_node(scope: Scope) -> None:
     """Delete the Node, unless ``nodeDeletionTimeoutSeconds`` since the deletion passed."""
     machine, node = scope.machine, scope.node
     passed, _ = _timed_out(
@@ -645,8 +648,8 @@ async def _delete_node(scope: Scope, wclient: Client) -> None:
         return
     name = str(dig(node, "metadata", "name"))
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
-    log.info("deleting the Node of a deleted Machine", node=name, machine=str(scope.key))
-    await wclient.delete(NODES, name, uid=dig(node, "metadata", "uid"))
+    if await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node):
+        log.info("deleted the Node of a deleted Machine", node=name, machine=str(scope.key))
 
 
 def _drop_finalizer(machine: MachineView) -> None:

@@ -31,7 +31,6 @@ from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.runtime import (
     NODES,
-    Client,
     Conflict,
     ExpectedError,
     NotFound,
@@ -222,7 +221,6 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
     if not refs:
         return
     r = scope.reconciler
-    client = await r.cluster_cache.get_client(scope.cluster_key)
     nodes = await r.cluster_cache.get_informer(scope.cluster_key, NODES)
     for ref in refs:
         node = nodes.get(str(ref["name"]))
@@ -231,12 +229,12 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
         pid = dig(node, "spec", "providerID")
         if not pid or pid in provider_ids:
             continue
-        log.info(
-            "deleting a Node the pool no longer lists",
-            node=str(ref["name"]),
-            machinepool=str(scope.key),
-        )
-        await client.delete(NODES, str(ref["name"]), uid=dig(node, "metadata", "uid"))
+        if await r.cluster_cache.delete_once(scope.cluster_key, NODES, node):
+            log.info(
+                "deleted a Node the pool no longer lists",
+                node=str(ref["name"]),
+                machinepool=str(scope.key),
+            )
 
 
 def _left_to_machines(scope: Scope) -> set[str]:
@@ -260,22 +258,22 @@ def _left_to_machines(scope: Scope) -> set[str]:
 
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     r = scope.reconciler
-    client = await r.cluster_cache.get_client(scope.cluster_key)
     left = _left_to_machines(scope)
-    due: list[tuple[str, Obj]] = []
+    due: list[tuple[Obj, Obj]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
         if node is None or str(dig(node, "spec", "providerID")) in left:
             continue
         patch = desired_node_patch(node, scope.mp)
         if patch is not None:
-            due.append((str(ref["name"]), patch))
+            due.append((node, patch))
     outcomes = await asyncio.gather(
-        *(_patch_node(client, name, patch, scope.mp) for name, patch in due),
+        *(_patch_node(scope, node, patch) for node, patch in due),
         return_exceptions=True,
     )
     failed: BaseException | None = None
-    for (name, _), outcome in zip(due, outcomes, strict=True):
+    for (node, _), outcome in zip(due, outcomes, strict=True):
+        name = dig(node, "metadata", "name")
         if isinstance(outcome, BaseException) and not isinstance(outcome, NotFound):
             await r.recorder.event(
                 scope.mp.raw,
@@ -288,12 +286,15 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
         raise failed
 
 
-async def _patch_node(client: Client, name: str, patch: Obj, mp: MachinePoolView) -> None:
-    """Patch a Node; on a stale resourceVersion re-read it once and patch what is still due."""
+async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
+    """Patch a Node (once for this view of it: ``ClusterCache.patch_once``); on a stale
+    resourceVersion re-read it once and patch what is still due."""
+    cache = scope.reconciler.cluster_cache
     try:
-        await client.patch(NODES, name, patch)
+        await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
-        fresh = await client.get(NODES, name)
-        again = desired_node_patch(fresh, mp)
+        client = await cache.get_client(scope.cluster_key)
+        name = str(dig(node, "metadata", "name"))
+        again = desired_node_patch(await client.get(NODES, name), scope.mp)
         if again is not None:
             await client.patch(NODES, name, again)

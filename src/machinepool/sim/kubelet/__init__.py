@@ -40,6 +40,11 @@ class KubeletOptions:
     node_monitor_grace_seconds: float = 50.0
     """How long a stopped kubelet's Node keeps its last status before it turns Unknown
     (kube-controller-manager's ``--node-monitor-grace-period``)."""
+    node_deletion_grace_seconds: float = 5.0
+    """How long the Node of a terminated (or vanished) instance stays before the simulator
+    deletes it, as a cloud node lifecycle controller would. Cluster API deletes a Machine's
+    Node right after its infra machine, within this grace when it keeps up, so one DELETE is
+    sent, not two; the simulator deletes what nobody else did."""
     kubelet_lease_renew_seconds: float = 10.0
     """Period of each simulated kubelet's Node Lease renewal in ``kube-node-lease``
     (kubelet's default: a quarter of the duration); 0: no Leases. Each renewal is one write
@@ -78,6 +83,7 @@ async def wire(
         cluster_cache,
         heartbeat_seconds=options.kubelet_heartbeat_seconds,
         node_monitor_grace_seconds=options.node_monitor_grace_seconds,
+        node_deletion_grace_seconds=options.node_deletion_grace_seconds,
         lease_renew_seconds=options.kubelet_lease_renew_seconds,
         lease_duration_seconds=options.kubelet_lease_duration_seconds,
         tls_bootstrap=options.kubelet_tls_bootstrap,

@@ -9,10 +9,15 @@ kubelet, it also keeps the Node's Lease in ``kube-node-lease`` (created when mis
 the Node) renewed every ``lease_renew_seconds``.
 
 A failed instance's Node turns NotReady; a terminated (or vanished) instance's Node is
-deleted, as a cloud node lifecycle controller would, except when ``clusterctl move`` took the
-record away (it marks what it deletes): the instance runs on, tracked by the target management
-cluster. An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither joins,
-heartbeats nor renews its Lease; once the later of its last heartbeat and its Lease's renewal
+deleted ``node_deletion_grace_seconds`` after the simulator saw the instance end, as a cloud
+node lifecycle controller would, except when ``clusterctl move`` took the record away (it
+marks what it deletes): the instance runs on, tracked by the target management cluster. The
+grace leaves a Machine's Node to Cluster API, which deletes it right after the infra machine
+(and with it the instance) is gone; the simulator deleting it at once as well made two
+DELETEs of one Node, one answered 404, for about half the Nodes a rollout replaced.
+
+An instance whose kubelet was stopped (``SimCloud.stop_kubelet``) neither joins, heartbeats
+nor renews its Lease; once the later of its last heartbeat and its Lease's renewal
 is older than the node monitor grace period, its Node's conditions turn Unknown, as
 kube-controller-manager's node lifecycle controller would write them (the local workload
 clusters run that controller only when started with ``controlplane.PodLifecycle``; with it, a
@@ -118,6 +123,7 @@ class KubeletSimulator:
         heartbeat_seconds: float = 30.0,
         retry_seconds: float = 5.0,
         node_monitor_grace_seconds: float = 50.0,
+        node_deletion_grace_seconds: float = 5.0,
         lease_renew_seconds: float = 10.0,
         lease_duration_seconds: int = 40,
         tls_bootstrap: bool = False,
@@ -130,6 +136,7 @@ class KubeletSimulator:
         self.heartbeat = heartbeat_seconds
         self.retry = retry_seconds
         self.grace = node_monitor_grace_seconds
+        self.node_deletion_grace = node_deletion_grace_seconds
         self.lease_renew = lease_renew_seconds
         self.lease_duration = lease_duration_seconds
         self.tls_bootstrap = tls_bootstrap
@@ -142,11 +149,19 @@ class KubeletSimulator:
         the first look renews, as a restarted kubelet does)."""
         self.controller: Controller | None = None
         self._gone: dict[ObjectKey, InstanceRecord] = {}
+        self._ended: dict[ObjectKey, datetime] = {}
+        """When this process first saw each instance terminated or its record gone."""
         self._unjoined: set[ObjectKey] = set()
         self._replaying = False
         self._node_keys: dict[str, ObjectKey] = {}
         """Instance record by the name of its Node, for pod events (pods name their Node)."""
         self._pod_watches: set[ObjectKey] = set()
+
+    @property
+    def pending_node_deletions(self) -> int:
+        """Nodes of ended instances this simulator will delete once their grace has passed
+        (unless someone else deletes them first)."""
+        return len(self._ended)
 
     def follow_records(self) -> None:
         """Subscribe to the records informer: births (``remember_new``) and deaths
@@ -180,17 +195,18 @@ class KubeletSimulator:
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         secret = self.records.get_key(key)
+        now = datetime.now(UTC)
         if secret is None:
             self._renewed.pop(key, None)
             await self._forget_identity(key)
-            gone = self._gone.pop(key, None)
-            if gone is not None:
-                await self._delete_node(gone)
-            return None
+            gone = self._gone.get(key)
+            if gone is None:
+                self._ended.pop(key, None)
+                return None
+            return await self._delete_node_after_grace(gone, now)
         record = InstanceRecord.from_secret(secret)
         if not record.cluster:
             return None
-        now = datetime.now(UTC)
         state = record.state_at(now)
         if state == "pending":
             return Result(requeue_after=max(0.2, (record.boot_at - now).total_seconds() + 0.05))
@@ -208,8 +224,7 @@ class KubeletSimulator:
         if state == "terminated":
             self._renewed.pop(ObjectKey(record.namespace, record.id), None)
             await self._forget_identity(ObjectKey(record.namespace, record.id))
-            await self._delete_node(record)
-            return None
+            return await self._delete_node_after_grace(record, now)
         if state == "failed":  # a broken machine: its kubelet renews nothing any more
             if node is not None and _ready(node):
                 await self._post_status(
@@ -422,26 +437,39 @@ class KubeletSimulator:
         with contextlib.suppress(NotFound):
             await client.patch(NODES, name, status, subresource="status")
 
+    async def _delete_node_after_grace(
+        self, record: InstanceRecord, now: datetime
+    ) -> Result | None:
+        """Delete the Node of an ended instance once ``node_deletion_grace`` has passed since
+        this process saw it end (a restarted simulator counts from its restart)."""
+        key = ObjectKey(record.namespace, record.id)
+        ended = self._ended.setdefault(key, now)
+        left = self.node_deletion_grace - (now - ended).total_seconds()
+        if left > 0:
+            return Result(requeue_after=left + 0.05)
+        self._gone.pop(key, None)
+        self._ended.pop(key, None)
+        await self._delete_node(record)
+        return None
+
     async def _delete_node(self, record: InstanceRecord) -> None:
         cluster = ObjectKey(record.namespace, record.cluster)
         try:
-            client = await self.cluster_cache.get_client(cluster)
             nodes = await self.cluster_cache.get_informer(cluster, NODES)
+            node = node_of(nodes, record)
+            if node is None:
+                return
+            name = _name(node)
+            self._node_keys.pop(name, None)
+            if await self.cluster_cache.delete_once(cluster, NODES, node):
+                log.info(
+                    "deleted the Node of a terminated instance",
+                    node=name,
+                    instance=record.id,
+                    cluster=str(cluster),
+                )
         except ClusterNotConnected:
             return  # the cluster is gone, and its Nodes with it
-        node = node_of(nodes, record)
-        if node is None:
-            return
-        name = _name(node)
-        self._node_keys.pop(name, None)
-        log.info(
-            "deleting the Node of a terminated instance",
-            node=name,
-            instance=record.id,
-            cluster=str(cluster),
-        )
-        with contextlib.suppress(NotFound):
-            await client.delete(NODES, name, uid=node["metadata"].get("uid"))
 
     # -- pods -----------------------------------------------------------------------------
 
