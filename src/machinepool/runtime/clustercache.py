@@ -203,8 +203,8 @@ class ClusterCache:
         object, and more than one acts on it: a workload Node is deleted by the Machine
         controller after its infra machine, by the MachinePool when its providerID leaves the
         list, and by the node simulator when its instance ends. Each used to send its own
-        DELETE, all but the first answered 404: in the convergence benchmark's 10 x 3
-        rollout, 97 DELETEs for 60 Nodes, up to six for one in 150 ms.
+        DELETE, all but the first answered 404, up to six for one Node within a fraction of
+        a second (bench/RESULTS.md, the convergence goals).
         """
         name, namespace = _name_of(obj)
         uid = _meta(obj, "uid")
@@ -224,7 +224,7 @@ class ClusterCache:
 
         Two reconciles of one Machine before the watch brings its Node's patch back both
         made the same patch from the same resourceVersion: the second, locked on that
-        version, was answered 409 (in the 10 x 3 rollout, 23 of 60 new Nodes).
+        version, was answered 409, for about a third of the Nodes a rollout made.
         """
         name, namespace = _name_of(obj)
         request = json.dumps(patch, sort_keys=True)

@@ -157,12 +157,6 @@ class KubeletSimulator:
         """Instance record by the name of its Node, for pod events (pods name their Node)."""
         self._pod_watches: set[ObjectKey] = set()
 
-    @property
-    def pending_node_deletions(self) -> int:
-        """Nodes of ended instances this simulator will delete once their grace has passed
-        (unless someone else deletes them first)."""
-        return len(self._ended)
-
     def follow_records(self) -> None:
         """Subscribe to the records informer: births (``remember_new``) and deaths
         (``remember_deleted``)."""
