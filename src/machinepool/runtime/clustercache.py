@@ -88,6 +88,10 @@ class _Sent:
         )
 
 
+_SENT_LIMIT = 64
+"""The smallest size at which a connection's memo of sent requests is swept."""
+
+
 @dataclass
 class _Connection:
     client: Client
@@ -102,6 +106,8 @@ class _Connection:
     sent: dict[tuple[Resource, str, str], _Sent] = field(default_factory=dict)
     """(resource, namespace, name) -> the last request ``_once`` sent for it, while the
     informer still held the object as it was."""
+    sent_limit: int = _SENT_LIMIT
+    """Size of ``sent`` at which it is next swept of what the informers saw change."""
 
 
 def kubeconfig_secret_name(cluster_name: str) -> str:
@@ -250,13 +256,21 @@ class ClusterCache:
         name, namespace = _name_of(obj)
         informer = await self.get_informer(cluster, resource)
         conn = self._connections[cluster]
-        for key, sent in list(conn.sent.items()):  # forget what the informer saw change
-            if key[0] == resource and not sent.still(informer.get(key[2], key[1])):
-                del conn.sent[key]
+        if len(conn.sent) >= conn.sent_limit:  # forget what the informers saw change
+            for old, sent in list(conn.sent.items()):
+                watched = conn.cache.peek(old[0], None)
+                if watched is None or not sent.still(watched.get(old[2], old[1])):
+                    del conn.sent[old]
+            # Doubled each time, so a pass over the memo is paid for by the requests that
+            # filled it, not repeated by each of them.
+            conn.sent_limit = max(_SENT_LIMIT, 2 * len(conn.sent))
         key = (resource, namespace, name)
-        if mark.uid and (
-            _meta(informer.get(name, namespace), "uid") != mark.uid or conn.sent.get(key) == mark
-        ):
+        held = informer.get(name, namespace)
+        last = conn.sent.get(key)
+        if last is not None and not last.still(held):
+            del conn.sent[key]
+            last = None
+        if mark.uid and (_meta(held, "uid") != mark.uid or last == mark):
             return False
         if mark.uid:  # before the request: a reconcile running meanwhile must not send it too
             conn.sent[key] = mark
