@@ -9,7 +9,9 @@ core do with the Sim provider, scenario (a) of ``bench_machinepool.py --scale``)
 seven writes, each a different object's first or only one, which no controller can merge or
 skip:
 
-1. the cloud's instance record (a Secret holding the instance's facts and its bootstrap data);
+1. the cloud's instance record (its facts and its bootstrap data in its launch's Secret: the
+   first instance of a block creates it, the others each patch theirs in; the system writes
+   the instances one step starts together in one request, so its share is at most this one);
 2. the SimMachine, created with labels, owner and finalizer; 3. its status (provisioned, Ready);
 4. the Machine, created by server-side apply as our MachinePool controller creates it;
 5. the Node, registered by its kubelet with its status in the create, in the workload cluster;
@@ -20,11 +22,11 @@ With ``--replace``, every Node is then replaced as a rollout replaces it: a new 
 writes, then the eight that remove the old one, in the order our system sends them (the
 audit log of scenario (c)'s scale-down): the pool engine deletes the Machine; the Machine
 controller writes its status (Deleting), cordons the Node, deletes the SimMachine; the cloud
-drops its record, the engine the SimMachine's finalizer; the Machine controller deletes the
-Node and drops the Machine's finalizer.
+drops its record from its launch, the engine the SimMachine's finalizer; the Machine
+controller deletes the Node and drops the Machine's finalizer.
 
 Each body is built by the function the system builds it with where there is one
-(``instance_secret``, ``render_node_cloud_config``, ``desired_machine``, ``node_object``,
+(``launch_secret``, ``render_node_cloud_config``, ``desired_machine``, ``node_object``,
 ``node_status``, ``node_patch``); the SimMachine's and the Machine status's shapes are copied
 from the pool engine and the Machine controller. A Node's seven writes go in order, as they
 depend on each other; ``--concurrency`` Nodes are in flight at once, in ``--pools`` pools.
@@ -73,7 +75,13 @@ from machinepool.controllers.machinepool.machines import FIELD_MANAGER, desired_
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Client, Obj, Resource
 from machinepool.sim.kubelet.node import node_object, node_status
-from machinepool.sim.records import InstanceRecord, instance_secret
+from machinepool.sim.records import (
+    InstanceRecord,
+    launch_entries,
+    launch_name,
+    launch_secret,
+    removal_patch,
+)
 
 WATCH_TIMEOUT_SECONDS = 300.0
 """How long the watches may lag the last answered write before the run gives up."""
@@ -208,6 +216,7 @@ class Writers:
         self.core, self.infra, self.workload = core, infra, workload
         self.addresses: set[str] = set()
         self.records: dict[int, InstanceRecord] = {}
+        self.launches: dict[str, asyncio.Future[Obj]] = {}
 
 
 async def add_node(writers: Writers, pool: Obj, infra_pool: Obj, index: int, data: bytes) -> None:
@@ -215,8 +224,7 @@ async def add_node(writers: Writers, pool: Obj, infra_pool: Obj, index: int, dat
     record = record_for(infra_pool, index, writers.addresses)
     writers.records[index] = record
     owner = {**_owner(infra_pool), "controller": True, "blockOwnerDeletion": True}
-    secret = instance_secret(record, userdata=data, labels={}, owner=owner)
-    await writers.infra.create(SECRETS, secret, NAMESPACE)
+    await write_record(writers, record, data, owner)
     await writers.infra.create(SIM_MACHINES, sim_machine(record, infra_pool), NAMESPACE)
     infra_machine = await writers.infra.patch(
         SIM_MACHINES, record.id, sim_machine_status(), NAMESPACE, subresource="status"
@@ -236,6 +244,22 @@ async def add_node(writers: Writers, pool: Obj, infra_pool: Obj, index: int, dat
     )
 
 
+async def write_record(writers: Writers, record: InstanceRecord, data: bytes, owner: Obj) -> None:
+    """The instance's record, one write: its launch's Secret when it is the first of its
+    block to be written, else a patch adding it (``writers.launches`` holds the creates)."""
+    name, entries = launch_name(record), launch_entries(record, data)
+    made = writers.launches.get(name)
+    if made is None:
+        body = launch_secret(record, entries, labels={}, owner=owner)
+        made = writers.launches[name] = asyncio.ensure_future(
+            writers.infra.create(SECRETS, body, NAMESPACE)
+        )
+        await made
+        return
+    await made
+    await writers.infra.patch(SECRETS, name, {"data": entries}, NAMESPACE)
+
+
 async def remove_node(writers: Writers, index: int) -> None:
     """The eight writes that remove a Node, in order (the module docstring says whose)."""
     record = writers.records.pop(index)
@@ -246,7 +270,7 @@ async def remove_node(writers: Writers, index: int) -> None:
     )
     await writers.workload.patch(NODES, record.hostname, {"spec": {"unschedulable": True}})
     await writers.core.delete(SIM_MACHINES, name, NAMESPACE)
-    await writers.infra.delete(SECRETS, name, NAMESPACE)
+    await writers.infra.patch(SECRETS, launch_name(record), removal_patch(record), NAMESPACE)
     await writers.infra.patch(SIM_MACHINES, name, _NO_FINALIZERS, NAMESPACE)
     await writers.workload.delete(NODES, record.hostname)
     await writers.core.patch(MACHINES, name, _NO_FINALIZERS, NAMESPACE)

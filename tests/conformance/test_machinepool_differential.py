@@ -51,7 +51,6 @@ from machinepool.api.constants import (
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import NAMESPACES, NODES, SECRETS, AlreadyExists, Client
 from machinepool.sim import SimCloud
-from machinepool.sim.records import KUBELET_ANNOTATION
 from machinepool.webhooks.machinepool import default_machine_pool
 
 pytestmark = pytest.mark.timeout(1200)
@@ -191,8 +190,7 @@ LATE_BOOT = 60
 
 
 async def _kubelet(side: Side, instance: str, value: str | None) -> None:
-    patch = {"metadata": {"annotations": {KUBELET_ANNOTATION: value}}}
-    await side.client.patch(SECRETS, instance, patch, side.namespace)
+    await SimCloud(side.client).stop_kubelet(side.namespace, instance, stopped=value == "stopped")
 
 
 async def _create_without_nodes(side: Side, pool: str) -> None:

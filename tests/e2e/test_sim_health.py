@@ -27,7 +27,7 @@ from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
 from machinepool.cli import timeline
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
-from machinepool.sim import InstanceRecord
+from machinepool.sim.records import records_in
 
 UNHEALTHY_NODE = [
     {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},
@@ -183,19 +183,14 @@ async def test_node_that_never_joins_is_replaced(system: System, journal: Journa
 
     def first_instance() -> str | None:
         names = sorted(
-            s["metadata"]["name"]
-            for s in secrets.list(system.namespace)
-            if (s["metadata"].get("annotations") or {}).get(
-                "sim.infrastructure.cluster.x-k8s.io/pool-name"
-            )
-            == "late"
+            r.id for s in secrets.list(system.namespace) for r in records_in(s) if r.pool == "late"
         )
         return names[0] if names else None
 
     await system.until(lambda: first_instance() is not None, "the first instance is created")
     stuck = first_instance()
     assert stuck is not None
-    stuck_pid = InstanceRecord.from_secret(secrets.get(stuck, system.namespace) or {}).provider_id
+    stuck_pid = (await system.cloud.instance(system.namespace, stuck)).provider_id
     assert stuck_pid
     await system.cloud.stop_kubelet(system.namespace, stuck)
 

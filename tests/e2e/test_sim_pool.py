@@ -25,7 +25,7 @@ from machinepool.runtime import (
     ProgressSpacing,
     Resource,
 )
-from machinepool.sim.records import INSTANCE_LABEL, InstanceRecord
+from machinepool.sim.records import INSTANCE_LABEL, records_in
 
 
 async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> None:
@@ -359,9 +359,7 @@ async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
 
     machine = system.machines("paced")[0]
     records = await cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
-    record = next(
-        r for r in records.list(system.namespace) if InstanceRecord.from_secret(r).pool == "paced"
-    )
+    record = next(r for r in records.list(system.namespace) if records_in(r)[0].pool == "paced")
     members = (
         (
             SIM_MACHINES,

@@ -52,6 +52,7 @@ from machinepool.runtime import (
     Obj,
 )
 from machinepool.sim import InstanceRecord
+from machinepool.sim.records import records_in
 
 WAIT = 300.0
 """Safety net for any single wait, so a broken system fails instead of hanging."""
@@ -329,9 +330,9 @@ class World(Changes):
 
     def _remember(self, secret: Obj) -> None:
         if secret.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance":
-            record = InstanceRecord.from_secret(secret)
-            self.seen_records[record.id] = record
-            self.pool_by_provider_id[record.provider_id] = record.pool
+            for record in records_in(secret):
+                self.seen_records[record.id] = record
+                self.pool_by_provider_id[record.provider_id] = record.pool
 
     def _sample(self, *_: Obj) -> None:
         self.ready_samples.append((time.monotonic(), len(self.ready_nodes())))
@@ -378,9 +379,10 @@ class World(Changes):
 
     def records(self) -> list[InstanceRecord]:
         return [
-            InstanceRecord.from_secret(s)
+            record
             for s in self.objects("secrets")
             if s.get("type") == "sim.infrastructure.cluster.x-k8s.io/instance"
+            for record in records_in(s)
         ]
 
     def live(self, pool: str) -> list[InstanceRecord]:

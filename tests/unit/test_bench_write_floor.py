@@ -21,7 +21,7 @@ from bench_write_floor import (
 from mpbench.scenario import TO_VERSION, pool_objects
 
 from machinepool.sim.kubelet.joinconfig import parse_join
-from machinepool.sim.records import InstanceRecord, instance_secret
+from machinepool.sim.records import launch_entries, launch_secret, records_in
 
 KUBEADM = next(
     body for _, body in pool_objects("pool-0000", 1, TO_VERSION) if body["kind"] == "KubeadmConfig"
@@ -37,8 +37,9 @@ def test_records_get_distinct_addresses_and_round_trip_through_their_secret() ->
     taken: set[str] = set()
     records = [record_for(POOL, i, taken) for i in range(500)]
     assert len({r.private_ip for r in records}) == 500 == len(taken)
-    secret = instance_secret(records[7], userdata=user_data(KUBEADM), labels={}, owner={})
-    back = InstanceRecord.from_secret({**secret, "metadata": {**secret["metadata"], "uid": ""}})
+    entries = launch_entries(records[7], user_data(KUBEADM))
+    secret = launch_secret(records[7], entries, labels={}, owner={})
+    (back,) = records_in(secret)
     assert back.provider_id == records[7].provider_id
     assert back.hostname == records[7].hostname
 

@@ -4,7 +4,9 @@ and ``SimCloud`` read back, and the cloud's state names are the pool engine's.""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import machinepool.providers.sim as sim_provider
 import machinepool.sim as sim
@@ -38,13 +40,21 @@ def record() -> r.InstanceRecord:
     )
 
 
+def launch(*records: r.InstanceRecord, userdata: bytes = b"") -> dict[str, Any]:
+    entries: dict[str, str] = {}
+    for one in records:
+        entries |= r.launch_entries(one, userdata)
+    secret = r.launch_secret(records[0], entries, labels={}, owner=OWNER)
+    secret["metadata"]["uid"] = "u-launch"
+    return secret
+
+
 def test_a_written_record_reads_back_whole() -> None:
-    secret = r.instance_secret(
-        record(), userdata=b"#cloud-config", labels={"extra": "yes"}, owner=OWNER
-    )
+    entries = r.launch_entries(record(), b"#cloud-config")
+    secret = r.launch_secret(record(), entries, labels={"extra": "yes"}, owner=OWNER)
     assert secret["type"] == r.INSTANCE_SECRET_TYPE
     meta = secret["metadata"]
-    assert (meta["name"], meta["namespace"]) == ("pool-abcde-3", "ns")
+    assert (meta["name"], meta["namespace"]) == ("pool-abcde-launch-0", "ns")
     assert meta["labels"] == {
         r.INSTANCE_LABEL: "true",
         r.POOL_LABEL: c.pool_name_label_value("pool"),
@@ -52,38 +62,88 @@ def test_a_written_record_reads_back_whole() -> None:
         "extra": "yes",
     }
     assert meta["ownerReferences"] == [OWNER]
-    assert meta["annotations"][r.ADDRESS_ANNOTATION] == "10.0.1.23"
-    assert r.InstanceRecord.from_secret(secret) == record()
-    assert r.user_data(secret) == b"#cloud-config"
+    (read,) = r.records_in(secret)
+    assert read.launch == "pool-abcde-launch-0"
+    assert dataclasses.replace(read, launch="", userdata="") == record()
+    assert r.user_data(secret, read) == b"#cloud-config"
 
 
-def test_forced_state_and_kubelet_fault_come_from_annotations() -> None:
-    secret = r.instance_secret(record(), userdata=b"", labels={}, owner=OWNER)
-    secret["metadata"]["annotations"] |= {
-        r.STATE_ANNOTATION: r.TERMINATED,
-        r.KUBELET_ANNOTATION: "stopped",
+def test_a_launch_holds_its_blocks_instances_and_one_copy_of_shared_userdata() -> None:
+    """Instances of one block of ordinals share a launch; those that booted with the same
+    data share its copy; the next block is another launch."""
+    a, b = record(), dataclasses.replace(record(), id="pool-abcde-4", index=4)
+    later = dataclasses.replace(record(), id="pool-abcde-9", index=9)
+    secret = launch(a, b, userdata=b"#one")
+    secret["data"] |= r.launch_entries(later, b"#two")
+    read = r.records_in(secret)
+    assert [x.id for x in read] == ["pool-abcde-3", "pool-abcde-4", "pool-abcde-9"]
+    assert sorted(r.instance_ids(secret)) == ["pool-abcde-3", "pool-abcde-4", "pool-abcde-9"]
+    assert len([k for k in secret["data"] if k.startswith("userdata.")]) == 2
+    assert [r.user_data(secret, x) for x in read] == [b"#one", b"#one", b"#two"]
+    size = r.LAUNCH_SIZE
+    next_block = dataclasses.replace(record(), id=f"pool-abcde-{size}", index=size)
+    assert r.launch_name(next_block) == "pool-abcde-launch-1"
+    assert r.launch_name(dataclasses.replace(next_block, index=size - 1)) != "pool-abcde-launch-0"
+
+
+def test_patches_touch_only_their_instance() -> None:
+    a, b = record(), dataclasses.replace(record(), id="pool-abcde-4", index=4)
+    secret = launch(a, b)
+    (read_a, read_b) = r.records_in(secret)
+    for patch in (
+        r.state_patch(read_a, r.TERMINATED, "OutOfBand"),
+        r.kubelet_patch(read_b, stopped=True),
+    ):
+        secret["data"] |= patch["data"]
+    read_a, read_b = r.records_in(secret)
+    assert (read_a.state_at(NOW), read_a.kubelet_stopped) == (r.TERMINATED, False)
+    assert (read_b.state_at(NOW + timedelta(seconds=10)), read_b.kubelet_stopped) == (
+        r.RUNNING,
+        True,
+    )
+    before = r.instance_entries(secret, "pool-abcde-4")
+    secret["data"] = {
+        k: v for k, v in (secret["data"] | r.removal_patch(read_a)["data"]).items() if v
     }
-    read = r.InstanceRecord.from_secret(secret)
-    assert read.state_at(NOW) == r.TERMINATED
-    assert read.kubelet_stopped
+    assert r.instance_ids(secret) == ["pool-abcde-4"]
+    assert r.instance_entries(secret, "pool-abcde-4") == before
+
+
+def test_a_record_of_the_one_instance_format_reads_back_and_is_patched_in_it() -> None:
+    """Secrets written by earlier versions, one per instance, read back as launches of one."""
+    info = r._b64(json.dumps(record().info()).encode())
+    legacy = {
+        "metadata": {
+            "name": "pool-abcde-3",
+            "namespace": "ns",
+            "uid": "u-old",
+            "annotations": {r.POOL_ANNOTATION: "pool", r.KUBELET_ANNOTATION: "stopped"},
+        },
+        "data": {"instance.json": info, "userdata": r._b64(b"#old")},
+    }
+    (read,) = r.records_in(legacy)
+    assert (read.id, read.launch, read.legacy, read.kubelet_stopped) == (
+        "pool-abcde-3",
+        "pool-abcde-3",
+        True,
+        True,
+    )
+    assert r.user_data(legacy, read) == b"#old"
+    assert r.state_patch(read, r.FAILED, "Injected") == {
+        "metadata": {
+            "annotations": {r.STATE_ANNOTATION: r.FAILED, r.STATE_REASON_ANNOTATION: "Injected"}
+        }
+    }
 
 
 def test_an_instance_that_fails_after_boot_runs_until_its_time() -> None:
     breaks = NOW + timedelta(seconds=60)
-    secret = r.instance_secret(
-        dataclasses.replace(record(), fail_at=breaks), userdata=b"", labels={}, owner=OWNER
-    )
-    read = r.InstanceRecord.from_secret(secret)
+    (read,) = r.records_in(launch(dataclasses.replace(record(), fail_at=breaks)))
     assert read.fail_at == breaks
     assert read.state_at(NOW) == r.PENDING
     assert read.state_at(NOW + timedelta(seconds=30)) == r.RUNNING
     assert read.state_at(breaks) == r.FAILED
-    assert (
-        r.InstanceRecord.from_secret(
-            r.instance_secret(record(), userdata=b"", labels={}, owner=OWNER)
-        ).state_at(breaks + timedelta(days=1))
-        == r.RUNNING
-    )
+    assert r.records_in(launch(record()))[0].state_at(breaks + timedelta(days=1)) == r.RUNNING
 
 
 def test_cloud_states_are_the_engine_instance_states() -> None:
@@ -109,9 +169,7 @@ def test_a_record_from_before_hostnames_reads_back_named_as_its_nodes_were() -> 
     """Records written before the cloud allocated addresses have none; their Nodes were
     named after the instance id, which is what their hostname reads back as."""
     old = dataclasses.replace(record(), private_ip="", hostname="")
-    read = r.InstanceRecord.from_secret(
-        r.instance_secret(old, userdata=b"", labels={}, owner=OWNER)
-    )
+    (read,) = r.records_in(launch(old))
     assert (read.private_ip, read.hostname) == ("", "pool-abcde-3")
 
 

@@ -26,6 +26,7 @@ from machinepool.runtime import (
 from machinepool.sim import Faults
 from machinepool.sim.cloud import FAULTS_CONFIGMAP
 from machinepool.sim.faults import FaultsWatch
+from machinepool.sim.instances import InstanceEvents
 from machinepool.sim.records import POOL_ANNOTATION, STATE_ANNOTATION
 
 
@@ -149,3 +150,78 @@ async def test_faults_watch_reads_until_listed_then_follows_the_watch() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert watch._informer is None, "cancelled: the informer is stopped and not served"
+
+
+def launch(rv: str, *entries: tuple[str, str]) -> Obj:
+    """A launch Secret of pool ``a`` holding ``(instance id, state)`` entries."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data: dict[str, str] = {}
+    for instance_id, state in entries:
+        info = {"pool": "a", "index": int(instance_id.rsplit("-", 1)[1]), "createdAt": now}
+        data[f"{instance_id}.json"] = base64.b64encode(json.dumps(info).encode()).decode()
+        if state:
+            data[f"{instance_id}.state"] = base64.b64encode(state.encode()).decode()
+    meta = {"name": "a-launch-0", "namespace": "ns", "resourceVersion": rv, "uid": "u"}
+    return {"metadata": {**meta, "annotations": {POOL_ANNOTATION: "a"}}, "data": data}
+
+
+class Recorded:
+    """An inner handler that notes the instance events it gets."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def on_add(self, obj: Obj, initial: bool = False) -> None:
+        self.events.append(("add", obj["metadata"]["name"]))
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        assert old["metadata"]["name"] == new["metadata"]["name"]
+        self.events.append(("update", new["metadata"]["name"]))
+
+    def on_delete(self, obj: Obj) -> None:
+        self.events.append(("delete", obj["metadata"]["name"]))
+
+
+def test_a_launchs_events_reach_only_the_instances_they_change() -> None:
+    """The node simulator reconciles instances: a change of one instance of a launch wakes
+    that one, not the launch's every instance."""
+    inner = Recorded()
+    events = InstanceEvents(inner)
+    first = launch("1", ("a-1", ""), ("a-2", ""), ("a-3", ""))
+    events.on_add(first)
+    assert sorted(inner.events) == [("add", "a-1"), ("add", "a-2"), ("add", "a-3")]
+
+    inner.events.clear()
+    failed = launch("2", ("a-1", ""), ("a-2", "failed"), ("a-3", ""))
+    events.on_update(first, failed)
+    assert inner.events == [("update", "a-2")]
+
+    inner.events.clear()
+    left = launch("3", ("a-1", ""), ("a-2", "failed"))
+    events.on_update(failed, left)
+    assert inner.events == [("delete", "a-3")]
+
+    inner.events.clear()
+    events.on_delete(left)
+    assert sorted(inner.events) == [("delete", "a-1"), ("delete", "a-2")]
+
+
+async def test_instances_of_a_launch_are_found_by_id_pool_and_address() -> None:
+    api = FakeApi([launch("1", ("a-1", ""), ("a-2", ""))])
+    async with synced_records(api) as records:
+        pool = records.of("ns", "a")
+        assert sorted(r.id for r in pool.all()) == ["a-1", "a-2"]
+        found = pool.get("a-2")
+        assert found is not None
+        assert found.launch == "a-launch-0"
+        assert pool.top_index() == 2
+        await api.events.put(WatchEvent("MODIFIED", launch("2", ("a-2", "terminated"))))
+        await eventually(lambda: pool.get("a-1") is None)
+        kept = pool.get("a-2")
+        assert kept is not None
+        assert kept.forced_state == "terminated"
+        assert pool.empty_launches() == []
+        await api.events.put(WatchEvent("MODIFIED", launch("3")))
+        await eventually(
+            lambda: [s["metadata"]["name"] for s in pool.empty_launches()] == ["a-launch-0"]
+        )

@@ -72,7 +72,7 @@ from machinepool.runtime.errors import (
     is_expected,
     only_namespace_terminating,
 )
-from machinepool.runtime.informer import Informer, controller_owner, shuffled
+from machinepool.runtime.informer import EventHandler, Informer, controller_owner, shuffled
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
 from machinepool.runtime.metrics import RuntimeMetrics
@@ -351,7 +351,7 @@ class Controller:
         self.pace_floor = PACE_FLOOR
         """Seconds a reconcile must hold the event loop for its key to be paced (a test lowers
         it to pace a pool of two, which reconciles far faster than a pool worth pacing)."""
-        self._watched: list[tuple[Informer, EnqueueHandler]] = []
+        self._watched: list[tuple[Informer, EventHandler]] = []
         self._primary: Informer | None = None
         self._handover = handover
         self._running = asyncio.Event()
@@ -398,16 +398,19 @@ class Controller:
         *,
         paced: bool = False,
         at_once: Inputs | None = None,
-    ) -> EnqueueHandler:
+        adapter: Callable[[EnqueueHandler], EventHandler] | None = None,
+    ) -> EventHandler:
         """Reconcile ``mapper(obj)`` whenever an object of ``informer`` changes (with
         ``inputs``, only when what it returns changed; see ``EnqueueHandler``; ``paced``: not
         sooner than the key's pace allows, unless the update changes ``at_once``; see the
-        module docstring).
+        module docstring). ``adapter`` wraps the handler, for an informer whose objects each
+        hold several things reconciled one by one (it passes the handler their events).
 
         Safe at any time: objects the informer already holds are queued at once.
         Returns the handler, for ``informer.remove_handler``.
         """
-        handler = self.handler(mapper, inputs, paced=paced, at_once=at_once)
+        queued = self.handler(mapper, inputs, paced=paced, at_once=at_once)
+        handler: EventHandler = queued if adapter is None else adapter(queued)
         informer.add_handler(handler)
         self._watched.append((informer, handler))
         if mapper is object_key and self._primary is None:

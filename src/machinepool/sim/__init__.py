@@ -1,7 +1,8 @@
 """machinepool.sim: the simulated world the embedded default runs on.
 
 Everything here stands in for something outside a real management cluster: the cloud
-(``cloud``: instances as Secrets, so they survive restarts; ``records``: their storage format;
+(``cloud``: instances in Secrets, so they survive restarts; ``records``: their storage format,
+a Secret per launch; ``instances``: the instances one by one from an informer of them;
 ``faults``: injected cloud errors, stalls and lost responses, watched per namespace) and the
 machines' kubelets (``kubelet``: instances join their workload cluster as Nodes). It plays the
 part boto3 and EC2 play for the AWS provider, so it sits below the providers and knows nothing
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from machinepool.sim.cloud import DEFAULT_ZONES, FAULTS_CONFIGMAP, Faults, RequestLimits, SimCloud
 from machinepool.sim.faults import FaultsWatch
+from machinepool.sim.instances import Instances
 from machinepool.sim.records import INSTANCE_LABEL, InstanceRecord, provider_id
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "Faults",
     "FaultsWatch",
     "InstanceRecord",
+    "Instances",
     "RequestLimits",
     "SimCloud",
     "provider_id",

@@ -1,6 +1,7 @@
-"""The simulated cloud: instances stored as Secrets in the management cluster.
+"""The simulated cloud: instances stored in Secrets in the management cluster.
 
-Each instance is one Secret in its pool's namespace (the format: ``records.py``). Keeping the
+Each launch of a pool's instances is one Secret in its pool's namespace (the format:
+``records.py``). Keeping the
 cloud in the API server rather than in controller memory means it survives controller restarts
 (even ``kill -9``), is shared with the node simulator (``machinepool.sim.kubelet``) and is
 visible to tests. A Secret, not a ConfigMap, because an instance keeps the bootstrap data it
@@ -25,11 +26,11 @@ from machinepool.runtime import CONFIGMAPS, SECRETS, Client, NotFound
 from machinepool.sim.records import (
     FAILED,
     INSTANCE_LABEL,
-    KUBELET_ANNOTATION,
-    STATE_ANNOTATION,
-    STATE_REASON_ANNOTATION,
     TERMINATED,
     InstanceRecord,
+    kubelet_patch,
+    records_in,
+    state_patch,
 )
 
 __all__ = ["DEFAULT_ZONES", "FAULTS_CONFIGMAP", "Faults", "RequestLimits", "SimCloud", "now_utc"]
@@ -148,29 +149,36 @@ class SimCloud:
     async def instances(self, namespace: str, pool: str | None = None) -> list[InstanceRecord]:
         """Every instance record in ``namespace`` (of ``pool`` when given), by index."""
         listed = await self.client.list(SECRETS, namespace, label_selector=INSTANCE_LABEL)
-        records = [InstanceRecord.from_secret(s) for s in listed.items]
+        records = [r for s in listed.items for r in records_in(s)]
         return sorted((r for r in records if pool is None or r.pool == pool), key=lambda r: r.index)
+
+    async def instance(self, namespace: str, instance_id: str) -> InstanceRecord:
+        """One instance's record, read from the API server; ``NotFound`` when there is none."""
+        for record in await self.instances(namespace):
+            if record.id == instance_id:
+                return record
+        raise NotFound(404, "NotFound", f"no instance {instance_id} in {namespace}")
 
     async def fail_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Break an instance for good (its Node turns NotReady; the pool replaces it)."""
         await self._force(namespace, instance_id, FAILED, reason or "Injected")
 
-    async def stop_kubelet(self, namespace: str, instance_id: str) -> None:
+    async def stop_kubelet(self, namespace: str, instance_id: str, stopped: bool = True) -> None:
         """Kill an instance's kubelet: no join if it has not joined, no heartbeats if it has
         (its Node turns Ready=Unknown after the node monitor grace period). The instance keeps
-        running as far as the cloud and the pool can tell: only a health check notices."""
-        patch = {"metadata": {"annotations": {KUBELET_ANNOTATION: "stopped"}}}
-        await self.client.patch(SECRETS, instance_id, patch, namespace)
+        running as far as the cloud and the pool can tell: only a health check notices.
+        ``stopped`` False starts it again."""
+        record = await self.instance(namespace, instance_id)
+        await self.client.patch(SECRETS, record.launch, kubelet_patch(record, stopped), namespace)
 
     async def terminate_instance(self, namespace: str, instance_id: str, reason: str = "") -> None:
         """Terminate an instance out of band, as a cloud console would."""
         await self._force(namespace, instance_id, TERMINATED, reason or "OutOfBand")
 
     async def _force(self, namespace: str, instance_id: str, state: str, reason: str) -> None:
-        patch = {
-            "metadata": {"annotations": {STATE_ANNOTATION: state, STATE_REASON_ANNOTATION: reason}}
-        }
-        await self.client.patch(SECRETS, instance_id, patch, namespace)
+        record = await self.instance(namespace, instance_id)
+        patch = state_patch(record, state, reason)
+        await self.client.patch(SECRETS, record.launch, patch, namespace)
 
     async def faults(self, namespace: str) -> Faults:
         """The faults in force in ``namespace``, read from the API server."""

@@ -1,16 +1,25 @@
-"""The simulated cloud's storage format: one instance, one Secret.
+"""The simulated cloud's storage format: one launch, one Secret.
 
-The simulated cloud keeps each instance as a Secret (type ``INSTANCE_SECRET_TYPE``) in its
-pool's namespace, named by the instance id. The sim provider's backend writes them
-(``instance_secret``), the node simulator (``machinepool.sim.kubelet``) and ``SimCloud`` read
-and patch them; this module is the one both sides agree on, and it knows nothing of the pool
-engine: the cloud has its own state names (``PENDING`` ... ``TERMINATED``), which the backend
-maps onto the engine's.
+The simulated cloud keeps a pool's instances in launches: one Secret (type
+``INSTANCE_SECRET_TYPE``, ``launch_secret``) in the pool's namespace per block of
+``LAUNCH_SIZE`` ordinals (``launch_name``), written by one request for all the instances of
+the block that start together, as EC2's RunInstances starts a reservation of several. A pool
+of ten is one write, not ten: in a fleet of small pools the cloud's own records had been one
+write per Node of the eight or so each Node costs. The sim provider's backend writes them, the
+node simulator (``machinepool.sim.kubelet``) and ``SimCloud`` read and patch them; this module
+is the one both sides agree on, and it knows nothing of the pool engine: the cloud has its own
+state names (``PENDING`` ... ``TERMINATED``), which the backend maps onto the engine's.
 
-Immutable facts live in ``data`` (``instance.json`` and ``userdata``); what changes later (the
-state a fault or a termination forces, a stopped kubelet) lives in annotations, so it can be
-merge-patched without a read. The state of a booting instance is derived from the clock
-(``bootAt``), so no process has to be running for an instance to finish booting.
+Each instance's immutable facts live in ``data`` under ``<id>.json``, and the bootstrap data
+it booted with under ``userdata.<digest>``, shared by the instances that booted with the same
+(``launch_entries``); what changes later (the state a fault or a termination forces, a stopped
+kubelet) lives in keys of its own (``<id>.state``, ``<id>.state-reason``, ``<id>.kubelet``),
+so one instance's change is a merge patch without a read that touches no other instance
+(``state_patch``, ``kubelet_patch``), and an instance leaves its launch by a patch that drops
+its keys (``removal_patch``). The state of a booting instance is derived from the clock
+(``bootAt``), so no process has to be running for an instance to finish booting. Records
+written one instance per Secret (``instance.json``, state in annotations) by earlier versions
+read back as launches of one, and are patched in their own format.
 
 Like a real cloud, an instance has a private address and a hostname derived from it
 (``ip-10-1-2-3.sim.internal``, as EC2's ``ip-10-1-2-3.ec2.internal``), never its id: a kubelet
@@ -34,11 +43,11 @@ from machinepool.api import constants as c
 from machinepool.api.meta import format_time, parse_time
 
 __all__ = [
-    "ADDRESS_ANNOTATION",
     "FAILED",
     "INSTANCE_LABEL",
     "INSTANCE_SECRET_TYPE",
     "KUBELET_ANNOTATION",
+    "LAUNCH_SIZE",
     "PENDING",
     "POOL_ANNOTATION",
     "POOL_LABEL",
@@ -49,8 +58,16 @@ __all__ = [
     "InstanceRecord",
     "allocate_address",
     "hostname_of",
-    "instance_secret",
+    "instance_entries",
+    "instance_ids",
+    "kubelet_patch",
+    "launch_entries",
+    "launch_name",
+    "launch_secret",
     "provider_id",
+    "records_in",
+    "removal_patch",
+    "state_patch",
     "user_data",
 ]
 
@@ -62,22 +79,32 @@ POOL_LABEL: Final = "sim.infrastructure.cluster.x-k8s.io/pool"
 POOL_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/pool-name"
 """The SimMachinePool name, exactly."""
 STATE_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/state"
-"""A forced state (failed, terminated) that overrides the boot clock."""
+"""A forced state (failed, terminated) that overrides the boot clock, on a record of an
+earlier version's format (a launch keeps it as ``<id>.state``)."""
 STATE_REASON_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/state-reason"
-ADDRESS_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/private-ip"
-"""The instance's private address, also in ``instance.json``: here so the cloud can index the
-addresses in use without decoding every record."""
 KUBELET_ANNOTATION: Final = "sim.infrastructure.cluster.x-k8s.io/kubelet"
 """``stopped``: the instance runs but its kubelet is dead (no join, no heartbeats), a fault
-for health checks; the cloud still reports the instance running."""
+for health checks; the cloud still reports the instance running (on a record of an earlier
+version's format; a launch keeps it as ``<id>.kubelet``)."""
+
+LAUNCH_SIZE: Final = 50
+"""Ordinals per launch Secret (``launch_name``): a pool of 10 is one Secret; a block of 50
+instances' facts and a few versions of bootstrap data stay far below a Secret's 1 MiB."""
+_USERDATA = "userdata."
+_INFO = ".json"
+_STATE = ".state"
+_REASON = ".state-reason"
+_KUBELET = ".kubelet"
+_LEGACY_INFO = "instance.json"
 
 PENDING: Final = "pending"
 RUNNING: Final = "running"
 FAILED: Final = "failed"
 TERMINATED: Final = "terminated"
 """The cloud's instance states. The first two come from the boot clock, the last two from a
-boot failure or ``STATE_ANNOTATION``; they are spelled as the pool engine's ``InstanceState``
-values, which the backend relies on (``tests/unit/test_sim_records.py`` checks it)."""
+boot failure or a forced state (``state_patch``); they are spelled as the pool engine's
+``InstanceState`` values, which the backend relies on (``tests/unit/test_sim_records.py``
+checks it)."""
 
 
 def provider_id(failure_domain: str, instance_id: str) -> str:
@@ -150,6 +177,12 @@ class InstanceRecord:
     hostname: str = ""
     """Its hostname, what a kubelet registers under unless told a name; records written
     before the cloud named hosts read back with the instance id, the name their Nodes got."""
+    launch: str = ""
+    """The name of the Secret that stores it (``launch_name``), set when read back."""
+    legacy: bool = False
+    """Stored alone in a Secret of an earlier version's format (``instance.json``)."""
+    userdata: str = ""
+    """The digest its bootstrap data is stored under in its launch (``launch_entries``)."""
 
     def meta_data(self) -> dict[str, str]:
         """What the instance's metadata service tells cloud-init (``ds.meta_data``), in the
@@ -174,37 +207,8 @@ class InstanceRecord:
             return FAILED
         return RUNNING
 
-    @classmethod
-    def from_secret(cls, secret: dict[str, Any]) -> InstanceRecord:
-        meta = secret.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        raw = (secret.get("data") or {}).get("instance.json", "")
-        info: dict[str, Any] = json.loads(base64.b64decode(raw) or b"{}")
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            id=str(meta.get("name", "")),
-            pool=str(annotations.get(POOL_ANNOTATION, info.get("pool", ""))),
-            index=int(info.get("index", 0)),
-            cluster=str(info.get("cluster", "")),
-            failure_domain=str(info.get("failureDomain", "")),
-            provider_id=str(info.get("providerID", "")),
-            template_hash=str(info.get("templateHash", "")),
-            version=str(info.get("version", "")),
-            created=parse_time(str(info.get("createdAt", "1970-01-01T00:00:00Z"))),
-            boot_at=parse_time(str(info.get("bootAt", "1970-01-01T00:00:00Z"))),
-            will_fail=bool(info.get("willFail", False)),
-            bootstrap_version=str(info.get("bootstrapVersion", "")),
-            forced_state=str(annotations.get(STATE_ANNOTATION, "")),
-            kubelet_stopped=annotations.get(KUBELET_ANNOTATION) == "stopped",
-            attributes=dict(info.get("attributes") or {}),
-            uid=str(meta.get("uid", "")),
-            fail_at=parse_time(str(info["failAt"])) if info.get("failAt") else None,
-            private_ip=str(info.get("privateIP", "")),
-            hostname=str(info.get("hostname") or meta.get("name", "")),
-        )
-
     def info(self) -> dict[str, Any]:
-        """The immutable facts, as stored in ``instance.json``."""
+        """The immutable facts, as stored in ``<id>.json``."""
         return {
             "pool": self.pool,
             "index": self.index,
@@ -224,16 +228,42 @@ class InstanceRecord:
         }
 
 
-def instance_secret(
-    record: InstanceRecord,
+def launch_name(record: InstanceRecord) -> str:
+    """The name of the Secret that holds ``record``: its pool's launch of the block of
+    ``LAUNCH_SIZE`` ordinals its own falls in (``<pool>-<uid>-launch-<block>``, from its id
+    ``<pool>-<uid>-<ordinal>``). Every instance has exactly one, whatever else was launched
+    with it, so a retried create finds the instance it made and two Secrets never hold one
+    instance; the suffix keeps any code that names a Secret by an instance id from finding
+    one."""
+    base = record.id.removesuffix(f"-{record.index}")
+    if base == record.id:
+        base = record.pool
+    return f"{base}-launch-{record.index // LAUNCH_SIZE}"
+
+
+def launch_entries(record: InstanceRecord, userdata: bytes) -> dict[str, str]:
+    """The ``data`` entries that store ``record`` booted with ``userdata`` in its launch: its
+    facts, and the userdata under its digest, so the instances of a launch that booted with
+    the same data share one copy."""
+    digest = hashlib.sha256(userdata).hexdigest()[:16]
+    info = {**record.info(), "userdata": digest}
+    return {
+        f"{record.id}{_INFO}": _b64(json.dumps(info, sort_keys=True).encode()),
+        f"{_USERDATA}{digest}": _b64(userdata),
+    }
+
+
+def launch_secret(
+    first: InstanceRecord,
+    entries: Mapping[str, str],
     *,
-    userdata: bytes,
     labels: Mapping[str, str],
     owner: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """The Secret that stores ``record``, booted with ``userdata``.
+    """The Secret of ``first``'s launch (``launch_name``), holding ``entries``
+    (``launch_entries`` of it and of any others of its block).
 
-    ``labels`` are added to the record's own (``INSTANCE_LABEL``, ``POOL_LABEL``, the cluster
+    ``labels`` are added to the launch's own (``INSTANCE_LABEL``, ``POOL_LABEL``, the cluster
     name); ``owner`` is its one ownerReference (the SimMachinePool), so garbage collection
     removes records a crash left behind.
     """
@@ -242,30 +272,144 @@ def instance_secret(
         "kind": "Secret",
         "type": INSTANCE_SECRET_TYPE,
         "metadata": {
-            "name": record.id,
-            "namespace": record.namespace,
+            "name": launch_name(first),
+            "namespace": first.namespace,
             "labels": {
                 INSTANCE_LABEL: "true",
-                POOL_LABEL: c.pool_name_label_value(record.pool),
-                c.CLUSTER_NAME_LABEL: record.cluster,
+                POOL_LABEL: c.pool_name_label_value(first.pool),
+                c.CLUSTER_NAME_LABEL: first.cluster,
                 **dict(labels),
             },
-            "annotations": {
-                POOL_ANNOTATION: record.pool,
-                **({ADDRESS_ANNOTATION: record.private_ip} if record.private_ip else {}),
-            },
+            "annotations": {POOL_ANNOTATION: first.pool},
             "ownerReferences": [dict(owner)],
         },
-        "data": {
-            "instance.json": _b64(json.dumps(record.info(), sort_keys=True).encode()),
-            "userdata": _b64(userdata),
-        },
+        "data": dict(entries),
     }
 
 
-def user_data(secret: dict[str, Any]) -> bytes:
-    """The bootstrap data an instance booted with (secret: never log it)."""
-    raw = (secret.get("data") or {}).get("userdata", "")
+def records_in(secret: Mapping[str, Any]) -> list[InstanceRecord]:
+    """The instances a Secret stores, by ordinal (a launch's, or an earlier version's one)."""
+    meta = secret.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    data: Mapping[str, str] = secret.get("data") or {}
+    if _LEGACY_INFO in data:
+        return [
+            _record(
+                meta,
+                str(meta.get("name", "")),
+                data[_LEGACY_INFO],
+                annotations.get(STATE_ANNOTATION, ""),
+                annotations.get(KUBELET_ANNOTATION) == "stopped",
+                legacy=True,
+            )
+        ]
+    found = [
+        _record(
+            meta,
+            key.removesuffix(_INFO),
+            value,
+            _text(data.get(key.removesuffix(_INFO) + _STATE)),
+            _text(data.get(key.removesuffix(_INFO) + _KUBELET)) == "stopped",
+        )
+        for key, value in data.items()
+        if key.endswith(_INFO)
+    ]
+    return sorted(found, key=lambda r: r.index)
+
+
+def instance_ids(secret: Mapping[str, Any]) -> list[str]:
+    """The ids of the instances a Secret stores, without decoding them."""
+    data: Mapping[str, str] = secret.get("data") or {}
+    if _LEGACY_INFO in data:
+        return [str((secret.get("metadata") or {}).get("name", ""))]
+    return [key.removesuffix(_INFO) for key in data if key.endswith(_INFO)]
+
+
+def instance_entries(secret: Mapping[str, Any], instance_id: str) -> tuple[str, ...]:
+    """What a Secret stores of one instance, as it stands (to tell which instances an update
+    of a launch changed)."""
+    data: Mapping[str, str] = secret.get("data") or {}
+    if _LEGACY_INFO in data:
+        meta = secret.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        return (str(meta.get("resourceVersion", "")), str(sorted(notes.items())))
+    return tuple(str(data.get(instance_id + suffix, "")) for suffix in (_INFO, _STATE, _KUBELET))
+
+
+def state_patch(record: InstanceRecord, state: str, reason: str = "") -> dict[str, Any]:
+    """The merge patch of ``record``'s launch that forces its state (failed, terminated)."""
+    if record.legacy:
+        notes = {STATE_ANNOTATION: state, **({STATE_REASON_ANNOTATION: reason} if reason else {})}
+        return {"metadata": {"annotations": notes}}
+    return {
+        "data": {
+            record.id + _STATE: _b64(state.encode()),
+            **({record.id + _REASON: _b64(reason.encode())} if reason else {}),
+        }
+    }
+
+
+def kubelet_patch(record: InstanceRecord, stopped: bool) -> dict[str, Any]:
+    """The merge patch of ``record``'s launch that stops (or restarts) its kubelet."""
+    value = "stopped" if stopped else None
+    if record.legacy:
+        return {"metadata": {"annotations": {KUBELET_ANNOTATION: value}}}
+    return {"data": {record.id + _KUBELET: _b64(value.encode()) if value else None}}
+
+
+def removal_patch(record: InstanceRecord) -> dict[str, Any]:
+    """The merge patch of ``record``'s launch that forgets it, leaving the others."""
+    suffixes = (_INFO, _STATE, _REASON, _KUBELET)
+    return {"data": {record.id + suffix: None for suffix in suffixes}}
+
+
+def _record(
+    meta: Mapping[str, Any],
+    instance_id: str,
+    raw: str,
+    forced_state: str,
+    kubelet_stopped: bool,
+    *,
+    legacy: bool = False,
+) -> InstanceRecord:
+    info: dict[str, Any] = json.loads(base64.b64decode(raw) or b"{}")
+    annotations = meta.get("annotations") or {}
+    return InstanceRecord(
+        namespace=str(meta.get("namespace", "")),
+        id=instance_id,
+        pool=str(info.get("pool") or annotations.get(POOL_ANNOTATION, "")),
+        index=int(info.get("index", 0)),
+        cluster=str(info.get("cluster", "")),
+        failure_domain=str(info.get("failureDomain", "")),
+        provider_id=str(info.get("providerID", "")),
+        template_hash=str(info.get("templateHash", "")),
+        version=str(info.get("version", "")),
+        created=parse_time(str(info.get("createdAt", "1970-01-01T00:00:00Z"))),
+        boot_at=parse_time(str(info.get("bootAt", "1970-01-01T00:00:00Z"))),
+        will_fail=bool(info.get("willFail", False)),
+        bootstrap_version=str(info.get("bootstrapVersion", "")),
+        forced_state=forced_state,
+        kubelet_stopped=kubelet_stopped,
+        attributes=dict(info.get("attributes") or {}),
+        uid=str(meta.get("uid", "")),
+        fail_at=parse_time(str(info["failAt"])) if info.get("failAt") else None,
+        private_ip=str(info.get("privateIP", "")),
+        hostname=str(info.get("hostname") or instance_id),
+        launch=str(meta.get("name", "")),
+        legacy=legacy,
+        userdata=str(info.get("userdata", "")),
+    )
+
+
+def _text(raw: str | None) -> str:
+    return base64.b64decode(raw).decode() if raw else ""
+
+
+def user_data(secret: Mapping[str, Any], record: InstanceRecord) -> bytes:
+    """The bootstrap data ``record`` booted with, from the Secret that holds it (secret:
+    never log it)."""
+    data: Mapping[str, str] = secret.get("data") or {}
+    raw = data.get(f"{_USERDATA}{record.userdata}") if record.userdata else data.get("userdata")
     return base64.b64decode(raw) if raw else b""
 
 

@@ -34,6 +34,7 @@ import pytest_asyncio
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import NODES, Client, Obj
+from machinepool.sim.records import records_in
 
 from .harness import (
     VERSION,
@@ -303,7 +304,9 @@ async def test_move_keeps_the_running_pool_and_its_instances(
     cert_manager_api: Callable[[Client], Awaitable[None]],
 ) -> None:
     source = generated
-    instances = {s["metadata"]["name"] for s in source.objects("secrets", "-l", INSTANCE_SELECTOR)}
+    instances = {
+        r.id for s in source.objects("secrets", "-l", INSTANCE_SELECTOR) for r in records_in(s)
+    }
     assert len(instances) == REPLICAS
     log_dir = tmp_path_factory.mktemp("mgmt-b")
     async with (
@@ -345,7 +348,9 @@ async def test_move_keeps_the_running_pool_and_its_instances(
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
-        moved = {s["metadata"]["name"] for s in target.objects("secrets", "-l", INSTANCE_SELECTOR)}
+        moved = {
+            r.id for s in target.objects("secrets", "-l", INSTANCE_SELECTOR) for r in records_in(s)
+        }
         assert moved == instances, "the target created or lost instances"
         (pool,) = target.objects("machinepools")
         assert pool["status"]["phase"] == "Running"

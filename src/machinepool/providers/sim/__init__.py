@@ -1,7 +1,7 @@
 """machinepool.providers.sim: SimMachinePool and SimMachine, the embedded default provider.
 
 The pool engine (``machinepool.providers.pool``) over the simulated cloud (``machinepool.sim``),
-whose instances live as Secrets in the management cluster, so they survive controller restarts
+whose instances live in Secrets in the management cluster, so they survive controller restarts
 and the node simulator (``machinepool.sim.kubelet``) can join them to the workload cluster.
 This package is only the controller side: the engine's backend and provider for the Sim kinds.
 Wire it with ``await setup(mgr, cluster_cache, SimOptions(...))``; inject faults with
@@ -16,7 +16,8 @@ from machinepool.providers.pool.engine import start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
-from machinepool.sim import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch, InstanceRecord
+from machinepool.sim import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch
+from machinepool.sim.records import POOL_ANNOTATION, records_in
 
 __all__ = [
     "SimBackend",
@@ -50,10 +51,13 @@ async def setup(
         mgr, cluster_cache, provider, concurrency=options.simmachinepool_concurrency
     )
     assert engine.controller is not None
-    # Paced: a record changes per instance (see ``start_engine``).
+    # Paced: a launch changes per instance (see ``start_engine``).
     engine.controller.watch(records, _record_to_pool, paced=True)
 
 
 def _record_to_pool(secret: Obj) -> list[ObjectKey]:
-    record = InstanceRecord.from_secret(secret)
-    return [ObjectKey(record.namespace, record.pool)] if record.pool else []
+    meta = secret["metadata"]
+    pool = (meta.get("annotations") or {}).get(POOL_ANNOTATION)
+    if not pool:  # a record of an earlier version's format carries it inside
+        pool = next((r.pool for r in records_in(secret)), "")
+    return [ObjectKey(str(meta.get("namespace", "")), pool)] if pool else []

@@ -1,8 +1,11 @@
 """The sim provider's ``Backend``: create, list and delete instances of one SimMachinePool.
 
 Built per reconcile by the sim controller with that pool's settings and the namespace's
-current faults; the pool engine calls it. Creation is idempotent: the engine picks the
-instance id, the record is created under that name, and a second create of the same id
+current faults; the pool engine calls it. The engine creates single instances; the creates of
+one step, sent together, are written together, one request per launch block
+(``machinepool.sim.records.launch_name``, ``_Launches``). Each cloud call still meets the
+injected faults on its own, as calls of one instance each. Creation is idempotent: the engine
+picks the instance id, its block is fixed by its ordinal, and a second create of the same id
 returns the existing instance (the "creation record" is the instance itself, written in one
 atomic request) when it asks for the same pool, zone and template, and fails otherwise. A
 zone listed short of capacity in the faults refuses creates with ``CapacityError``. Each new
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -31,16 +35,21 @@ from machinepool.providers.pool.types import (
     InstanceSpec,
     InstanceState,
 )
-from machinepool.runtime import SECRETS, AlreadyExists, Client, NotFound, Obj
+from machinepool.runtime import SECRETS, Client, Conflict, NotFound, Obj, gather_bounded
 from machinepool.sim.cloud import Faults, RequestLimits, now_utc
 from machinepool.sim.records import (
-    STATE_ANNOTATION,
     TERMINATED,
     InstanceRecord,
     allocate_address,
     hostname_of,
-    instance_secret,
+    instance_ids,
+    launch_entries,
+    launch_name,
+    launch_secret,
     provider_id,
+    records_in,
+    removal_patch,
+    state_patch,
 )
 
 __all__ = ["SimBackend", "SimPoolSettings"]
@@ -91,9 +100,17 @@ class Records(Protocol):
         """The highest ordinal among the pool's records (0 with none)."""
         ...
 
+    def launch(self, name: str) -> Obj | None:
+        """The pool's launch Secret ``name``; ``None`` when there is none."""
+        ...
+
+    def empty_launches(self) -> list[Obj]:
+        """The pool's launch Secrets that hold no instance."""
+        ...
+
 
 class SimBackend:
-    """Instances of one pool, stored as Secrets in the pool's namespace.
+    """Instances of one pool, stored in launch Secrets in the pool's namespace.
 
     ``records`` reads the pool's instance records (``PoolRecords.of``: the informer's view);
     ``owner`` is the ownerReference every record carries (the SimMachinePool), so garbage
@@ -130,6 +147,9 @@ class SimBackend:
         self._limits = limits or RequestLimits()
         self._rng = rng or random.Random()
         self._address_taken = address_taken or self._taken_in_pool
+        self._claimed: set[str] = set()
+        """Addresses given to instances of this backend's launches not yet in the informer."""
+        self._launches = _Launches(self)
 
     def _taken_in_pool(self, address: str) -> bool:
         return any(r.private_ip == address for r in self._records.all())
@@ -138,7 +158,18 @@ class SimBackend:
         return {zone: self.settings.capacity for zone in self.zones}
 
     async def list(self, pool_id: str) -> list[Instance]:
+        """The pool's instances; deletes a launch every instance has left (see ``_remove``)."""
         now = now_utc()
+        for launch in self._records.empty_launches():
+            meta = launch["metadata"]
+            with contextlib.suppress(Conflict):  # launched into since: it stays
+                await self.client.delete(
+                    SECRETS,
+                    meta["name"],
+                    self.namespace,
+                    uid=meta.get("uid"),
+                    resource_version=launch_version(launch),
+                )
         return sorted(
             (_instance(r, now) for r in self._records.all() if r.pool == pool_id),
             key=lambda i: i.index,
@@ -154,7 +185,12 @@ class SimBackend:
             )
         now = now_utc()
         boot_at, will_fail, fail_at = self.settings.fate(now, self._rng)
-        address = allocate_address(self.namespace, spec.instance_id, self._address_taken)
+        address = allocate_address(
+            self.namespace,
+            spec.instance_id,
+            lambda a: a in self._claimed or self._address_taken(a),
+        )
+        self._claimed.add(address)
         record = InstanceRecord(
             namespace=self.namespace,
             id=spec.instance_id,
@@ -175,34 +211,49 @@ class SimBackend:
             private_ip=address,
             hostname=hostname_of(address),
         )
-        try:
-            secret = instance_secret(
-                record, userdata=spec.bootstrap_data, labels=spec.labels, owner=self.owner
-            )
-            created = await self.client.create(SECRETS, secret, self.namespace)
-        except AlreadyExists:
-            created = await self.client.get(SECRETS, spec.instance_id, self.namespace)
-            _same_request(InstanceRecord.from_secret(created), spec)
+        stored = await self._launches.add(record, spec)
         self._after("create")
-        return _instance(InstanceRecord.from_secret(created), now_utc())
+        return _instance(stored, now_utc())
 
     async def delete(self, instance_id: str) -> None:
         """Terminate. The pool's highest ordinal stays as a tombstone, so no id is ever
-        reused; any other record goes at once, one request instead of a tombstone now and a
-        purge later (the node simulator deletes the Node of a deleted record too)."""
+        reused; any other instance leaves its launch at once, one request instead of a
+        tombstone now and a purge later (the node simulator deletes the Node of an instance
+        that left its launch too)."""
         await self._weather("delete")
         doomed = self._records.get(instance_id)
-        with contextlib.suppress(NotFound):
-            if doomed is not None and doomed.index < self._records.top_index():
-                await self.client.delete(SECRETS, instance_id, self.namespace)
+        if doomed is not None:
+            if doomed.index < self._records.top_index():
+                await self._remove(doomed)
             else:
-                patch = {"metadata": {"annotations": {STATE_ANNOTATION: TERMINATED}}}
-                await self.client.patch(SECRETS, instance_id, patch, self.namespace)
+                with contextlib.suppress(NotFound):
+                    patch = state_patch(doomed, TERMINATED)
+                    await self.client.patch(SECRETS, doomed.launch, patch, self.namespace)
         self._after("delete")
 
     async def purge(self, instance_id: str) -> None:
         """Remove a terminated instance's record for good."""
-        await self.client.delete(SECRETS, instance_id, self.namespace)
+        record = self._records.get(instance_id)
+        if record is not None:
+            await self._remove(record)
+
+    async def _remove(self, record: InstanceRecord) -> None:
+        """Take ``record`` out of its launch: the whole Secret when the informer shows it
+        holds no other instance, else a patch dropping only its entries. Two removals at
+        once may each leave the other's; a launch left with no instance is deleted the next
+        time its pool is listed (``list``)."""
+        launch = self._records.launch(record.launch)
+        alone = launch is not None and instance_ids(launch) == [record.id]
+        if record.legacy or alone:
+            # Locked on the version seen: instances launched into it since stay.
+            version = None if record.legacy else launch_version(launch)
+            with contextlib.suppress(Conflict):
+                await self.client.delete(
+                    SECRETS, record.launch, self.namespace, uid=record.uid, resource_version=version
+                )
+                return
+        with contextlib.suppress(NotFound):
+            await self.client.patch(SECRETS, record.launch, removal_patch(record), self.namespace)
 
     async def _weather(self, call: str) -> None:
         """Injected faults that strike before the call acts: throttling first, as a cloud
@@ -221,6 +272,123 @@ class SimBackend:
         """Injected faults that strike after the call took effect (a lost response)."""
         if self.faults.error_after_rate and self._rng.random() < self.faults.error_after_rate:
             raise CloudError(f"simulated cloud timeout after {call} (injected fault)")
+
+
+class _Launches:
+    """The creates of one backend that arrive together, written together.
+
+    The engine sends a step's creates at once (``gather_bounded``). The first to arrive
+    yields once, so every create already started joins it, then writes them all: one request
+    per launch block they fall in (``launch_name``), a create of the block's Secret or a patch
+    adding them to it. The patch is locked on the version whose instances were compared, so
+    a retried create returns the instance it made instead of launching it twice. Writes to
+    one block take turns, each from the version the last one wrote (the informer may not
+    show it yet), so the creates of one pool never conflict with each other; an instance
+    leaving the block meanwhile costs a read and another attempt.
+    """
+
+    _ATTEMPTS = 5
+
+    def __init__(self, backend: SimBackend) -> None:
+        self._backend = backend
+        self._waiting: list[_Waiting] = []
+        self._turns: dict[str, asyncio.Lock] = {}
+        self._written: dict[str, Obj] = {}
+
+    async def add(self, record: InstanceRecord, spec: InstanceSpec) -> InstanceRecord:
+        """Launch ``record`` (booted with ``spec``'s data); the record as stored."""
+        future: asyncio.Future[InstanceRecord] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(record, spec, future))
+        if len(self._waiting) == 1:
+            await asyncio.sleep(0)  # the creates started with this one arrive
+            batch, self._waiting = self._waiting, []
+            blocks: dict[str, list[_Waiting]] = {}
+            for waiting in batch:
+                blocks.setdefault(launch_name(waiting.record), []).append(waiting)
+            try:
+                await gather_bounded(self._write(name, items) for name, items in blocks.items())
+            finally:
+                for waiting in batch:
+                    if not waiting.future.done():
+                        waiting.future.set_exception(
+                            CloudError(f"launch of {waiting.record.id} was interrupted")
+                        )
+        return await future
+
+    async def _write(self, name: str, items: list[_Waiting]) -> None:
+        async with self._turns.setdefault(name, asyncio.Lock()):
+            await self._write_in_turn(name, items)
+
+    async def _write_in_turn(self, name: str, items: list[_Waiting]) -> None:
+        backend = self._backend
+        client, namespace = backend.client, backend.namespace
+        launch = self._written.get(name) or backend._records.launch(name)
+        for _ in range(self._ATTEMPTS):
+            if launch is not None:
+                items = _resolve_stored(items, launch)
+            if not items:
+                return
+            entries: dict[str, str] = {}
+            for waiting in items:
+                entries |= launch_entries(waiting.record, waiting.spec.bootstrap_data)
+            try:
+                if launch is None:
+                    body = launch_secret(
+                        items[0].record,
+                        entries,
+                        labels=items[0].spec.labels,
+                        owner=backend.owner,
+                    )
+                    written = await client.create(SECRETS, body, namespace)
+                else:
+                    patch = {
+                        "metadata": {"resourceVersion": launch_version(launch)},
+                        "data": entries,
+                    }
+                    written = await client.patch(SECRETS, name, patch, namespace)
+            except (Conflict, NotFound):  # made, changed or gone since seen: look again
+                try:
+                    launch = await client.get(SECRETS, name, namespace)
+                except NotFound:
+                    launch = None
+                continue
+            self._written[name] = written
+            items = _resolve_stored(items, written)
+            break
+        for waiting in items:
+            waiting.future.set_exception(
+                CloudError(f"launch {name} changed under {self._ATTEMPTS} attempts to add to it")
+            )
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    record: InstanceRecord
+    spec: InstanceSpec
+    future: asyncio.Future[InstanceRecord]
+
+
+def _resolve_stored(items: list[_Waiting], launch: Obj) -> list[_Waiting]:
+    """Settle the creates whose instance ``launch`` holds (a retry gets the instance it made,
+    or ``_same_request``'s refusal); the rest, still to launch."""
+    stored = {r.id: r for r in records_in(launch)}
+    left: list[_Waiting] = []
+    for waiting in items:
+        have = stored.get(waiting.record.id)
+        if have is None:
+            left.append(waiting)
+            continue
+        try:
+            _same_request(have, waiting.spec)
+        except CloudError as exc:
+            waiting.future.set_exception(exc)
+        else:
+            waiting.future.set_result(have)
+    return left
+
+
+def launch_version(launch: Obj | None) -> str | None:
+    return str((launch or {}).get("metadata", {}).get("resourceVersion", "")) or None
 
 
 def _same_request(existing: InstanceRecord, spec: InstanceSpec) -> None:

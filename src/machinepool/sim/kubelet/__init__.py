@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from machinepool.runtime import SECRETS, ClusterCache, Manager
+from machinepool.sim.instances import InstanceEvents, Instances
 from machinepool.sim.kubelet.agent import KubeletSimulator
 from machinepool.sim.kubelet.join import JoinRejected, verify_join
 from machinepool.sim.kubelet.joinconfig import InvalidBootstrapData, JoinInfo, parse_join
@@ -52,7 +53,7 @@ class KubeletOptions:
     kubelet_lease_duration_seconds: int = 40
     """The Leases' ``leaseDurationSeconds`` (kubelet's ``nodeLeaseDurationSeconds``)."""
     kubelet_concurrency: int = 32
-    """Instance records reconciled at once. Each stands for a machine's own kubelet, and
+    """Instances reconciled at once. Each stands for a machine's own kubelet, and
     kubelets join and heartbeat independently of one another: with 4 at once, 10,000
     instances that booted together joined about 10 a second, each waiting its turn."""
     kubelet_tls_bootstrap: bool = False
@@ -79,7 +80,7 @@ async def wire(
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     sim = KubeletSimulator(
         mgr.client,
-        records,
+        Instances(records),
         cluster_cache,
         heartbeat_seconds=options.kubelet_heartbeat_seconds,
         node_monitor_grace_seconds=options.node_monitor_grace_seconds,
@@ -91,6 +92,6 @@ async def wire(
     sim.follow_records()
     ctrl = mgr.new_controller("kubelet-sim", sim, concurrency=options.kubelet_concurrency)
     sim.controller = ctrl
-    ctrl.watch(records)
+    ctrl.watch(records, adapter=InstanceEvents)
     mgr.on_stop(sim.close)
     return sim

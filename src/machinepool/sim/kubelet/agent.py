@@ -70,6 +70,7 @@ from machinepool.runtime import (
     field_indexer,
     get_logger,
 )
+from machinepool.sim.instances import InstanceEvents, Instances
 from machinepool.sim.kubelet.join import (
     JoinRejected,
     NodeCertificate,
@@ -90,7 +91,7 @@ from machinepool.sim.kubelet.node import (
     pod_stopped_status,
     pod_stops_at,
 )
-from machinepool.sim.records import InstanceRecord, user_data
+from machinepool.sim.records import InstanceRecord, records_in, user_data
 
 __all__ = ["KubeletSimulator"]
 
@@ -112,12 +113,13 @@ class _Identity:
 
 
 class KubeletSimulator:
-    """Reconciles instance records (Secrets) into Nodes and pod status in workload clusters."""
+    """Reconciles instances (of launch Secrets) into Nodes and pod status in workload
+    clusters; its reconcile key is the instance (namespace and id)."""
 
     def __init__(
         self,
         client: Any,
-        records: Informer,
+        instances: Instances,
         cluster_cache: ClusterCache,
         *,
         heartbeat_seconds: float = 30.0,
@@ -131,7 +133,7 @@ class KubeletSimulator:
         """``lease_renew_seconds`` 0: no Node Leases (every other setting as
         ``KubeletOptions`` says)."""
         self.client = client
-        self.records = records
+        self.instances = instances
         self.cluster_cache = cluster_cache
         self.heartbeat = heartbeat_seconds
         self.retry = retry_seconds
@@ -158,39 +160,42 @@ class KubeletSimulator:
         self._pod_watches: set[ObjectKey] = set()
 
     def follow_records(self) -> None:
-        """Subscribe to the records informer: births (``remember_new``) and deaths
-        (``remember_deleted``)."""
+        """Subscribe to the records informer, instance by instance (``InstanceEvents``):
+        births (``remember_new``) and deaths (``remember_deleted``)."""
         self._replaying = True  # add_handler replays what the informer holds: not births
         try:
-            self.records.add_handler(
-                FuncHandler(add=self.remember_new, delete=self.remember_deleted)
+            self.instances.informer.add_handler(
+                InstanceEvents(FuncHandler(add=self.remember_new, delete=self.remember_deleted))
             )
         finally:
             self._replaying = False
 
-    def remember_new(self, secret: Obj) -> None:
-        """Note a record created while this simulator runs: until it joins the instance, no
-        Node of it can have existed, so that join may trust the informer's copy (records from
-        before, or from while another replica led, are re-read before joining)."""
+    def remember_new(self, instance: Obj) -> None:
+        """Note an instance launched while this simulator runs: until it joins the instance,
+        no Node of it can have existed, so that join may trust the informer's copy (instances
+        from before, or from while another replica led, are re-read before joining)."""
         running = self.controller is not None and self.controller.running
-        if running and self.records.has_synced and not self._replaying:
-            self._unjoined.add(ObjectKey.of(secret))
+        if running and self.instances.informer.has_synced and not self._replaying:
+            self._unjoined.add(ObjectKey.of(instance))
 
-    def remember_deleted(self, secret: Obj) -> None:
-        """Keep a deleted record so its reconcile can still find (and delete) the Node;
-        a record moved to another management cluster is forgotten instead."""
-        record = InstanceRecord.from_secret(secret)
-        key = ObjectKey(record.namespace, record.id)
+    def remember_deleted(self, instance: Obj) -> None:
+        """Keep the record of an instance that left its launch (or whose launch was deleted),
+        so its reconcile can still find (and delete) the Node; an instance moved to another
+        management cluster is forgotten instead."""
+        key = ObjectKey.of(instance)
         self._unjoined.discard(key)
-        if deleted_for_move(secret):
-            log.info("instance record moved away; its Node stays", instance=record.id)
+        if deleted_for_move(instance):
+            log.info("instance record moved away; its Node stays", instance=key.name)
             return
-        self._gone[key] = record
+        record = next((r for r in records_in(instance["launch"]) if r.id == key.name), None)
+        if record is not None:
+            self._gone[key] = record
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
-        secret = self.records.get_key(key)
+        secret = self.instances.launch_of(key.namespace, key.name)
+        record = self.instances.decode(secret).get(key.name) if secret is not None else None
         now = datetime.now(UTC)
-        if secret is None:
+        if secret is None or record is None:
             self._renewed.pop(key, None)
             await self._forget_identity(key)
             gone = self._gone.get(key)
@@ -198,7 +203,6 @@ class KubeletSimulator:
                 self._ended.pop(key, None)
                 return None
             return await self._delete_node_after_grace(gone, now)
-        record = InstanceRecord.from_secret(secret)
         if not record.cluster:
             return None
         state = record.state_at(now)
@@ -314,14 +318,17 @@ class KubeletSimulator:
             # Its Node may have existed: re-read the record, so a stale cache cannot resurrect
             # a Node that was just removed.
             try:
-                secret = await self.client.get(SECRETS, record.id, record.namespace)
+                secret = await self.client.get(SECRETS, record.launch, record.namespace)
             except NotFound:
                 return None
-            record = InstanceRecord.from_secret(secret)
+            fresh = next((r for r in records_in(secret) if r.id == record.id), None)
+            if fresh is None:
+                return None
+            record = fresh
             if record.state_at(now) != "running":
                 return Result(requeue_after=0.2)
         try:
-            join = parse_join(user_data(secret))
+            join = parse_join(user_data(secret, record))
             name = join.node_name(record.hostname, record.meta_data())
             await verify_join(join, await self._admin_kubeconfig(cluster), self._token_clients)
             kubelet = await self._kubelet_client(record, secret, name)
@@ -380,7 +387,7 @@ class KubeletSimulator:
         held = self._identities.get(key)
         if held is not None and held.name == name:
             return held.client
-        join = parse_join(user_data(secret))
+        join = parse_join(user_data(secret, record))
         cert = await request_client_certificate(
             join, await self._admin_kubeconfig(cluster), name, clients=self._token_clients
         )
