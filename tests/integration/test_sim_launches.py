@@ -174,3 +174,16 @@ async def test_instances_leave_their_launch_and_the_top_one_stays_terminated(sim
     listed = {i.id: i.state for i in await sim.backend().list(POOL)}
     assert listed[top] is InstanceState.TERMINATED
     assert len(listed) == 3
+
+
+@pytest.mark.usefixtures("control_plane")
+async def test_an_instance_the_view_does_not_show_yet_is_terminated_all_the_same(
+    sim: Sim,
+) -> None:
+    """A delete right after a launch, before the informer shows it, reads the launch from the
+    server rather than leave a running instance behind."""
+    made = await step(sim.backend(), range(FIRST, FIRST + 3))
+    await sim.backend(Blind()).delete(made[1].id)
+    listed = await sim.client.list(SECRETS, sim.namespace, label_selector=INSTANCE_LABEL)
+    states = {r.id: r.forced_state for s in listed.items for r in records_in(s)}
+    assert states == {made[0].id: "", made[1].id: "terminated", made[2].id: ""}

@@ -63,6 +63,7 @@ __all__ = [
     "kubelet_patch",
     "launch_entries",
     "launch_name",
+    "launch_names",
     "launch_secret",
     "provider_id",
     "records_in",
@@ -235,10 +236,22 @@ def launch_name(record: InstanceRecord) -> str:
     with it, so a retried create finds the instance it made and two Secrets never hold one
     instance; the suffix keeps any code that names a Secret by an instance id from finding
     one."""
-    base = record.id.removesuffix(f"-{record.index}")
-    if base == record.id:
-        base = record.pool
-    return f"{base}-launch-{record.index // LAUNCH_SIZE}"
+    return _launch_name(record.id, record.index, record.pool)
+
+
+def launch_names(instance_id: str, pool: str) -> list[str]:
+    """The Secrets that may hold ``instance_id`` of ``pool``: its launch, if its id ends in
+    its ordinal as the Sim provider's do, and a Secret of the one-instance format."""
+    _, _, tail = instance_id.rpartition("-")
+    block = [_launch_name(instance_id, int(tail), pool)] if tail.isdigit() else []
+    return [*block, instance_id]
+
+
+def _launch_name(instance_id: str, index: int, pool: str) -> str:
+    base = instance_id.removesuffix(f"-{index}")
+    if base == instance_id:
+        base = pool
+    return f"{base}-launch-{index // LAUNCH_SIZE}"
 
 
 def launch_entries(record: InstanceRecord, userdata: bytes) -> dict[str, str]:

@@ -103,7 +103,12 @@ async def _ensure_token(scope: Scope, workload: Client) -> timedelta:
         if scope.owner_kind == "Machine" and consumed(scope) and scope.data_secret_created:
             scope.halt = True  # joined: the spent token may go; the data stays as it is
             return check
-        scope.token = await _create(scope, workload, "BootstrapTokenCreated", "created")
+        # The first token is the config's ordinary making (its status says it is ready); one
+        # that went missing is news for the operator.
+        reason = "BootstrapTokenCreated" if token_id else None
+        scope.token = await _create(
+            scope, workload, reason, "re-created" if token_id else "created"
+        )
         return check
     token, secret = found
     scope.token = token
@@ -127,11 +132,13 @@ async def _ensure_token(scope: Scope, workload: Client) -> timedelta:
     return check
 
 
-async def _create(scope: Scope, workload: Client, reason: str, verb: str) -> BootstrapToken:
+async def _create(scope: Scope, workload: Client, reason: str | None, verb: str) -> BootstrapToken:
+    """A new token; an Event of ``reason`` says so, unless it is None."""
     token = await create_token(workload, scope.options.token_ttl, str(scope.key), scope.uid)
     message = f"{verb} bootstrap token {token.secret_name} in workload cluster {scope.cluster_key}"
     scope.log.info(message, token_secret=token.secret_name)
-    await scope.recorder.event(scope.config.raw, "Normal", reason, message)
+    if reason is not None:
+        await scope.recorder.event(scope.config.raw, "Normal", reason, message)
     return token
 
 

@@ -45,6 +45,7 @@ from machinepool.sim.records import (
     instance_ids,
     launch_entries,
     launch_name,
+    launch_names,
     launch_secret,
     provider_id,
     records_in,
@@ -222,14 +223,28 @@ class SimBackend:
         that left its launch too)."""
         await self._weather("delete")
         doomed = self._records.get(instance_id)
-        if doomed is not None:
-            if doomed.index < self._records.top_index():
-                await self._remove(doomed)
-            else:
+        if doomed is not None and doomed.index < self._records.top_index():
+            await self._remove(doomed)
+        else:
+            # The top one, or one the informer does not show yet: marked, purged later.
+            doomed = doomed or await self._read(instance_id)
+            if doomed is not None:
                 with contextlib.suppress(NotFound):
                     patch = state_patch(doomed, TERMINATED)
                     await self.client.patch(SECRETS, doomed.launch, patch, self.namespace)
         self._after("delete")
+
+    async def _read(self, instance_id: str) -> InstanceRecord | None:
+        """``instance_id``'s record read from the server, for one just launched."""
+        for name in launch_names(instance_id, self.pool):
+            try:
+                secret = await self.client.get(SECRETS, name, self.namespace)
+            except NotFound:
+                continue
+            found = [r for r in records_in(secret) if r.id == instance_id]
+            if found:
+                return found[0]
+        return None
 
     async def purge(self, instance_id: str) -> None:
         """Remove a terminated instance's record for good."""
