@@ -1,10 +1,15 @@
 """The Sim cloud's launches against a real apiserver: the creates of one engine step are one
 write per block of ordinals, a create retried on a stale view finds the instance it made
 instead of launching it again, and instances leave their launch one patch each, the last one
-taking the Secret with it while the pool's top ordinal stays as a tombstone."""
+taking the Secret with it while the pool's top ordinal stays as a tombstone. A record of the
+one-instance format an earlier version wrote is still served. The writes are counted on the
+way to the real apiserver (``Sim.writes``); the ``Blind`` view stands for the records informer
+before it has seen a launch, nothing of the API."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from functools import partial
@@ -19,8 +24,14 @@ from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceSta
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.records import OnePool, PoolRecords
 from machinepool.runtime import CONFIGMAPS, SECRETS, Client, Informer, Obj, gather_bounded
-from machinepool.sim import Faults
-from machinepool.sim.records import INSTANCE_LABEL, LAUNCH_SIZE, records_in
+from machinepool.sim import Faults, SimCloud
+from machinepool.sim.records import (
+    INSTANCE_LABEL,
+    LAUNCH_SIZE,
+    POOL_ANNOTATION,
+    STATE_ANNOTATION,
+    records_in,
+)
 
 POOL = "web"
 FIRST = LAUNCH_SIZE - 5
@@ -187,3 +198,37 @@ async def test_an_instance_the_view_does_not_show_yet_is_terminated_all_the_same
     listed = await sim.client.list(SECRETS, sim.namespace, label_selector=INSTANCE_LABEL)
     states = {r.id: r.forced_state for s in listed.items for r in records_in(s)}
     assert states == {made[0].id: "", made[1].id: "terminated", made[2].id: ""}
+
+
+@pytest.mark.usefixtures("control_plane")
+async def test_a_record_an_earlier_version_wrote_is_still_served_after_an_upgrade(
+    sim: Sim,
+) -> None:
+    """A cloud upgraded in place keeps the instances it had: a Secret of the one-instance
+    format is listed, takes a fault in its own format and is removed whole."""
+    old = next(iter(await step(sim.backend(), range(FIRST, FIRST + 1))))
+    (launch,) = (await sim.client.list(SECRETS, sim.namespace, label_selector=INSTANCE_LABEL)).items
+    (record,) = records_in(launch)
+    info = base64.b64encode(json.dumps(record.info()).encode()).decode()
+    legacy = {
+        "metadata": {
+            "name": "web-abcde-7",
+            "labels": launch["metadata"]["labels"],
+            "annotations": {POOL_ANNOTATION: POOL},
+            "ownerReferences": [sim.owner],
+        },
+        "type": launch["type"],
+        "data": {"instance.json": info, "userdata": base64.b64encode(b"#old").decode()},
+    }
+    await sim.client.create(SECRETS, legacy, sim.namespace)
+    pool = sim.records.of(sim.namespace, POOL)
+    await eventually(lambda: pool.get("web-abcde-7") is not None)
+    assert {i.id for i in await sim.backend().list(POOL)} == {old.id, "web-abcde-7"}
+
+    await SimCloud(sim.client).fail_instance(sim.namespace, "web-abcde-7")
+    failed = await sim.client.get(SECRETS, "web-abcde-7", sim.namespace)
+    assert failed["metadata"]["annotations"][STATE_ANNOTATION] == "failed"
+    await eventually(lambda: (pool.get("web-abcde-7") or record).forced_state == "failed")
+
+    await sim.backend().purge("web-abcde-7")
+    assert await sim.launches() == {f"{POOL}-abcde-launch-0": [old.id]}
