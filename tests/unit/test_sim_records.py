@@ -96,6 +96,8 @@ def test_patches_touch_only_their_instance() -> None:
     ):
         secret["data"] |= patch["data"]
     read_a, read_b = r.records_in(secret)
+    assert [r.record_in(secret, x.id) for x in (read_a, read_b)] == [read_a, read_b]
+    assert r.record_in(secret, "pool-abcde-5") is None
     assert (read_a.state_at(NOW), read_a.kubelet_stopped) == (r.TERMINATED, False)
     assert (read_b.state_at(NOW + timedelta(seconds=10)), read_b.kubelet_stopped) == (
         r.RUNNING,
@@ -122,6 +124,10 @@ def test_a_record_of_the_one_instance_format_reads_back_and_is_patched_in_it() -
         "data": {"instance.json": info, "userdata": r._b64(b"#old")},
     }
     (read,) = r.records_in(legacy)
+    assert (r.record_in(legacy, "pool-abcde-3"), r.record_in(legacy, "pool-abcde-4")) == (
+        read,
+        None,
+    )
     assert (read.id, read.launch, read.legacy, read.kubelet_stopped) == (
         "pool-abcde-3",
         "pool-abcde-3",

@@ -66,6 +66,7 @@ __all__ = [
     "launch_names",
     "launch_secret",
     "provider_id",
+    "record_in",
     "records_in",
     "removal_patch",
     "state_patch",
@@ -302,32 +303,37 @@ def launch_secret(
 
 def records_in(secret: Mapping[str, Any]) -> list[InstanceRecord]:
     """The instances a Secret stores, by ordinal (a launch's, or an earlier version's one)."""
+    found = (record_in(secret, instance_id) for instance_id in instance_ids(secret))
+    return sorted((r for r in found if r is not None), key=lambda r: r.index)
+
+
+def record_in(secret: Mapping[str, Any], instance_id: str) -> InstanceRecord | None:
+    """The record of ``instance_id`` if ``secret`` stores it, decoding only that one (a launch
+    holds up to ``LAUNCH_SIZE``)."""
     meta = secret.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
     data: Mapping[str, str] = secret.get("data") or {}
     if _LEGACY_INFO in data:
-        return [
-            _record(
-                meta,
-                str(meta.get("name", "")),
-                data[_LEGACY_INFO],
-                annotations.get(STATE_ANNOTATION, ""),
-                annotations.get(KUBELET_ANNOTATION) == "stopped",
-                legacy=True,
-            )
-        ]
-    found = [
-        _record(
+        if str(meta.get("name", "")) != instance_id:
+            return None
+        annotations = meta.get("annotations") or {}
+        return _record(
             meta,
-            key.removesuffix(_INFO),
-            value,
-            _text(data.get(key.removesuffix(_INFO) + _STATE)),
-            _text(data.get(key.removesuffix(_INFO) + _KUBELET)) == "stopped",
+            instance_id,
+            data[_LEGACY_INFO],
+            annotations.get(STATE_ANNOTATION, ""),
+            annotations.get(KUBELET_ANNOTATION) == "stopped",
+            legacy=True,
         )
-        for key, value in data.items()
-        if key.endswith(_INFO)
-    ]
-    return sorted(found, key=lambda r: r.index)
+    raw = data.get(instance_id + _INFO)
+    if raw is None:
+        return None
+    return _record(
+        meta,
+        instance_id,
+        raw,
+        _text(data.get(instance_id + _STATE)),
+        _text(data.get(instance_id + _KUBELET)) == "stopped",
+    )
 
 
 def instance_ids(secret: Mapping[str, Any]) -> list[str]:

@@ -48,6 +48,7 @@ from machinepool.sim.records import (
     launch_names,
     launch_secret,
     provider_id,
+    record_in,
     records_in,
     removal_patch,
     state_patch,
@@ -241,9 +242,9 @@ class SimBackend:
                 secret = await self.client.get(SECRETS, name, self.namespace)
             except NotFound:
                 continue
-            found = [r for r in records_in(secret) if r.id == instance_id]
-            if found:
-                return found[0]
+            found = record_in(secret, instance_id)
+            if found is not None:
+                return found
         return None
 
     async def purge(self, instance_id: str) -> None:

@@ -91,7 +91,7 @@ from machinepool.sim.kubelet.node import (
     pod_stopped_status,
     pod_stops_at,
 )
-from machinepool.sim.records import InstanceRecord, records_in, user_data
+from machinepool.sim.records import InstanceRecord, record_in, user_data
 
 __all__ = ["KubeletSimulator"]
 
@@ -187,7 +187,7 @@ class KubeletSimulator:
         if deleted_for_move(instance):
             log.info("instance record moved away; its Node stays", instance=key.name)
             return
-        record = next((r for r in records_in(instance["launch"]) if r.id == key.name), None)
+        record = record_in(instance["launch"], key.name)
         if record is not None:
             self._gone[key] = record
 
@@ -321,7 +321,7 @@ class KubeletSimulator:
                 secret = await self.client.get(SECRETS, record.launch, record.namespace)
             except NotFound:
                 return None
-            fresh = next((r for r in records_in(secret) if r.id == record.id), None)
+            fresh = record_in(secret, record.id)
             if fresh is None:
                 return None
             record = fresh
