@@ -15,6 +15,7 @@ from machinepool.controllers import common
 from machinepool.controllers.machine import drain, volumes
 from machinepool.controllers.machine import status as machine_status
 from machinepool.controllers.machinepool import delete, machines, noderefs, status
+from machinepool.controllers.machinepool.facts import MachineFacts
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -151,7 +152,8 @@ def test_counters_with_machines_count_conditions() -> None:
         machine("True", "False", "v1.31.0"),
         machine("False", "False", "v1.30.0"),
     ]
-    status.set_replica_counters(MachinePoolView(mp), True, [MachineView(m) for m in ms], {})
+    facts = [MachineFacts.of(MachineView(m)) for m in ms]
+    status.set_replica_counters(MachinePoolView(mp), True, facts, {})
     assert (
         mp["status"]["readyReplicas"],
         mp["status"]["availableReplicas"],
@@ -214,10 +216,12 @@ def test_ref_condition_cases() -> None:
 
 def test_aggregate_machine_conditions_name_the_machines() -> None:
     ms = [
-        MachineView(
-            {"metadata": {"name": n}, "status": {"conditions": [{"type": "Ready", "status": s}]}}
+        MachineFacts.of(MachineView({"metadata": {"name": n}, "status": {"conditions": [ready]}}))
+        for n, ready in (
+            ("a", {"type": "Ready", "status": "True"}),
+            ("b", {"type": "Ready", "status": "False"}),
+            ("c", {"type": "Ready", "status": "False"}),
         )
-        for n, s in (("a", "True"), ("b", "False"), ("c", "False"))
     ]
     got = status.machine_conditions(True, ms)[c.MACHINES_READY_CONDITION]
     assert got == ("False", c.NOT_READY_REASON, "Machines b, c are not ready")

@@ -14,6 +14,7 @@ from machinepool.controllers.machinehealthcheck.targets import (
     evaluate,
     remediation_allowed,
 )
+from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.controllers.machinepool.remediation import marked, max_in_flight
 
 Obj = dict[str, Any]
@@ -164,10 +165,10 @@ def _marked(owner: str, health: str) -> MachineView:
 
 
 def test_only_still_unhealthy_marked_machines_are_remediated() -> None:
-    assert marked(_marked("False", "False"))
-    assert not marked(_marked("False", "True"))  # recovered before its turn
-    assert not marked(_marked("True", "False"))
-    assert not marked(MachineView({}))
+    assert marked(MachineFacts.of(_marked("False", "False")))
+    assert not marked(MachineFacts.of(_marked("False", "True")))  # recovered before its turn
+    assert not marked(MachineFacts.of(_marked("True", "False")))
+    assert not marked(MachineFacts.of(MachineView({})))
 
 
 def test_in_flight_bound_from_annotation() -> None:

@@ -27,6 +27,7 @@ from machinepool.controllers.common import (
 from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
+from machinepool.controllers.machinepool.facts import FactsCache
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
 from machinepool.controllers.machinepool.machines import (
     reconcile_machines,
@@ -102,6 +103,8 @@ class MachinePoolReconciler:
         with when and as the server answered (``machines.reconcile_machines``)."""
         self.spacing = ProgressSpacing()
         """When each pool was last written: its progress reports are spaced out."""
+        self.facts = FactsCache()
+        """Each pool's Machines' facts, kept from one pass to the next (``facts``)."""
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""
@@ -189,6 +192,7 @@ class MachinePoolReconciler:
             self.machines_in_sync.pop(key, None)
             self.machines_applied.pop(key, None)
             self.spacing.forget(key)
+            self.facts.forget(key)
             return Result()
         obj.setdefault("status", {})
         patcher = Patcher(self.client, MACHINE_POOLS, obj, on_patched=self.reader.wrote)
@@ -214,7 +218,7 @@ class MachinePoolReconciler:
         if _set_paused(mp, cluster_view):
             await patch_on_exit(patcher, obj)
             return Result()
-        scope = Scope(self, mp, cluster_view)
+        scope = Scope(self, mp, cluster_view, facts=self.facts.for_pass(key))
         # Independent phases: a missing bootstrap config does not keep Nodes from being
         # counted, so every phase runs and every condition is current.
         outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
@@ -284,11 +288,12 @@ def update_status(scope: Scope) -> None:
     """Counters, conditions and phase at the end of every reconcile."""
     mp = scope.mp
     has_machines = scope.has_machine_pool_machines
+    machines = scope.machine_facts()
     if scope.infra_pool is not None:
-        status.set_replica_counters(mp, has_machines, scope.machines, _referenced_nodes(scope))
+        status.set_replica_counters(mp, has_machines, machines, _referenced_nodes(scope))
     values = _ref_conditions(scope)
     values.update(status.replica_conditions(mp))
-    values.update(status.machine_conditions(has_machines, scope.machines))
+    values.update(status.machine_conditions(has_machines, machines))
     values.update(remediation.remediating_condition(scope))
     values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
     status.apply_conditions(mp, values)

@@ -25,7 +25,7 @@ from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView, MachineView, ObjectView
+from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.common import group_of, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
@@ -44,17 +44,6 @@ def pool_labels(mp: MachinePoolView) -> dict[str, str]:
         c.POOL_NAME_LABEL: pool_name_label_value(mp.metadata.name or ""),
         c.CLUSTER_NAME_LABEL: mp.spec.cluster_name or "",
     }
-
-
-def _matches(obj: ObjectView, namespace: str, labels: dict[str, str]) -> bool:
-    have = obj.metadata.labels or {}
-    return obj.metadata.namespace == namespace and all(have.get(k) == v for k, v in labels.items())
-
-
-def _controlled_elsewhere(machine: MachineView, mp: MachinePoolView) -> bool:
-    uid = mp.metadata.uid
-    refs = machine.metadata.owner_references or []
-    return any(isinstance(r, dict) and r.get("controller") and r.get("uid") != uid for r in refs)
 
 
 def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj | None) -> Obj:
@@ -166,13 +155,14 @@ def _contains(have: _JSON, want: _JSON) -> bool:
 async def reconcile_machines(scope: Scope) -> Result:
     """Keep one pool Machine per infrastructure machine the provider reports."""
     r = scope.reconciler
-    labels = pool_labels(scope.mp)
+    # The member index is keyed by namespace and the pool and cluster labels: what it
+    # returns is the pool's, by those, without a second look at each one.
     member_key = watches.pool_member_key(scope.mp)
+    uid = scope.mp.metadata.uid
     scope.machines = [
         machine
         for m in r.machines.by_index(watches.BY_MEMBER_LABELS, member_key)
-        if _matches(machine := MachineView(m), scope.namespace, labels)
-        and not _controlled_elsewhere(machine, scope.mp)
+        if scope.facts(machine := MachineView(m)).controller_uid in ("", uid)
     ]
     scope.machines += _created_not_cached(scope)
     infra_pool = scope.infra_pool
@@ -181,11 +171,7 @@ async def reconcile_machines(scope: Scope) -> Result:
         return Result()
     resource = await r.client.resource(str(infra_pool.raw.get("apiVersion", "")), kind)
     informer = await r.watch_infra_machine_kind(resource)
-    infra_machines = [
-        m
-        for m in informer.by_index(watches.BY_MEMBER_LABELS, member_key)
-        if _matches(ObjectView(m), scope.namespace, labels)
-    ]
+    infra_machines = informer.by_index(watches.BY_MEMBER_LABELS, member_key)
     by_name = {m.metadata.name: m for m in scope.machines}
     wanted: list[tuple[MachineView | None, Obj]] = []
     template = _template_mark(scope.mp)

@@ -19,8 +19,6 @@ from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolView
 from machinepool.controllers.common import (
     WorkloadNodes,
-    is_controlled_by,
-    is_paused,
     node_available,
     node_ready,
     node_ready_since,
@@ -246,13 +244,11 @@ def _left_to_machines(scope: Scope) -> set[str]:
     both read the Node before either wrote."""
     if scope.reconciler.machines_up_to_date:
         return set()
+    uid = scope.mp.metadata.uid
     return {
-        str(m.spec.provider_id)
-        for m in scope.machines
-        if m.spec.provider_id
-        and is_controlled_by(m, scope.mp)
-        and not m.deleting
-        and not is_paused(m, None)
+        m.provider_id
+        for m in scope.machine_facts()
+        if m.provider_id and m.controller_uid == uid and not m.deleting and not m.paused
     }
 
 

@@ -30,6 +30,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition, set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Result, copy_obj
 from machinepool.runtime.patch import Patcher
@@ -45,15 +46,15 @@ __all__ = [
 DEFAULT_MAX_IN_FLIGHT = 1
 
 
-def _is_false(machine: MachineView, type_: str) -> bool:
-    cond = get_condition(machine.status.conditions, type_)
-    return cond is not None and cond.get("status") == "False"
+def _owner_marked(machine: MachineFacts) -> bool:
+    """Marked for remediation by its owner (``OwnerRemediated=False``)."""
+    return machine.condition_is(c.OWNER_REMEDIATED_CONDITION, "False")
 
 
-def marked(machine: MachineView) -> bool:
+def marked(machine: MachineFacts) -> bool:
     """Marked for remediation by its owner and still failing its health check."""
-    return _is_false(machine, c.OWNER_REMEDIATED_CONDITION) and _is_false(
-        machine, c.HEALTH_CHECK_SUCCEEDED_CONDITION
+    return _owner_marked(machine) and machine.condition_is(
+        c.HEALTH_CHECK_SUCCEEDED_CONDITION, "False"
     )
 
 
@@ -73,10 +74,11 @@ async def reconcile_remediation(scope: Scope) -> Result:
     """Delete marked Machines, oldest mark first, while fewer than the bound are in flight."""
     if not scope.has_machine_pool_machines:
         return Result()
-    marks = [m for m in scope.machines if _is_false(m, c.OWNER_REMEDIATED_CONDITION)]
-    in_flight = [m for m in marks if m.deleting]
+    facts = scope.facts
+    marks = [m for m in scope.machines if _owner_marked(facts(m))]
+    in_flight = [m for m in marks if facts(m).deleting]
     waiting = sorted(
-        (m for m in marks if not m.deleting and marked(m)),
+        (m for m in marks if not facts(m).deleting and marked(facts(m))),
         key=lambda m: (_marked_at(m), m.metadata.name),
     )
     room = max(0, max_in_flight(scope.mp) - len(in_flight))
@@ -153,9 +155,7 @@ def remediating_condition(scope: Scope) -> dict[str, tuple[str, str, str]]:
     """``Remediating``: True with the count and names while marked Machines exist."""
     if not scope.has_machine_pool_machines:
         return {}
-    names = sorted(
-        m.metadata.name for m in scope.machines if _is_false(m, c.OWNER_REMEDIATED_CONDITION)
-    )
+    names = sorted(m.name for m in scope.machine_facts() if _owner_marked(m))
     if not names:
         return {c.REMEDIATING_CONDITION: ("False", c.NOT_REMEDIATING_REASON, "")}
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView
 from machinepool.controllers.common import WorkloadNodes
+from machinepool.controllers.machinepool.facts import MachineFacts, PassFacts
 from machinepool.runtime import ExpectedError, ObjectKey, TerminalError
 
 if TYPE_CHECKING:
@@ -58,6 +59,13 @@ class Scope:
     """MachinePool Machines (pool and cluster labels, ours or uncontrolled). Set by machines."""
     deleting_message: str = ""
     """What deletion waits for, for the Deleting condition. Set by delete."""
+    facts: PassFacts = field(default_factory=lambda: PassFacts({}, {}))
+    """This pass's ``MachineFacts``, kept by the reconciler from the pass before. Set by
+    controller."""
+
+    def machine_facts(self) -> list[MachineFacts]:
+        """The facts of ``machines``, in order."""
+        return self.facts.all(self.machines)
 
     @property
     def key(self) -> ObjectKey:

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import (
-    set_condition,
-    set_v1beta1_summary,
-    statuses,
-)
+from machinepool.api.conditions import set_condition, set_v1beta1_summary
 from machinepool.api.contract import Referenced
 from machinepool.api.core_v1beta2 import MachinePoolPhase
 from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.api.views import MachinePoolView
+from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.runtime import Obj, reports_progress
 
 INVALID_REFERENCE_REASON = "InvalidReference"
@@ -86,7 +84,7 @@ def aggregate_versions(versions: list[str]) -> list[Obj]:
 def set_replica_counters(
     mp: MachinePoolView,
     has_machines: bool,
-    machines: list[MachineView],
+    machines: list[MachineFacts],
     nodes_by_name: dict[str, Obj],
 ) -> None:
     """The v1beta2 counters and versions, as upstream computes them."""
@@ -114,16 +112,13 @@ def set_replica_counters(
     counted = (c.READY_CONDITION, c.AVAILABLE_CONDITION, c.UP_TO_DATE_CONDITION)
     counts = dict.fromkeys(counted, 0)
     for m in machines:
-        have = statuses(m.status.conditions)
         for type_ in counted:
-            if have.get(type_) == "True":
+            if m.condition_is(type_, "True"):
                 counts[type_] += 1
     status.ready_replicas = counts[c.READY_CONDITION]
     status.available_replicas = counts[c.AVAILABLE_CONDITION]
     status.up_to_date_replicas = counts[c.UP_TO_DATE_CONDITION]
-    # A Machine's Node knows best what it runs (upstream prefers it to the Machine's spec).
-    versions = [m.status.node_info.kubelet_version or m.spec.version or "" for m in machines]
-    status.versions = aggregate_versions(versions) or None
+    status.versions = aggregate_versions([m.version for m in machines]) or None
 
 
 # --- what a write says ----------------------------------------------------------------------
@@ -257,7 +252,7 @@ def ref_condition(
 
 
 def _aggregate(
-    machines: list[tuple[str, dict[object, object]]],
+    machines: list[tuple[str, Mapping[object, object]]],
     type_: str,
     reasons: tuple[str, str, str],
     what: str,
@@ -331,13 +326,13 @@ def replica_conditions(mp: MachinePoolView) -> dict[str, tuple[str, str, str]]:
 
 
 def machine_conditions(
-    has_machines: bool, machines: list[MachineView]
+    has_machines: bool, machines: list[MachineFacts]
 ) -> dict[str, tuple[str, str, str]]:
     """MachinesReady and MachinesUpToDate; only with MachinePool Machines (Remediating:
     ``remediation.remediating_condition``)."""
     if not has_machines:
         return {}
-    named = [(m.metadata.name, statuses(m.status.conditions)) for m in machines]
+    named = [(m.name, m.conditions) for m in machines]
     return {
         c.MACHINES_READY_CONDITION: _aggregate(
             named,
