@@ -22,7 +22,6 @@ __all__ = [
     "WorkloadNodes",
     "ensure_cluster_owner",
     "group_of",
-    "is_controlled_by",
     "is_deleting",
     "is_paused",
     "machine_conditions",
@@ -127,15 +126,6 @@ def set_paused_condition(
     else:
         set_condition(conditions, c.PAUSED_CONDITION, False, c.NOT_PAUSED_REASON, "", generation)
     return paused
-
-
-def is_controlled_by(obj: ObjectView, owner: ObjectView) -> bool:
-    """Whether ``owner`` (by UID) is the controller owner of ``obj``."""
-    uid = owner.metadata.uid
-    for ref in obj.metadata.owner_references or []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") == uid:
-            return True
-    return False
 
 
 def ref_text(kind: str, namespace: str, name: str) -> str:

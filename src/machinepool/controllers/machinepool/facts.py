@@ -18,7 +18,7 @@ from types import MappingProxyType
 from machinepool.api.conditions import statuses
 from machinepool.api.views import MachineView
 from machinepool.controllers.common import is_paused
-from machinepool.runtime import ObjectKey
+from machinepool.runtime import ObjectKey, controller_owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +42,11 @@ class MachineFacts:
     @classmethod
     def of(cls, machine: MachineView) -> MachineFacts:
         meta = machine.metadata
-        controller = next(
-            (
-                str(ref.get("uid") or "")
-                for ref in meta.owner_references or []
-                if isinstance(ref, dict) and ref.get("controller")
-            ),
-            "",
-        )
+        controller = controller_owner(machine.raw or {})
         return cls(
             name=meta.name or "",
             provider_id=str(machine.spec.provider_id or ""),
-            controller_uid=controller,
+            controller_uid=str(controller.get("uid") or "") if controller else "",
             deleting=meta.deletion_timestamp is not None,
             paused=is_paused(machine, None),
             conditions=MappingProxyType(statuses(machine.status.conditions)),
