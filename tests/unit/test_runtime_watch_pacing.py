@@ -64,7 +64,7 @@ def test_ten_thousand_kubelets_reports_are_gathered_for_the_longest_hold(rate: f
 
 
 def test_a_faster_stream_is_held_for_a_few_events_only() -> None:
-    """At 1,000 events a second the server's buffers hold a few events, never 200."""
+    """At 1,000 events a second the server's buffers hold a few events, never 500."""
     clock = Clock()
     pacer = ReadPacer(clock)
     events(pacer, clock, rate=1000, seconds=3 * WATCH_BATCH_WINDOW)
