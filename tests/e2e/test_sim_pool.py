@@ -6,7 +6,6 @@ import asyncio
 import base64
 from collections import Counter
 from itertools import pairwise
-from typing import Any
 
 import pytest
 from tests.e2e.conftest import System
@@ -323,32 +322,22 @@ async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
     cache = system.manager.cache
     sim_pools = await cache.get_informer(SIM_MACHINE_POOLS)
     monkeypatch.setattr(engine, "pace_floor", 0.0)
-    # The pool's own adds, not the controller's total: another key's add (a pool of an
-    # earlier test still being torn down) must not count against this one.
-    added: list[ObjectKey] = []
-    queue_add = engine.queue.add
 
-    def counting_add(k: ObjectKey, **kwargs: Any) -> None:
-        if k == key and not engine.queue.is_queued(k):
-            added.append(k)
-        queue_add(k, **kwargs)
+    queue = engine.queue
 
-    monkeypatch.setattr(engine.queue, "add", counting_add)
-
-    def pool_adds() -> int:
-        return len(added)
-
-    async def touch(res: Resource, informer: Informer, name: str, value: str) -> float:
-        """Annotate ``name``; return the engine's adds counted as its informer handed the change
-        out. The probe is subscribed after the engine's handler and handlers run in turn, in
-        one step of the event loop: an add made at once is counted by then, and a paced one
-        cannot have fired yet, however short its pause."""
-        seen: list[float] = []
+    async def touch(res: Resource, informer: Informer, name: str, value: str) -> bool:
+        """Annotate ``name``; return whether the pool waited in the engine's queue as its
+        informer handed the change out. The probe is subscribed after the engine's handler and
+        handlers run in turn, in one step of the event loop: an add made at once has queued the
+        pool by then, and a paced one cannot have fired yet, however short its pause. The
+        pool's own key is asked, not the controller's count of adds, which any other key's
+        add in the moment would move."""
+        seen: list[bool] = []
 
         def update(old: Obj, new: Obj) -> None:
             annotations = (new.get("metadata") or {}).get("annotations") or {}
             if new["metadata"]["name"] == name and annotations.get(TOUCH) == value and not seen:
-                seen.append(pool_adds())
+                seen.append(queue.is_queued(key))
 
         probe = FuncHandler(update=update)
         informer.add_handler(probe)
@@ -361,11 +350,10 @@ async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
         return seen[0]
 
     # A change of the pool itself: queued at once, and its reconcile is remembered.
-    await system.settled(pool_adds, "the pool engine's queue", quiet=2.0)
-    before = pool_adds()
-    at_dispatch = await touch(SIM_MACHINE_POOLS, sim_pools, "paced", "0")
-    assert at_dispatch == before + 1, "a change of the pool itself goes at once"
-    queue = engine.queue
+    await system.settled(lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0)
+    assert not queue.is_queued(key)
+    queued_at_dispatch = await touch(SIM_MACHINE_POOLS, sim_pools, "paced", "0")
+    assert queued_at_dispatch, "a change of the pool itself goes at once"
     await system.until(
         lambda: not queue.is_queued(key) and not queue.is_processing(key),
         "the pool's reconcile after its change",
@@ -385,12 +373,15 @@ async def test_the_pool_engine_reads_a_slow_pools_member_events_after_a_pause(
         (SECRETS, records, record["metadata"]["name"]),
     )
     for n, (res, informer, name) in enumerate(members, start=1):
-        await system.settled(pool_adds, "the pool engine's queue", quiet=2.0)
-        before = pool_adds()
-        at_dispatch = await touch(res, informer, name, str(n))
-        assert at_dispatch == before, f"a {res.kind} change queued its pool at once"
+        await system.settled(
+            lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0
+        )
+        before = _pool_engine_adds(system)
+        assert not queue.is_queued(key)
+        queued_at_dispatch = await touch(res, informer, name, str(n))
+        assert not queued_at_dispatch, f"a {res.kind} change queued its pool at once"
         await system.until(
-            lambda b=before: pool_adds() >= b + 1,
+            lambda b=before: _pool_engine_adds(system) >= b + 1,
             f"the pool queued after the pause that followed its {res.kind}'s change",
         )
 
