@@ -14,6 +14,7 @@ from machinepool.runtime import CONFIGMAPS, LEASES, NODES, pki
 from machinepool.runtime.client import (
     WATCH_BATCH_EVENTS,
     WATCH_BATCH_WINDOW,
+    WATCH_BUSY_FOR,
     WATCH_BUSY_RATE,
     WATCH_MAX_HOLD,
     ReadPacer,
@@ -35,6 +36,10 @@ def events(pacer: ReadPacer, clock: Clock, rate: float, seconds: float) -> None:
     for _ in range(round(rate * seconds)):
         clock.now += 1 / rate
         pacer.seen()
+
+
+BUSY_LONG = WATCH_BUSY_FOR + 2 * WATCH_BATCH_WINDOW
+"""Long enough for a busy stream's reads to be held."""
 
 
 def test_a_quiet_stream_is_read_at_once() -> None:
@@ -59,22 +64,42 @@ def test_a_burst_shorter_than_the_window_is_read_at_once() -> None:
 def test_ten_thousand_kubelets_reports_are_gathered_for_the_longest_hold(rate: float) -> None:
     clock = Clock()
     pacer = ReadPacer(clock)
-    events(pacer, clock, rate=rate, seconds=3 * WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=rate, seconds=BUSY_LONG)
     assert pacer.hold() == WATCH_MAX_HOLD
+
+
+def test_a_stream_busy_for_a_while_is_read_at_once() -> None:
+    """Churn (a scale-up, the latency trials) makes a Node watch busy for a while; its events
+    are what a reconcile waits for, so they are not held until the watch stays busy."""
+    clock = Clock()
+    pacer = ReadPacer(clock)
+    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
+    assert pacer.hold() == 0.0
+    events(pacer, clock, rate=40, seconds=3 * WATCH_BATCH_WINDOW)
+    assert pacer.hold() == WATCH_MAX_HOLD
+
+
+def test_a_quiet_window_starts_the_busy_count_again() -> None:
+    clock = Clock()
+    pacer = ReadPacer(clock)
+    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=1, seconds=2 * WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
+    assert pacer.hold() == 0.0
 
 
 def test_a_faster_stream_is_held_for_a_few_events_only() -> None:
     """At 1,000 events a second the server's buffers hold a few events, never 500."""
     clock = Clock()
     pacer = ReadPacer(clock)
-    events(pacer, clock, rate=1000, seconds=3 * WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=1000, seconds=BUSY_LONG)
     assert pacer.hold() == pytest.approx(WATCH_BATCH_EVENTS / 1000, rel=0.05)
 
 
 def test_a_stream_that_falls_quiet_is_read_at_once_again() -> None:
     clock = Clock()
     pacer = ReadPacer(clock)
-    events(pacer, clock, rate=50, seconds=3 * WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=50, seconds=BUSY_LONG)
     assert pacer.hold() > 0
     events(pacer, clock, rate=1, seconds=2 * WATCH_BATCH_WINDOW)
     assert pacer.hold() == 0.0

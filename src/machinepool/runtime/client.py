@@ -565,6 +565,12 @@ WATCH_BUSY_RATE = 15.0
 Below it a watch costs under 1 % of a core unbatched, and every event is read at once."""
 WATCH_BATCH_WINDOW = 2.0
 """Seconds over which a watch's rate is counted; a burst shorter than this does not batch."""
+WATCH_BUSY_FOR = 30.0
+"""Seconds a Node watch must stay busy, window after window, before its reads are held.
+Kubelets' reports keep a watch busy for as long as the Nodes exist; a scale-up or the
+benchmark's latency trials make it busy for a while, and a Node change then is what a
+reconcile waits for (a hold from the first busy window raised the latency trials' last Node
+Ready -> MachinePool Running from 188 ms to 470 ms at p99, 4f733fd)."""
 WATCH_BATCH_EVENTS = 20
 """Events a busy watch waits to gather: the wait is this many at the current rate."""
 WATCH_MAX_HOLD = 0.5
@@ -579,9 +585,10 @@ watch busy."""
 class ReadPacer:
     """When a watch stream is busy, how long to leave it unread before the next read.
 
-    A busy stream's events wait at most ``WATCH_MAX_HOLD`` seconds (less as the rate grows,
-    so the server's buffers never hold more than about ``WATCH_BATCH_EVENTS`` events); a
-    quiet stream, or one with a short burst, is read at once.
+    A stream busy for longer than ``WATCH_BUSY_FOR`` has its events wait at most
+    ``WATCH_MAX_HOLD`` seconds (less as the rate grows, so the server's buffers never hold
+    more than about ``WATCH_BATCH_EVENTS`` events); a quiet stream, or one busy for a shorter
+    while, is read at once.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -589,6 +596,7 @@ class ReadPacer:
         self._window_start = clock()
         self._count = 0
         self._rate = 0.0
+        self._busy_since: float | None = None
 
     def seen(self) -> None:
         """Count one event."""
@@ -598,7 +606,7 @@ class ReadPacer:
     def hold(self) -> float:
         """Seconds to leave the stream unread before reading it again (0: read now)."""
         self._roll()
-        if self._rate < WATCH_BUSY_RATE:
+        if self._busy_since is None or self._window_start - self._busy_since < WATCH_BUSY_FOR:
             return 0.0
         return min(WATCH_MAX_HOLD, WATCH_BATCH_EVENTS / self._rate)
 
@@ -608,9 +616,14 @@ class ReadPacer:
             return
         if elapsed < 2 * WATCH_BATCH_WINDOW:
             self._rate = self._count / WATCH_BATCH_WINDOW
+            if self._rate < WATCH_BUSY_RATE:
+                self._busy_since = None
+            elif self._busy_since is None:
+                self._busy_since = self._window_start
             self._window_start += WATCH_BATCH_WINDOW
         else:  # the last whole window had no event
             self._rate = 0.0
+            self._busy_since = None
             self._window_start = self._clock()
         self._count = 0
 
