@@ -26,7 +26,7 @@ from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.bootstrap.kubeadm import KubeadmOptions, setup
 from machinepool.controlplane import WorkloadCluster
-from machinepool.runtime import SECRETS, Client, ClusterCache, Manager, Obj
+from machinepool.runtime import SECRETS, CacheScope, Client, ClusterCache, Manager, Obj
 from machinepool.runtime.logging import JSONFormatter
 
 WITHIN = 60.0
@@ -152,12 +152,12 @@ async def bootstrap_env(
 @pytest.fixture
 async def run_controller(
     client: Client,
-) -> AsyncIterator[Callable[[int], Awaitable[Manager]]]:
+) -> AsyncIterator[Callable[..., Awaitable[Manager]]]:
     started: list[tuple[Manager, ClusterCache]] = []
 
-    async def start(ttl: int = 900) -> Manager:
+    async def start(ttl: int = 900, scope: CacheScope | None = None) -> Manager:
         cache = ClusterCache(client, probe_interval=5.0)
-        mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0")
+        mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0", scope=scope)
         started.append((mgr, cache))
         await setup(mgr, cache, KubeadmOptions(token_ttl_seconds=ttl))
         await mgr.start()

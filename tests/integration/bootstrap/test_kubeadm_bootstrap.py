@@ -19,7 +19,16 @@ from machinepool.bootstrap.kubeadm import (
     DATA_TOKEN_ID_ANNOTATION,
     TOKEN_CONFIG_UID_LABEL,
 )
-from machinepool.runtime import EVENTS, SECRETS, Invalid, Manager, Obj, ObjectKey
+from machinepool.runtime import (
+    EVENTS,
+    SECRETS,
+    CacheScope,
+    Invalid,
+    Manager,
+    Obj,
+    ObjectKey,
+    Resource,
+)
 from machinepool.runtime.pki import ca_public_key_hash
 
 from .conftest import Env, b64, condition, rejected_eventually, unb64, whoami
@@ -28,7 +37,7 @@ JINJA_NAME = '{{ ds.meta_data["local_hostname"] }}'
 JSON_BODY = json.dumps({"registry": {"mirrors": ["a", "b"]}, "note": "# not: yaml"}, indent=2)
 SCRIPT = "#!/bin/sh\nset -eu\n  echo 'indented'   \necho done"
 
-RunController = Callable[[int], Awaitable[Manager]]
+RunController = Callable[..., Awaitable[Manager]]
 
 
 def data_created(obj: Obj | None) -> bool:
@@ -99,7 +108,8 @@ async def test_pool_config_joins_with_a_working_token_and_cleans_up(
     assert status["ready"] is True
     for type_ in ("Ready", "DataSecretAvailable", "CertificatesAvailable"):
         assert condition(config, type_)["status"] == "True", type_
-    assert "kubeadmconfig.bootstrap.cluster.x-k8s.io" in config["metadata"]["finalizers"]
+    # As upstream's: no finalizer, so deleting the config is never held (its cleanup follows).
+    assert not config["metadata"].get("finalizers")
 
     secret, cloud, join = await read_data(env, "workers")
     assert secret["type"] == "cluster.x-k8s.io/secret"
@@ -155,13 +165,115 @@ async def test_pool_config_joins_with_a_working_token_and_cleans_up(
     assert (
         await wait_for(env.client, SECRETS, env.namespace, "workers", lambda o: o is None) is None
     )
-    remaining = await env.workload_client.list(
+    await tokens_gone(env, config)
+    assert await rejected_eventually(env.workload, token) == 401
+
+
+async def config_tokens(env: Env, config: Obj) -> list[Obj]:
+    """The workload cluster's bootstrap-token Secrets made for ``config``."""
+    listed = await env.workload_client.list(
         SECRETS,
         "kube-system",
         label_selector=f"{TOKEN_CONFIG_UID_LABEL}={config['metadata']['uid']}",
     )
-    assert remaining.items == []
-    assert await rejected_eventually(env.workload, token) == 401
+    return listed.items
+
+
+async def tokens_gone(env: Env, config: Obj) -> None:
+    async def none_left() -> bool:
+        return not await config_tokens(env, config)
+
+    await eventually(none_left, f"{config['metadata']['name']}'s tokens deleted")
+
+
+async def test_an_earlier_versions_finalizer_is_released(
+    bootstrap_env: Env, run_controller: RunController
+) -> None:
+    """Configs made by an earlier version carry its finalizer. One deleted before this
+    version ran is cleaned as it was (tokens and data Secret) and let go, not left stuck; a
+    live one loses the finalizer, which upstream's provider would never release."""
+    env = bootstrap_env
+    configs: dict[str, Obj] = {}
+    for name in ("deleted", "live"):
+        pool = await env.create_pool(name, name)
+        await env.create_config(name, {}, pool=pool)
+    mgr = await run_controller(900)
+    for name in ("deleted", "live"):
+        made = await env.wait_config(name, data_created)
+        assert made is not None
+        assert await config_tokens(env, made)
+        configs[name] = made
+    await mgr.stop()
+    held = {"metadata": {"finalizers": ["kubeadmconfig.bootstrap.cluster.x-k8s.io"]}}
+    for name in ("deleted", "live"):
+        await env.client.patch(KUBEADM_CONFIGS, name, held, env.namespace)
+    await env.client.delete(KUBEADM_CONFIGS, "deleted", env.namespace)
+
+    await run_controller(900)
+    assert await env.wait_config("deleted", lambda obj: obj is None) is None
+    assert (
+        await wait_for(env.client, SECRETS, env.namespace, "deleted", lambda o: o is None) is None
+    )
+    await tokens_gone(env, configs["deleted"])
+    released = await env.wait_config(
+        "live", lambda obj: obj is not None and not obj["metadata"].get("finalizers")
+    )
+    assert released is not None
+    assert await config_tokens(env, configs["live"])
+
+
+async def test_a_config_that_leaves_the_managers_view_keeps_its_tokens(
+    bootstrap_env: Env, run_controller: RunController, captured: io.StringIO
+) -> None:
+    """A manager that watches only labelled configs (``--watch-filter``, a shard) sees a
+    config whose label changed as deleted; it still exists, and its pool still joins with its
+    token, so nothing of it is deleted."""
+    env = bootstrap_env
+    mine = "cluster.x-k8s.io/watch-filter=mine"
+    pool = await env.create_pool("moving", "moving")
+    await env.create_config("moving", {}, pool=pool)
+    labelled = {"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": "mine"}}}
+    await env.client.patch(KUBEADM_CONFIGS, "moving", labelled, env.namespace)
+    await run_controller(900, CacheScope(label_selector=mine, filters=_configs_only))
+    config = await env.wait_config("moving", data_created)
+    assert config is not None
+    tokens = await config_tokens(env, config)
+    assert tokens
+
+    elsewhere = {"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": "theirs"}}}
+    await env.client.patch(KUBEADM_CONFIGS, "moving", elsewhere, env.namespace)
+    await eventually(
+        lambda: "left this manager's view" in captured.getvalue(), "the moved config's reconcile"
+    )
+    assert await config_tokens(env, config) == tokens
+    assert await env.client.get(SECRETS, "moving", env.namespace)
+
+
+async def test_a_config_clusterctl_move_deletes_keeps_its_tokens(
+    bootstrap_env: Env, run_controller: RunController, captured: io.StringIO
+) -> None:
+    """``clusterctl move`` deletes the source's copy of a config that lives on in the target
+    management cluster: the pool's instances still join with its token."""
+    env = bootstrap_env
+    pool = await env.create_pool("moved", "moved")
+    await env.create_config("moved", {}, pool=pool)
+    await run_controller(900)
+    config = await env.wait_config("moved", data_created)
+    assert config is not None
+    tokens = await config_tokens(env, config)
+    assert tokens
+
+    moving = {"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}}
+    await env.client.patch(KUBEADM_CONFIGS, "moved", moving, env.namespace)
+    await env.client.delete(KUBEADM_CONFIGS, "moved", env.namespace)
+    await eventually(
+        lambda: "moved by clusterctl move" in captured.getvalue(), "the moved config's cleanup"
+    )
+    assert await config_tokens(env, config) == tokens
+
+
+def _configs_only(resource: Resource) -> bool:
+    return resource.kind == "KubeadmConfig"
 
 
 async def test_pool_token_is_refreshed_then_rotated_and_the_old_one_expires(
@@ -229,9 +341,9 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
     bootstrap_env: Env, run_controller: RunController
 ) -> None:
     """A config a MachinePool names but has not adopted (no owner, no cluster-name label, as
-    when both are created together) gets its finalizer and no status: the adoption brings
-    it back, and a status before it would be one more write per new pool; a restart leaves it
-    so. A config that no pool names reports WaitingForCluster, which says why it waits (after
+    when both are created together) gets no write at all: the adoption brings it back, and a
+    status before it would be one more write per new pool; a restart leaves it so. A config
+    that no pool names reports WaitingForCluster, which says why it waits (after
     the adoption grace: its pool is usually applied a moment after it), unless it is paused:
     it asked to be left alone, and reports Paused once it has a Cluster."""
     env = bootstrap_env
@@ -252,35 +364,31 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
     waited = said - parse_time(orphan["metadata"]["creationTimestamp"])
     assert waited.total_seconds() >= ADOPTION_GRACE_SECONDS - 1, waited
 
-    # A config's second reconcile (the one after its finalizer's write) has run once the
-    # cache holds the finalizer and the key is neither queued nor being reconciled.
+    # Made before the controller started, a config is queued by its first pass before the
+    # workers start; once they run, a key neither queued nor being reconciled has been.
     ctrl = next(c for c in mgr.controllers if c.name == "kubeadmconfig")
-    configs = await mgr.cache.get_informer(KUBEADM_CONFIGS)
 
-    def second_reconcile_done(name: str) -> Callable[[], bool]:
+    def handled(name: str) -> Callable[[], bool]:
         key = ObjectKey(env.namespace, name)
 
         def done() -> bool:
-            cached = configs.get(name, env.namespace) or {}
-            return bool(cached.get("metadata", {}).get("finalizers")) and not (
-                ctrl.queue.is_queued(key) or ctrl.queue.is_processing(key)
-            )
+            return ctrl.running and not (ctrl.queue.is_queued(key) or ctrl.queue.is_processing(key))
 
         return done
 
     for name in ("named", "paused"):
-        await eventually(second_reconcile_done(name), f"{name}'s reconcile after its finalizer")
+        await eventually(handled(name), f"{name}'s first reconcile")
         quiet = await env.client.get(KUBEADM_CONFIGS, name, env.namespace)
         assert not (quiet.get("status") or {}).get("conditions"), (name, quiet.get("status"))
+        assert not quiet["metadata"].get("finalizers"), name
 
     # A restart's first pass reconciles every config again: the named one stays quiet.
     await mgr.stop()
     mgr = await run_controller(900)
     ctrl = next(c for c in mgr.controllers if c.name == "kubeadmconfig")
-    configs = await mgr.cache.get_informer(KUBEADM_CONFIGS)
 
     def first_pass_done() -> bool:
-        reconciled = sum(
+        reconciles = sum(
             mgr.metrics.registry.get_sample_value(
                 "controller_runtime_reconcile_total",
                 {"controller": "kubeadmconfig", "result": result},
@@ -288,7 +396,7 @@ async def test_a_config_its_pool_has_not_adopted_yet_gets_no_status_until_adopte
             or 0
             for result in ("success", "requeue_after", "error")
         )
-        return reconciled >= 3 and second_reconcile_done("named")()
+        return reconciles >= 3 and handled("named")()
 
     await eventually(first_pass_done, "the restarted controller's first pass")
     named = await env.client.get(KUBEADM_CONFIGS, "named", env.namespace)

@@ -9,28 +9,40 @@ refresh to rotation), not on every scale or status write of the pool.
 One reconcile: read the config (from the informer, or this controller's newer write of it),
 snapshot it, run the phases as a chain (each needs what the ones before it found: the owner,
 the Cluster, the certificates, the token) until one halts or fails, write the Ready summary,
-and patch once (metadata, then status, only what changed). An error means a retry with
-backoff, otherwise the shortest requeue wins (``runtime.phases``). Before the phases, a
-config that a MachinePool names but has not adopted yet, or that is paused and has no owner,
-is left as it is (after its finalizer): the adoption brings it back; one no pool names yet
-is left so for a few seconds after its creation, as its pool usually follows it
-(``prerequisites.awaiting_adoption``).
+and patch once (status, only what changed). An error means a retry with backoff, otherwise
+the shortest requeue wins (``runtime.phases``). Before the phases, a config that a
+MachinePool names but has not adopted yet, or that is paused and has no owner, is left as it
+is: the adoption brings it back; one no pool names yet is left so for a few seconds after its
+creation, as its pool usually follows it (``prerequisites.awaiting_adoption``).
+
+A config carries no finalizer, as upstream's does not: it goes the moment it is deleted, and
+this controller deletes its bootstrap tokens and data Secret afterwards, from the last state
+its informer saw (``Departed``). A finalizer would cost every new config a write, hold its
+deletion while the workload cluster is unreachable, and keep it forever in a management
+cluster handed back to upstream's provider, which would not release it. What the finalizer
+guaranteed and this does not: a config deleted while no replica of this controller runs keeps
+its tokens until they expire (``token_ttl``, 15 minutes by default), as upstream's do. The
+finalizer an earlier version set is released: on the next reconcile of a live config, or
+after the cleanup of one already being deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from machinepool.api import constants as c
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
 from machinepool.api.kinds import CLUSTERS
+from machinepool.api.meta import parse_time
 from machinepool.api.views import KubeadmConfigView, MachinePoolView
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.data import validate_spec, write_data
-from machinepool.bootstrap.kubeadm.delete import delete
+from machinepool.bootstrap.kubeadm.delete import delete, release_finalizer
 from machinepool.bootstrap.kubeadm.prerequisites import (
     awaiting_adoption,
     check_cluster_ready,
@@ -46,8 +58,10 @@ from machinepool.runtime import (
     ClusterCache,
     EventHandler,
     EventRecorder,
+    FuncHandler,
     Informer,
     Manager,
+    NotFound,
     Obj,
     ObjectKey,
     OwnReader,
@@ -86,6 +100,14 @@ CLUSTER_INDEX = "kubeadm-bootstrap/cluster"
 CONTROLLER_NAME = "kubeadmconfig"
 
 
+@dataclass(frozen=True)
+class Departed:
+    """A config the informer saw deleted: its last state, and when the deletion was seen."""
+
+    config: Obj
+    seen_at: datetime
+
+
 class KubeadmConfigReconciler:
     """Reconciles one KubeadmConfig per call (see the module docstring)."""
 
@@ -108,17 +130,76 @@ class KubeadmConfigReconciler:
         self.options = options
         self.recorder = recorder
         self.reader = OwnReader(mgr.client, r.KUBEADM_CONFIGS, configs)
+        self.gone: dict[ObjectKey, Departed] = {}
+        """Configs seen deleted whose tokens and data Secret are still to be deleted."""
         self.log = get_logger(__name__).bind(controller=CONTROLLER_NAME)
+
+    def note_deleted(self, config: Obj) -> None:
+        """The configs informer's delete handler: remember what the cleanup needs. Its key is
+        queued by the controller's own handler."""
+        self.gone[ObjectKey.of(config)] = Departed(config, datetime.now(UTC))
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         config = await self.reader.get(key)
+        departed = self.gone.get(key)
+        if departed is not None and (config is None or _uid(config) != _uid(departed.config)):
+            cleaned = await self._clean_up(key, departed)
+            if cleaned is not None:
+                return cleaned
         if config is None:
             return None
+        scope = self._scope(key, config)
+        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
+        if scope.config.deleting:
+            if r.FINALIZER not in (scope.config.metadata.finalizers or []):
+                return None  # another finalizer holds it; the cleanup follows its delete event
+            # An earlier version's finalizer: the cleanup releases it.
+            scope.deleted_at = parse_time(str(scope.config.metadata.deletion_timestamp))
+            outcome = await run_phases(scope, DELETE_PHASES, chain=True)
+        elif (waiting := awaiting_adoption(scope)) is not None:
+            return waiting  # a status now would be one more write per new pool, soon replaced
+        else:
+            release_finalizer(scope)  # one write, once, for a config an earlier version made
+            outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
+            summarize(scope)
+        await patch_on_exit(patcher, config, outcome)
+        return outcome.settle(f"KubeadmConfig {key}")
+
+    async def _clean_up(self, key: ObjectKey, departed: Departed) -> Result | None:
+        """Delete a departed config's tokens and data Secret; a ``Result`` to come back.
+
+        Asked of the API server first: a config that left this manager's view (its
+        ``--watch-filter`` label, or its shard, changed) looks deleted to the informer, and
+        its tokens still serve its pool.
+        """
+        try:
+            live = await self.client.get(r.KUBEADM_CONFIGS, key.name, key.namespace)
+        except NotFound:
+            live = None
+        if live is not None and _uid(live) == _uid(departed.config):
+            del self.gone[key]
+            self.log.info(
+                "config left this manager's view; its tokens stay", kubeadmconfig=str(key)
+            )
+            return None
+        try:
+            scope = self._scope(key, departed.config)
+        except TerminalError:
+            del self.gone[key]
+            raise
+        scope.deleted_at = departed.seen_at
+        outcome = await run_phases(scope, DELETE_PHASES, chain=True)
+        if outcome.ok and outcome.result.requeue_after is None:
+            del self.gone[key]
+            return None
+        return outcome.settle(f"KubeadmConfig {key} (deleted)")
+
+    def _scope(self, key: ObjectKey, config: Obj) -> Scope:
         try:
             model = KubeadmConfig.from_dict(copy_obj(config))
         except ValidationError as exc:
             raise TerminalError(f"KubeadmConfig {key} does not match the API: {exc}") from exc
-        scope = Scope(
+        return Scope(
             client=self.client,
             cluster_cache=self.cluster_cache,
             recorder=self.recorder,
@@ -129,23 +210,10 @@ class KubeadmConfigReconciler:
             config=KubeadmConfigView(config),
             model=model,
         )
-        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
-        meta = scope.config.metadata
-        finalizers = meta.finalizers or []
-        if scope.config.deleting:
-            outcome = await run_phases(scope, DELETE_PHASES, chain=True)
-        elif r.FINALIZER not in finalizers:
-            # Persist the finalizer before any token exists, so none can be left behind.
-            meta.finalizers = [*finalizers, r.FINALIZER]
-            await patch_on_exit(patcher, config)
-            return None
-        elif (waiting := awaiting_adoption(scope)) is not None:
-            return waiting  # a status now would be one more write per new pool, soon replaced
-        else:
-            outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
-            summarize(scope)
-        await patch_on_exit(patcher, config, outcome)
-        return outcome.settle(f"KubeadmConfig {key}")
+
+
+def _uid(config: Obj) -> str:
+    return str((config.get("metadata") or {}).get("uid") or "")
 
 
 def _cluster_index(config: Obj) -> list[str]:
@@ -227,6 +295,7 @@ async def setup(
     ctrl = mgr.new_controller(
         CONTROLLER_NAME, reconciler, concurrency=options.kubeadmconfig_concurrency
     )
+    configs.add_handler(FuncHandler(delete=reconciler.note_deleted))
     ctrl.watch(configs)
     # Not ctrl.watch: that would queue on every pool update. Every config is queued when the
     # controller starts (it watches them all), so pools need no replay of their own.

@@ -1,17 +1,18 @@
-"""The delete phase: remove a KubeadmConfig's bootstrap tokens and data Secret, then its
-finalizer.
+"""The delete phase: remove a deleted KubeadmConfig's bootstrap tokens and data Secret (and
+an earlier version's finalizer, on a config that still holds it).
 
-Tokens are found by the config-UID label (``tokens.TOKEN_CONFIG_UID_LABEL``). When the
-workload cluster cannot be reached we keep trying, except when it never can be again (its
-kubeconfig Secret is gone) or when every token we made has expired anyway (refreshes stop at
-deletion, so after one ``token_ttl`` nothing we created still authenticates).
+It runs on the config's last state once it is gone (``controller.Departed``). Tokens are
+found by the config-UID label (``tokens.TOKEN_CONFIG_UID_LABEL``). When the workload cluster
+cannot be reached we keep trying, except when it never can be again (its kubeconfig Secret is
+gone) or when every token we made has expired anyway (refreshes stop at deletion, so after
+one ``token_ttl`` nothing we created still authenticates).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from machinepool.api.meta import parse_time
+from machinepool.api.meta import deleted_for_move
 from machinepool.bootstrap.kubeadm import resources as r
 from machinepool.bootstrap.kubeadm.prerequisites import POLL_SECONDS
 from machinepool.bootstrap.kubeadm.scope import Scope
@@ -28,10 +29,9 @@ async def _kubeconfig_exists(scope: Scope) -> bool:
 
 
 def _tokens_expired(scope: Scope) -> bool:
-    stamp = scope.config.metadata.deletion_timestamp
-    if not stamp:
+    if scope.deleted_at is None:
         return False
-    return datetime.now(UTC) - parse_time(stamp) > scope.options.token_ttl
+    return datetime.now(UTC) - scope.deleted_at > scope.options.token_ttl
 
 
 async def _delete_tokens(scope: Scope) -> bool:
@@ -65,15 +65,25 @@ async def _delete_data_secret(scope: Scope) -> None:
 
 
 async def delete(scope: Scope) -> Result:
-    """Delete the bootstrap tokens and the data secret the config made, then drop the
-    finalizer."""
-    finalizers = scope.config.metadata.finalizers or []
-    if r.FINALIZER not in finalizers:
-        return Result()
-    if not await _delete_tokens(scope):
+    """Delete the bootstrap tokens and the data secret the config made, then drop an earlier
+    version's finalizer if the config holds one. A config ``clusterctl move`` deleted lives on
+    in the target management cluster: its tokens still join its pool's instances."""
+    if deleted_for_move(scope.config.raw):
+        scope.log.info("config moved by clusterctl move; its tokens stay")
+    elif not await _delete_tokens(scope):
         return Result(requeue_after=POLL_SECONDS)
-    # Garbage collection would also remove it; doing it here makes deletion complete at once
-    # in clusters without a garbage collector.
-    await _delete_data_secret(scope)
-    scope.config.metadata.finalizers = [f for f in finalizers if f != r.FINALIZER]
+    else:
+        # Garbage collection would also remove it; doing it here makes deletion complete at
+        # once in clusters without a garbage collector.
+        await _delete_data_secret(scope)
+    release_finalizer(scope)
     return Result()
+
+
+def release_finalizer(scope: Scope) -> None:
+    """Drop the finalizer an earlier version set (``resources.FINALIZER``), if the config
+    holds it: the cleanup follows the deletion now, and upstream's provider, should the
+    cluster go back to it, would never release it."""
+    finalizers = scope.config.metadata.finalizers or []
+    if r.FINALIZER in finalizers:
+        scope.config.metadata.finalizers = [f for f in finalizers if f != r.FINALIZER]

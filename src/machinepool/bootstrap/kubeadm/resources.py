@@ -18,7 +18,8 @@ from machinepool.api.kinds import MACHINES as MACHINES
 KUBEADM_CONFIG_API_VERSION: Final = f"{c.BOOTSTRAP_GROUP}/{c.V1BETA2}"
 
 FINALIZER: Final = "kubeadmconfig.bootstrap.cluster.x-k8s.io"
-"""Held until the config's bootstrap tokens are deleted from the workload cluster."""
+"""Set on every config by earlier versions, until its bootstrap tokens were deleted; no longer
+set, only released (``controller``'s docstring says why)."""
 DATA_TOKEN_ID_ANNOTATION: Final = "bootstrap.cluster.x-k8s.io/bootstrap-token-id"
 """On the data Secret: the id (public half) of the token its cloud-config carries."""
 CLUSTER_SECRET_TYPE: Final = "cluster.x-k8s.io/secret"

@@ -10,7 +10,7 @@ read them, never write through them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from machinepool.api import conditions
@@ -87,6 +87,9 @@ class Scope:
     """certificates phase: the existing data Secret, if any."""
     token: BootstrapToken | None = None
     """token phase: the token to render (``None`` when the user supplies discovery)."""
+    deleted_at: datetime | None = None
+    """For the delete phase: when the config's deletion was seen (or its deletionTimestamp,
+    on a config an earlier version's finalizer holds)."""
     halt: bool = False
     """Set by a phase that must stop the reconcile (waiting, paused, invalid input):
     ``runtime.phases.Halting``, so the phases after it do not run."""
