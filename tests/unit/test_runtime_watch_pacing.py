@@ -68,24 +68,47 @@ def test_ten_thousand_kubelets_reports_are_gathered_for_the_longest_hold(rate: f
     assert pacer.hold() == WATCH_MAX_HOLD
 
 
+def windows(pacer: ReadPacer, clock: Clock, rates: list[float]) -> None:
+    """One whole window at each of ``rates`` events a second, in turn, each window's events
+    inside it (the clock ends on the last window's end)."""
+    for rate in rates:
+        start, count = clock.now, round(rate * WATCH_BATCH_WINDOW)
+        for i in range(count):
+            clock.now = start + (i + 0.5) * WATCH_BATCH_WINDOW / count
+            pacer.seen()
+        clock.now = start + WATCH_BATCH_WINDOW
+
+
 def test_a_stream_busy_for_a_while_is_read_at_once() -> None:
     """Churn (a scale-up, the latency trials) makes a Node watch busy for a while; its events
-    are what a reconcile waits for, so they are not held until the watch stays busy."""
+    are what a reconcile waits for, so they are not held until the watch is busy on average
+    over ``WATCH_BUSY_FOR``."""
     clock = Clock()
     pacer = ReadPacer(clock)
-    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
+    busy = round(WATCH_BUSY_FOR / WATCH_BATCH_WINDOW)
+    windows(pacer, clock, [25] * (busy // 2))
     assert pacer.hold() == 0.0
-    events(pacer, clock, rate=40, seconds=3 * WATCH_BATCH_WINDOW)
+    windows(pacer, clock, [25] * busy)
     assert pacer.hold() == WATCH_MAX_HOLD
 
 
-def test_a_quiet_window_starts_the_busy_count_again() -> None:
+def test_busy_windows_now_and_then_are_read_at_once() -> None:
+    """The latency trials: one Node after another, a window busy now and then."""
     clock = Clock()
     pacer = ReadPacer(clock)
-    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
-    events(pacer, clock, rate=1, seconds=2 * WATCH_BATCH_WINDOW)
-    events(pacer, clock, rate=40, seconds=WATCH_BUSY_FOR - WATCH_BATCH_WINDOW)
+    windows(pacer, clock, [25, 5, 5] * 20 + [25])
     assert pacer.hold() == 0.0
+
+
+def test_uneven_reports_busy_on_average_are_held() -> None:
+    """A pool's Nodes, made together, report together: a few windows bring many reports and
+    most bring few; over ``WATCH_BUSY_FOR`` they are busy all the same, quiet windows too."""
+    clock = Clock()
+    pacer = ReadPacer(clock)
+    windows(pacer, clock, [100, 4, 4, 4] * 10)
+    assert pacer.hold() == WATCH_MAX_HOLD
+    windows(pacer, clock, [100])
+    assert pacer.hold() == pytest.approx(WATCH_BATCH_EVENTS / 100)  # never more than a few
 
 
 def test_a_faster_stream_is_held_for_a_few_events_only() -> None:
@@ -101,9 +124,9 @@ def test_a_stream_that_falls_quiet_is_read_at_once_again() -> None:
     pacer = ReadPacer(clock)
     events(pacer, clock, rate=50, seconds=BUSY_LONG)
     assert pacer.hold() > 0
-    events(pacer, clock, rate=1, seconds=2 * WATCH_BATCH_WINDOW)
+    events(pacer, clock, rate=1, seconds=WATCH_BUSY_FOR)
     assert pacer.hold() == 0.0
-    clock.now += 10 * WATCH_BATCH_WINDOW  # silence
+    clock.now += 10 * WATCH_BUSY_FOR  # silence
     assert pacer.hold() == 0.0
 
 

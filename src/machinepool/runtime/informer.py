@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from machinepool.runtime.client import Client, Obj, Resource
+from machinepool.runtime.client import Client, Obj, ReadPacer, Resource, reports_on_a_timer
 from machinepool.runtime.errors import Gone
 from machinepool.runtime.keys import ObjectKey
 from machinepool.runtime.logging import KVLogger, get_logger
@@ -244,6 +244,10 @@ class Informer:
         self._unsynced: set[str | None] = set(self.namespaces)
         self._task: asyncio.Task[None] | None = None
         self._versions: dict[str | None, str] = dict.fromkeys(self.namespaces, "")
+        self._pacers: dict[str | None, ReadPacer] = (
+            {ns: ReadPacer() for ns in self.namespaces} if reports_on_a_timer(resource) else {}
+        )
+        """Each busy-on-a-timer stream's pacer, kept across its re-opened watches."""
         self.log = (logger or get_logger(__name__)).bind(
             informer=resource.plural, namespace=",".join(n or "" for n in self.namespaces)
         )
@@ -401,6 +405,7 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             timeout_seconds=timeout,
+            pacer=self._pacers.get(namespace),
         )
         async for event in stream:
             rv = _rv(event.object)
