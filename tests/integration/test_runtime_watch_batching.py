@@ -9,7 +9,7 @@ import itertools
 import uuid
 
 from machinepool.runtime import NODES, Client
-from machinepool.runtime.client import WATCH_BATCH_WINDOW, WATCH_BUSY_RATE
+from machinepool.runtime.client import WATCH_BATCH_WINDOW, WATCH_BUSY_RATE, ReadPacer
 
 RATE = 4 * WATCH_BUSY_RATE
 """Updates a second the writer sends: a busy stream, as 10,000 kubelets' reports make one."""
@@ -33,6 +33,9 @@ async def test_a_busy_node_watch_is_read_in_batches_and_loses_nothing(client: Cl
             resource_version=listed.resource_version,
             label_selector=selector,
             timeout_seconds=int(4 * WATCH_BATCH_WINDOW),
+            # Averaged over one window: a few seconds of this stream stand for the kubelets'
+            # reports, which keep a watch busy for as long as the Nodes exist.
+            pacer=ReadPacer(span=WATCH_BATCH_WINDOW),
         )
         async for event in stream:
             if event.type == "MODIFIED":

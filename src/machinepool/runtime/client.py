@@ -601,11 +601,15 @@ class ReadPacer:
     watch does not start over.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, span: float | None = None
+    ) -> None:
+        """``span``: seconds the rate is averaged over (``WATCH_BUSY_FOR`` if omitted)."""
         self._clock = clock
+        self._span = WATCH_BUSY_FOR if span is None else span
         self._window_start = clock()
         self._count = 0
-        self._windows: deque[int] = deque(maxlen=round(WATCH_BUSY_FOR / WATCH_BATCH_WINDOW))
+        self._windows: deque[int] = deque(maxlen=max(1, round(self._span / WATCH_BATCH_WINDOW)))
         """Events in each of the last whole windows, the newest last."""
 
     def seen(self) -> None:
@@ -616,7 +620,8 @@ class ReadPacer:
     def hold(self) -> float:
         """Seconds to leave the stream unread before reading it again (0: read now)."""
         self._roll()
-        steady = sum(self._windows) / WATCH_BUSY_FOR  # a fresh pacer's missing windows are 0
+        # A fresh pacer's missing windows count as quiet ones.
+        steady = sum(self._windows) / (WATCH_BATCH_WINDOW * (self._windows.maxlen or 1))
         if steady < WATCH_BUSY_RATE:
             return 0.0
         # A window busier than the average (a pool's Nodes reporting together) holds less.

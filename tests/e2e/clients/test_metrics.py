@@ -126,8 +126,16 @@ async def test_metrics_carry_controller_runtime_names_and_labels(
         namespace,
     )
     after = before
+
+    def moved(now: dict[str, list[Sample]]) -> bool:
+        """Reconciled, and written: a config with no owner and no Cluster says why it waits
+        once the adoption grace is over (its first write; it has no finalizer)."""
+        reconciled = value(now, "controller_runtime_reconcile_total", controller="kubeadmconfig")
+        requests = value(now, "rest_client_requests_total")
+        return reconciled > 0 and requests > value(before, "rest_client_requests_total")
+
     async with asyncio.timeout(60):
-        while value(after, "controller_runtime_reconcile_total", controller="kubeadmconfig") == 0:
+        while not moved(after):
             await asyncio.sleep(0.2)
             after = await asyncio.to_thread(scrape, controllers)
     queue = {"controller": "kubeadmconfig"}

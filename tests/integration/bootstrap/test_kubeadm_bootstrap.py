@@ -179,6 +179,15 @@ async def config_tokens(env: Env, config: Obj) -> list[Obj]:
     return listed.items
 
 
+async def made_with_tokens(env: Env, name: str) -> tuple[Obj, list[Obj]]:
+    """Config ``name`` once its data Secret is made, and its tokens (at least one)."""
+    config = await env.wait_config(name, data_created)
+    assert config is not None
+    tokens = await config_tokens(env, config)
+    assert tokens
+    return config, tokens
+
+
 async def tokens_gone(env: Env, config: Obj) -> None:
     async def none_left() -> bool:
         return not await config_tokens(env, config)
@@ -199,10 +208,7 @@ async def test_an_earlier_versions_finalizer_is_released(
         await env.create_config(name, {}, pool=pool)
     mgr = await run_controller(900)
     for name in ("deleted", "live"):
-        made = await env.wait_config(name, data_created)
-        assert made is not None
-        assert await config_tokens(env, made)
-        configs[name] = made
+        configs[name], _ = await made_with_tokens(env, name)
     await mgr.stop()
     held = {"metadata": {"finalizers": ["kubeadmconfig.bootstrap.cluster.x-k8s.io"]}}
     for name in ("deleted", "live"):
@@ -235,10 +241,7 @@ async def test_a_config_that_leaves_the_managers_view_keeps_its_tokens(
     labelled = {"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": "mine"}}}
     await env.client.patch(KUBEADM_CONFIGS, "moving", labelled, env.namespace)
     await run_controller(900, CacheScope(label_selector=mine, filters=_configs_only))
-    config = await env.wait_config("moving", data_created)
-    assert config is not None
-    tokens = await config_tokens(env, config)
-    assert tokens
+    config, tokens = await made_with_tokens(env, "moving")
 
     elsewhere = {"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": "theirs"}}}
     await env.client.patch(KUBEADM_CONFIGS, "moving", elsewhere, env.namespace)
@@ -258,10 +261,7 @@ async def test_a_config_clusterctl_move_deletes_keeps_its_tokens(
     pool = await env.create_pool("moved", "moved")
     await env.create_config("moved", {}, pool=pool)
     await run_controller(900)
-    config = await env.wait_config("moved", data_created)
-    assert config is not None
-    tokens = await config_tokens(env, config)
-    assert tokens
+    config, tokens = await made_with_tokens(env, "moved")
 
     moving = {"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}}
     await env.client.patch(KUBEADM_CONFIGS, "moved", moving, env.namespace)
