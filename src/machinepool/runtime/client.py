@@ -605,12 +605,12 @@ class ReadPacer:
         self, clock: Callable[[], float] = time.monotonic, span: float | None = None
     ) -> None:
         """``span``: seconds the rate is averaged over (``WATCH_BUSY_FOR`` if omitted)."""
+        span = WATCH_BUSY_FOR if span is None else span
         self._clock = clock
-        self._span = WATCH_BUSY_FOR if span is None else span
         self._window_start = clock()
         self._count = 0
-        self._windows: deque[int] = deque(maxlen=max(1, round(self._span / WATCH_BATCH_WINDOW)))
-        """Events in each of the last whole windows, the newest last."""
+        self._windows: deque[int] = deque(maxlen=max(1, round(span / WATCH_BATCH_WINDOW)))
+        """Events in each of the last whole windows (``span``'s worth), the newest last."""
 
     def seen(self) -> None:
         """Count one event."""
