@@ -27,6 +27,7 @@ from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, 
 
 from machinepool.controlplane import NodeAuth, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
+from machinepool.providers.pool.engine import PoolEngine
 from machinepool.runtime import (
     NODES,
     SECRETS,
@@ -59,6 +60,8 @@ class System(Changes):
     """Workload Nodes, watched."""
     kubelet: KubeletSimulator
     """The node simulator."""
+    engine: PoolEngine
+    """The Sim provider's pool engine."""
     watched: dict[str, Informer] = field(default_factory=dict)
     patience = WAIT
 
@@ -203,9 +206,9 @@ async def system(
         machine.setup,
         machinehealthcheck.setup,
         kubeadm.setup,
-        sim.setup,
     ):
         await setup(mgr, cache)
+    engine = await sim.setup(mgr, cache)
     simulator = await kubelet.wire(mgr, cache, kubelet_options)
     await mgr.start()
     workload_client = await Client.from_kubeconfig(workload.kubeconfig)
@@ -223,6 +226,7 @@ async def system(
         SimCloud(client),
         nodes,
         simulator,
+        engine,
     )
     await system.watch("nodes", nodes)
     await system.watch("machinepools", await mgr.cache.get_informer(MACHINE_POOLS))

@@ -35,7 +35,7 @@ __all__ = ["COMPONENTS", "FLAGS", "Component", "Flag", "component_options"]
 class Component:
     """One wireable component: its setup function and the dataclass of its options."""
 
-    setup: Callable[[Manager, ClusterCache, Any], Awaitable[None]]
+    setup: Callable[[Manager, ClusterCache, Any], Awaitable[object]]
     options: type[Any]
 
 

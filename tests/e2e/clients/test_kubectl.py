@@ -8,7 +8,9 @@ One pool's life, each step the command a user would reach for:
 - ``kubectl scale mp/NAME --replicas=N``: through the scale subresource, the pool follows;
 - a version change followed to the end by ``machinepool rollout status`` (kubectl's own
   ``rollout`` knows only built-in kinds);
-- ``kubectl get events``: the pool's story, from first instance to the replaced ones.
+- ``kubectl get events``: the pool's story, from first instance to the replaced ones;
+- a pool made at a version no kubeadm of this provider joins (the seed's own example,
+  v1.19.7) says so, and runs once ``kubectl patch`` moves it to a supported one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import re
 import subprocess
 import sys
 from typing import Any
+
+from tests.support.resources import KUBEADM_CONFIGS
 
 from machinepool.controlplane import ControlPlane
 
@@ -158,6 +162,52 @@ async def test_a_pool_through_kubectl(system: Any, control_plane: ControlPlane) 
     assert any(
         kind == "MachinePool" and reason == "SuccessfulSetNodeRefs" for kind, reason, _ in story
     ), story
+
+
+FIXED_WITHIN = 45.0
+"""Seconds from the ``kubectl patch`` to a Running pool of 2. The patch is an event the
+bootstrap controller's pool watch passes (the version is one of ``pool_inputs``), so the data
+Secret follows within a reconcile, and then two instances boot (1-3 s each) and join, as in
+any pool's creation (5-15 s here under CI's load). Without the event the fix waits for the
+next retry of a backoff that has doubled since the pool was made: minutes after a few."""
+
+
+async def test_a_pool_at_an_unsupported_version_runs_once_kubectl_fixes_it(
+    system: Any, control_plane: ControlPlane
+) -> None:
+    ns = system.namespace
+    await system.create_pool("old", 2, version="v1.19.7")
+
+    def refused() -> bool:
+        config = system.watched["kubeadmconfigs"].get("old", ns) or {}
+        return any(
+            cond.get("type") == "DataSecretAvailable" and "v1.19.7" in cond.get("message", "")
+            for cond in (config.get("status") or {}).get("conditions") or []
+        )
+
+    await system.watch("kubeadmconfigs", await system.manager.cache.get_informer(KUBEADM_CONFIGS))
+    await system.until(refused, "the config saying v1.19.7 cannot be joined")
+    described = await _kubectl(control_plane, "get", "kubeadmconfig", "old", "-n", ns, "-o", "json")
+    message = next(
+        c["message"]
+        for c in json.loads(described)["status"]["conditions"]
+        if c["type"] == "DataSecretAvailable"
+    )
+    assert "older than v1.22" in message, message
+    assert "use v1.22 or later" in message, message
+
+    patch = {"spec": {"template": {"spec": {"version": "v1.34.4"}}}}
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await _kubectl(
+        control_plane, "patch", "-n", ns, "mp/old", "--type=merge", "-p", json.dumps(patch)
+    )
+    await system.until(
+        lambda: system.pool_running("old", 2), "the fixed pool running 2 Nodes", FIXED_WITHIN
+    )
+    assert len(system.ready_nodes("v1.34.4")) == 2
+    took = loop.time() - start
+    assert took < FIXED_WITHIN, took
 
 
 def _told(messages: list[str]) -> int:

@@ -47,6 +47,12 @@ def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
     return {}
 
 
+def data_created(obj: Obj | None) -> bool:
+    return bool(
+        ((obj or {}).get("status") or {}).get("initialization", {}).get("dataSecretCreated")
+    )
+
+
 async def whoami(workload: WorkloadCluster, token: str) -> tuple[int, str]:
     """(HTTP status, username) of a SelfSubjectReview made with ``token`` on the workload."""
     context = ssl.create_default_context(cadata=workload.ca_cert_pem.decode())

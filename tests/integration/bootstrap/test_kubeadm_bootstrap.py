@@ -31,19 +31,13 @@ from machinepool.runtime import (
 )
 from machinepool.runtime.pki import ca_public_key_hash
 
-from .conftest import Env, b64, condition, rejected_eventually, unb64, whoami
+from .conftest import Env, b64, condition, data_created, rejected_eventually, unb64, whoami
 
 JINJA_NAME = '{{ ds.meta_data["local_hostname"] }}'
 JSON_BODY = json.dumps({"registry": {"mirrors": ["a", "b"]}, "note": "# not: yaml"}, indent=2)
 SCRIPT = "#!/bin/sh\nset -eu\n  echo 'indented'   \necho done"
 
 RunController = Callable[..., Awaitable[Manager]]
-
-
-def data_created(obj: Obj | None) -> bool:
-    return bool(
-        ((obj or {}).get("status") or {}).get("initialization", {}).get("dataSecretCreated")
-    )
 
 
 async def read_data(env: Env, name: str) -> tuple[Obj, dict[str, Any], dict[str, Any]]:

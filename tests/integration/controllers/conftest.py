@@ -32,6 +32,8 @@ from tests.support.resources import (
 from machinepool.api import constants as c
 from machinepool.controllers import machine as machine_controller
 from machinepool.controllers import machinepool as machinepool_controller
+from machinepool.controllers.machine import MachineReconciler
+from machinepool.controllers.machinepool import MachinePoolReconciler
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import (
     CRDS,
@@ -166,6 +168,10 @@ class Env(Changes):
     machines: Watch
     nodes: Watch
     writes: list[tuple[str, str]] = field(default_factory=list)
+    reconciler: MachinePoolReconciler | None = None
+    """The MachinePool controller's reconciler, for tests that run a reconcile themselves."""
+    machine_reconciler: MachineReconciler | None = None
+    """The Machine controller's, likewise."""
 
     # -- builders ------------------------------------------------------------------------
 
@@ -384,8 +390,8 @@ async def env(
             else None
         )
     )
-    await machinepool_controller.setup(mgr, cache)
-    await machine_controller.setup(mgr, cache)
+    reconciler = await machinepool_controller.setup(mgr, cache)
+    machine_reconciler = await machine_controller.setup(mgr, cache)
     pools = Watch(await mgr.cache.get_informer(MACHINE_POOLS, namespace))
     machines = Watch(await mgr.cache.get_informer(MACHINES, namespace))
     nodes_informer = Informer(wclient, NODES)
@@ -404,6 +410,8 @@ async def env(
         machines,
         nodes,
         writes,
+        reconciler,
+        machine_reconciler,
     )
     for watch in (pools, machines, nodes):
         env.follow(watch.informer)

@@ -3,8 +3,10 @@
 ``setup`` (re-exported by the package) registers the controller: it reconciles every
 ``bootstrap.cluster.x-k8s.io/v1beta2`` KubeadmConfig, and is woken by changes to the config, to
 its Cluster, and to the MachinePools referencing it when something a reconcile reads changes
-(``pool_inputs``: the reference, the Cluster name, whether a Node has joined, which switches
-refresh to rotation), not on every scale or status write of the pool.
+(``pool_inputs``: the reference, the Cluster name, the Kubernetes version, whether a Node has
+joined, which switches refresh to rotation), not on every scale or status write of the pool.
+``tests/integration/bootstrap/test_kubeadm_inputs.py`` holds ``pool_inputs`` to what a
+reconcile reads from the pool.
 
 One reconcile: read the config (from the informer, or this controller's newer write of it),
 snapshot it, run the phases as a chain (each needs what the ones before it found: the owner,
@@ -238,9 +240,15 @@ def _pool_config_index(pool: Obj) -> list[str]:
 
 def pool_inputs(pool: Obj) -> tuple[object, ...]:
     """What a KubeadmConfig reconcile reads from a MachinePool: the config it references, its
-    Cluster name, and whether a Node has joined (``rotation.consumed``)."""
+    Cluster name, its Kubernetes version (which picks the kubeadm API, and which the render
+    refuses before v1.22), and whether a Node has joined (``rotation.consumed``)."""
     view = MachinePoolView(pool)
-    return (_pool_to_config(pool), view.spec.cluster_name, bool(view.status.node_refs))
+    return (
+        _pool_to_config(pool),
+        view.spec.cluster_name,
+        view.spec.template.spec.version,
+        bool(view.status.node_refs),
+    )
 
 
 class PoolEvents:

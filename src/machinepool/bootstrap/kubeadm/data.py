@@ -30,12 +30,20 @@ from machinepool.bootstrap.kubeadm.certs import endpoint_from_server
 from machinepool.bootstrap.kubeadm.cloudinit import (
     InvalidBootstrapInput,
     NodeInput,
+    kubeadm_api_version,
     render_node_cloud_config,
     validate_files,
 )
 from machinepool.bootstrap.kubeadm.prerequisites import POLL_SECONDS
 from machinepool.bootstrap.kubeadm.scope import Scope
-from machinepool.runtime import SECRETS, NotFound, Obj, Result, controller_owner
+from machinepool.runtime import (
+    SECRETS,
+    ExpectedError,
+    NotFound,
+    Obj,
+    Result,
+    controller_owner,
+)
 from machinepool.runtime.pki import ca_public_key_hash
 
 
@@ -131,12 +139,24 @@ def _join_configuration(scope: Scope, spec: KubeadmConfigSpec, endpoint: str) ->
     return join.model_copy(update={"discovery": discovery})
 
 
-def _invalid(scope: Scope, message: str) -> None:
+class RenderFailed(ExpectedError):
+    """The config cannot be rendered as it stands; DataSecretAvailable says why and names the
+    field. Retried with backoff like any error, and at once when an input changes: the
+    config's spec and its pool's version both wake the reconcile."""
+
+
+def _refused(scope: Scope, message: str) -> RenderFailed:
+    """DataSecretAvailable=False saying ``message``; the error to raise."""
     scope.mark(r.DATA_SECRET_AVAILABLE, False, r.GENERATION_FAILED, message, c.SEVERITY_WARNING)
-    scope.halt = True
+    return RenderFailed(message)
 
 
-def _spec_problem(spec: KubeadmConfigSpec) -> str:
+def _spec_problem(spec: KubeadmConfigSpec, version: str) -> str:
+    """What makes ``spec`` unrenderable for a node of Kubernetes ``version``, or ""."""
+    try:
+        kubeadm_api_version(version)
+    except InvalidBootstrapInput as exc:
+        return f"{exc} (the version of the config's owner)"
     fmt = spec.format or r.FORMAT_CLOUD_CONFIG
     if fmt != r.FORMAT_CLOUD_CONFIG:
         return f"spec.format {fmt!r} is not supported by this provider; use cloud-config"
@@ -155,9 +175,9 @@ def _spec_problem(spec: KubeadmConfigSpec) -> str:
 
 async def validate_spec(scope: Scope) -> Result:
     """Reject what can never render before any token is made for it."""
-    problem = _spec_problem(scope.model.spec or KubeadmConfigSpec())
+    problem = _spec_problem(scope.model.spec or KubeadmConfigSpec(), _owner_version(scope))
     if problem:
-        _invalid(scope, problem)
+        raise _refused(scope, problem)
     return Result()
 
 
@@ -205,15 +225,17 @@ async def write_data(scope: Scope) -> Result:
     try:
         text = await render(scope)
     except MissingSecret as exc:
-        _invalid(scope, str(exc))
+        # No watch tells when the Secret comes: poll for it, however long it takes.
+        scope.mark(
+            r.DATA_SECRET_AVAILABLE, False, r.GENERATION_FAILED, str(exc), c.SEVERITY_WARNING
+        )
+        scope.halt = True
         return Result(requeue_after=POLL_SECONDS)
     except InvalidBootstrapInput as exc:
-        _invalid(scope, str(exc))
-        return Result()
+        raise _refused(scope, str(exc)) from exc
     if text is None:
         return Result()
-    if not await _store(scope, text):
-        return Result()
+    await _store(scope, text)
     scope.status.data_secret_name = scope.key.name
     scope.status.initialization.data_secret_created = True
     scope.status.ready = True
@@ -245,9 +267,9 @@ def _desired_metadata(scope: Scope) -> Obj:
     }
 
 
-async def _store(scope: Scope, text: str) -> bool:
-    """Create or update the data Secret; ``False`` (with a condition) when another object
-    controls a Secret of that name."""
+async def _store(scope: Scope, text: str) -> None:
+    """Create or update the data Secret; ``RenderFailed`` (with a condition) when another
+    object controls a Secret of that name."""
     data = {"value": _b64(text), "format": _b64(r.FORMAT_CLOUD_CONFIG)}
     desired = _desired_metadata(scope)
     existing = scope.data_secret
@@ -263,22 +285,20 @@ async def _store(scope: Scope, text: str) -> bool:
             del body["metadata"]["annotations"]
         await scope.client.create(SECRETS, body, scope.key.namespace)
         scope.log.info("created bootstrap data secret", secret=scope.key.name)
-        return True
+        return
     owner = controller_owner(existing)
     if (owner and owner.get("uid") != scope.uid) or existing.get("type") != r.CLUSTER_SECRET_TYPE:
-        _invalid(
+        raise _refused(
             scope,
             f"secret {scope.key} exists but is not a {r.CLUSTER_SECRET_TYPE} secret of this"
             " KubeadmConfig; delete or rename it",
         )
-        return False
     patch = _patch(existing, desired, data)
     if patch:
         meta = existing["metadata"]
         patch.setdefault("metadata", {})["resourceVersion"] = meta["resourceVersion"]
         await scope.client.patch(SECRETS, scope.key.name, patch, scope.key.namespace)
         scope.log.info("updated bootstrap data secret", secret=scope.key.name)
-    return True
 
 
 def _patch(existing: Obj, desired: Obj, data: dict[str, str]) -> Obj:

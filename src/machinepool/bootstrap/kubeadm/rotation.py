@@ -9,8 +9,13 @@ Upstream's rules (``refreshBootstrapTokenIfNeeded`` / ``rotateMachinePoolBootstr
 - a pool that has Nodes: *rotate* once less than half the ttl is left — create a new token and
   let ``data.py`` rewrite the data Secret in place; the old token is left to expire (instances
   booting from the old data may still be joining), then deleted (by the workload cluster's
-  token-cleaner, and by us: see ``delete_expired_config_tokens``);
+  token-cleaner, and by us: see ``delete_stale_config_tokens``);
 - a Machine that has joined: nothing (its token is spent).
+
+One token per config at any time, the one rotated out kept only through its window: a pass
+that finds no token named on the data Secret takes the config's valid token, if it has one,
+before it makes another (a pass whose render failed after the token was made wrote no data
+Secret), and every pass deletes any other token of the config.
 
 A token the user wrote into ``spec.joinConfiguration.discovery.bootstrapToken.token`` is used as
 is and never rotated, refreshed or deleted. Unlike upstream we never write tokens into the
@@ -31,11 +36,12 @@ from machinepool.bootstrap.kubeadm.scope import Scope
 from machinepool.bootstrap.kubeadm.tokens import (
     BootstrapToken,
     create_token,
-    delete_expired_config_tokens,
+    delete_stale_config_tokens,
     expiration_of,
     get_token,
     needs_refresh,
     needs_rotation,
+    newest_config_token,
     parse_token,
     refresh_token,
 )
@@ -89,7 +95,7 @@ async def reconcile_token(scope: Scope) -> Result:
         scope.wait(r.WAITING_FOR_WORKLOAD_CLUSTER, str(exc), c.SEVERITY_WARNING)
         return Result(requeue_after=POLL_SECONDS)
     after = await _ensure_token(scope, workload)
-    await _collect_expired(scope, workload)
+    await _collect_stale(scope, workload)
     return Result(requeue_after=after.total_seconds())
 
 
@@ -103,6 +109,10 @@ async def _ensure_token(scope: Scope, workload: Client) -> timedelta:
         if scope.owner_kind == "Machine" and consumed(scope) and scope.data_secret_created:
             scope.halt = True  # joined: the spent token may go; the data stays as it is
             return check
+        # A token made by a pass whose data Secret was never written (its render failed, or
+        # its write did), or the one a rotation kept: take it rather than make another.
+        found = await newest_config_token(workload, scope.uid)
+    if found is None:
         # The first token is the config's ordinary making (its status says it is ready); one
         # that went missing is news for the operator.
         reason = "BootstrapTokenCreated" if token_id else None
@@ -142,10 +152,17 @@ async def _create(scope: Scope, workload: Client, reason: str | None, verb: str)
     return token
 
 
-async def _collect_expired(scope: Scope, workload: Client) -> None:
-    """Delete this config's expired tokens (best effort: the token-cleaner also does it)."""
+async def _collect_stale(scope: Scope, workload: Client) -> None:
+    """Delete this config's tokens but the current one and, through a pool's rotation window,
+    the one it replaced (best effort: the token-cleaner deletes expired ones too)."""
+    current = scope.token.id if scope.token is not None else ""
+    keep_previous = scope.pool_owned and consumed(scope)
     try:
-        for name in await delete_expired_config_tokens(workload, scope.uid):
-            scope.log.info("deleted expired bootstrap token", token_secret=name)
+        deleted = await delete_stale_config_tokens(
+            workload, scope.uid, current, keep_previous=keep_previous
+        )
     except Exception as exc:
-        scope.log.warning("could not delete expired bootstrap tokens", error=repr(exc))
+        scope.log.warning("could not delete stale bootstrap tokens", error=repr(exc))
+        return
+    for name in deleted:
+        scope.log.info("deleted stale bootstrap token", token_secret=name)

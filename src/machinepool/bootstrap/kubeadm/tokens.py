@@ -3,7 +3,9 @@
 A bootstrap token (``<6 chars>.<16 chars>``) is stored by the workload kube-apiserver's
 bootstrap-token authenticator as ``kube-system/bootstrap-token-<id>`` (type
 ``bootstrap.kubernetes.io/token``). ``rotation.py`` decides when to create a new one or extend
-the current one using the pure helpers here; ``delete.py`` removes a config's tokens.
+the current one using the pure helpers here, takes a config's valid token before making
+another, and keeps no token of a config but its current one and, through a pool's rotation
+window, the one rotated out; ``delete.py`` removes a config's tokens.
 
 Every token we create carries the label ``TOKEN_CONFIG_UID_LABEL`` = the KubeadmConfig's UID,
 so a config's tokens can be listed and deleted without remembering their values.
@@ -33,12 +35,13 @@ __all__ = [
     "BootstrapToken",
     "create_token",
     "delete_config_tokens",
-    "delete_expired_config_tokens",
+    "delete_stale_config_tokens",
     "expiration_of",
     "generate_token",
     "get_token",
     "needs_refresh",
     "needs_rotation",
+    "newest_config_token",
     "parse_token",
     "refresh_token",
     "token_secret",
@@ -205,15 +208,51 @@ async def delete_config_tokens(workload: Client, config_uid: str) -> list[str]:
     return deleted
 
 
-async def delete_expired_config_tokens(workload: Client, config_uid: str) -> list[str]:
-    """Delete the config's tokens that have expired (the token-cleaner does the same in
-    clusters that run it; we do not rely on it). Return their names."""
+async def newest_config_token(
+    workload: Client, config_uid: str
+) -> tuple[BootstrapToken, Obj] | None:
+    """The config's token that expires last, if one is still valid: what a config whose data
+    Secret names no token (yet) takes instead of making another."""
     now = _utcnow()
-    deleted = []
+    best: tuple[datetime, BootstrapToken, Obj] | None = None
     for secret in await _config_tokens(workload, config_uid):
         expiration = expiration_of(secret)
-        if expiration is not None and expiration <= now:
-            meta = secret["metadata"]
+        try:
+            token = parse_token(f"{_data(secret, 'token-id')}.{_data(secret, 'token-secret')}")
+        except ValueError:
+            continue
+        if expiration is not None and expiration > now and (best is None or expiration > best[0]):
+            best = (expiration, token, secret)
+    return (best[1], best[2]) if best else None
+
+
+async def delete_stale_config_tokens(
+    workload: Client, config_uid: str, current: str, *, keep_previous: bool
+) -> list[str]:
+    """Delete the config's tokens but ``current`` (an id) that have expired, and, of those
+    still valid, all but the one that expires last when ``keep_previous`` (a pool's token
+    rotated out, which instances booting from the old data may still be joining with), or
+    all of them otherwise. Return their names. The token-cleaner deletes expired tokens too
+    in clusters that run it; we do not rely on it."""
+    now = _utcnow()
+    valid: list[tuple[datetime, Obj]] = []
+    stale: list[Obj] = []
+    for secret in await _config_tokens(workload, config_uid):
+        if _data(secret, "token-id") == current:
+            continue
+        expiration = expiration_of(secret)
+        if expiration is None or expiration <= now:
+            stale.append(secret)
+        else:
+            valid.append((expiration, secret))
+    valid.sort(key=lambda pair: pair[0])
+    stale.extend(secret for _, secret in (valid[:-1] if keep_previous else valid))
+    deleted = []
+    for secret in stale:
+        meta = secret["metadata"]
+        try:
             await workload.delete(SECRETS, meta["name"], TOKEN_NAMESPACE, uid=meta.get("uid"))
-            deleted.append(str(meta["name"]))
+        except NotFound:
+            continue  # the token-cleaner was first
+        deleted.append(str(meta["name"]))
     return deleted

@@ -122,13 +122,43 @@ INDEXERS: dict[str, IndexFunc] = {
 }
 
 
-def _node_inputs(node: Obj) -> tuple[object, ...]:
-    """What a pool Machine reads from its Node: what the core counts, and the volumes a
-    deletion waits to see detached."""
-    return (*node_inputs(node), dig(node, "status", "volumesAttached"))
+def machine_node_inputs(node: Obj) -> tuple[object, ...]:
+    """What a pool Machine reads from its Node: what the core counts, the volumes a deletion
+    waits to see detached, and the labels, annotations and taints it keeps in line with the
+    Machine (``node.node_patch``), so a Node someone edited is put back at once. The echo of
+    its own patch of them costs one reconcile that finds the Node in line; heartbeats still
+    wake nothing."""
+    meta = node.get("metadata") or {}
+    return (
+        *node_inputs(node),
+        dig(node, "status", "volumesAttached"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        dig(node, "spec", "taints"),
+    )
 
 
-def _cluster_inputs(cluster: Obj) -> tuple[object, ...]:
+HEALTH_CHECK_MARKS = (
+    c.V1BETA1_HEALTH_CHECK_SUCCEEDED_CONDITION,
+    c.V1BETA1_OWNER_REMEDIATED_CONDITION,
+)
+"""The v1beta1 conditions a health check writes on a Machine's status, which the Machine's
+v1beta1 Ready sums up."""
+
+
+def machine_inputs(machine: Obj) -> tuple[object, ...]:
+    """What a pool Machine's reconcile reads of its own Machine (``Controller.watch``'s
+    ``inputs``): its metadata and spec, and of its status only what another controller
+    writes there, a health check's v1beta1 marks. Its own status writes wake nothing: it
+    reads them back through ``OwnReader``."""
+    listed = dig(machine, "status", "deprecated", "v1beta1", "conditions", default=[])
+    marks = [
+        cond for cond in listed if isinstance(cond, dict) and cond.get("type") in HEALTH_CHECK_MARKS
+    ]
+    return (*metadata_and_spec(machine), marks)
+
+
+def cluster_inputs(cluster: Obj) -> tuple[object, ...]:
     """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``): whether
     it is paused, and whether it is being deleted (the Node is then left alone)."""
     view = ClusterView(cluster)
@@ -169,14 +199,14 @@ class MachineReconciler:
         for name, fn in INDEXERS.items():
             self.machines.add_indexer(name, fn)
         self.reader = OwnReader(self.client, MACHINES, self.machines)
-        # Only this controller writes a pool Machine's status.
-        self.controller.watch(self.machines, inputs=metadata_and_spec)
+        # This controller writes a pool Machine's status, but for a health check's marks.
+        self.controller.watch(self.machines, inputs=machine_inputs)
         # Pausing, resuming or deleting a Cluster wakes its pool Machines: the Paused
         # condition says so at once, a deletion held while paused resumes, and one waiting for
         # hooks or a drain lets the Node be, without waiting for a resync (upstream's Machine
         # controller waits for one).
         self.clusters = await self.cache.get_informer(CLUSTERS)
-        self.controller.watch(self.clusters, self._cluster_mapper, _cluster_inputs)
+        self.controller.watch(self.clusters, self._cluster_mapper, cluster_inputs)
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         meta = ClusterView(cluster).metadata
@@ -215,7 +245,9 @@ class MachineReconciler:
         informer = await self.cluster_cache.get_informer(cluster, NODES)
         if cluster not in self._watched_clusters:
             await self.cluster_cache.watch(
-                cluster, NODES, self.controller.handler(self._node_mapper(cluster), _node_inputs)
+                cluster,
+                NODES,
+                self.controller.handler(self._node_mapper(cluster), machine_node_inputs),
             )
             self._watched_clusters.add(cluster)
         return informer

@@ -15,10 +15,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from machinepool.api.conditions import statuses
+from machinepool.api import constants as c
 from machinepool.api.views import MachineView
 from machinepool.controllers.common import is_paused
-from machinepool.runtime import ObjectKey, controller_owner
+from machinepool.runtime import Obj, ObjectKey, controller_owner
+
+COUNTED_CONDITIONS = (
+    c.READY_CONDITION,
+    c.AVAILABLE_CONDITION,
+    c.UP_TO_DATE_CONDITION,
+    c.HEALTH_CHECK_SUCCEEDED_CONDITION,
+    c.OWNER_REMEDIATED_CONDITION,
+)
+"""The Machine conditions a pool reads: those its counters and Machines* conditions aggregate,
+and the two a health check sets to ask the pool for remediation (``watches.machine_inputs``
+wakes the pool when one of them changes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +45,7 @@ class MachineFacts:
     paused: bool
     """It carries the paused annotation (its Cluster's ``spec.paused`` is the pool's own)."""
     conditions: Mapping[object, object]
-    """Each v1beta2 condition's status by its type."""
+    """The status of each of its ``COUNTED_CONDITIONS`` present, by type."""
     version: str
     """The Kubernetes version it runs: its Node's kubelet version, else ``spec.version``
     (upstream prefers the Node's)."""
@@ -49,12 +60,22 @@ class MachineFacts:
             controller_uid=str(controller.get("uid") or "") if controller else "",
             deleting=meta.deletion_timestamp is not None,
             paused=is_paused(machine, None),
-            conditions=MappingProxyType(statuses(machine.status.conditions)),
+            conditions=MappingProxyType(_counted(machine.status.conditions)),
             version=machine.status.node_info.kubelet_version or machine.spec.version or "",
         )
 
     def condition_is(self, type_: str, status: str) -> bool:
         return self.conditions.get(type_) == status
+
+
+def _counted(conditions: list[Obj] | None) -> dict[object, object]:
+    """The status of each of ``COUNTED_CONDITIONS`` in ``conditions``, by type: the other
+    conditions' are not read, so a change of them needs no event."""
+    return {
+        cond.get("type"): cond.get("status")
+        for cond in conditions or []
+        if cond.get("type") in COUNTED_CONDITIONS
+    }
 
 
 class PassFacts:

@@ -107,8 +107,9 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
     }
 
 
-def _template_mark(mp: MachinePoolView) -> str:
-    """What ``desired_machine`` reads from ``mp``, as one comparable value."""
+def template_mark(mp: MachinePoolView) -> str:
+    """What ``desired_machine`` reads from ``mp``, as one comparable value (held to what it
+    reads by ``tests/unit/test_core_machine_marks.py``)."""
     meta, template = mp.metadata, mp.spec.template
     read = [
         meta.name,
@@ -123,6 +124,11 @@ def _template_mark(mp: MachinePoolView) -> str:
         template.spec.min_ready_seconds,
     ]
     return json.dumps(read, sort_keys=True)
+
+
+def node_mark(node: Obj | None) -> object:
+    """What ``desired_machine`` reads from the Node of an infra machine."""
+    return dig(node, "status", "nodeInfo", "kubeletVersion")
 
 
 _JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
@@ -174,7 +180,7 @@ async def reconcile_machines(scope: Scope) -> Result:
     infra_machines = informer.by_index(watches.BY_MEMBER_LABELS, member_key)
     by_name = {m.metadata.name: m for m in scope.machines}
     wanted: list[tuple[MachineView | None, Obj]] = []
-    template = _template_mark(scope.mp)
+    template = template_mark(scope.mp)
     seen = r.machines_in_sync.get(scope.key, {})
     in_sync: dict[str, tuple[object, ...]] = {}
     for obj in infra_machines:
@@ -196,7 +202,7 @@ async def reconcile_machines(scope: Scope) -> Result:
             mark = (
                 existing.metadata.resource_version,
                 dig(obj, "metadata", "resourceVersion"),
-                dig(node, "status", "nodeInfo", "kubeletVersion"),
+                node_mark(node),
                 template,
             )
             if seen.get(infra_machine.name) == mark:

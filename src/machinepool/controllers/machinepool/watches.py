@@ -15,6 +15,7 @@ from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
 from machinepool.controllers.common import group_of
+from machinepool.controllers.machinepool.facts import COUNTED_CONDITIONS
 from machinepool.runtime import (
     IndexFunc,
     Informer,
@@ -112,20 +113,11 @@ def infra_provider_ids(obj: Obj) -> list[str]:
     return [f"{_ns(obj)}/{p}" for p in InfraMachinePool(obj).provider_id_list if p]
 
 
-COUNTED_CONDITIONS = (
-    c.READY_CONDITION,
-    c.AVAILABLE_CONDITION,
-    c.UP_TO_DATE_CONDITION,
-    c.HEALTH_CHECK_SUCCEEDED_CONDITION,
-    c.OWNER_REMEDIATED_CONDITION,
-)
-"""The Machine conditions a pool reads: those its counters and Machines* conditions aggregate,
-and the two a health check sets to ask the pool for remediation."""
-
-
 def machine_inputs(machine: Obj) -> tuple[object, ...]:
     """What a MachinePool reconcile reads from one of its Machines: the metadata and spec
-    it applies and compares, deletion, and the status of the conditions it counts.
+    it applies and compares (finalizers included: a Machine is re-applied with the Machine
+    finalizer when it lost it), deletion, the status of the conditions it counts, and the
+    Node version it reports (``status.versions``).
 
     The Machine controller's other status writes (phase, nodeRef, NodeReady, messages,
     drain progress) change none of this, so they do not wake the pool (in a rollout they
@@ -141,9 +133,11 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
         meta.labels,
         meta.annotations,
         meta.owner_references,
+        meta.finalizers,
         meta.deletion_timestamp,
         view.spec.raw,
         tuple(statuses.get(t) for t in COUNTED_CONDITIONS),
+        view.status.node_info.kubelet_version,
     )
 
 

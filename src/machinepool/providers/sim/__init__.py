@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from machinepool.providers.pool.engine import start_engine
+from machinepool.providers.pool.engine import PoolEngine, start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
@@ -40,8 +40,9 @@ class SimOptions:
 
 async def setup(
     mgr: Manager, cluster_cache: ClusterCache, options: SimOptions | None = None
-) -> None:
-    """Register the SimMachinePool and SimMachine controllers on ``mgr``."""
+) -> PoolEngine:
+    """Register the SimMachinePool and SimMachine controllers on ``mgr``; the pool engine
+    that runs them."""
     options = options or SimOptions()
     records = await mgr.cache.get_informer(SECRETS, label_selector=INSTANCE_LABEL)
     faults = FaultsWatch(mgr.client, mgr.cache.scope.namespaces)
@@ -53,6 +54,7 @@ async def setup(
     assert engine.controller is not None
     # Paced: a launch changes per instance (see ``start_engine``).
     engine.controller.watch(records, _record_to_pool, paced=True)
+    return engine
 
 
 def _record_to_pool(secret: Obj) -> list[ObjectKey]:
