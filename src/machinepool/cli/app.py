@@ -454,8 +454,8 @@ def hand_back(
 
 async def _move_group(target: Target) -> str:
     from machinepool.api.infra_aws import GROUP
-    from machinepool.cli.kube import connect
     from machinepool.cli import awsmove as migrate
+    from machinepool.cli.kube import connect
 
     async with connect(target) as client:
         try:
