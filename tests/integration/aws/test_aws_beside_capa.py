@@ -349,7 +349,8 @@ async def test_a_pool_made_under_the_old_group_moves_with_no_instance_replaced(
     await client.create(LEGACY_AWSMACHINEPOOLS, stray, ns)
     refused = await move_group(control_plane, ns)
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert f"Cluster {ns}/{aws_env.cluster} of AWSMachinePool stray is not paused" in refused.stderr
+    said = " ".join(refused.stderr.split())  # as one line, however the console wrapped it
+    assert f"Cluster {ns}/{aws_env.cluster} of AWSMachinePool stray is not paused" in said, said
     await client.delete(LEGACY_AWSMACHINEPOOLS, "stray", ns)
 
     # 1. Pause the Cluster (the note's first step), then the state the upgrade leaves.
