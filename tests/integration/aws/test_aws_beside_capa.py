@@ -199,7 +199,8 @@ def _identity(obj: Obj) -> tuple[str, str, str, str]:
 
 
 def capa_components() -> list[Obj]:
-    """CAPA's components as clusterctl installs them: config/default, labelled as its provider."""
+    """CAPA's components as its release file has them: config/default, variables substituted
+    (every object carries CAPA's clusterctl label)."""
     rendered = subprocess.run(
         [kubectl_binary(), "kustomize", str(capa_config() / "default")],
         capture_output=True,
@@ -207,8 +208,7 @@ def capa_components() -> list[Obj]:
         check=True,
     ).stdout
     docs = [d for d in yaml.safe_load_all(gen.substitute(rendered, VALUES)) if d]
-    for doc in docs:
-        doc["metadata"].setdefault("labels", {})[c.PROVIDER_LABEL] = CAPA_PROVIDER
+    assert {d["metadata"]["labels"][c.PROVIDER_LABEL] for d in docs} == {CAPA_PROVIDER}
     return docs
 
 
