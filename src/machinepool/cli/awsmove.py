@@ -127,10 +127,12 @@ async def _repoint_machine_pools(client: Client, namespace: str, pool: str) -> N
 
 
 async def _release(client: Client, resource: Resource, old: Obj) -> None:
-    """Delete an old object without its controller (gone): its finalizers first."""
+    """Delete an old object without its controller (gone): its finalizers first, so it goes
+    at once. The default propagation: nothing new names an old uid (Orphan would hold the
+    object until the garbage collector has seen the old group)."""
     name, namespace = old["metadata"]["name"], old["metadata"]["namespace"]
     try:
         await client.patch(resource, name, {"metadata": {"finalizers": None}}, namespace)
-        await client.delete(resource, name, namespace, propagation_policy="Orphan")
+        await client.delete(resource, name, namespace)
     except NotFound:
         pass

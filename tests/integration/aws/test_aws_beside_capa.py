@@ -311,9 +311,9 @@ async def _as_before_the_rename(client: Client, ns: str, pool: str) -> None:
             subresource="status",
         )
         await client.patch(AWSMACHINES, meta["name"], {"metadata": {"finalizers": None}}, ns)
-        await client.delete(AWSMACHINES, meta["name"], ns, propagation_policy="Orphan")
+        await client.delete(AWSMACHINES, meta["name"], ns)
     await client.patch(AWSMACHINEPOOLS, pool, {"metadata": {"finalizers": None}}, ns)
-    await client.delete(AWSMACHINEPOOLS, pool, ns, propagation_policy="Orphan")
+    await client.delete(AWSMACHINEPOOLS, pool, ns)
     old = {"apiGroup": LEGACY_GROUP}
     for machine in (await client.list(MACHINES, ns)).items:
         await client.patch(
