@@ -366,6 +366,11 @@ async def test_a_pool_made_under_the_old_group_moves_with_no_instance_replaced(
     out = await move_group(control_plane, ns)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"moved 1 AWSMachinePool(s) to {GROUP}: legacy" in out.stdout, out.stdout
+    # Repointed before anything runs again (a Machine's controller reads its ref first).
+    mp = await client.get(MACHINE_POOLS, "legacy", ns)
+    assert mp["spec"]["template"]["spec"]["infrastructureRef"]["apiGroup"] == GROUP
+    moved = (await client.list(MACHINES, ns)).items
+    assert {m["spec"]["infrastructureRef"]["apiGroup"] for m in moved} == {GROUP}
 
     # 3. Unpause: our provider and core take the pool over as it is.
     await set_paused(client, ns, aws_env.cluster, False)
