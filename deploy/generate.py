@@ -78,6 +78,9 @@ class Component:
     release_file: str
     owns_crd: Callable[[str], bool]
     """Given a CRD file name (``<group>_<plural>.yaml``): does this component install it?"""
+    templates: tuple[str, ...] = ()
+    """Cluster templates (in ``templates/``) shipped beside an infrastructure provider's
+    components; each file's flavor is its name after ``cluster-template-``."""
 
 
 COMPONENTS: tuple[Component, ...] = (
@@ -104,14 +107,17 @@ COMPONENTS: tuple[Component, ...] = (
         CONFIG / "sim" / "crds",
         "infrastructure-components.yaml",
         lambda f: f.startswith("infrastructure.cluster.x-k8s.io_sim"),
+        ("cluster-template-machinepool-sim.yaml",),
     ),
+    # Not CAPA's `infrastructure-aws`, nor its group: the two install side by side.
     Component(
         "aws",
-        "infrastructure-aws",
+        "infrastructure-machinepool-aws",
         CONFIG / "aws",
         CONFIG / "aws" / "crds",
         "infrastructure-components-aws.yaml",
-        lambda f: f.startswith("infrastructure.cluster.x-k8s.io_aws"),
+        lambda f: f.startswith("infrastructure.machinepool.cluster.x-k8s.io_aws"),
+        ("cluster-template-machinepool-aws.yaml",),
     ),
     # Our MachinePool core beside upstream's core provider: no CRDs (upstream owns them).
     Component(
@@ -503,8 +509,8 @@ def clusterctl_repository(
         shutil.copyfile(RELEASE / comp.release_file, folder / target)
         shutil.copyfile(RELEASE / "metadata.yaml", folder / "metadata.yaml")
         if kind_name == "InfrastructureProvider":
-            for template in TEMPLATES.glob(f"cluster-template-machinepool-{name}.yaml"):
-                shutil.copyfile(template, folder / template.name)
+            for template in comp.templates:
+                shutil.copyfile(TEMPLATES / template, folder / template)
         lines += [
             f"- name: {name}",
             f"  url: {folder.resolve() / target}",

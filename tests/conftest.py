@@ -13,7 +13,8 @@
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
 Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
-(``hack/<tool>/build.sh``, run by ``make clients`` before the session). They are part of the
+(``hack/<tool>/build.sh``, run by ``make clients`` before the session); tests marked
+``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``. They are part of the
 default run whenever that binary can be had; when it cannot (no source, no binary, no Go), the
 session leaves them out and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
@@ -72,6 +73,12 @@ REAL_BINARIES = (
         "clusterctl",
         REPO / "hack" / "clusterctl" / "build.sh",
         "install Go (it is built from the module proxy) or set CLUSTERCTL to a binary",
+    ),
+    RealBinary(
+        "capa_crds",
+        "CAPA CRDs",
+        REPO / "hack" / "capa" / "crds.sh",
+        "install Go (CAPA's module comes from the module proxy) or set CAPA_DIR to its source",
     ),
 )
 _LEFT_OUT = pytest.StashKey[list[str]]()

@@ -129,13 +129,13 @@ def test_clusterctl_repository_layout(tmp_path: Path) -> None:
     assert by_name["cluster-api"]["type"] == "CoreProvider"
     assert by_name["kubeadm"]["type"] == "BootstrapProvider"
     assert by_name["sim"]["type"] == "InfrastructureProvider"
-    assert by_name["aws"]["type"] == "InfrastructureProvider"
+    assert by_name["machinepool-aws"]["type"] == "InfrastructureProvider"
     sim = tmp_path / "infrastructure-sim" / tag
     assert by_name["sim"]["url"] == str((sim / "infrastructure-components.yaml").resolve())
     assert (sim / "metadata.yaml").is_file()
     assert (sim / "cluster-template-machinepool-sim.yaml").is_file()
     assert (
-        tmp_path / "infrastructure-aws" / tag / "cluster-template-machinepool-aws.yaml"
+        tmp_path / "infrastructure-machinepool-aws" / tag / "cluster-template-machinepool-aws.yaml"
     ).exists()
 
 
@@ -148,5 +148,5 @@ def test_clusterctl_repository_beside_upstream_leaves_upstreams_providers_alone(
     assert {p["name"]: p["type"] for p in config["providers"]} == {
         "machinepool": "AddonProvider",
         "sim": "InfrastructureProvider",
-        "aws": "InfrastructureProvider",
+        "machinepool-aws": "InfrastructureProvider",
     }

@@ -1,7 +1,10 @@
-"""Typed ``infrastructure.cluster.x-k8s.io/v1beta2`` AWSMachinePool and AWSMachine.
+"""Typed ``infrastructure.machinepool.cluster.x-k8s.io/v1beta2`` AWSMachinePool and AWSMachine.
 
-A schema-compatible subset of Cluster API Provider AWS (CAPA): the same field names, meanings
-and bounds, so manifests written for CAPA's AWSMachinePool apply here unchanged. Fields this
+A schema-compatible subset of Cluster API Provider AWS (CAPA): the same kinds, field names,
+meanings and bounds, so a manifest written for CAPA's AWSMachinePool applies here with only its
+``apiVersion`` changed. The group is our own (``GROUP``), not CAPA's
+``infrastructure.cluster.x-k8s.io``, so both providers' CRDs can be installed in one management
+cluster (docs/operator-guide.md, "Beside CAPA"). Fields this
 provider does not act on (image lookup, ignition, network interfaces...) are either modelled for
 compatibility or survive as extra fields. Importing this module registers both kinds; the CRDs
 carry the ``cluster.x-k8s.io/v1beta2: v1beta2`` contract label so core resolves their version.
@@ -34,7 +37,9 @@ __all__ = [
     "AWS_MACHINE_POOL",
     "AWS_MACHINE_POOL_FINALIZER",
     "AWS_PROVIDER_NAME",
+    "GROUP",
     "GROUP_VERSION",
+    "LEGACY_GROUP",
     "AMIReference",
     "AWSLaunchTemplate",
     "AWSLifecycleHook",
@@ -57,12 +62,20 @@ __all__ = [
     "Volume",
 ]
 
-GROUP_VERSION: Final = f"{c.INFRASTRUCTURE_GROUP}/{c.V1BETA2}"
-AWS_PROVIDER_NAME: Final = "infrastructure-aws"
-AWS_MACHINE_POOL_FINALIZER: Final = "awsmachinepool.infrastructure.cluster.x-k8s.io"
-"""Held until the Auto Scaling group and launch template are gone (CAPA's finalizer name)."""
-AWS_MACHINE_FINALIZER: Final = "awsmachine.infrastructure.cluster.x-k8s.io"
-"""Held until the instance behind a pool AWSMachine is terminated (CAPA's finalizer name)."""
+GROUP: Final = "infrastructure.machinepool.cluster.x-k8s.io"
+"""Our AWS kinds' group: CAPA's kind names under a group of our own, so the CRD names differ."""
+LEGACY_GROUP: Final = c.INFRASTRUCTURE_GROUP
+"""The group these kinds were first served under, CAPA's own; pools made under it are moved
+with ``machinepool aws move-group`` (docs/operator-guide.md, "Moving AWS pools to the new
+group")."""
+GROUP_VERSION: Final = f"{GROUP}/{c.V1BETA2}"
+AWS_PROVIDER_NAME: Final = "infrastructure-machinepool-aws"
+"""clusterctl's name for this provider (``--infrastructure machinepool-aws``); CAPA's is
+``infrastructure-aws``, and clusterctl finds a provider's objects by this label value."""
+AWS_MACHINE_POOL_FINALIZER: Final = f"awsmachinepool.{GROUP}"
+"""Held until the Auto Scaling group and launch template are gone."""
+AWS_MACHINE_FINALIZER: Final = f"awsmachine.{GROUP}"
+"""Held until the instance behind a pool AWSMachine is terminated."""
 
 _Int32 = Annotated[int | None, OpenAPI({"format": "int32"})]
 _Int64 = Annotated[int | None, OpenAPI({"format": "int64"})]
@@ -394,11 +407,11 @@ _LABELS = {c.PROVIDER_LABEL: AWS_PROVIDER_NAME, c.CONTRACT_LABEL: c.V1BETA2}
 
 AWS_MACHINE_POOL = register_kind(
     KindInfo(
-        group=c.INFRASTRUCTURE_GROUP,
+        group=GROUP,
         kind="AWSMachinePool",
         plural="awsmachinepools",
         singular="awsmachinepool",
-        short_names=("awsmp",),
+        short_names=("mpawsmp",),  # not CAPA's awsmp: kubectl would warn it is ambiguous
         categories=("cluster-api",),
         labels=_LABELS,
         versions=(
@@ -426,11 +439,11 @@ AWS_MACHINE_POOL = register_kind(
 
 AWS_MACHINE = register_kind(
     KindInfo(
-        group=c.INFRASTRUCTURE_GROUP,
+        group=GROUP,
         kind="AWSMachine",
         plural="awsmachines",
         singular="awsmachine",
-        short_names=("awsm",),
+        short_names=("mpawsm",),  # not CAPA's awsm
         categories=("cluster-api",),
         labels=_LABELS,
         versions=(

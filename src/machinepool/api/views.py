@@ -641,7 +641,7 @@ class SimMachineView(ObjectView):
     status = Nested(SimMachineStatusView)
 
 
-# --- AWS (infrastructure.cluster.x-k8s.io AWSMachinePool) -------------------------------------
+# --- AWS (infrastructure.machinepool.cluster.x-k8s.io AWSMachinePool) -------------------------
 
 
 class AWSMachinePoolStatusView(View):

@@ -15,6 +15,7 @@ from pathlib import Path
 from machinepool.api import constants as c
 from machinepool.api.features import FeatureGates
 from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
+from machinepool.api.infra_aws import GROUP as AWS_GROUP
 from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.api.kinds import (
     CLUSTERS,
@@ -272,10 +273,10 @@ async def _webhooks(client: Client, options: Options) -> WebhookServer | None:
     if options.register_webhooks and aws:
         await register_validation(
             client,
-            name="validation.awsmachinepool.infrastructure.cluster.x-k8s.io",
+            name=f"validation.awsmachinepool.{AWS_GROUP}",
             url=server.url + aws_webhook.VALIDATE_PATH,
             ca_bundle_pem=server.ca_bundle,
-            api_group="infrastructure.cluster.x-k8s.io",
+            api_group=AWS_GROUP,
             resource="awsmachinepools",
         )
     return server

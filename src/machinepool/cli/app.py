@@ -29,7 +29,7 @@ HELP = """Cluster API's MachinePool system.
 
 Local environment: up, down, status, wipe, demo. The controller process: run. Pools on any
 cluster: get pools, describe pool, scale, rollout status, timeline. Beside upstream Cluster
-API: upstream hand-back.
+API: upstream hand-back. Our AWS provider: aws move-group.
 """
 """What --help shows: plain text (docstrings here are for readers of the code)."""
 
@@ -38,10 +38,12 @@ get_app = typer.Typer(no_args_is_help=True, help="List objects.")
 describe_app = typer.Typer(no_args_is_help=True, help="Show one object in depth.")
 rollout_app = typer.Typer(no_args_is_help=True, help="Follow rollouts.")
 upstream_app = typer.Typer(no_args_is_help=True, help="Share a cluster with upstream Cluster API.")
+aws_app = typer.Typer(no_args_is_help=True, help="Our AWS infrastructure provider.")
 app.add_typer(get_app, name="get")
 app.add_typer(describe_app, name="describe")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(upstream_app, name="upstream")
+app.add_typer(aws_app, name="aws")
 
 # Wide enough for the pool table when output is not a terminal (CI logs, pipes).
 console = Console(width=None if Console().is_terminal else 160)
@@ -445,6 +447,36 @@ def hand_back(
     """Give MachinePool admission and conversion back to upstream Cluster API, exactly as they
     were before our core took them over (run before uninstalling ours, or to go back)."""
     console.print(_run(_hand_back(_target(kubeconfig, context, namespace))))
+
+
+# -- our AWS provider ---------------------------------------------------------------------
+
+
+async def _move_group(target: Target) -> str:
+    from machinepool.api.infra_aws import GROUP
+    from machinepool.cli import awsmove as migrate
+    from machinepool.cli.kube import connect
+
+    async with connect(target) as client:
+        try:
+            moved = await migrate.move_to_group(client, target.namespace)
+        except migrate.MoveError as exc:
+            raise CliError(str(exc)) from exc
+    if not moved:
+        return f"nothing to move: no AWSMachinePool of the old group in {target.namespace}"
+    return f"moved {len(moved)} AWSMachinePool(s) to {GROUP}: {', '.join(moved)}"
+
+
+@aws_app.command("move-group")
+def move_group(
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Move the namespace's AWSMachinePools and AWSMachines made under the old group
+    (infrastructure.cluster.x-k8s.io, CAPA's) to ours, with no instance replaced. Their
+    Clusters must be paused; see the operator guide, "Moving AWS pools to the new group"."""
+    console.print(_run(_move_group(_target(kubeconfig, context, namespace))))
 
 
 def main() -> None:

@@ -459,7 +459,7 @@ class AWSEnv:
                         "version": "v1.31.0",
                         "bootstrap": {"dataSecretName": "bootstrap-data"},
                         "infrastructureRef": {
-                            "apiGroup": c.INFRASTRUCTURE_GROUP,
+                            "apiGroup": AWSMACHINEPOOLS.group,
                             "kind": "AWSMachinePool",
                             "name": name,
                         },
@@ -476,7 +476,7 @@ class AWSEnv:
         }
         pool_spec.update(spec)
         pool = {
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "apiVersion": AWSMACHINEPOOLS.api_version,
             "kind": "AWSMachinePool",
             "metadata": {
                 "name": name,
@@ -619,7 +619,7 @@ class MachineDriver:
                 "clusterName": self.env.cluster,
                 "bootstrap": {"dataSecretName": ""},
                 "infrastructureRef": {
-                    "apiGroup": c.INFRASTRUCTURE_GROUP,
+                    "apiGroup": AWSMACHINES.group,
                     "kind": "AWSMachine",
                     "name": meta["name"],
                 },

@@ -12,7 +12,7 @@ from machinepool.providers.aws import webhook as aws_webhook
 from machinepool.runtime import VALIDATING_WEBHOOKS, Client, Forbidden, Invalid
 from machinepool.webhooks import register_validation, serve
 
-CONFIG = "validation.awsmachinepool.infrastructure.cluster.x-k8s.io"
+CONFIG = f"validation.awsmachinepool.{AWSMACHINEPOOLS.group}"
 
 
 def pool(name: str, min_size: int, max_size: int) -> dict[str, Any]:
@@ -42,7 +42,7 @@ async def test_min_size_above_max_size_is_rejected_at_admission(
             name=CONFIG,
             url=server.url + aws_webhook.VALIDATE_PATH,
             ca_bundle_pem=server.ca_bundle,
-            api_group="infrastructure.cluster.x-k8s.io",
+            api_group=AWSMACHINEPOOLS.group,
             resource="awsmachinepools",
         )
         await until_admission_answers(client, AWSMACHINEPOOLS, pool("probe", 5, 2), namespace)

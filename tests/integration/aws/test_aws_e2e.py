@@ -168,7 +168,7 @@ async def create(env: Any, name: str, replicas: int) -> None:
                             }
                         },
                         "infrastructureRef": {
-                            "apiGroup": c.INFRASTRUCTURE_GROUP,
+                            "apiGroup": AWSMACHINEPOOLS.group,
                             "kind": "AWSMachinePool",
                             "name": name,
                         },

@@ -257,7 +257,13 @@ CAN_I = [
     ("sim", "create", "machines.cluster.x-k8s.io", "-A", False),
     ("sim", "update", "configmaps", "-A", False),
     ("aws", "create", "secrets", "-A", False),
-    ("aws", "patch", "awsmachinepools.infrastructure.cluster.x-k8s.io/status", "-A", True),
+    (
+        "aws",
+        "patch",
+        "awsmachinepools.infrastructure.machinepool.cluster.x-k8s.io/status",
+        "-A",
+        True,
+    ),
     ("aws", "*", "*", "-A", False),
 ]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from machinepool.api import constants as c
+from machinepool.api import infra_aws
 from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.providers.aws.awsmachine import AWSMachineReconciler
@@ -41,7 +41,7 @@ def _from_machine_pool(mp: Obj) -> list[ObjectKey]:
     ref = ((mp.get("spec") or {}).get("template") or {}).get("spec", {}).get(
         "infrastructureRef"
     ) or {}
-    if ref.get("kind") != "AWSMachinePool" or ref.get("apiGroup") != c.INFRASTRUCTURE_GROUP:
+    if ref.get("kind") != "AWSMachinePool" or ref.get("apiGroup") != infra_aws.GROUP:
         return []
     return [ObjectKey(str(mp["metadata"].get("namespace", "")), str(ref.get("name", "")))]
 

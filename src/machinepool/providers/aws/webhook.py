@@ -19,12 +19,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from machinepool.api.infra_aws import AWSMachinePool
+from machinepool.api.infra_aws import GROUP, AWSMachinePool
 from machinepool.providers.aws.plan import duration_seconds
 
 __all__ = ["VALIDATE_PATH", "handle", "review_response", "validate"]
 
-VALIDATE_PATH = "/validate-infrastructure-cluster-x-k8s-io-v1beta2-awsmachinepool"
+VALIDATE_PATH = "/validate-infrastructure-machinepool-cluster-x-k8s-io-v1beta2-awsmachinepool"
 
 _MIN_HEARTBEAT, _MAX_HEARTBEAT = 30, 172800
 
@@ -219,8 +219,7 @@ def review_response(review: Mapping[str, Any]) -> dict[str, Any]:
         response["status"] = {
             "code": 422,
             "reason": "Invalid",
-            "message": f'AWSMachinePool.infrastructure.cluster.x-k8s.io "{name}" is invalid: '
-            + "; ".join(problems),
+            "message": f'AWSMachinePool.{GROUP} "{name}" is invalid: ' + "; ".join(problems),
         }
     return {
         "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
