@@ -464,11 +464,12 @@ def debian_layer(debian: Debian, *, log: Log = print) -> Path:
             f"--variant={debian.variant}",
             "--format=tar",
             "--aptopt=APT::Install-Recommends false",
-            # .debs kept between builds, so a second Debian layer downloads only what is new
-            "--skip=download/empty",
+            # .debs kept between builds (mmdebstrap's own recipe), so a second Debian layer
+            # downloads only what is new
             "--skip=essential/unlink",
-            f'--setup-hook=mkdir -p "$1/{archives}" && cp -a {debs}/. "$1/{archives}/"',
-            f'--customize-hook=cp -a "$1/{archives}/." {debs}/ && rm -f "$1/{archives}/"*.deb',
+            f'--setup-hook=mkdir -p "$1/{archives}"',
+            f"--setup-hook=sync-in {debs} /{archives}",
+            f"--customize-hook=sync-out /{archives} {debs}",
         ]
         if debian.packages:
             argv.append(f"--include={','.join(debian.packages)}")
@@ -554,6 +555,7 @@ def _install_project(project: PythonProject, root: Path, work: Path, *, log: Log
         ],
     )
     shutil.rmtree(inside)
+    shutil.rmtree(wheels)
     listing = _chroot(
         root,
         [
