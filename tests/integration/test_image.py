@@ -105,7 +105,7 @@ def test_config_runs_machinepool_run_as_65532(image: images.BuiltImage) -> None:
     env = dict(pair.split("=", 1) for pair in runtime["Env"])
     assert env["PATH"].startswith("/opt/machinepool/bin:")
     assert env["HOME"] == "/tmp"
-    assert set(runtime["ExposedPorts"]) == {"8080/tcp", "9443/tcp"}
+    assert set(runtime["ExposedPorts"]) == {"9443/tcp", "8443/tcp", "9440/tcp"}
 
 
 def test_archive_is_what_ctr_imports(image: images.BuiltImage) -> None:

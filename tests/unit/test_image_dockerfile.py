@@ -10,10 +10,14 @@ checked in tests/integration/test_image.py.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
+import yaml
 
 from machinepool.controlplane import images
 
@@ -110,6 +114,15 @@ def test_same_environment_user_ports_and_entrypoint() -> None:
     assert stage.workdir == SPEC.workdir
 
 
+def test_exposed_ports_are_the_ports_the_deployments_use() -> None:
+    declared = set()
+    for manager in (REPO / "deploy/config").glob("*/**/manager.yaml"):
+        for doc in yaml.safe_load_all(manager.read_text()):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                declared |= {f"{p['containerPort']}/tcp" for p in container.get("ports", [])}
+    assert declared == set(SPEC.ports) == set(runtime_stage().ports)
+
+
 def test_the_virtualenv_is_where_both_put_it() -> None:
     assert SPEC.python is not None
     prefix = SPEC.python.prefix
@@ -156,3 +169,18 @@ def test_key_follows_the_project_sources_not_their_bytecode(tmp_path: Path) -> N
     module.write_text("A = 2\n")
     assert images.image_key(spec) != first
     assert images.image_key(images.ImageSpec(**{**spec.__dict__, "user": "0"})) != first
+
+
+def test_prune_keeps_the_newest_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MACHINEPOOL_CACHE", str(tmp_path))
+    folders = []
+    for age, key in enumerate(["new", "mid", "old", "oldest"]):
+        folder = images.cache_root() / "pkg" / key
+        folder.mkdir(parents=True)
+        (folder / "image.json").write_text("{}")
+        os.utime(folder / "image.json", (1000 - age, 1000 - age))
+        folders.append(folder)
+    half_built = images.cache_root() / "pkg" / ".tmp"
+    half_built.mkdir()
+    assert images.prune("pkg", keep=2) == folders[2:]
+    assert sorted(p.name for p in (images.cache_root() / "pkg").iterdir()) == [".tmp", "mid", "new"]

@@ -65,6 +65,9 @@ SLIM_EXCLUDES = (
 TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci", "skopeo": "skopeo"}
 """Command -> the Debian package that has it."""
 
+KEEP = 3
+"""Builds of one image kept in the cache (each a few hundred MiB); older ones are deleted."""
+
 Log = Callable[[str], None]
 
 
@@ -214,7 +217,8 @@ def machinepool_image(repo: Path, version: str) -> ImageSpec:
             ("HOME", "/tmp"),
             ("MPLCONFIGDIR", "/tmp/matplotlib"),
         ),
-        ports=("8080/tcp", "9443/tcp"),
+        # webhooks, diagnostics (/metrics) and probes, as deploy/config's Deployments name them
+        ports=("9443/tcp", "8443/tcp", "9440/tcp"),
     )
 
 
@@ -438,7 +442,20 @@ def build(spec: ImageSpec, *, log: Log = print) -> BuiltImage:
         work.mkdir()  # for TemporaryDirectory's cleanup
     image = BuiltImage(spec, folder, key)
     log(f"built {image.describe()} in {time.monotonic() - started:.0f}s")
+    prune(spec.name)
     return image
+
+
+def prune(name: str, keep: int = KEEP) -> list[Path]:
+    """Delete all but the ``keep`` newest builds of image ``name``; returns what it deleted."""
+    builds = sorted(
+        (folder for folder in (cache_root() / name).glob("*") if (folder / "image.json").exists()),
+        key=lambda folder: (folder / "image.json").stat().st_mtime,
+        reverse=True,
+    )
+    for folder in builds[keep:]:
+        shutil.rmtree(folder, ignore_errors=True)
+    return builds[keep:]
 
 
 def debian_layer(debian: Debian, *, log: Log = print) -> Path:
