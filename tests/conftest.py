@@ -14,9 +14,10 @@
 
 Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
 (``hack/<tool>/build.sh``, run by ``make clients`` before the session); tests marked ``image``
-build and run the controller image (``hack/image/build.sh``, run by ``make test-image``). They are part of the
-default run whenever that binary can be had; when it cannot (no source, no binary, no Go), the
-session leaves them out and says so in one line at the end, with what would include them.
+build and run the controller image (``hack/image/build.sh``, run by ``make test-image``).
+They are part of the default run whenever that binary (or image) can be had; when it cannot (no
+source, no binary, no Go; for the image, not root or no apt-get), the session leaves them out
+and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
 
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
