@@ -389,6 +389,8 @@ def build(spec: ImageSpec, *, log: Log = print) -> BuiltImage:
     found = cached(spec)
     if found is not None:
         return found
+    if spec.python is not None and spec.debian is None:
+        raise ValueError(f"image {spec.reference}: a Python project needs a Debian python3")
     ensure_tools(log=log)
     key = image_key(spec)
     folder = cache_root() / spec.name / key
@@ -680,9 +682,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = named(args.name)
     if args.check:
-        if cached(spec) is not None:
-            return 0
-        reason = unavailable_reason()
+        # Root even for a cached image: running it (runc, umoci unpack) needs root too.
+        reason = unavailable_reason(() if cached(spec) is not None else TOOLS)
         if reason is not None:
             print(reason, file=sys.stderr)
         return 0 if reason is None else 1
