@@ -184,3 +184,15 @@ def test_prune_keeps_the_newest_builds(tmp_path: Path, monkeypatch: pytest.Monke
     half_built.mkdir()
     assert images.prune("pkg", keep=2) == folders[2:]
     assert sorted(p.name for p in (images.cache_root() / "pkg").iterdir()) == [".tmp", "mid", "new"]
+
+
+def test_check_says_in_one_line_why_it_cannot_build(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(images.os, "geteuid", lambda: 1000)
+    assert images.main(["--check"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "needs root" in line
+    monkeypatch.setattr(images.shutil, "which", lambda command: None)
+    with pytest.raises(images.ImageBuildUnavailable, match="apt-get install runc"):
+        images.ensure_tools(("runc",))
