@@ -166,3 +166,44 @@ def test_machinepool_runs_as_non_root_on_a_read_only_root(run_in_image: RunInIma
         "root": "Read-only file system",
         "version": VERSION,
     }
+
+
+def test_an_image_of_files_only_as_a_pause_image_would_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same builder, no Debian layer: one file, its mode, the user and entrypoint given."""
+    monkeypatch.setenv("MACHINEPOOL_CACHE", str(tmp_path / "cache"))
+    binary = tmp_path / "pause"
+    binary.write_bytes(b"\x7fELF stand-in bytes\n")
+    spec = images.ImageSpec(
+        name="pause",
+        tag="3.10",
+        debian=None,
+        files=(images.AddFile(binary, "/usr/local/bin/pause"),),
+        entrypoint=("/usr/local/bin/pause",),
+        user="65535:65535",
+        env=(),
+    )
+    built = images.build(spec)
+    recorded = (built.folder / "image.json").stat().st_mtime_ns
+    again = images.build(spec)  # a second build is the cached one, not rebuilt
+    assert (again.folder, (again.folder / "image.json").stat().st_mtime_ns) == (
+        built.folder,
+        recorded,
+    )
+    runtime = images.image_config(built)["config"]
+    assert runtime == {
+        "User": "65535:65535",
+        "Entrypoint": ["/usr/local/bin/pause"],
+        "WorkingDir": "/",
+    }
+    unpacked = tmp_path / "bundle"
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{built.layout}:3.10", str(unpacked)],
+        check=True,
+        capture_output=True,
+    )
+    placed = unpacked / "rootfs/usr/local/bin/pause"
+    assert placed.read_bytes() == binary.read_bytes()
+    assert placed.stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in (unpacked / "rootfs").iterdir()) == ["usr"]
