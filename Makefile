@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup controlplane clients lint unit conformance crds help
+.PHONY: demo test setup controlplane clients image test-image lint unit conformance crds help
 
 demo: setup controlplane
 	$(BIN)/machinepool demo $(DEMO_ARGS)
@@ -21,7 +21,7 @@ demo: setup controlplane
 # default of most tests first, which left the reliability files, a few long tests each, to the end.
 TEST_WORKERS ?= 2
 
-test: setup controlplane clients lint
+test: setup controlplane clients test-image lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 setup: $(STAMP)
@@ -46,6 +46,16 @@ clients:
 	@for target in manager bootstrap controlplane; do \
 	  bash bench/upstream/build.sh $$target >/dev/null || exit 1; \
 	done
+
+# The controller image, built offline into ~/.cache/machinepool/images (hack/image/build.sh:
+# Debian packages, the wheel and its PyPI dependencies, no registry; needs root). Prints its size.
+image: setup
+	@bash hack/image/build.sh
+
+# Before the session, as for the clients: built when it can be, else one line says why, and the
+# session leaves the image's tests out with a note.
+test-image: setup
+	@if bash hack/image/build.sh --check; then bash hack/image/build.sh; fi
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -14,9 +14,11 @@
 
 Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
 (``hack/<tool>/build.sh``, run by ``make clients`` before the session); tests marked
-``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``. They are part of the
-default run whenever that binary can be had; when it cannot (no source, no binary, no Go), the
-session leaves them out and says so in one line at the end, with what would include them.
+``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image``
+build and run the controller image (``hack/image/build.sh``, run by ``make test-image``).
+They are part of the default run whenever that binary (or image) can be had; when it cannot (no
+source, no binary, no Go; for the image, not root or no apt-get), the session leaves them out
+and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
 
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
@@ -80,6 +82,12 @@ REAL_BINARIES = (
         REPO / "hack" / "capa" / "crds.sh",
         "install Go (CAPA's module comes from the module proxy) or set CAPA_DIR to its source",
     ),
+    RealBinary(
+        "image",
+        "controller image",
+        REPO / "hack" / "image" / "build.sh",
+        "run as root on Debian (mmdebstrap, umoci, skopeo and runc come from apt-get)",
+    ),
 )
 _LEFT_OUT = pytest.StashKey[list[str]]()
 
@@ -98,7 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=marked)
         items[:] = [i for i in items if i.get_closest_marker(real.marker) is None]
         notes.append(
-            f"left out {len(marked)} test(s) of the real {real.binary} (no binary to be had): "
+            f"left out {len(marked)} test(s) of the real {real.binary} (cannot be had here): "
             f"to include them, {real.include}"
         )
     config.stash[_LEFT_OUT] = notes

@@ -390,9 +390,9 @@ def test_dockerfile_is_multi_stage_non_root_and_runs_machinepool_run() -> None:
     lines = [
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     ]
-    assert "ARG PYTHON_IMAGE=python:3.11-slim" in lines
+    assert "ARG DEBIAN_IMAGE=debian:bookworm-slim" in lines
     froms = [line for line in lines if line.startswith("FROM ")]
-    assert froms == ["FROM ${PYTHON_IMAGE} AS builder", "FROM ${PYTHON_IMAGE}"]
+    assert froms == ["FROM ${DEBIAN_IMAGE} AS builder", "FROM ${DEBIAN_IMAGE}"]
     assert "COPY --from=builder /opt/machinepool /opt/machinepool" in lines
     users = [line for line in lines if line.startswith("USER ")]
     assert users
