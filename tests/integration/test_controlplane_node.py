@@ -124,9 +124,9 @@ async def test_the_node_registers_and_turns_ready(cluster: ControlPlane, api: Cl
 async def test_a_restricted_pod_runs_and_kubectl_reads_its_logs(
     cluster: ControlPlane, api: Client, restricted: str
 ) -> None:
+    unconfined = restricted_pod("unconfined", cluster.node.image, "true")
+    del unconfined["spec"]["securityContext"]
     with pytest.raises(ApiError, match="restricted"):  # the namespace does enforce it
-        unconfined = restricted_pod("unconfined", cluster.node.image, "true")
-        del unconfined["spec"]["securityContext"]
         await api.create(PODS, unconfined, restricted)
 
     script = "echo hello from $(cat /etc/hostname); exec sleep 3600"

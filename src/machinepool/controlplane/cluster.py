@@ -635,6 +635,7 @@ class ControlPlane:
             "--enable-admission-plugins=NodeRestriction",
             f"--kubelet-client-certificate={crt}",
             f"--kubelet-client-key={key}",
+            "--kubelet-preferred-address-types=InternalIP",  # its Hostname resolves nowhere
             *self._management_args,
         )
         return cluster

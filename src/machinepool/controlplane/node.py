@@ -53,7 +53,7 @@ _START_TIMEOUT = 60.0
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _BRIDGE = "mp-pods0"
-_LINK_RANGE = ipaddress.ip_network("10.243.0.0/16")
+_LINK_RANGE = ipaddress.IPv4Network("10.243.0.0/16")
 _PACKAGES = (
     # (what is looked for, the Debian package that has it)
     ("containerd", "containerd"),
@@ -381,8 +381,12 @@ class Node:
             "resolvConf": "",
             "failSwapOn": False,
             # The machine's disk is shared: never evict or collect images for its usage.
-            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},  # fmt: skip
+            "evictionHard": {
+                "memory.available": "50Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "rotateCertificates": False,
@@ -411,8 +415,12 @@ class Node:
             "metricsBindAddress": "127.0.0.1:10249",
             "healthzBindAddress": "127.0.0.1:10256",
             # conntrack's table size is the host's: leave it, and its timeouts, alone
-            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s",
-                          "tcpCloseWaitTimeout": "0s"},  # fmt: skip
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
         }
         config_path = self.dir / "kube-proxy.yaml"
         config_path.write_text(yaml.safe_dump(config))
