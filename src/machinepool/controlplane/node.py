@@ -104,7 +104,7 @@ def missing_prerequisites() -> str | None:
     packages = sorted(
         {package for command, package in _PACKAGES if shutil.which(command) is None}
         | ({"containernetworking-plugins"} if cni_bin_dir() is None else set())
-        | ({"busybox-static"} if not _static_busybox() else set())
+        | ({"busybox-static"} if not is_static_elf(nodeimage.BUSYBOX) else set())
     )
     if packages:
         problems.append(
@@ -127,14 +127,15 @@ def cni_bin_dir() -> Path | None:
     return None
 
 
-def _static_busybox() -> bool:
-    """``/bin/busybox`` exists and is a static ELF (no PT_INTERP program header): Debian's
-    ``busybox`` package has a dynamic one, which an image without libc cannot run."""
+def is_static_elf(path: Path) -> bool:
+    """``path`` is a 64-bit ELF executable without an interpreter (no PT_INTERP program
+    header): Debian's ``busybox`` package has a dynamic ``/bin/busybox``, which an image
+    without libc cannot run; ``busybox-static`` has a static one."""
     try:
-        data = nodeimage.BUSYBOX.read_bytes()
+        data = path.read_bytes()
     except OSError:
         return False
-    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit only
+    if data[:5] != b"\x7fELF\x02":  # 64-bit only
         return False
     phoff = int.from_bytes(data[0x20:0x28], "little")
     phentsize = int.from_bytes(data[0x36:0x38], "little")
