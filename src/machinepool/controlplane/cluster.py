@@ -593,8 +593,9 @@ class ControlPlane:
         self._binaries = binaries
         try:
             if self._node_spec is not None:
-                self._node = Node(self._node_spec, self.dir / "management" / "node", binaries)
-                self._node.prepare()
+                node = Node(self._node_spec, self.dir / "management" / "node", binaries)
+                node.prepare()  # NodeUnavailable before it creates anything
+                self._node = node
             self._start_etcd()
             self._management = self._management_cluster(binaries)
             self._management.start()

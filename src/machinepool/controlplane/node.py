@@ -195,13 +195,17 @@ class Node:
             raise NodeUnavailable(problem)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stop()
-        self._create_network()
-        for hierarchy in self._hierarchies():
-            path = hierarchy / self.cgroup
-            path.mkdir(exist_ok=True)
-            for name in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset is empty otherwise
-                if (path / name).exists() and not (path / name).read_text().strip():
-                    (path / name).write_text((hierarchy / name).read_text())
+        try:
+            self._create_network()
+            for hierarchy in self._hierarchies():
+                path = hierarchy / self.cgroup
+                path.mkdir(exist_ok=True)
+                for name in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset is empty otherwise
+                    if (path / name).exists() and not (path / name).read_text().strip():
+                        (path / name).write_text((hierarchy / name).read_text())
+        except BaseException:
+            self.stop()
+            raise
 
     def start(self, port: int, ca: pki.KeyPair, ca_crt: Path, kubeconfig: Kubeconfig) -> None:
         """Forward the link's apiserver port to ``127.0.0.1:port``, then start containerd,
