@@ -145,8 +145,10 @@ async def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(
 ) -> None:
     service = await api.get(SERVICES, "kubernetes", "default")
     cluster_ip = service["spec"]["clusterIP"]
-    # /readyz answers anyone; "ok" comes from the apiserver, not from something else there.
-    script = f"wget -q -T 10 -O - --no-check-certificate https://{cluster_ip}:443/readyz"
+    # Plain HTTP to the HTTPS port: Go's TLS server answers it with a message of its own,
+    # so the answer comes from the apiserver and nothing else there. (busybox's TLS client
+    # crashes on the apiserver's ECDSA certificate.)
+    script = f"printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {cluster_ip} 443"
     pod = restricted_pod("to-apiserver", cluster.node.image, script, restart="Never")
     await api.create(PODS, pod, restricted)
 
@@ -156,7 +158,8 @@ async def test_a_pod_reaches_the_apiserver_through_the_kubernetes_service(
 
     assert done is not None
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    assert kubectl_logs(cluster, restricted, "to-apiserver") == "ok"
+    answer = kubectl_logs(cluster, restricted, "to-apiserver")
+    assert "Client sent an HTTP request to an HTTPS server" in answer
 
 
 def leftovers(node: Node) -> list[str]:

@@ -359,6 +359,8 @@ class Node:
                     "ipam": {
                         "type": "host-local",
                         "ranges": [[{"subnet": self.spec.pod_subnet}]],
+                        # via the bridge; the node's namespace routes only its link onwards
+                        "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": str(self.dir / "cni-ipam"),
                     },
                 },
@@ -500,9 +502,16 @@ class Node:
                     if link.is_symlink() and os.readlink(link).startswith(top):
                         link.unlink()
         results = Path("/var/lib/cni/results")
+        cri = self.dir / "containerd" / "root" / "io.containerd.grpc.v1.cri"
+        sandboxes = cri / "sandboxes"
+        ids = [d.name for d in sandboxes.iterdir()] if sandboxes.is_dir() else []
         if results.is_dir():
             for cached in results.glob(f"{self.network_name}-*"):
                 cached.unlink(missing_ok=True)
+            for sandbox in ids:  # containerd's own loopback network, one per sandbox
+                (results / f"cni-loopback-{sandbox}-lo").unlink(missing_ok=True)
+        for folder in ("sandboxes", "containers"):  # of containers deleted above
+            shutil.rmtree(cri / folder, ignore_errors=True)
 
 
 def _mount_points() -> list[str]:
