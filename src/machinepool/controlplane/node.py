@@ -249,7 +249,8 @@ class Node:
             pass
         _run("iptables", "-w", "-t", "nat", "-F", self.chain, check=False)
         _run("iptables", "-w", "-t", "nat", "-X", self.chain, check=False)
-        for hierarchy in self._hierarchies():
+        # runc also mirrors the Pods' cgroups into the hybrid mount's cgroup v2 ("unified")
+        for hierarchy in (*self._hierarchies(), _CGROUP_ROOT / "unified"):
             _remove_cgroup_tree(hierarchy / self.cgroup)
         self._remove_host_files()
         shutil.rmtree(self._state, ignore_errors=True)
