@@ -11,7 +11,9 @@ ReplicaSet controllers, and a kube-scheduler binds its Pods. One started with ``
 kubelets as a kubeadm cluster does: the Node authorizer and NodeRestriction admission, the CSR
 approving and signing controllers, and kubeadm's RBAC for bootstrap tokens, so a node turns
 its bootstrap token into a client certificate of its own that can write only itself. Every
-process listens on a free loopback port; everything lives in one work directory.
+process listens on a free loopback port; everything lives in one work directory. With
+``node=RealNode()`` the management cluster also gets a real node (``controlplane.node``):
+kubelet, containerd and kube-proxy in a network namespace of their own, and a scheduler.
 
 Used by the pytest fixtures, the ``machinepool up`` / ``demo`` commands and the benchmarks.
 The methods block: call them from the thread that owns the cluster (children are tied to it).

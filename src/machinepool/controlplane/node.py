@@ -16,7 +16,8 @@ after a crash:
   apiserver on 127.0.0.1 (``route_localnet`` on that veth only), so the apiserver keeps
   listening on loopback alone;
 - a cgroup ``/machinepool-node-<id>`` in every cgroup v1 hierarchy, holding the node's
-  processes, its containerd shims, and (as the kubelet's ``cgroupRoot``) the Pods;
+  processes, its containerd shims, and (as the kubelet's ``cgroupRoot``) the Pods (runc
+  mirrors the Pods' cgroups into the hybrid mount's cgroup v2, which is removed too);
 - containerd's config, socket, state and root, the kubelet's root and the Pod logs, all under
   the node's directory; its mounts there are unmounted on stop.
 
