@@ -20,6 +20,9 @@ They are part of the default run whenever that binary (or image) can be had; whe
 source, no binary, no Go; for the image, not root or no apt-get), the session leaves them out
 and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
+Tests marked ``realnode`` run a real kubelet, containerd and kube-proxy
+(``ControlPlane(node=RealNode())``); they are left out the same way, with the one line
+``missing_prerequisites`` gives (not root, a Debian package missing), unless ``-m`` names them.
 
 Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 """
@@ -40,7 +43,13 @@ from tests.support import wait_established
 from tests.support.tasks import TaskTracker, cancel, describe
 
 from machinepool.api.crdgen import crd_manifests
-from machinepool.controlplane import ControlPlane, NodeAuth, PodLifecycle, WorkloadCluster
+from machinepool.controlplane import (
+    ControlPlane,
+    NodeAuth,
+    PodLifecycle,
+    WorkloadCluster,
+    missing_prerequisites,
+)
 from machinepool.runtime.client import CRDS, NAMESPACES, Client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +118,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"left out {len(marked)} test(s) of the real {real.binary} (cannot be had here): "
             f"to include them, {real.include}"
         )
+    marked = [i for i in items if i.get_closest_marker("realnode") is not None]
+    if marked and "realnode" not in selected and (problem := missing_prerequisites()):
+        config.hook.pytest_deselected(items=marked)
+        items[:] = [i for i in items if i.get_closest_marker("realnode") is None]
+        notes.append(f"left out {len(marked)} test(s) of the real node: {problem}")
     config.stash[_LEFT_OUT] = notes
     items.sort(key=_suite_rank)  # stable: each suite keeps its own order
 

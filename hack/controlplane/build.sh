@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control-plane binaries from Go modules into a cache outside the repo and
-# prints the folder that holds them. Built once per version, then reused.
+# prints the folder that holds them. Built once per version, then reused: a binary already in
+# the cache is not built again, so adding one to the list builds only that one.
 #
 #   hack/controlplane/build.sh            -> prints e.g. ~/.cache/machinepool/controlplane/v1.34.4
 #
@@ -10,9 +11,10 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet kube-proxy)
 
-has_all() {  # what a KUBEBUILDER_ASSETS folder must hold; kubectl and kube-scheduler optional
+has_all() {  # what a KUBEBUILDER_ASSETS folder must hold; the others (kubectl, kube-scheduler,
+             # and the real node's kubelet and kube-proxy) are optional
   local dir="$1" b
   for b in kube-apiserver kube-controller-manager etcd; do [ -x "$dir/$b" ] || return 1; done
 }

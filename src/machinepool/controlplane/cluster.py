@@ -11,7 +11,9 @@ ReplicaSet controllers, and a kube-scheduler binds its Pods. One started with ``
 kubelets as a kubeadm cluster does: the Node authorizer and NodeRestriction admission, the CSR
 approving and signing controllers, and kubeadm's RBAC for bootstrap tokens, so a node turns
 its bootstrap token into a client certificate of its own that can write only itself. Every
-process listens on a free loopback port; everything lives in one work directory.
+process listens on a free loopback port; everything lives in one work directory. With
+``node=RealNode()`` the management cluster also gets a real node (``controlplane.node``):
+kubelet, containerd and kube-proxy in a network namespace of their own, and a scheduler.
 
 Used by the pytest fixtures, the ``machinepool up`` / ``demo`` commands and the benchmarks.
 The methods block: call them from the thread that owns the cluster (children are tied to it).
@@ -35,6 +37,7 @@ from typing import Any
 import yaml
 
 from machinepool.controlplane.binaries import BinariesNotFound, find_binaries
+from machinepool.controlplane.node import Node, RealNode
 from machinepool.controlplane.process import (
     Process,
     ProcessFailed,
@@ -62,6 +65,9 @@ _WORKLOAD_CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "token-cleaner-controller",
+)
+_REAL_NODE_CONTROLLERS = (
+    "root-ca-certificate-publisher-controller",  # kube-root-ca.crt, in every Pod's token volume
 )
 _POD_LIFECYCLE_CONTROLLERS = (
     "deployment-controller",
@@ -175,7 +181,7 @@ def _b64(data: bytes) -> str:
 class _Pki:
     """The certificates one cluster needs, written into its own folder."""
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: Path, name: str, ip_addresses: tuple[str, ...] = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.dir = directory
         self.ca = pki.new_ca(f"{name}-ca")
@@ -184,7 +190,7 @@ class _Pki:
             self.ca,
             "kube-apiserver",
             dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-            ip_addresses=("127.0.0.1", "10.0.0.1"),
+            ip_addresses=("127.0.0.1", "10.0.0.1", *ip_addresses),
             server=True,
         )
         self.serving_crt, self.serving_key = serving.write(directory, "apiserver")
@@ -247,7 +253,13 @@ def remembered_port(path: Path) -> int:
 
 
 class _ApiServerCluster:
-    """A kube-apiserver plus controller-manager over a shared etcd: the part both kinds share."""
+    """A kube-apiserver plus controller-manager over a shared etcd: the part both kinds share.
+
+    With ``pods`` (a ``PodLifecycle``), the controller-manager also runs the controllers Pods
+    need and a kube-scheduler (``scheduler``) binds them. ``advertise_address``: the address
+    the ``kubernetes`` Service's endpoints hold (then kept by the apiserver's lease reconciler;
+    with loopback, the default, there are none); the apiserver listens on 127.0.0.1 either way.
+    """
 
     _authorization_mode = "RBAC"
 
@@ -261,20 +273,29 @@ class _ApiServerCluster:
         controllers: tuple[str, ...],
         extra_args: tuple[str, ...] = (),
         kcm_args: tuple[str, ...] = (),
+        pods: PodLifecycle | None = None,
+        advertise_address: str = "127.0.0.1",
     ) -> None:
         self.name = name
         self.dir = workdir
         self._binaries = binaries
         self._etcd_url = etcd_url
         self._etcd_prefix = etcd_prefix
+        if pods is not None:
+            controllers = tuple(sorted({*controllers, *_POD_LIFECYCLE_CONTROLLERS}))
+            kcm_args = (*kcm_args, *pods.kcm_args())
         self._controllers = controllers
         self._extra_args = extra_args
         self._kcm_args = kcm_args
-        self.pki = _Pki(workdir / "pki", name)
+        self.pods = pods
+        self._advertise_address = advertise_address
+        loopback = advertise_address == "127.0.0.1"
+        self.pki = _Pki(workdir / "pki", name, () if loopback else (advertise_address,))
         self._port_file = workdir / "port"
         self.port = remembered_port(self._port_file)
         self.apiserver: Process | None = None
         self.kcm: Process | None = None
+        self.scheduler: Process | None = None
 
     @property
     def url(self) -> str:
@@ -298,7 +319,7 @@ class _ApiServerCluster:
             f"--etcd-servers={self._etcd_url}",
             f"--etcd-prefix={self._etcd_prefix}",
             "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--advertise-address={self._advertise_address}",
             f"--secure-port={self.port}",
             f"--cert-dir={p.dir}",
             f"--tls-cert-file={p.serving_crt}",
@@ -311,7 +332,8 @@ class _ApiServerCluster:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--profiling=false",
-            "--endpoint-reconciler-type=none",
+            "--endpoint-reconciler-type="
+            + ("none" if self._advertise_address == "127.0.0.1" else "lease"),
             *self._extra_args,
         ]
 
@@ -365,10 +387,45 @@ class _ApiServerCluster:
             self.kubeconfig.chmod(0o600)
             return
 
+    def _scheduler_argv(self, binary: Path) -> list[str]:
+        """kube-scheduler under its own identity (in system:masters, as the controller-manager
+        is), no leader election, its health endpoint on a free loopback port."""
+        identity = pki.issue(self.pki.ca, "system:kube-scheduler", organization="system:masters")
+        kubeconfig = self.dir / "scheduler.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(self.pki.kubeconfig(self.url, "kube-scheduler", identity))
+        )
+        kubeconfig.chmod(0o600)
+        return [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+        ]
+
     def start(self) -> None:
+        """Start the apiserver and controller-manager, and the scheduler when Pods live here.
+
+        ``BinariesNotFound`` when Pods should but no kube-scheduler was built."""
+        scheduler = None
+        if self.pods is not None:
+            scheduler = self._binaries / "kube-scheduler"
+            if not os.access(scheduler, os.X_OK):
+                raise BinariesNotFound(
+                    f"no kube-scheduler in {self._binaries}: run hack/controlplane/build.sh "
+                    "(it builds one), or add one to KUBEBUILDER_ASSETS"
+                )
         self.start_apiserver()
         self.kcm = Process(f"{self.name}-kube-controller-manager", self._kcm_argv(), self.dir)
         self.kcm.start()
+        if scheduler is not None:
+            self.scheduler = Process(
+                f"{self.name}-kube-scheduler", self._scheduler_argv(scheduler), self.dir
+            )
+            self.scheduler.start()
 
     def stop_apiserver(self) -> None:
         if self.apiserver is not None:
@@ -388,12 +445,10 @@ class _ApiServerCluster:
             self.kcm.start()
 
     def stop(self) -> None:
-        for proc in (self.kcm, self.apiserver):
-            if proc is not None:
-                proc.stop()
+        stop_all(list(self.processes()))
 
     def processes(self) -> Iterator[Process]:
-        yield from (p for p in (self.apiserver, self.kcm) if p is not None)
+        yield from (p for p in (self.apiserver, self.kcm, self.scheduler) if p is not None)
 
 
 class WorkloadCluster(_ApiServerCluster):
@@ -412,10 +467,6 @@ class WorkloadCluster(_ApiServerCluster):
         node_auth: NodeAuth | None = None,
     ) -> None:
         controllers: tuple[str, ...] = _WORKLOAD_CONTROLLERS
-        kcm_args: tuple[str, ...] = ()
-        if pods is not None:
-            controllers = tuple(sorted({*controllers, *_POD_LIFECYCLE_CONTROLLERS}))
-            kcm_args = pods.kcm_args()
         if node_auth is not None:
             controllers = tuple(sorted({*controllers, *_NODE_AUTH_CONTROLLERS}))
         super().__init__(
@@ -426,11 +477,9 @@ class WorkloadCluster(_ApiServerCluster):
             etcd_prefix,
             controllers,
             ("--enable-bootstrap-token-auth",),
-            kcm_args,
+            pods=pods,
         )
-        self.pods = pods
         self.node_auth = node_auth
-        self.scheduler: Process | None = None
         if node_auth is not None:
             self._authorization_mode = "Node,RBAC"
             self._extra_args += ("--enable-admission-plugins=NodeRestriction",)
@@ -480,53 +529,12 @@ class WorkloadCluster(_ApiServerCluster):
                 if exc.code != 409:  # already there: a restarted cluster
                     raise
 
-    def _scheduler_argv(self, binary: Path) -> list[str]:
-        """kube-scheduler under its own identity (in system:masters, as the controller-manager
-        is), no leader election, its health endpoint on a free loopback port."""
-        identity = pki.issue(self.pki.ca, "system:kube-scheduler", organization="system:masters")
-        kubeconfig = self.dir / "scheduler.kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(self.pki.kubeconfig(self.url, "kube-scheduler", identity))
-        )
-        kubeconfig.chmod(0o600)
-        return [
-            str(binary),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={free_port()}",
-        ]
-
     def start(self) -> None:
-        """Start the apiserver and controller-manager, and the scheduler when Pods live here.
-
-        ``BinariesNotFound`` when Pods should but no kube-scheduler was built."""
-        scheduler = None
-        if self.pods is not None:
-            scheduler = self._binaries / "kube-scheduler"
-            if not os.access(scheduler, os.X_OK):
-                raise BinariesNotFound(
-                    f"no kube-scheduler in {self._binaries}: run hack/controlplane/build.sh "
-                    "(it builds one), or add one to KUBEBUILDER_ASSETS"
-                )
+        """Start the apiserver and controller-manager (and the scheduler when Pods live here);
+        with ``NodeAuth``, bind kubeadm's roles for joining nodes."""
         super().start()
-        if scheduler is not None:
-            self.scheduler = Process(
-                f"{self.name}-kube-scheduler", self._scheduler_argv(scheduler), self.dir
-            )
-            self.scheduler.start()
         if self.node_auth is not None:
             self._bind_node_bootstrap()
-
-    def stop(self) -> None:
-        stop_all(list(self.processes()))
-
-    def processes(self) -> Iterator[Process]:
-        yield from super().processes()
-        if self.scheduler is not None:
-            yield self.scheduler
 
     @property
     def ca_cert_pem(self) -> bytes:
@@ -546,6 +554,14 @@ class ControlPlane:
 
     ``management_args``: extra kube-apiserver flags for the management cluster, for example
     ``("--max-requests-inflight=4",)`` to make it push back with 429s under load.
+
+    ``node``: a real node for the management cluster (kubelet, containerd, kube-proxy; needs
+    root, see ``RealNode``), and what Pods need to live there: a kube-scheduler, the
+    controllers of ``PodLifecycle``, the Node authorizer. ``NodeUnavailable`` says in one line
+    what this machine lacks for one:
+
+    >>> with ControlPlane(node=RealNode()) as cp:
+    ...     print(cp.node.spec.name, cp.node.image)  # Ready soon after
     """
 
     def __init__(
@@ -555,6 +571,7 @@ class ControlPlane:
         binaries: Path | None = None,
         fsync: bool = False,
         management_args: tuple[str, ...] = (),
+        node: RealNode | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix="machinepool-")) if workdir is None else workdir
@@ -562,6 +579,8 @@ class ControlPlane:
         self._binaries = binaries
         self._fsync = fsync
         self._management_args = management_args
+        self._node_spec = node
+        self._node: Node | None = None
         self.etcd: Process | None = None
         self.etcd_port = remembered_port(self.dir / "etcd-port")
         self._management: _ApiServerCluster | None = None
@@ -575,24 +594,61 @@ class ControlPlane:
         binaries = self._binaries or find_binaries()
         self._binaries = binaries
         try:
+            if self._node_spec is not None:
+                node = Node(self._node_spec, self.dir / "management" / "node", binaries)
+                node.prepare()  # NodeUnavailable before it creates anything
+                self._node = node
             self._start_etcd()
-            self._management = _ApiServerCluster(
-                "management",
-                self.dir / "management",
+            self._management = self._management_cluster(binaries)
+            self._management.start()
+            if self._node is not None:
+                p = self._management.pki
+                self._node.start(self._management.port, p.ca, p.ca_crt, p.kubeconfig)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _management_cluster(self, binaries: Path) -> _ApiServerCluster:
+        name, workdir = "management", self.dir / "management"
+        if self._node is None:
+            return _ApiServerCluster(
+                name,
+                workdir,
                 binaries,
                 self.etcd_url,
                 "/registry",
                 _MANAGEMENT_CONTROLLERS,
                 self._management_args,
             )
-            self._management.start()
-        except BaseException:
-            self.stop()
-            raise
+        # A real node's kubelet is confined to its own Node and Pods, as in a kubeadm cluster;
+        # the apiserver reaches it with the admin identity for logs and exec.
+        cluster = _ApiServerCluster(
+            name,
+            workdir,
+            binaries,
+            self.etcd_url,
+            "/registry",
+            (*_MANAGEMENT_CONTROLLERS, *_REAL_NODE_CONTROLLERS),
+            pods=PodLifecycle(),
+            advertise_address=self._node.host_address,
+        )
+        cluster._authorization_mode = "Node,RBAC"
+        crt, key = cluster.pki.admin.write(cluster.pki.dir, "admin")
+        cluster._extra_args = (
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={crt}",
+            f"--kubelet-client-key={key}",
+            "--kubelet-preferred-address-types=InternalIP",  # its Hostname resolves nowhere
+            *self._management_args,
+        )
+        return cluster
 
     def stop(self) -> None:
         """Stop every process (the apiservers and controller-managers together, then etcd);
         the work directory is removed if this object created it."""
+        if self._node is not None:
+            self._node.stop()
+            self._node = None
         clusters: list[_ApiServerCluster] = [*self.workloads.values()]
         if self._management is not None:
             clusters.append(self._management)
@@ -677,6 +733,13 @@ class ControlPlane:
         return self._management
 
     @property
+    def node(self) -> Node:
+        """The management cluster's real node (``ControlPlane(node=RealNode())``)."""
+        if self._node is None:
+            raise RuntimeError("no real node: start the control plane with node=RealNode()")
+        return self._node
+
+    @property
     def kubeconfig(self) -> Path:
         """The management cluster's admin kubeconfig."""
         return self.management.kubeconfig
@@ -738,6 +801,8 @@ class ControlPlane:
         procs = [self.etcd] if self.etcd else []
         if self._management is not None:
             procs += list(self._management.processes())
+        if self._node is not None:
+            procs += list(self._node.processes())
         for workload in self.workloads.values():
             procs += list(workload.processes())
         return procs
