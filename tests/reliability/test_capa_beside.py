@@ -14,9 +14,12 @@ instances' kubelets and the cloud's node lifecycle controller (a Ready Node with
 instance's providerID for each InService instance of CAPA's Auto Scaling group, deleted
 once its instance is gone).
 
-- ``test_capa_pool_scales_under_our_core``: an AWSMachinePool created at 3 is Running with
-  three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; deleted, and CAPA's Auto
-  Scaling group and launch template with it.
+- ``test_capa_pool_create_scale_delete[ours]``: an AWSMachinePool created at 3 is Running
+  with three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; deleted, and CAPA's
+  Auto Scaling group with it. CAPA's webhook entries (``awsmachinepool`` among them) are
+  left to CAPA by our take-over of MachinePool admission.
+- ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
+  not running), for the comparison in docs/upstream-differences.md.
 """
 
 from __future__ import annotations
@@ -54,12 +57,22 @@ from machinepool.runtime import (
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.capa]
 
+UPSTREAM_CONFIGS = (
+    (MUTATING_WEBHOOKS, "capi-mutating-webhook-configuration"),
+    (VALIDATING_WEBHOOKS, "capi-validating-webhook-configuration"),
+)
+CAPA_CONFIGS = (
+    (MUTATING_WEBHOOKS, "capa-mutating-webhook-configuration"),
+    (VALIDATING_WEBHOOKS, "capa-validating-webhook-configuration"),
+)
 WAIT = 240.0
 """Upper bound of one step; CAPA reconciles on watch events and moto answers at once."""
 
 
 @dataclass
 class Env:
+    core: str
+    """Whose MachinePool controller runs: ``ours`` or ``upstream``."""
     client: Client
     workload: WorkloadCluster
     moto: capa.MotoServer
@@ -70,9 +83,14 @@ class Env:
         return "\n".join(f"--- {name}:\n{p.tail(25)}" for name, p in self.procs.items())
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    workdir = tmp_path_factory.mktemp("capa-beside")
+@pytest_asyncio.fixture(scope="module", loop_scope="session", params=["ours", "upstream"])
+async def env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Env]:
+    """The management cluster with the pool's core: ``ours`` beside upstream's (its gate
+    off), or, for comparison, ``upstream``'s alone with its MachinePool gate on."""
+    ours = request.param == "ours"
+    workdir = tmp_path_factory.mktemp(f"capa-{request.param}")
     binary = await asyncio.to_thread(capa.build)
     groups = {c.BOOTSTRAP_GROUP}  # our kubeadm bootstrap provider's; no infra kind of ours
     async with upstream_management(workdir, our_groups=groups) as (cp, client, core, hook):
@@ -92,11 +110,16 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         await moto.wait_ready()
         workload = await asyncio.to_thread(cp.start_workload, CLUSTER)
         network = await asyncio.to_thread(capa.Network.create, moto)
-        e = Env(client, workload, moto, network)
+        e = Env(request.param, client, workload, moto, network)
         try:
             common: dict[str, Any] = {"kubeconfig": cp.kubeconfig, "components": ""}
             e.procs["upstream"] = UpstreamProcess(
-                name="upstream", log=workdir / "upstream.log", binary=core, webhook=hook, **common
+                name="upstream",
+                log=workdir / "upstream.log",
+                binary=core,
+                webhook=hook,
+                machine_pool=not ours,
+                **common,
             )
             e.procs["capa"] = capa.CAPAProcess(
                 name="capa",
@@ -104,11 +127,12 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
                 binary=binary,
                 webhook=capa_hook,
                 endpoint=moto.url,
-                gates={"MachinePool": True, "MachinePoolMachines": False},
+                gates={"MachinePool": True},
                 **common,
             )
+            beside = ("--beside-upstream", "--register-webhooks")
             for name, components, extra in (
-                ("core", "core", ("--beside-upstream", "--register-webhooks")),
+                *([("core", "core", beside)] if ours else []),
                 ("bootstrap", "bootstrap", ("--token-ttl-seconds", "86400")),
             ):
                 e.procs[name] = ControllerProcess(
@@ -124,11 +148,31 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
                 proc.start()
             for proc in e.procs.values():
                 await proc.wait_ready(timeout=240)
+            if ours:  # MachinePool admission is ours once the core took upstream's entries
+                await eventually(lambda: _upstream_pool_hooks(client, False), within=180)
             yield e
         finally:
             for proc in e.procs.values():
                 proc.stop()
             moto.stop()
+
+
+async def _upstream_pool_hooks(client: Client, present: bool) -> bool:
+    """Whether upstream's webhook configurations hold MachinePool entries, as ``present``."""
+    found = False
+    for res, name in UPSTREAM_CONFIGS:
+        hooks = (await client.get(res, name))["webhooks"]
+        found |= any("machinepool" in hook["name"] for hook in hooks)
+    return found == present
+
+
+async def _capa_hooks(client: Client) -> dict[str, list[tuple[str, str]]]:
+    """CAPA's webhook configurations: each entry's name and URL."""
+    out = {}
+    for res, name in CAPA_CONFIGS:
+        hooks = (await client.get(res, name))["webhooks"]
+        out[name] = [(h["name"], h["clientConfig"]["url"]) for h in hooks]
+    return out
 
 
 class NodeAgent:
@@ -213,8 +257,10 @@ def _running(mp: Obj, replicas: int) -> bool:
     )
 
 
-async def test_capa_pool_scales_under_our_core(env: Env) -> None:
+async def test_capa_pool_create_scale_delete(env: Env) -> None:
     client, ns, pool = env.client, "capa-pool", "pool"
+    capa_hooks = await _capa_hooks(client)
+    assert any("awsmachinepool" in n for hooks in capa_hooks.values() for n, _ in hooks)
     await client.create(NAMESPACES, {"metadata": {"name": ns}})
     endpoint = cluster_object(CLUSTER, ns, env.workload)["spec"]["controlPlaneEndpoint"]
     await client.create(capa.AWS_CLUSTERS, capa.aws_cluster(ns, CLUSTER, env.network, endpoint), ns)
@@ -262,6 +308,7 @@ async def test_capa_pool_scales_under_our_core(env: Env) -> None:
                 return not await asyncio.to_thread(NodeAgent(env, workload, pool).instances)
 
             await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
+            assert await _capa_hooks(client) == capa_hooks, "CAPA's admission is its own"
         finally:
             agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -38,6 +38,7 @@ from machinepool.runtime import Client, Obj, PatchType, Resource, copy_obj
 __all__ = [
     "AWS_CLUSTERS",
     "AWS_MACHINE_POOLS",
+    "RELEASE_GATES",
     "CAPAProcess",
     "MotoServer",
     "Network",
@@ -78,6 +79,24 @@ SERVICES = (
 )
 """Every service CAPA's --service-endpoints may name (v1 ids where CAPA maps them, the v2
 ServiceID of Auto Scaling otherwise): all go to moto, so nothing reaches AWS."""
+
+RELEASE_GATES = {
+    "EKS": True,
+    "EKSEnableIAM": False,
+    "EKSAllowAddRoles": False,
+    "EKSFargate": False,
+    "MachinePool": False,
+    "MachinePoolMachines": False,
+    "EventBridgeInstanceState": False,
+    "AutoControllerIdentityCreator": True,
+    "BootstrapFormatIgnition": False,
+    "ExternalResourceGC": True,
+    "AlternativeGCStrategy": False,
+    "TagUnmanagedNetworkResources": True,
+    "ROSA": False,
+}
+"""The feature gates CAPA's release manifest (config/manager) starts it with, its variables
+unset; ``EXP_MACHINE_POOL=true`` (clusterctl) turns ``MachinePool`` on."""
 
 Doc = dict[str, Any]
 
@@ -137,7 +156,8 @@ def webhook_configurations(binary: Path, webhook: upstream.UpstreamWebhook) -> l
 
 @dataclass
 class CAPAProcess(ControllerProcess):
-    """CAPA's manager; ``gates`` its feature gates, every AWS service at ``endpoint``."""
+    """CAPA's manager; ``gates`` over its release's feature gates, every AWS service at
+    ``endpoint``."""
 
     binary: Path = Path()
     webhook: upstream.UpstreamWebhook | None = None
@@ -148,7 +168,8 @@ class CAPAProcess(ControllerProcess):
     def argv(self) -> list[str]:
         assert self.webhook is not None
         endpoints = ",".join(f"{service}={self.endpoint}" for service in SERVICES)
-        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in self.gates.items())
+        merged = {**RELEASE_GATES, **self.gates}
+        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in merged.items())
         return [
             str(self.binary),
             f"--kubeconfig={self.kubeconfig}",
