@@ -165,6 +165,13 @@ class CAPAProcess(ControllerProcess):
     env: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
     gates: Mapping[str, bool] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # CAPA v2.13.0 builds its Auto Scaling client without the resolver --service-endpoints
+        # feeds (pkg/cloud/scope/clients.go NewASGClient; its EC2, ELB, S3 ... clients have
+        # it), so Auto Scaling calls would go to AWS. The SDK's per-service endpoint variable,
+        # read by the config CAPA loads, points that client at the same endpoint.
+        self.env.setdefault("AWS_ENDPOINT_URL_AUTO_SCALING", self.endpoint)
+
     def argv(self) -> list[str]:
         assert self.webhook is not None
         endpoints = ",".join(f"{service}={self.endpoint}" for service in SERVICES)
