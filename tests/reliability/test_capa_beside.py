@@ -291,7 +291,7 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 except TimeoutError as err:
                     state = await _pool(client, ns, pool)
                     raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
-                ids = set(mp["spec"]["providerIDList"])
+                ids = set(mp["spec"].get("providerIDList") or [])
                 nodes = {n["spec"]["providerID"] for n in (await workload.list(NODES)).items}
                 assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
                 refs = {r["name"] for r in mp["status"].get("nodeRefs") or []}
