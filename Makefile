@@ -35,15 +35,16 @@ $(STAMP): pyproject.toml
 controlplane:
 	@bash hack/controlplane/build.sh >/dev/null
 
-# The real clients some tests run (cluster-autoscaler, clusterctl, and upstream Cluster API's
-# core and kubeadm bootstrap managers for the beside-upstream and conformance tests), built once
+# The real clients some tests run (cluster-autoscaler, clusterctl, upstream Cluster API's core
+# and kubeadm bootstrap managers for the beside-upstream and conformance tests, and Cluster API
+# Provider AWS's manager for the CAPA-under-our-core test), built once
 # into the cache before the session so no test pays a cold build; a client that cannot be had
 # is skipped here, and the session leaves its tests out with a one-line note (tests/conftest.py).
 clients:
 	@for tool in autoscaler clusterctl; do \
 	  if bash hack/$$tool/build.sh --check; then bash hack/$$tool/build.sh >/dev/null || exit 1; fi; \
 	done
-	@for target in manager bootstrap controlplane; do \
+	@for target in manager bootstrap controlplane capa; do \
 	  bash bench/upstream/build.sh $$target >/dev/null || exit 1; \
 	done
 

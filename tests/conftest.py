@@ -12,13 +12,14 @@
 - ``crds``: every CRD machinepool generates, installed once and Established.
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
-Tests marked ``autoscaler`` or ``clusterctl`` run a real client binary built outside the repo
-(``hack/<tool>/build.sh``, run by ``make clients`` before the session); tests marked
-``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image``
-build and run the controller image (``hack/image/build.sh``, run by ``make test-image``).
-They are part of the default run whenever that binary (or image) can be had; when it cannot (no
-source, no binary, no Go; for the image, not root or no apt-get), the session leaves them out
-and says so in one line at the end, with what would include them.
+Tests marked ``autoscaler``, ``clusterctl`` or ``capa`` run a real binary built outside the repo
+(``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for Cluster API Provider AWS's
+manager; ``make clients`` runs them before the session); tests marked ``capa_crds`` install
+CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image`` build and run the
+controller image (``hack/image/build.sh``, run by ``make test-image``). They are part of the
+default run whenever that binary (or image) can be had; when it cannot (no source, no binary,
+no Go; for the image, not root or no apt-get), the session leaves them out and says so in one
+line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
 Tests marked ``realnode`` run a real kubelet, containerd and kube-proxy
 (``ControlPlane(node=RealNode())``); they are left out the same way, with the one line
@@ -64,10 +65,13 @@ class RealBinary:
     build: Path
     include: str
     """What a user does to include the tests when the binary cannot be had."""
+    target: str = ""
+    """The build script's target, for a script that builds several binaries."""
 
     def available(self) -> bool:
-        """``build.sh --check``: a binary is given, cached, or buildable here."""
-        check = subprocess.run(["bash", str(self.build), "--check"], check=False)
+        """``build.sh --check [target]``: a binary is given, cached, or buildable here."""
+        argv = ["bash", str(self.build), "--check", *([self.target] if self.target else [])]
+        check = subprocess.run(argv, check=False)
         return check.returncode == 0
 
 
@@ -96,6 +100,13 @@ REAL_BINARIES = (
         "controller image",
         REPO / "hack" / "image" / "build.sh",
         "run as root on Debian (mmdebstrap, umoci, skopeo and runc come from apt-get)",
+    ),
+    RealBinary(
+        "capa",
+        "Cluster API Provider AWS manager",
+        REPO / "bench" / "upstream" / "build.sh",
+        "install Go (it is built from the module proxy: `bench/upstream/build.sh capa`)",
+        target="capa",
     ),
 )
 _LEFT_OUT = pytest.StashKey[list[str]]()

@@ -13,12 +13,22 @@
 #       kube-apiserver is re-linked with its version stamped (-X k8s.io/component-base/version.*):
 #       an unstamped build reports v0.0.0-master, which upstream's manager refuses to start
 #       against ("minimum required version is v1.20.0"). Same sources, same module versions.
+#   bench/upstream/build.sh capa          -> ~/.cache/machinepool/upstream/capa-v2.13.0/capa-manager
+#       Cluster API Provider AWS's manager (CAPA_VERSION below), with its config/crd and
+#       config/webhook folders copied beside it from the module (CRDs, their kustomization,
+#       admission webhook configurations), for the
+#       tests that run CAPA's AWSMachinePool under our core against moto. CAPA is its own module
+#       built from its own go.mod (`go install module@version`), not a requirement of this
+#       folder's wrapper: minimal version selection would otherwise mix CAPA's cluster-api and
+#       Kubernetes versions into the graph upstream's core manager is built from.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 root="${MACHINEPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/machinepool}/upstream"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+CAPA_MODULE=sigs.k8s.io/cluster-api-provider-aws/v2
+CAPA_VERSION=v2.13.0
 tmp=""
 trap '[ -z "$tmp" ] || rm -rf "$tmp"' EXIT
 
@@ -72,9 +82,45 @@ build_controlplane() {
   echo "$dir"
 }
 
+build_capa() {
+  local cache="$root/capa-$CAPA_VERSION" bin start dir
+  bin="$cache/capa-manager"
+  if [ -x "$bin" ] && [ -f "$cache/config/crd/kustomization.yaml" ]; then echo "$bin"; return; fi
+  need_go
+  mkdir -p "$cache"
+  tmp="$(mktemp -d "$cache/.build.XXXXXX")"
+  if [ ! -x "$bin" ]; then
+    echo "building CAPA $CAPA_VERSION into $cache (a cold build takes minutes)" >&2
+    start=$SECONDS
+    (cd "$tmp" && GOBIN="$tmp/bin" go install -trimpath -ldflags "-s -w" "$CAPA_MODULE@$CAPA_VERSION") \
+      || { echo "error: go install of $CAPA_MODULE@$CAPA_VERSION failed" >&2; exit 1; }
+    mv "$tmp/bin/cluster-api-provider-aws" "$bin"
+    echo "built CAPA's manager in $((SECONDS - start))s" >&2
+  fi
+  # Its CRDs (bases, with the kustomization that labels them and names the ones converted by
+  # its webhook) and its webhook configurations, as its release renders them from config/.
+  dir="$(cd "$tmp" && go mod download -json "$CAPA_MODULE@$CAPA_VERSION" \
+    | awk -F'"' '$2 == "Dir" {print $4; exit}')"
+  [ -f "$dir/config/crd/kustomization.yaml" ] || { echo "error: no config/crd in '$dir'" >&2; exit 1; }
+  mkdir -p "$tmp/config"
+  cp -r "$dir/config/crd" "$dir/config/webhook" "$tmp/config/"
+  chmod -R u+w "$tmp/config"
+  rm -rf "$cache/config"
+  mv "$tmp/config" "$cache/config"
+  echo "$bin"
+}
+
+if [ "${1:-}" = "--check" ]; then
+  # exit 0 when target $2 is cached or a Go toolchain can build it; prints nothing
+  [ "${2:-}" = capa ] && [ -x "$root/capa-$CAPA_VERSION/capa-manager" ] && exit 0
+  command -v go >/dev/null 2>&1
+  exit
+fi
+
 case "${1:-manager}" in
   manager) build_manager capi-manager sigs.k8s.io/cluster-api/core ;;
   bootstrap) build_manager capi-kubeadm-bootstrap-manager sigs.k8s.io/cluster-api/bootstrap/kubeadm ;;
   controlplane) build_controlplane ;;
-  *) echo "usage: $0 [manager|bootstrap|controlplane]" >&2; exit 2 ;;
+  capa) build_capa ;;
+  *) echo "usage: $0 [--check] [manager|bootstrap|controlplane|capa]" >&2; exit 2 ;;
 esac

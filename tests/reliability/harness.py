@@ -88,6 +88,8 @@ class ControllerProcess:
     secure_diagnostics: bool = False
     """As deployed: /metrics over HTTPS for authorized tokens only on ``port``, probes on
     ``health_port``. Off: everything plain HTTP on ``port`` (--insecure-diagnostics)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in the process's environment over ours (and over the canary AWS secret)."""
     port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -122,6 +124,7 @@ class ControllerProcess:
     def start(self) -> None:
         env = {**os.environ, "AWS_SECRET_ACCESS_KEY": AWS_CANARY_SECRET}
         env.setdefault("AWS_ACCESS_KEY_ID", "AKIARELIABILITYTEST0")
+        env.update(self.env)
         with self.log.open("ab") as out:
             out.write(f"\n=== start {self.name} at {time.time():.3f}\n".encode())
             out.flush()

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,10 +133,12 @@ class UpstreamProcess(ControllerProcess):
 
 @asynccontextmanager
 async def upstream_management(
-    workdir: Path, *, installed: bool = True
+    workdir: Path, *, installed: bool = True, our_groups: Collection[str] | None = None
 ) -> AsyncIterator[tuple[ControlPlane, Client, Path, upstream.UpstreamWebhook]]:
     """See the module docstring; everything is stopped on exit. ``installed=False``: only the
-    ``Test*`` kinds, for clusterctl to install upstream's core provider (and ours) itself."""
+    ``Test*`` kinds, for clusterctl to install upstream's core provider (and ours) itself.
+    ``our_groups``: install only our CRDs of these API groups (another provider's own CRDs
+    of the same names are to be installed instead)."""
     binary = await asyncio.to_thread(upstream.build, "manager")
     binaries = await asyncio.to_thread(upstream.build, "controlplane")
     cp = ControlPlane(workdir / "cp", binaries=binaries)
@@ -144,7 +146,12 @@ async def upstream_management(
     webhook = upstream.UpstreamWebhook.create(workdir)
     try:
         async with await Client.from_kubeconfig(cp.kubeconfig) as client:
-            ours = [c for c in crd_manifests() if c["spec"]["group"] != "cluster.x-k8s.io"]
+            ours = [
+                c
+                for c in crd_manifests()
+                if c["spec"]["group"] != "cluster.x-k8s.io"
+                and (our_groups is None or c["spec"]["group"] in our_groups)
+            ]
             crds = [*upstream.crds(webhook), *ours, *TEST_CRDS] if installed else TEST_CRDS
             for crd in crds:
                 await client.apply(CRDS, crd, field_manager="upstream-install", force=True)
@@ -166,16 +173,19 @@ async def cluster_namespace(
     *,
     labels: Mapping[str, str] | None = None,
     test_cluster: bool = True,
+    infrastructure_ref: Obj | None = None,
 ) -> None:
     """Namespace ``name`` with Cluster ``work`` (labelled ``labels``) on ``workload``: its
     infrastructure a provisioned ``TestCluster`` (unless ``test_cluster`` is False: no
-    upstream Cluster webhook asks for one), its status initialized, its kubeconfig Secret
-    beside it."""
+    upstream Cluster webhook asks for one), or ``infrastructure_ref`` (an infra cluster the
+    caller made), its status initialized, its kubeconfig Secret beside it."""
     with contextlib.suppress(AlreadyExists):  # made beforehand, e.g. to grant access in it
         await client.create(NAMESPACES, {"metadata": {"name": name}})
     cluster = cluster_object(CLUSTER, name, workload)
     cluster["metadata"].setdefault("labels", {}).update(labels or {})
-    if test_cluster:
+    if infrastructure_ref is not None:
+        cluster["spec"]["infrastructureRef"] = infrastructure_ref
+    elif test_cluster:
         endpoint = cluster["spec"]["controlPlaneEndpoint"]
         infra = {
             "apiVersion": TEST_CLUSTERS.api_version,

@@ -1,0 +1,315 @@
+"""CAPA's AWSMachinePool under our core, beside upstream Cluster API, against moto.
+
+One management cluster as the operator guide's beside-upstream install leaves it: upstream's
+core CRDs, webhooks and core manager (its MachinePool gate off), our core with
+``--beside-upstream``, our kubeadm bootstrap provider, and Cluster API Provider AWS's CRDs,
+webhooks and manager (built from its module by ``bench/upstream/build.sh capa``; its
+MachinePool gate on, every AWS service it calls pointed at moto, in server mode on loopback).
+None of our AWS provider's CRDs is installed: CAPA's have the same names.
+
+The Cluster's AWSCluster is externally managed (``cluster.x-k8s.io/managed-by``): the test
+makes its VPC, subnet and security groups in moto and writes its status as its owner would,
+so CAPA reconciles only the pool. No kubelet joins a moto instance: the test plays the
+instances' kubelets and the cloud's node lifecycle controller (a Ready Node with the
+instance's providerID for each InService instance of CAPA's Auto Scaling group, deleted
+once its instance is gone).
+
+- ``test_capa_pool_create_scale_delete[ours]``: an AWSMachinePool created at 3 is Running
+  with three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; deleted, and CAPA's
+  Auto Scaling group with it. CAPA's webhook entries (``awsmachinepool`` among them) are
+  left to CAPA by our take-over of MachinePool admission.
+- ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
+  not running), for the comparison in docs/upstream-differences.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from tests.reliability.harness import ControllerProcess
+from tests.support import capa, eventually, wait_established
+from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
+from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
+
+from machinepool.api import constants as c
+from machinepool.api.meta import dig
+from machinepool.controlplane import WorkloadCluster, upstream
+from machinepool.controlplane.process import free_port
+from machinepool.controlplane.register import cluster_object
+from machinepool.runtime import (
+    CRDS,
+    MUTATING_WEBHOOKS,
+    NAMESPACES,
+    NODES,
+    VALIDATING_WEBHOOKS,
+    Client,
+    NotFound,
+    Obj,
+    PatchType,
+)
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.capa]
+
+UPSTREAM_CONFIGS = (
+    (MUTATING_WEBHOOKS, "capi-mutating-webhook-configuration"),
+    (VALIDATING_WEBHOOKS, "capi-validating-webhook-configuration"),
+)
+CAPA_CONFIGS = (
+    (MUTATING_WEBHOOKS, "capa-mutating-webhook-configuration"),
+    (VALIDATING_WEBHOOKS, "capa-validating-webhook-configuration"),
+)
+WAIT = 240.0
+"""Upper bound of one step; CAPA reconciles on watch events and moto answers at once."""
+
+
+@dataclass
+class Env:
+    core: str
+    """Whose MachinePool controller runs: ``ours`` or ``upstream``."""
+    client: Client
+    workload: WorkloadCluster
+    moto: capa.MotoServer
+    network: capa.Network
+    procs: dict[str, ControllerProcess] = field(default_factory=dict)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}:\n{p.tail(25)}" for name, p in self.procs.items())
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session", params=["ours", "upstream"])
+async def env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Env]:
+    """The management cluster with the pool's core: ``ours`` beside upstream's (its gate
+    off), or, for comparison, ``upstream``'s alone with its MachinePool gate on."""
+    ours = request.param == "ours"
+    workdir = tmp_path_factory.mktemp(f"capa-{request.param}")
+    binary = await asyncio.to_thread(capa.build)
+    groups = {c.BOOTSTRAP_GROUP}  # our kubeadm bootstrap provider's; no infra kind of ours
+    async with upstream_management(workdir, our_groups=groups) as (cp, client, core, hook):
+        capa_hook = upstream.UpstreamWebhook.create(workdir / "capa")
+        crds = capa.crds(binary, capa_hook)
+        for crd in crds:
+            await client.apply(CRDS, crd, field_manager="capa-install", force=True)
+        for crd in crds:
+            await wait_established(client, crd["metadata"]["name"])
+        for config in capa.webhook_configurations(binary, capa_hook):
+            res = (
+                MUTATING_WEBHOOKS if config["kind"].startswith("Mutating") else VALIDATING_WEBHOOKS
+            )
+            await client.apply(res, config, field_manager="capa-install", force=True)
+        moto = capa.MotoServer(workdir / "moto.log")
+        moto.start()
+        await moto.wait_ready()
+        workload = await asyncio.to_thread(cp.start_workload, CLUSTER)
+        network = await asyncio.to_thread(capa.Network.create, moto)
+        e = Env(request.param, client, workload, moto, network)
+        try:
+            common: dict[str, Any] = {"kubeconfig": cp.kubeconfig, "components": ""}
+            e.procs["upstream"] = UpstreamProcess(
+                name="upstream",
+                log=workdir / "upstream.log",
+                binary=core,
+                webhook=hook,
+                machine_pool=not ours,
+                **common,
+            )
+            e.procs["capa"] = capa.CAPAProcess(
+                name="capa",
+                log=workdir / "capa.log",
+                binary=binary,
+                webhook=capa_hook,
+                endpoint=moto.url,
+                gates={"MachinePool": True},
+                **common,
+            )
+            beside = ("--beside-upstream", "--register-webhooks")
+            for name, components, extra in (
+                *([("core", "core", beside)] if ours else []),
+                ("bootstrap", "bootstrap", ("--token-ttl-seconds", "86400")),
+            ):
+                e.procs[name] = ControllerProcess(
+                    name=name,
+                    kubeconfig=cp.kubeconfig,
+                    components=components,
+                    log=workdir / f"{name}.log",
+                    lease_name=f"machinepool-{name}",
+                    webhook_port=free_port() if name == "core" else None,
+                    extra_args=extra,
+                )
+            for proc in e.procs.values():
+                proc.start()
+            for proc in e.procs.values():
+                await proc.wait_ready(timeout=240)
+            if ours:  # MachinePool admission is ours once the core took upstream's entries
+                await eventually(lambda: _upstream_pool_hooks(client, False), within=180)
+            yield e
+        finally:
+            for proc in e.procs.values():
+                proc.stop()
+            moto.stop()
+
+
+async def _upstream_pool_hooks(client: Client, present: bool) -> bool:
+    """Whether upstream's webhook configurations hold MachinePool entries, as ``present``."""
+    found = False
+    for res, name in UPSTREAM_CONFIGS:
+        hooks = (await client.get(res, name))["webhooks"]
+        found |= any("machinepool" in hook["name"] for hook in hooks)
+    return found == present
+
+
+async def _capa_hooks(client: Client) -> dict[str, list[tuple[str, str]]]:
+    """CAPA's webhook configurations: each entry's name and URL."""
+    out = {}
+    for res, name in CAPA_CONFIGS:
+        hooks = (await client.get(res, name))["webhooks"]
+        out[name] = [(h["name"], h["clientConfig"]["url"]) for h in hooks]
+    return out
+
+
+class NodeAgent:
+    """The instances' kubelets and the cloud's node lifecycle controller: a Ready Node named
+    after each InService instance of the pool's Auto Scaling group, with its providerID; a
+    Node whose instance left the group is deleted."""
+
+    def __init__(self, env: Env, workload: Client, group: str) -> None:
+        self.env, self.workload, self.group = env, workload, group
+
+    def instances(self) -> dict[str, str]:
+        """Instance ID -> zone of the group's InService instances."""
+        asg = self.env.moto.client("autoscaling")
+        groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])
+        return {
+            i["InstanceId"]: i["AvailabilityZone"]
+            for g in groups["AutoScalingGroups"]
+            for i in g.get("Instances", [])
+            if i["LifecycleState"] == "InService"
+        }
+
+    async def sync(self) -> None:
+        instances = await asyncio.to_thread(self.instances)
+        nodes = {n["metadata"]["name"] for n in (await self.workload.list(NODES)).items}
+        for instance, zone in instances.items():
+            if instance in nodes:
+                continue
+            node = {
+                "metadata": {"name": instance},
+                "spec": {"providerID": f"aws:///{zone}/{instance}"},
+            }
+            await self.workload.create(NODES, node)
+            ready = {
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                    "nodeInfo": {"kubeletVersion": "v1.34.0"},
+                }
+            }
+            await self.workload.patch(
+                NODES, instance, ready, subresource="status", patch_type=PatchType.MERGE
+            )
+        for name in nodes - set(instances):
+            with contextlib.suppress(NotFound):
+                await self.workload.delete(NODES, name)
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # moto or the API briefly busy: next round
+                await self.sync()
+            await asyncio.sleep(0.5)
+
+
+def _aws_machine_pool(namespace: str, name: str, network: capa.Network) -> Obj:
+    return {
+        "apiVersion": capa.AWS_MACHINE_POOLS.api_version,
+        "kind": "AWSMachinePool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "minSize": 0,
+            "maxSize": 10,
+            "subnets": [{"id": network.subnet}],
+            "awsLaunchTemplate": {
+                "instanceType": "t3.medium",
+                "ami": {"id": network.ami},
+                "sshKeyName": network.key,
+            },
+        },
+    }
+
+
+async def _pool(client: Client, ns: str, name: str) -> Obj:
+    return await client.get(MACHINE_POOLS, name, ns)
+
+
+def _running(mp: Obj, replicas: int) -> bool:
+    status = mp.get("status") or {}
+    return (
+        status.get("phase") == "Running"
+        and status.get("replicas", 0) == replicas
+        and status.get("readyReplicas", 0) == replicas
+        and len(dig(mp, "spec", "providerIDList", default=[]) or []) == replicas
+    )
+
+
+async def test_capa_pool_create_scale_delete(env: Env) -> None:
+    client, ns, pool = env.client, "capa-pool", "pool"
+    capa_hooks = await _capa_hooks(client)
+    assert any("awsmachinepool" in n for hooks in capa_hooks.values() for n, _ in hooks)
+    await client.create(NAMESPACES, {"metadata": {"name": ns}})
+    endpoint = cluster_object(CLUSTER, ns, env.workload)["spec"]["controlPlaneEndpoint"]
+    await client.create(capa.AWS_CLUSTERS, capa.aws_cluster(ns, CLUSTER, env.network, endpoint), ns)
+    await capa.provision_aws_cluster(client, ns, CLUSTER, env.network)
+    infra_ref = {"apiGroup": capa.GROUP, "kind": "AWSCluster", "name": CLUSTER}
+    await cluster_namespace(client, ns, env.workload, infrastructure_ref=infra_ref)
+
+    async with await Client.from_kubeconfig(env.workload.kubeconfig) as workload:
+        agent = asyncio.create_task(NodeAgent(env, workload, pool).run())
+        try:
+            await client.create(KUBEADM_CONFIGS, kubeadm_config(ns, pool), ns)
+            await client.create(
+                capa.AWS_MACHINE_POOLS, _aws_machine_pool(ns, pool, env.network), ns
+            )
+            mp = machine_pool(ns, pool, replicas=3, infrastructure_kind="AWSMachinePool")
+            await client.create(MACHINE_POOLS, mp, ns)
+
+            async def running(replicas: int) -> Obj | None:
+                mp = await _pool(client, ns, pool)
+                return mp if _running(mp, replicas) else None
+
+            for replicas in (3, 5, 0, 3):
+                await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
+                try:
+                    mp = await eventually(
+                        lambda r=replicas: running(r), f"pool Running at {replicas}", within=WAIT
+                    )
+                except TimeoutError as err:
+                    state = await _pool(client, ns, pool)
+                    raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
+                ids = set(mp["spec"].get("providerIDList") or [])
+                nodes = {n["spec"]["providerID"] for n in (await workload.list(NODES)).items}
+                assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
+                refs = {r["name"] for r in mp["status"].get("nodeRefs") or []}
+                assert refs == {i.rsplit("/", 1)[-1] for i in ids}
+                group = await asyncio.to_thread(NodeAgent(env, workload, pool).instances)
+                assert {f"aws:///{z}/{i}" for i, z in group.items()} == ids
+
+            await client.delete(MACHINE_POOLS, pool, ns)
+
+            async def gone() -> bool:
+                with contextlib.suppress(NotFound):
+                    await _pool(client, ns, pool)
+                    return False
+                return not await asyncio.to_thread(NodeAgent(env, workload, pool).instances)
+
+            await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
+            assert await _capa_hooks(client) == capa_hooks, "CAPA's admission is its own"
+        finally:
+            agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent

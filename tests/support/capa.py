@@ -1,0 +1,307 @@
+"""Cluster API Provider AWS (CAPA) on a local management cluster, against moto, for the tests
+that run CAPA's own AWSMachinePool under our core.
+
+- ``build()``: ``bench/upstream/build.sh capa`` builds CAPA's manager from its module (once per
+  version, into the cache) and copies its ``config/crd`` and ``config/webhook`` beside it.
+- ``crds(webhook)`` / ``webhook_configurations(webhook)``: CAPA's CRDs and admission webhook
+  configurations as its release installs them (its kustomization's common labels, conversion
+  through its webhook server for the kinds its kustomization patches, ``capa-`` names),
+  pointed at a local URL.
+- ``CAPAProcess``: CAPA's manager, its feature gates as given, every AWS service it calls
+  pointed at one endpoint (``--service-endpoints``), credentials from the environment.
+- ``MotoServer``: moto in server mode, its own process on loopback.
+- ``Network``: what an externally managed AWSCluster stands for (a VPC, a private subnet, the
+  node and load-balancer security groups), made in moto; ``aws_cluster`` and
+  ``provision_aws_cluster`` write the AWSCluster and the status its owner would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import boto3
+import yaml
+from tests.reliability.harness import ControllerProcess
+
+from machinepool.controlplane import upstream
+from machinepool.controlplane.process import free_port
+from machinepool.runtime import Client, Obj, PatchType, Resource, copy_obj
+
+__all__ = [
+    "AWS_CLUSTERS",
+    "AWS_MACHINE_POOLS",
+    "RELEASE_GATES",
+    "CAPAProcess",
+    "MotoServer",
+    "Network",
+    "aws_cluster",
+    "build",
+    "crds",
+    "provision_aws_cluster",
+    "webhook_configurations",
+]
+
+GROUP = "infrastructure.cluster.x-k8s.io"
+AWS_CLUSTERS = Resource(GROUP, "v1beta2", "awsclusters", "AWSCluster")
+AWS_MACHINE_POOLS = Resource(GROUP, "v1beta2", "awsmachinepools", "AWSMachinePool")
+REGION = "us-east-1"
+ZONE = "us-east-1a"
+NAME_PREFIX = "capa-"
+"""What CAPA's config/default kustomization prefixes names with."""
+MANAGED_BY = "cluster.x-k8s.io/managed-by"
+"""Cluster API's annotation for infrastructure its provider leaves to someone else."""
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIACAPAMOTOTEST0000",
+    "AWS_SECRET_ACCESS_KEY": "capaMotoTestSecretKey0000000000000000000",
+    "AWS_REGION": REGION,
+}
+"""What moto accepts (any key); CAPA's default identity reads them from its environment."""
+SERVICES = (
+    "ec2",
+    "Auto Scaling",
+    "elasticloadbalancing",
+    "sts",
+    "s3",
+    "ssm",
+    "secretsmanager",
+    "eks",
+    "sqs",
+    "events",
+    "tagging",
+)
+"""Every service CAPA's --service-endpoints may name (v1 ids where CAPA maps them, the v2
+ServiceID of Auto Scaling otherwise): all go to moto, so nothing reaches AWS."""
+
+RELEASE_GATES = {
+    "EKS": True,
+    "EKSEnableIAM": False,
+    "EKSAllowAddRoles": False,
+    "EKSFargate": False,
+    "MachinePool": False,
+    "MachinePoolMachines": False,
+    "EventBridgeInstanceState": False,
+    "AutoControllerIdentityCreator": True,
+    "BootstrapFormatIgnition": False,
+    "ExternalResourceGC": True,
+    "AlternativeGCStrategy": False,
+    "TagUnmanagedNetworkResources": True,
+    "ROSA": False,
+}
+"""The feature gates CAPA's release manifest (config/manager) starts it with, its variables
+unset; ``EXP_MACHINE_POOL=true`` (clusterctl) turns ``MachinePool`` on."""
+
+Doc = dict[str, Any]
+
+
+def build() -> Path:
+    """CAPA's manager binary; its ``config/`` folder is beside it."""
+    return upstream.build("capa")
+
+
+def _config(binary: Path) -> Path:
+    return binary.parent / "config"
+
+
+def _documents(path: Path) -> list[Doc]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def crds(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
+    """CAPA's CRDs from ``config/crd/bases``, labelled with its kustomization's
+    ``commonLabels`` (its contract labels) and converting through ``webhook`` where its
+    kustomization's ``webhook_in_*`` patches make them do so."""
+    folder = _config(binary) / "crd"
+    kustomization = _documents(folder / "kustomization.yaml")[0]
+    labels = kustomization.get("commonLabels") or {}
+    converted = set()
+    for patch in kustomization.get("patchesStrategicMerge") or []:
+        if Path(patch).name.startswith("webhook_in_"):
+            converted |= {doc["metadata"]["name"] for doc in _documents(folder / patch)}
+    out = []
+    for path in sorted((folder / "bases").glob("*.yaml")):
+        for crd in _documents(path):
+            crd["metadata"].setdefault("labels", {}).update(labels)
+            if crd["metadata"]["name"] in converted:
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": webhook.client_config("/convert"),
+                        "conversionReviewVersions": ["v1", "v1beta1"],
+                    },
+                }
+            out.append(crd)
+    return out
+
+
+def webhook_configurations(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
+    """CAPA's Mutating- and ValidatingWebhookConfiguration, named and pointed as installed."""
+    out = []
+    for doc in _documents(_config(binary) / "webhook" / "manifests.yaml"):
+        config = copy_obj(doc)
+        config["metadata"] = {"name": NAME_PREFIX + doc["metadata"]["name"]}
+        for entry in config["webhooks"]:
+            path = entry["clientConfig"]["service"]["path"]
+            entry["clientConfig"] = webhook.client_config(path)
+        out.append(config)
+    return out
+
+
+@dataclass
+class CAPAProcess(ControllerProcess):
+    """CAPA's manager; ``gates`` over its release's feature gates, every AWS service at
+    ``endpoint``."""
+
+    binary: Path = Path()
+    webhook: upstream.UpstreamWebhook | None = None
+    endpoint: str = ""
+    env: dict[str, str] = field(default_factory=lambda: dict(CREDENTIALS))
+    gates: Mapping[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # CAPA v2.13.0 builds its Auto Scaling client without the resolver --service-endpoints
+        # feeds (pkg/cloud/scope/clients.go NewASGClient; its EC2, ELB, S3 ... clients have
+        # it), so Auto Scaling calls would go to AWS. The SDK's per-service endpoint variable,
+        # read by the config CAPA loads, points that client at the same endpoint.
+        self.env.setdefault("AWS_ENDPOINT_URL_AUTO_SCALING", self.endpoint)
+
+    def argv(self) -> list[str]:
+        assert self.webhook is not None
+        endpoints = ",".join(f"{service}={self.endpoint}" for service in SERVICES)
+        merged = {**RELEASE_GATES, **self.gates}
+        gates = ",".join(f"{k}={'true' if v else 'false'}" for k, v in merged.items())
+        return [
+            str(self.binary),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            f"--feature-gates={gates}",
+            f"--service-endpoints={REGION}:{endpoints}",
+            f"--diagnostics-address=127.0.0.1:{free_port()}",
+            "--insecure-diagnostics",
+            f"--health-addr=127.0.0.1:{self.port}",
+            f"--webhook-port={self.webhook.port}",
+            f"--webhook-cert-dir={self.webhook.cert_dir}",
+            "--v=2",
+            *self.extra_args,
+        ]
+
+
+@dataclass
+class MotoServer:
+    """``python -m moto.server`` on a loopback port, in its own process."""
+
+    log: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    async def wait_ready(self) -> None:
+        """Until moto answers on its port; fails if it exits."""
+        assert self.proc is not None, "start() first"
+        async with asyncio.timeout(60), aiohttp.ClientSession() as http:
+            while True:
+                assert self.proc.poll() is None, self.log.read_text()
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(f"{self.url}/moto-api/") as resp:
+                        if resp.status == 200:
+                            return
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of ``service`` on this server."""
+        return boto3.client(
+            service,
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+@dataclass(frozen=True)
+class Network:
+    """A VPC with one private subnet, the security groups CAPA's launch templates name (node
+    and lb), a key pair, and an image to boot."""
+
+    vpc: str
+    subnet: str
+    node_sg: str
+    lb_sg: str
+    ami: str
+    key: str = "capa"
+
+    @classmethod
+    def create(cls, moto: MotoServer) -> Network:
+        ec2 = moto.client("ec2")
+        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20", AvailabilityZone=ZONE)
+        groups = [
+            ec2.create_security_group(GroupName=name, Description=name, VpcId=vpc)["GroupId"]
+            for name in ("work-node", "work-lb")
+        ]
+        ec2.create_key_pair(KeyName=cls.key)
+        images = ec2.describe_images()["Images"]  # moto's built-in catalogue
+        ami = next(i["ImageId"] for i in images if i.get("Platform") != "windows")
+        return cls(vpc, subnet["Subnet"]["SubnetId"], groups[0], groups[1], ami)
+
+
+def aws_cluster(namespace: str, name: str, network: Network, endpoint: Obj) -> Obj:
+    """An AWSCluster its owner (not CAPA) manages: CAPA reads it, never reconciles it."""
+    return {
+        "apiVersion": AWS_CLUSTERS.api_version,
+        "kind": "AWSCluster",
+        "metadata": {"name": name, "namespace": namespace, "annotations": {MANAGED_BY: "test"}},
+        "spec": {
+            "region": REGION,
+            "sshKeyName": network.key,
+            "controlPlaneEndpoint": endpoint,
+            "network": {
+                "vpc": {"id": network.vpc},
+                "subnets": [{"id": network.subnet, "availabilityZone": ZONE, "isPublic": False}],
+            },
+        },
+    }
+
+
+async def provision_aws_cluster(
+    client: Client, namespace: str, name: str, network: Network
+) -> None:
+    """What the owner of an externally managed AWSCluster writes once its network exists."""
+    status = {
+        "status": {
+            "ready": True,
+            "networkStatus": {
+                "securityGroups": {
+                    "node": {"id": network.node_sg, "name": "work-node"},
+                    "lb": {"id": network.lb_sg, "name": "work-lb"},
+                }
+            },
+        }
+    }
+    await client.patch(
+        AWS_CLUSTERS, name, status, namespace, subresource="status", patch_type=PatchType.MERGE
+    )
