@@ -9,28 +9,16 @@ self-signed overlay, the clusterctl repository layout).
 from __future__ import annotations
 
 import base64
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+from tests.support.scripts import deploy_generator
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = deploy_generator()
 
 
 def test_generated_files_are_current() -> None:

@@ -13,7 +13,6 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from tests.support.scripts import deploy_generator
 
 from machinepool.runtime import Resource
 
@@ -29,17 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 RELEASE = REPO / "deploy/release"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = deploy_generator()
 COMPONENTS = {c.name: c for c in gen.COMPONENTS}
 
 

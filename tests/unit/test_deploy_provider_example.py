@@ -4,13 +4,12 @@ delete of a missing instance is fine, pools never see each other's instances).""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.support.scripts import load_script
 
 from machinepool.providers.pool import CapacityError, InstanceSpec, template_hash
 from machinepool.providers.pool.provider import PoolProvider
@@ -19,14 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _load() -> ModuleType:
-    path = REPO / "docs/examples/inventory_provider.py"
-    spec = importlib.util.spec_from_file_location("inventory_provider", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/examples/inventory_provider.py", "inventory_provider")
 
 
 ex = _load()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+from tests.support.scripts import deploy_generator
 
 from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import Process, free_port, stop_all
@@ -46,13 +47,7 @@ VERSION = "v0.1.0"
 
 def load_generator() -> ModuleType:
     """deploy/generate.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return deploy_generator()
 
 
 def build_clusterctl() -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -23,7 +22,6 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,6 +30,7 @@ import yaml
 from tests.integration.aws.test_aws_e2e import create, running, system
 from tests.support import eventually, wait_established
 from tests.support.resources import AWSMACHINEPOOLS, AWSMACHINES, CLUSTERS, MACHINE_POOLS, MACHINES
+from tests.support.scripts import deploy_generator
 
 from machinepool.api import constants as c
 from machinepool.api.crdgen import crd_manifests
@@ -52,17 +51,7 @@ VALUES = {"AWS_B64ENCODED_CREDENTIALS": base64.b64encode(b"[default]\n").decode(
 """clusterctl's variables for both components files (the rest have defaults)."""
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = deploy_generator()
 CAPA_AWSMACHINEPOOLS = Resource(
     c.INFRASTRUCTURE_GROUP, "v1beta2", "awsmachinepools", "AWSMachinePool"
 )

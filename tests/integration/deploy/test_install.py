@@ -26,14 +26,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -48,6 +46,7 @@ from tests.support.resources import (
     MACHINE_POOLS,
     SIM_MACHINE_POOLS,
 )
+from tests.support.scripts import deploy_generator
 
 from machinepool.api import constants as c
 from machinepool.controlplane import ControlPlane
@@ -60,17 +59,7 @@ FIELD_MANAGER = "machinepool-deploy-test"
 AWS_CREDENTIALS = "[default]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = x\n"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_generate", REPO / "deploy/generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = deploy_generator()
 
 
 def kubectl(
