@@ -130,13 +130,7 @@ def crds(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
         for crd in _documents(path):
             crd["metadata"].setdefault("labels", {}).update(labels)
             if crd["metadata"]["name"] in converted:
-                crd["spec"]["conversion"] = {
-                    "strategy": "Webhook",
-                    "webhook": {
-                        "clientConfig": webhook.client_config("/convert"),
-                        "conversionReviewVersions": ["v1", "v1beta1"],
-                    },
-                }
+                crd["spec"]["conversion"] = webhook.conversion()
             out.append(crd)
     return out
 

@@ -14,6 +14,7 @@ the Clusters, upgrade the provider, unpause, delete the old CRDs) are in docs/op
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from machinepool.api import constants as c
@@ -131,8 +132,6 @@ async def _release(client: Client, resource: Resource, old: Obj) -> None:
     at once. The default propagation: nothing new names an old uid (Orphan would hold the
     object until the garbage collector has seen the old group)."""
     name, namespace = old["metadata"]["name"], old["metadata"]["namespace"]
-    try:
+    with contextlib.suppress(NotFound):  # gone already
         await client.patch(resource, name, {"metadata": {"finalizers": None}}, namespace)
         await client.delete(resource, name, namespace)
-    except NotFound:
-        pass

@@ -111,6 +111,16 @@ class UpstreamWebhook:
             "caBundle": base64.b64encode(self.ca_bundle).decode(),
         }
 
+    def conversion(self) -> Obj:
+        """A CRD's ``spec.conversion`` through this server's ``/convert``."""
+        return {
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": self.client_config("/convert"),
+                "conversionReviewVersions": ["v1", "v1beta1"],
+            },
+        }
+
 
 def crds(webhook: UpstreamWebhook | None = None) -> list[Obj]:
     """Upstream's core CRDs; with ``webhook``, every multi-version one converts through it
@@ -119,13 +129,7 @@ def crds(webhook: UpstreamWebhook | None = None) -> list[Obj]:
     for path in sorted((module_dir() / "core" / "config" / "crd" / "bases").glob("*.yaml")):
         for crd in _documents(path):
             if webhook is not None and len(crd["spec"]["versions"]) > 1:
-                crd["spec"]["conversion"] = {
-                    "strategy": "Webhook",
-                    "webhook": {
-                        "clientConfig": webhook.client_config("/convert"),
-                        "conversionReviewVersions": ["v1", "v1beta1"],
-                    },
-                }
+                crd["spec"]["conversion"] = webhook.conversion()
             out.append(crd)
     return out
 
