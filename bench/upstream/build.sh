@@ -14,9 +14,8 @@
 #       an unstamped build reports v0.0.0-master, which upstream's manager refuses to start
 #       against ("minimum required version is v1.20.0"). Same sources, same module versions.
 #   bench/upstream/build.sh capa          -> ~/.cache/machinepool/upstream/capa-v2.13.0/capa-manager
-#       Cluster API Provider AWS's manager (CAPA_VERSION below), with its config/crd and
-#       config/webhook folders copied beside it from the module (CRDs, their kustomization,
-#       admission webhook configurations), for the
+#       Cluster API Provider AWS's manager (CAPA_VERSION below; its CRDs and webhook
+#       configurations come from hack/capa/crds.sh, which fetches CAPA's config/), for the
 #       tests that run CAPA's AWSMachinePool under our core against moto. CAPA is its own module
 #       built from its own go.mod (`go install module@version`), not a requirement of this
 #       folder's wrapper: minimal version selection would otherwise mix CAPA's cluster-api and
@@ -83,30 +82,21 @@ build_controlplane() {
 }
 
 build_capa() {
-  local cache="$root/capa-$CAPA_VERSION" bin start dir
+  # The manager only: CAPA's manifests (CRDs, webhooks) come from hack/capa/crds.sh, the one
+  # place they are fetched, which tests/support/capa.py calls.
+  local cache="$root/capa-$CAPA_VERSION" bin start
   bin="$cache/capa-manager"
-  if [ -x "$bin" ] && [ -f "$cache/config/crd/kustomization.yaml" ]; then echo "$bin"; return; fi
+  if [ -x "$bin" ]; then echo "$bin"; return; fi
   need_go
   mkdir -p "$cache"
   tmp="$(mktemp -d "$cache/.build.XXXXXX")"
-  if [ ! -x "$bin" ]; then
-    echo "building CAPA $CAPA_VERSION into $cache (a cold build takes minutes)" >&2
-    start=$SECONDS
-    (cd "$tmp" && GOBIN="$tmp/bin" go install -trimpath -ldflags "-s -w" "$CAPA_MODULE@$CAPA_VERSION") \
-      || { echo "error: go install of $CAPA_MODULE@$CAPA_VERSION failed" >&2; exit 1; }
-    mv "$tmp/bin/cluster-api-provider-aws" "$bin"
-    echo "built CAPA's manager in $((SECONDS - start))s" >&2
-  fi
-  # Its CRDs (bases, with the kustomization that labels them and names the ones converted by
-  # its webhook) and its webhook configurations, as its release renders them from config/.
-  dir="$(cd "$tmp" && go mod download -json "$CAPA_MODULE@$CAPA_VERSION" \
-    | awk -F'"' '$2 == "Dir" {print $4; exit}')"
-  [ -f "$dir/config/crd/kustomization.yaml" ] || { echo "error: no config/crd in '$dir'" >&2; exit 1; }
-  mkdir -p "$tmp/config"
-  cp -r "$dir/config/crd" "$dir/config/webhook" "$tmp/config/"
-  chmod -R u+w "$tmp/config"
-  rm -rf "$cache/config"
-  mv "$tmp/config" "$cache/config"
+  echo "building CAPA $CAPA_VERSION into $cache (a cold build takes minutes)" >&2
+  start=$SECONDS
+  (cd "$tmp" && GOBIN="$tmp/bin" go install -trimpath -ldflags "-s -w" "$CAPA_MODULE@$CAPA_VERSION") \
+    || { echo "error: go install of $CAPA_MODULE@$CAPA_VERSION failed" >&2; exit 1; }
+  mv "$tmp/bin/cluster-api-provider-aws" "$bin"
+  rm -rf "$tmp"
+  echo "built CAPA's manager in $((SECONDS - start))s" >&2
   echo "$bin"
 }
 

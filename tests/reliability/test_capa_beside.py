@@ -95,12 +95,12 @@ async def env(
     groups = {c.BOOTSTRAP_GROUP}  # our kubeadm bootstrap provider's; no infra kind of ours
     async with upstream_management(workdir, our_groups=groups) as (cp, client, core, hook):
         capa_hook = upstream.UpstreamWebhook.create(workdir / "capa")
-        crds = capa.crds(binary, capa_hook)
+        crds = capa.crds(capa_hook)
         for crd in crds:
             await client.apply(CRDS, crd, field_manager="capa-install", force=True)
         for crd in crds:
             await wait_established(client, crd["metadata"]["name"])
-        for config in capa.webhook_configurations(binary, capa_hook):
+        for config in capa.webhook_configurations(capa_hook):
             res = (
                 MUTATING_WEBHOOKS if config["kind"].startswith("Mutating") else VALIDATING_WEBHOOKS
             )

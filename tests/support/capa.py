@@ -2,7 +2,8 @@
 that run CAPA's own AWSMachinePool under our core.
 
 - ``build()``: ``bench/upstream/build.sh capa`` builds CAPA's manager from its module (once per
-  version, into the cache) and copies its ``config/crd`` and ``config/webhook`` beside it.
+  version, into the cache); ``config()``: its ``config/`` folder, as ``hack/capa/crds.sh``
+  fetches it (the one place CAPA's manifests come from).
 - ``crds(webhook)`` / ``webhook_configurations(webhook)``: CAPA's CRDs and admission webhook
   configurations as its release installs them (its kustomization's common labels, conversion
   through its webhook server for the kinds its kustomization patches, ``capa-`` names),
@@ -30,6 +31,7 @@ import aiohttp
 import boto3
 import yaml
 from tests.reliability.harness import ControllerProcess
+from tests.support.scripts import REPO
 
 from machinepool.controlplane import upstream
 from machinepool.controlplane.process import free_port
@@ -102,23 +104,31 @@ Doc = dict[str, Any]
 
 
 def build() -> Path:
-    """CAPA's manager binary; its ``config/`` folder is beside it."""
+    """CAPA's manager binary."""
     return upstream.build("capa")
 
 
-def _config(binary: Path) -> Path:
-    return binary.parent / "config"
+def config() -> Path:
+    """CAPA's ``config/`` folder (CRDs, webhooks, kustomizations) from its Go module, through
+    ``hack/capa/crds.sh``, which caches it once per version."""
+    out = subprocess.run(
+        ["bash", str(REPO / "hack/capa/crds.sh"), "--config"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip())
 
 
 def _documents(path: Path) -> list[Doc]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def crds(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
+def crds(webhook: upstream.UpstreamWebhook) -> list[Obj]:
     """CAPA's CRDs from ``config/crd/bases``, labelled with its kustomization's
     ``commonLabels`` (its contract labels) and converting through ``webhook`` where its
     kustomization's ``webhook_in_*`` patches make them do so."""
-    folder = _config(binary) / "crd"
+    folder = config() / "crd"
     kustomization = _documents(folder / "kustomization.yaml")[0]
     labels = kustomization.get("commonLabels") or {}
     converted = set()
@@ -135,16 +145,16 @@ def crds(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
     return out
 
 
-def webhook_configurations(binary: Path, webhook: upstream.UpstreamWebhook) -> list[Obj]:
+def webhook_configurations(webhook: upstream.UpstreamWebhook) -> list[Obj]:
     """CAPA's Mutating- and ValidatingWebhookConfiguration, named and pointed as installed."""
     out = []
-    for doc in _documents(_config(binary) / "webhook" / "manifests.yaml"):
-        config = copy_obj(doc)
-        config["metadata"] = {"name": NAME_PREFIX + doc["metadata"]["name"]}
-        for entry in config["webhooks"]:
+    for doc in _documents(config() / "webhook" / "manifests.yaml"):
+        installed = copy_obj(doc)
+        installed["metadata"] = {"name": NAME_PREFIX + doc["metadata"]["name"]}
+        for entry in installed["webhooks"]:
             path = entry["clientConfig"]["service"]["path"]
             entry["clientConfig"] = webhook.client_config(path)
-        out.append(config)
+        out.append(installed)
     return out
 
 

@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from tests.integration.aws.test_aws_e2e import create, running, system
-from tests.support import eventually, wait_established
+from tests.support import capa, eventually, wait_established
 from tests.support.resources import AWSMACHINEPOOLS, AWSMACHINES, CLUSTERS, MACHINE_POOLS, MACHINES
 from tests.support.scripts import deploy_generator
 
@@ -55,16 +55,6 @@ gen = deploy_generator()
 CAPA_AWSMACHINEPOOLS = Resource(
     c.INFRASTRUCTURE_GROUP, "v1beta2", "awsmachinepools", "AWSMachinePool"
 )
-
-
-def capa_config() -> Path:
-    out = subprocess.run(
-        ["bash", str(REPO / "hack/capa/crds.sh"), "--config"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip())
 
 
 def kubectl_binary() -> str:
@@ -112,7 +102,7 @@ async def install_crds(client: Client, crds: list[Obj]) -> AsyncIterator[list[st
 async def capa_crds(client: Client, crds: list[str]) -> AsyncIterator[list[str]]:
     """Every CRD of CAPA v2.13.0, as ``kubectl apply -f config/crd/bases`` installs them."""
     docs = []
-    for path in sorted((capa_config() / "crd" / "bases").glob("*.yaml")):
+    for path in sorted((capa.config() / "crd" / "bases").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     async for names in install_crds(client, docs):
         yield names
@@ -192,7 +182,7 @@ def capa_components() -> list[Obj]:
     """CAPA's components as its release file has them: config/default, variables substituted
     (every object carries CAPA's clusterctl label)."""
     rendered = subprocess.run(
-        [kubectl_binary(), "kustomize", str(capa_config() / "default")],
+        [kubectl_binary(), "kustomize", str(capa.config() / "default")],
         capture_output=True,
         text=True,
         check=True,
