@@ -20,7 +20,8 @@ controller image (``hack/image/build.sh``, run by ``make test-image``). They are
 default run whenever that binary (or image) can be had; when it cannot (no source, no binary,
 no Go; for the image, not root or no apt-get), the session leaves them out and says so in one
 line at the end, with what would include them.
-Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly.
+Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly; under
+``CI=true`` any tier left out fails the run.
 Tests marked ``realnode`` run a real kubelet, containerd and kube-proxy
 (``ControlPlane(node=RealNode())``); they are left out the same way, with the one line
 ``missing_prerequisites`` gives (not root, a Debian package missing), unless ``-m`` names them.
@@ -31,6 +32,7 @@ Nothing here mocks the Kubernetes API: tests talk to real binaries over HTTPS.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -152,10 +154,16 @@ def _suite_rank(item: pytest.Item) -> int:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On a pytest-xdist worker, hand the notes to the controller, which collected nothing."""
+    """On a pytest-xdist worker, hand the notes to the controller, which collected nothing.
+
+    Under ``CI=true`` a left-out tier fails the run: CI has every prerequisite (``.ci/run``
+    installs the packages and takes the third-party sources from ``../shared/``), so a binary
+    that could not be had there is a broken build, not a machine without it."""
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["left_out"] = session.config.stash.get(_LEFT_OUT, [])
+    elif os.environ.get("CI") == "true" and session.config.stash.get(_LEFT_OUT, []):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -168,8 +176,11 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for note in terminalreporter.config.stash.get(_LEFT_OUT, []):
+    notes = terminalreporter.config.stash.get(_LEFT_OUT, [])
+    for note in notes:
         terminalreporter.write_line(note, yellow=True)
+    if notes and os.environ.get("CI") == "true":
+        terminalreporter.write_line("CI=true: a tier left out fails the run", red=True)
 
 
 @pytest.fixture(scope="session")
