@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
-from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
+from machinepool.api.infra_sim import SIM_MACHINE_POOL_TEMPLATES, SIM_MACHINE_POOLS, SIM_MACHINES
 from machinepool.api.kinds import (
     CLUSTERS,
+    KUBEADM_CONFIG_TEMPLATES,
     KUBEADM_CONFIGS,
     MACHINE_HEALTH_CHECK,
     MACHINE_HEALTH_CHECKS,
@@ -30,6 +31,7 @@ __all__ = [
     "CLUSTER_ROLE_BINDINGS",
     "DEPLOYMENTS",
     "KUBEADM_CONFIGS",
+    "KUBEADM_CONFIG_TEMPLATES",
     "MACHINES",
     "MACHINE_HEALTH_CHECKS",
     "MACHINE_HEALTH_CHECKS_V1BETA1",
@@ -38,6 +40,7 @@ __all__ = [
     "NODES",
     "SIM_MACHINES",
     "SIM_MACHINE_POOLS",
+    "SIM_MACHINE_POOL_TEMPLATES",
 ]
 
 MACHINE_POOLS_V1BETA1 = MACHINE_POOL.resource(c.V1BETA1)

@@ -48,6 +48,9 @@ from machinepool.runtime import (
 
 __all__ = [
     "TEST_CLUSTERS",
+    "TEST_CLUSTER_TEMPLATES",
+    "TEST_CONTROL_PLANES",
+    "TEST_CONTROL_PLANE_TEMPLATES",
     "TEST_CRDS",
     "TEST_MACHINE_POOLS",
     "TEST_MACHINE_TEMPLATES",
@@ -66,21 +69,35 @@ TEST_MACHINE_TEMPLATES = Resource(
 TEST_MACHINE_POOLS = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinepools", "TestMachinePool"
 )
+TEST_CLUSTER_TEMPLATES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "testclustertemplates", "TestClusterTemplate"
+)
+TEST_CONTROL_PLANES = Resource(
+    "controlplane.cluster.x-k8s.io", "v1beta2", "testcontrolplanes", "TestControlPlane"
+)
+TEST_CONTROL_PLANE_TEMPLATES = Resource(
+    "controlplane.cluster.x-k8s.io",
+    "v1beta2",
+    "testcontrolplanetemplates",
+    "TestControlPlaneTemplate",
+)
 
 
-def _test_crd(kind: str, plural: str) -> Obj:
-    """A schema-less infrastructure kind that honours the v1beta2 contract label, with no
-    controller: upstream's Cluster webhook wants an infrastructureRef, and its MachineSets
-    clone an infra machine template; neither needs a provider to run for these tests."""
+def _test_crd(kind: str, plural: str, group: str = "infrastructure.cluster.x-k8s.io") -> Obj:
+    """A schema-less infrastructure (or control plane) kind that honours the v1beta2 contract
+    label, with no controller: upstream's Cluster webhook wants an infrastructureRef, its
+    MachineSets clone an infra machine template, and a ClusterClass names a control plane
+    and an infra cluster template; none needs a provider to run for these tests (a test
+    writes the status a provider would)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{plural}.infrastructure.cluster.x-k8s.io",
+            "name": f"{plural}.{group}",
             "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
         },
         "spec": {
-            "group": "infrastructure.cluster.x-k8s.io",
+            "group": group,
             "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
             "scope": "Namespaced",
             "versions": [
@@ -106,17 +123,22 @@ TEST_CRDS = [
     _test_crd("TestMachineTemplate", "testmachinetemplates"),
     _test_crd("TestMachine", "testmachines"),
     _test_crd("TestMachinePool", "testmachinepools"),
+    _test_crd("TestClusterTemplate", "testclustertemplates"),
+    _test_crd("TestControlPlane", "testcontrolplanes", TEST_CONTROL_PLANES.group),
+    _test_crd("TestControlPlaneTemplate", "testcontrolplanetemplates", TEST_CONTROL_PLANES.group),
 ]
 
 
 @dataclass
 class UpstreamProcess(ControllerProcess):
     """Upstream's core manager, killable and restartable like ours; ``machine_pool`` is its
-    MachinePool feature gate, ``extra_args`` go after upstream's own flags."""
+    MachinePool feature gate, ``cluster_topology`` its ClusterTopology gate, ``extra_args``
+    go after upstream's own flags."""
 
     binary: Path = Path()
     webhook: upstream.UpstreamWebhook | None = None
     machine_pool: bool = False
+    cluster_topology: bool = False
 
     def argv(self) -> list[str]:
         assert self.webhook is not None
@@ -127,6 +149,7 @@ class UpstreamProcess(ControllerProcess):
             health_port=self.port,
             diagnostics_port=free_port(),
             webhook=self.webhook,
+            cluster_topology=self.cluster_topology,
         )
         return [*argv, *self.extra_args]
 

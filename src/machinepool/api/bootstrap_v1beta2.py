@@ -1,4 +1,6 @@
-"""Typed ``bootstrap.cluster.x-k8s.io/v1beta2`` KubeadmConfig: the part that joins workers.
+"""Typed ``bootstrap.cluster.x-k8s.io/v1beta2`` KubeadmConfig (the part that joins workers)
+and KubeadmConfigTemplate (a ClusterClass's bootstrap template for pools; upstream's topology
+controller makes a KubeadmConfig from its ``spec.template.spec``).
 
 One KubeadmConfig serves a whole MachinePool; the kubeadm bootstrap controller turns it into
 a cloud-init (or Ignition) data secret. Fields for ``kubeadm init`` and control plane joins
@@ -18,6 +20,7 @@ from machinepool.api.meta import (
     NodeTaint,
     ObjectMeta,
     OpenAPI,
+    TemplateMeta,
     V1Beta1Condition,
     list_map,
 )
@@ -33,6 +36,9 @@ __all__ = [
     "KubeadmConfigInitializationStatus",
     "KubeadmConfigSpec",
     "KubeadmConfigStatus",
+    "KubeadmConfigTemplate",
+    "KubeadmConfigTemplateResource",
+    "KubeadmConfigTemplateSpec",
     "NodeRegistrationOptions",
     "SecretFileSource",
     "Timeouts",
@@ -329,3 +335,28 @@ class KubeadmConfig(K8sModel):
     """Desired bootstrap behaviour."""
     status: KubeadmConfigStatus | None = None
     """Observed state."""
+
+
+class KubeadmConfigTemplateResource(K8sModel):
+    """What every KubeadmConfig made from the template gets."""
+
+    metadata: TemplateMeta | None = None
+    """Labels and annotations of the KubeadmConfig."""
+    spec: KubeadmConfigSpec | None = None
+    """The KubeadmConfig's spec."""
+
+
+class KubeadmConfigTemplateSpec(K8sModel):
+    """The template."""
+
+    template: KubeadmConfigTemplateResource
+    """The KubeadmConfig to make."""
+
+
+class KubeadmConfigTemplate(K8sModel):
+    """A KubeadmConfig to be made by Cluster API's topology controller (ClusterClass)."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "KubeadmConfigTemplate"
+    metadata: ObjectMeta | None = None
+    spec: KubeadmConfigTemplateSpec

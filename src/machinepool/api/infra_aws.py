@@ -1,4 +1,5 @@
-"""Typed ``infrastructure.machinepool.cluster.x-k8s.io/v1beta2`` AWSMachinePool and AWSMachine.
+"""Typed ``infrastructure.machinepool.cluster.x-k8s.io/v1beta2`` AWSMachinePool, AWSMachine and
+AWSMachinePoolTemplate.
 
 A schema-compatible subset of Cluster API Provider AWS (CAPA): the same kinds, field names,
 meanings and bounds, so a manifest written for CAPA's AWSMachinePool applies here with only its
@@ -10,7 +11,9 @@ compatibility or survive as extra fields. Importing this module registers both k
 carry the ``cluster.x-k8s.io/v1beta2: v1beta2`` contract label so core resolves their version.
 
 The AWS provider (``machinepool.providers.aws``) reads and writes these objects; the webhook
-server validates AWSMachinePools through ``machinepool.providers.aws.webhook``.
+server validates AWSMachinePools through ``machinepool.providers.aws.webhook``. An
+AWSMachinePoolTemplate is what a ClusterClass's machinePools class names: upstream's topology
+controller makes an AWSMachinePool from its ``spec.template.spec`` (docs/guide-clusterclass.md).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from machinepool.api.meta import (
     K8sModel,
     ObjectMeta,
     OpenAPI,
+    TemplateMeta,
     V1Beta1Condition,
 )
 from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
@@ -36,6 +40,8 @@ __all__ = [
     "AWS_MACHINE_FINALIZER",
     "AWS_MACHINE_POOL",
     "AWS_MACHINE_POOL_FINALIZER",
+    "AWS_MACHINE_POOL_TEMPLATE",
+    "AWS_MACHINE_POOL_TEMPLATES",
     "AWS_PROVIDER_NAME",
     "GROUP",
     "GROUP_VERSION",
@@ -48,6 +54,9 @@ __all__ = [
     "AWSMachinePoolInstanceStatus",
     "AWSMachinePoolSpec",
     "AWSMachinePoolStatus",
+    "AWSMachinePoolTemplate",
+    "AWSMachinePoolTemplateResource",
+    "AWSMachinePoolTemplateSpec",
     "AWSMachineSpec",
     "AWSMachineStatus",
     "AWSResourceReference",
@@ -354,6 +363,31 @@ class AWSMachinePool(K8sModel):
     status: AWSMachinePoolStatus | None = None
 
 
+class AWSMachinePoolTemplateResource(K8sModel):
+    """What every AWSMachinePool made from the template gets."""
+
+    metadata: TemplateMeta | None = None
+    """Labels and annotations of the AWSMachinePool."""
+    spec: AWSMachinePoolSpec
+    """The AWSMachinePool's spec."""
+
+
+class AWSMachinePoolTemplateSpec(K8sModel):
+    """The template."""
+
+    template: AWSMachinePoolTemplateResource
+    """The AWSMachinePool to make."""
+
+
+class AWSMachinePoolTemplate(K8sModel):
+    """An AWSMachinePool to be made by Cluster API's topology controller (ClusterClass)."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "AWSMachinePoolTemplate"
+    metadata: ObjectMeta | None = None
+    spec: AWSMachinePoolTemplateSpec
+
+
 class AWSMachineSpec(K8sModel):
     """One EC2 instance; for pool instances, informational except providerID/instanceID."""
 
@@ -468,5 +502,26 @@ AWS_MACHINE = register_kind(
     )
 )
 
+AWS_MACHINE_POOL_TEMPLATE = register_kind(
+    KindInfo(
+        group=GROUP,
+        kind="AWSMachinePoolTemplate",
+        plural="awsmachinepooltemplates",
+        singular="awsmachinepooltemplate",
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=AWSMachinePoolTemplate,
+                storage=True,
+                status_subresource=False,
+                printer_columns=(_AGE,),
+            ),
+        ),
+    )
+)
+
 AWSMACHINEPOOLS = AWS_MACHINE_POOL.resource()
+AWS_MACHINE_POOL_TEMPLATES = AWS_MACHINE_POOL_TEMPLATE.resource()
 AWSMACHINES = AWS_MACHINE.resource()

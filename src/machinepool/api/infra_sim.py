@@ -1,4 +1,5 @@
-"""Typed ``infrastructure.cluster.x-k8s.io/v1beta2`` SimMachinePool and SimMachine.
+"""Typed ``infrastructure.cluster.x-k8s.io/v1beta2`` SimMachinePool, SimMachine and
+SimMachinePoolTemplate.
 
 The simulated infrastructure provider (``machinepool.providers.sim``) reconciles these: a
 SimMachinePool is a pool of simulated instances serving one MachinePool, a SimMachine is one
@@ -6,7 +7,9 @@ of its instances (so core creates a MachinePool Machine for it). The CRDs carry 
 label ``cluster.x-k8s.io/v1beta2: v1beta2``. Failure domains come from the MachinePool's
 ``spec.failureDomains`` (as upstream providers read them), not from this object. The
 simulated cloud's own storage of instances is not an API kind: it is in
-``machinepool.sim.records``.
+``machinepool.sim.records``. A SimMachinePoolTemplate is what a ClusterClass's machinePools
+class names: upstream's topology controller makes a SimMachinePool from its
+``spec.template.spec`` (docs/guide-clusterclass.md); no controller of ours reads it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from machinepool.api.meta import (
     MetaCondition,
     ObjectMeta,
     OpenAPI,
+    TemplateMeta,
     list_map,
 )
 from machinepool.api.registry import KindInfo, PrinterColumn, VersionInfo, register_kind
@@ -35,6 +39,8 @@ __all__ = [
     "SIM_MACHINES",
     "SIM_MACHINE_POOL",
     "SIM_MACHINE_POOLS",
+    "SIM_MACHINE_POOL_TEMPLATE",
+    "SIM_MACHINE_POOL_TEMPLATES",
     "SIM_PROVIDER_NAME",
     "SimInstanceStatus",
     "SimInstanceType",
@@ -42,6 +48,9 @@ __all__ = [
     "SimMachinePool",
     "SimMachinePoolSpec",
     "SimMachinePoolStatus",
+    "SimMachinePoolTemplate",
+    "SimMachinePoolTemplateResource",
+    "SimMachinePoolTemplateSpec",
     "SimMachineSpec",
     "SimMachineStatus",
     "SimPoolStrategy",
@@ -205,6 +214,32 @@ class SimMachinePool(K8sModel):
     """Observed state."""
 
 
+class SimMachinePoolTemplateResource(K8sModel):
+    """What every SimMachinePool made from the template gets."""
+
+    metadata: TemplateMeta | None = None
+    """Labels and annotations of the SimMachinePool."""
+    spec: SimMachinePoolSpec
+    """The SimMachinePool's spec."""
+
+
+class SimMachinePoolTemplateSpec(K8sModel):
+    """The template."""
+
+    template: SimMachinePoolTemplateResource
+    """The SimMachinePool to make."""
+
+
+class SimMachinePoolTemplate(K8sModel):
+    """A SimMachinePool to be made by Cluster API's topology controller (ClusterClass)."""
+
+    api_version: str = GROUP_VERSION
+    kind: str = "SimMachinePoolTemplate"
+    metadata: ObjectMeta | None = None
+    spec: SimMachinePoolTemplateSpec
+    """The template."""
+
+
 class SimMachineSpec(K8sModel):
     """One simulated instance of a pool."""
 
@@ -298,5 +333,26 @@ SIM_MACHINE = register_kind(
     )
 )
 
+SIM_MACHINE_POOL_TEMPLATE = register_kind(
+    KindInfo(
+        group=c.INFRASTRUCTURE_GROUP,
+        kind="SimMachinePoolTemplate",
+        plural="simmachinepooltemplates",
+        singular="simmachinepooltemplate",
+        categories=("cluster-api",),
+        labels=_LABELS,
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=SimMachinePoolTemplate,
+                storage=True,
+                status_subresource=False,
+                printer_columns=(_AGE,),
+            ),
+        ),
+    )
+)
+
 SIM_MACHINE_POOLS = SIM_MACHINE_POOL.resource()
+SIM_MACHINE_POOL_TEMPLATES = SIM_MACHINE_POOL_TEMPLATE.resource()
 SIM_MACHINES = SIM_MACHINE.resource()

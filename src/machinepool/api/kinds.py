@@ -11,7 +11,7 @@ from machinepool.api import (
     infra_aws,  # noqa: F401  (registers AWSMachinePool, AWSMachine)
     infra_sim,  # noqa: F401  (registers SimMachinePool, SimMachine)
 )
-from machinepool.api.bootstrap_v1beta2 import KubeadmConfig
+from machinepool.api.bootstrap_v1beta2 import KubeadmConfig, KubeadmConfigTemplate
 from machinepool.api.core_v1beta1 import V1Beta1MachinePool
 from machinepool.api.core_v1beta2 import Cluster, Machine, MachinePool
 from machinepool.api.healthcheck import MachineHealthCheck, V1Beta1MachineHealthCheck
@@ -28,6 +28,8 @@ __all__ = [
     "CLUSTERS",
     "KUBEADM_CONFIG",
     "KUBEADM_CONFIGS",
+    "KUBEADM_CONFIG_TEMPLATE",
+    "KUBEADM_CONFIG_TEMPLATES",
     "MACHINE",
     "MACHINES",
     "MACHINE_HEALTH_CHECK",
@@ -287,6 +289,26 @@ KUBEADM_CONFIG = register_kind(
     )
 )
 
+KUBEADM_CONFIG_TEMPLATE = register_kind(
+    KindInfo(
+        group=c.BOOTSTRAP_GROUP,
+        kind="KubeadmConfigTemplate",
+        plural="kubeadmconfigtemplates",
+        singular="kubeadmconfigtemplate",
+        categories=("cluster-api",),
+        labels={c.PROVIDER_LABEL: c.KUBEADM_BOOTSTRAP_PROVIDER_NAME, c.CONTRACT_LABEL: c.V1BETA2},
+        versions=(
+            VersionInfo(
+                name=c.V1BETA2,
+                model=KubeadmConfigTemplate,
+                storage=True,
+                status_subresource=False,
+                printer_columns=(_AGE,),
+            ),
+        ),
+    )
+)
+
 # The Resources every component reads and writes these kinds through, at their storage version
 # (the v1beta2 contract); a test that needs another served version asks ``KindInfo.resource``.
 MACHINE_POOLS = MACHINE_POOL.resource()
@@ -294,3 +316,4 @@ MACHINES = MACHINE.resource()
 MACHINE_HEALTH_CHECKS = MACHINE_HEALTH_CHECK.resource()
 CLUSTERS = CLUSTER.resource()
 KUBEADM_CONFIGS = KUBEADM_CONFIG.resource()
+KUBEADM_CONFIG_TEMPLATES = KUBEADM_CONFIG_TEMPLATE.resource()

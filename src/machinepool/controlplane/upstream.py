@@ -157,14 +157,20 @@ def manager_argv(
     diagnostics_port: int,
     webhook: UpstreamWebhook,
     leader_elect: bool = False,
+    cluster_topology: bool = False,
 ) -> list[str]:
-    """Upstream's core manager with its MachinePool feature gate on or off, insecure (HTTP)
-    diagnostics for /metrics, and its webhook server on ``webhook``."""
+    """Upstream's core manager with its MachinePool feature gate on or off (and, with
+    ``cluster_topology``, its ClusterTopology gate on: the ClusterClass and topology
+    controllers), insecure (HTTP) diagnostics for /metrics, and its webhook server on
+    ``webhook``."""
+    gates = f"MachinePool={'true' if machine_pool else 'false'}"
+    if cluster_topology:
+        gates += ",ClusterTopology=true"
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--leader-elect={'true' if leader_elect else 'false'}",
-        f"--feature-gates=MachinePool={'true' if machine_pool else 'false'}",
+        f"--feature-gates={gates}",
         f"--diagnostics-address=127.0.0.1:{diagnostics_port}",
         "--insecure-diagnostics",
         f"--health-addr=127.0.0.1:{health_port}",
