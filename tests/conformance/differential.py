@@ -33,7 +33,7 @@ from tests.support import eventually
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
-from machinepool.controlplane import ControlPlane
+from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime import NAMESPACES, NODES, Client, NotFound, Obj, Resource, pki
 
 WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
@@ -54,11 +54,17 @@ class Side:
     client: Client
     workload: Client
     namespace: str
+    cluster: WorkloadCluster | None = None
+    """The workload cluster behind ``workload``, for a scenario that makes its own Cluster."""
     node_names: dict[str, str] = field(default_factory=dict)
     """Each Node name and address seen, and what it is said as (``replacements``)."""
     infra_uids: dict[str, str] = field(default_factory=dict)
     """The infra pool UID of each pool, as last read: instance names keep carrying it after
     the infra pool is gone."""
+    infra_names: dict[str, str] = field(default_factory=dict)
+    """The infra pool name of each pool, as last read (``infra_of``)."""
+    bootstrap_names: dict[str, str] = field(default_factory=dict)
+    """The bootstrap config name of each pool, as last read (``bootstrap_of``)."""
 
     async def pool_objects(self, pool: str) -> dict[str, Any]:
         """The MachinePool, its Machines and its Nodes, as read now."""
@@ -80,12 +86,31 @@ class Side:
 
     async def pool_nodes(self, pool: str) -> list[Obj]:
         """The pool's Nodes, known by providerID (``<scheme>:///[<zone>/]<instance>``): a
-        Node is named after its instance's hostname, which says nothing of the pool."""
+        Node is named after its instance's hostname, which says nothing of the pool, and its
+        instance after the infra pool."""
+        infra = await self.infra_of(pool)
         return [
             n
             for n in (await self.workload.list(NODES)).items
-            if _instance_of(n).startswith(f"{pool}-")
+            if _instance_of(n).startswith(f"{infra}-")
         ]
+
+    async def infra_of(self, pool: str) -> str:
+        """The name of the pool's infra pool: the pool's own, unless its MachinePool names
+        another (one made by upstream's topology controller has a suffix of its own)."""
+        with contextlib.suppress(NotFound):
+            mp = await self.client.get(MACHINE_POOLS, pool, self.namespace)
+            ref = mp["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+            self.infra_names[pool] = str(ref)
+        return self.infra_names.get(pool, pool)
+
+    async def bootstrap_of(self, pool: str) -> str:
+        """The name of the pool's bootstrap config, as ``infra_of``."""
+        with contextlib.suppress(NotFound, KeyError):
+            mp = await self.client.get(MACHINE_POOLS, pool, self.namespace)
+            ref = mp["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"]
+            self.bootstrap_names[pool] = str(ref)
+        return self.bootstrap_names.get(pool, pool)
 
     async def replacements(self, pool: str) -> dict[str, str]:
         """Strings that differ between the sides only by construction, and what they become."""
@@ -101,11 +126,18 @@ class Side:
                     self.node_names[str(address["address"])] = f"IP-OF-{instance}"
         out.update(self.node_names)
         # Once the infra pool is deleted (infra-deleted), the UID remembered earlier serves.
+        infra_name = await self.infra_of(pool)
         with contextlib.suppress(NotFound):
-            infra = await self.client.get(SIM_MACHINE_POOLS, pool, self.namespace)
+            infra = await self.client.get(SIM_MACHINE_POOLS, infra_name, self.namespace)
             self.infra_uids[pool] = infra["metadata"]["uid"]
         if pool in self.infra_uids:
-            out[f"{pool}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
+            out[f"{infra_name}-{self.infra_uids[pool][:5]}-"] = f"{pool}-UID-"
+        # Names upstream's topology controller made with a random suffix of their own.
+        if infra_name != pool:
+            out[infra_name] = f"{pool}-INFRA"
+        bootstrap = await self.bootstrap_of(pool)
+        if bootstrap != pool:
+            out[bootstrap] = f"{pool}-BOOTSTRAP"
         return out
 
 
@@ -351,6 +383,9 @@ class Scenario:
 
     name: str
     steps: list[Step]
+    cluster: bool = True
+    """Whether the harness makes the Cluster (a plain one, provisioned); False: the first
+    step does (a Cluster with a topology, say)."""
 
 
 def status(objs: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from tests.conformance.differential import (
+    WATCH_FILTER,
+    Check,
     Scenario,
     Side,
     Step,
@@ -35,6 +38,12 @@ from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
 from tests.support.builders import CLUSTER, machine_pool
 from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
+from tests.support.topology import (
+    control_plane_at,
+    create_class_and_cluster,
+    patch_topology,
+    provision_infra_cluster,
+)
 from tests.support.upstream import (
     TEST_MACHINE_POOLS,
     UpstreamProcess,
@@ -49,6 +58,7 @@ from machinepool.api.constants import (
     REPLICAS_MANAGED_BY_ANNOTATION,
 )
 from machinepool.controlplane import WorkloadCluster
+from machinepool.controlplane.process import free_port
 from machinepool.runtime import NAMESPACES, NODES, SECRETS, AlreadyExists, Client
 from machinepool.sim import SimCloud
 from machinepool.webhooks.machinepool import default_machine_pool
@@ -257,6 +267,62 @@ def _running_without_machines(objs: dict[str, Any]) -> bool:
 
 AUTOSCALER_SIZES = {AUTOSCALER_MIN_SIZE_ANNOTATION: "2", AUTOSCALER_MAX_SIZE_ANNOTATION: "4"}
 
+TOPOLOGY_OLD, TOPOLOGY_NEW = "v1.33.4", "v1.34.4"
+TOPOLOGY_CLUSTER_FILTER = {"upstream": "upstream", "ours": "ours-topology"}
+"""The watch-filter value of each side's Cluster and ClusterClass: on ours, that of the
+topology manager (``sides``), not of our core, whose Machines upstream's must not serve."""
+
+
+async def _create_topology(side: Side, pool: str) -> None:
+    """A Cluster of a ClusterClass with a pool of 2 (named ``pool``, as the pool's class says)
+    at TOPOLOGY_OLD; the test writes its infra cluster's and control plane's status."""
+    assert side.cluster is not None
+    await create_class_and_cluster(
+        side.client,
+        side.namespace,
+        side.cluster,
+        version=TOPOLOGY_OLD,
+        replicas=2,
+        cluster_labels={WATCH_FILTER: TOPOLOGY_CLUSTER_FILTER[side.name]},
+        pool_labels={WATCH_FILTER: side.name},
+        naming="{{ .machinePool.topologyName }}",
+        pool=pool,
+    )
+    await provision_infra_cluster(side.client, side.namespace)
+    await control_plane_at(side.client, side.namespace, TOPOLOGY_OLD)
+
+
+UNSAFE_VERSION_UPDATE = "unsafe.topology.cluster.x-k8s.io/disable-update-version-check"
+"""Upstream's Cluster webhook, before it lets a topology's version change, asks the workload
+cluster whether the pools are still upgrading, through the cluster cache of the manager whose
+webhook the apiserver calls; here that is the upstream side's manager, which, filtered, has
+no connection to our side's workload cluster. So both sides skip that check (the pools are
+settled, which each step's check has just seen)."""
+
+
+async def _bump_topology(side: Side, _pool: str) -> None:
+    """The topology's version to TOPOLOGY_NEW; the control plane follows once asked."""
+    unsafe = {"metadata": {"annotations": {UNSAFE_VERSION_UPDATE: ""}}}
+    await side.client.patch(CLUSTERS, CLUSTER, unsafe, side.namespace)
+    await patch_topology(side.client, side.namespace, {"version": TOPOLOGY_NEW})
+    await control_plane_at(side.client, side.namespace, TOPOLOGY_NEW)
+
+
+def _rolled_to(version: str) -> Check:
+    def check(objs: dict[str, Any]) -> bool:
+        mp = objs["MachinePool"] or {}
+        kubelets = {
+            ((n.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
+            for n in objs["Nodes"]
+        }
+        return (
+            running(2)(objs)
+            and mp["spec"]["template"]["spec"].get("version") == version
+            and kubelets == {version}
+        )
+
+    return check
+
 
 SCENARIOS = [
     Scenario("create", [create(3)]),
@@ -406,6 +472,18 @@ SCENARIOS = [
             ),
         ],
     ),
+    Scenario(
+        "topology",
+        [
+            Step(
+                "create a Cluster of a ClusterClass with a pool of 2",
+                _create_topology,
+                _rolled_to(TOPOLOGY_OLD),
+            ),
+            Step("bump the topology's version", _bump_topology, _rolled_to(TOPOLOGY_NEW)),
+        ],
+        cluster=False,
+    ),
 ]
 
 
@@ -436,7 +514,21 @@ async def sides(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sides
                 binary=binary,
                 webhook=webhook,
                 machine_pool=True,
+                cluster_topology=True,
                 extra_args=("--watch-filter=upstream",),
+            ),
+            # The topology scenario's Cluster on our side: upstream's topology controller, as
+            # beside upstream, with its MachinePool gate off, for Clusters (and their
+            # Machines, which none of ours are) labelled ``ours-topology`` only.
+            UpstreamProcess(
+                name="upstream-topology",
+                kubeconfig=cp.kubeconfig,
+                components="",
+                log=workdir / "upstream-topology.log",
+                binary=binary,
+                webhook=dataclasses.replace(webhook, port=free_port()),
+                cluster_topology=True,
+                extra_args=(f"--watch-filter={TOPOLOGY_CLUSTER_FILTER['ours']}",),
             ),
             ControllerProcess(
                 name="ours",
@@ -489,13 +581,16 @@ async def _run(env: Sides, scenario: Scenario) -> list[str]:
         namespace = f"{scenario.name}-{'up' if name == 'upstream' else 'ours'}"
         if name == "upstream":
             await let_upstream_write(env.client, namespace)
-        await cluster_namespace(
-            env.client,
-            namespace,
-            env.workloads[name],
-            labels={"cluster.x-k8s.io/watch-filter": name},
-        )
-        sides.append(Side(name, env.client, workload, namespace))
+        if scenario.cluster:
+            await cluster_namespace(
+                env.client,
+                namespace,
+                env.workloads[name],
+                labels={"cluster.x-k8s.io/watch-filter": name},
+            )
+        elif name != "upstream":
+            await env.client.create(NAMESPACES, {"metadata": {"name": namespace}})
+        sides.append(Side(name, env.client, workload, namespace, env.workloads[name]))
     problems: list[str] = []
     for step in scenario.steps:
         await asyncio.gather(*(step.action(side, scenario.name) for side in sides))

@@ -36,30 +36,33 @@ import pytest
 import pytest_asyncio
 from tests.reliability.harness import ControllerProcess, World
 from tests.support import eventually
-from tests.support.builders import CLUSTER, TEST_BOOT
-from tests.support.resources import CLUSTERS, KUBEADM_CONFIG_TEMPLATES, SIM_MACHINE_POOL_TEMPLATES
-from tests.support.upstream import (
-    TEST_CLUSTER_TEMPLATES,
-    TEST_CLUSTERS,
-    TEST_CONTROL_PLANE_TEMPLATES,
-    TEST_CONTROL_PLANES,
-    UpstreamProcess,
-    upstream_management,
+from tests.support.builders import CLUSTER
+from tests.support.topology import (
+    CLASS,
+    CLONED_FROM,
+    CLUSTER_CLASSES,
+    MEDIUM,
+    SMALL,
+    TOPOLOGY_POOL,
+    control_plane_asked,
+    control_plane_at,
+    create_class_and_cluster,
+    machine_pools_class,
+    patch_topology,
+    provision_infra_cluster,
+    topology_pools,
 )
+from tests.support.upstream import UpstreamProcess, upstream_management
 
 from machinepool.api.meta import dig
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.process import free_port
-from machinepool.controlplane.register import cluster_object, kubeconfig_secret
-from machinepool.runtime import NAMESPACES, SECRETS, Client, Obj, PatchType, Resource
+from machinepool.runtime import NAMESPACES, Client, Obj, PatchType
 
 pytestmark = pytest.mark.timeout(600)
 
-CLUSTER_CLASSES = Resource("cluster.x-k8s.io", "v1beta2", "clusterclasses", "ClusterClass")
 NS = "topology"
-CLASS = "sim"
 OLD, NEW = "v1.33.4", "v1.34.4"
-CLONED_FROM = "cluster.x-k8s.io/cloned-from-name"
 TOPOLOGY_POOL_LABEL = "topology.cluster.x-k8s.io/pool-name"
 
 
@@ -123,132 +126,6 @@ def _ours(
     )
 
 
-def _ref(res: Resource, name: str) -> Obj:
-    return {"apiVersion": res.api_version, "kind": res.kind, "name": name}
-
-
-def _template(res: Resource, name: str, spec: Obj) -> Obj:
-    return {
-        "apiVersion": res.api_version,
-        "kind": res.kind,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"template": {"spec": spec}},
-    }
-
-
-def _sim_template(name: str, instance_type: str) -> Obj:
-    return _template(
-        SIM_MACHINE_POOL_TEMPLATES,
-        name,
-        {
-            "template": {"instanceType": instance_type},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-            },
-            "sim": dict(TEST_BOOT),
-        },
-    )
-
-
-def _machine_pools_class(sim_template: str) -> list[Obj]:
-    return [
-        {
-            "class": CLASS,
-            "bootstrap": {"templateRef": _ref(KUBEADM_CONFIG_TEMPLATES, "pool")},
-            "infrastructure": {"templateRef": _ref(SIM_MACHINE_POOL_TEMPLATES, sim_template)},
-        }
-    ]
-
-
-def _topology_pools(replicas: int) -> Obj:
-    return {"machinePools": [{"class": CLASS, "name": "pool", "replicas": replicas}]}
-
-
-async def _create_class_and_cluster(env: Env) -> None:
-    """The objects of docs/guide-clusterclass.md: the templates, the ClusterClass, and a
-    Cluster with a topology (its kubeconfig Secret stands in for the control plane's)."""
-    client = env.client
-    await client.create(NAMESPACES, {"metadata": {"name": NS}})
-    templates = [
-        (TEST_CLUSTER_TEMPLATES, _template(TEST_CLUSTER_TEMPLATES, "infra", {})),
-        (TEST_CONTROL_PLANE_TEMPLATES, _template(TEST_CONTROL_PLANE_TEMPLATES, "cp", {})),
-        (
-            KUBEADM_CONFIG_TEMPLATES,
-            _template(
-                KUBEADM_CONFIG_TEMPLATES, "pool", {"joinConfiguration": {"nodeRegistration": {}}}
-            ),
-        ),
-        (SIM_MACHINE_POOL_TEMPLATES, _sim_template("pool-small", "sim.small")),
-        (SIM_MACHINE_POOL_TEMPLATES, _sim_template("pool-medium", "sim.medium")),
-    ]
-    for res, body in templates:
-        await client.create(res, body, NS)
-    cluster_class = {
-        "apiVersion": CLUSTER_CLASSES.api_version,
-        "kind": "ClusterClass",
-        "metadata": {"name": CLASS, "namespace": NS},
-        "spec": {
-            "infrastructure": {"templateRef": _ref(TEST_CLUSTER_TEMPLATES, "infra")},
-            "controlPlane": {"templateRef": _ref(TEST_CONTROL_PLANE_TEMPLATES, "cp")},
-            "workers": {"machinePools": _machine_pools_class("pool-small")},
-        },
-    }
-    await client.create(CLUSTER_CLASSES, cluster_class, NS)
-    await client.create(SECRETS, kubeconfig_secret(CLUSTER, NS, env.workload), NS)
-    cluster = cluster_object(CLUSTER, NS, env.workload)
-    cluster["spec"].pop("infrastructureRef", None)
-    cluster["spec"].pop("controlPlaneRef", None)
-    cluster["spec"]["topology"] = {
-        "classRef": {"name": CLASS},
-        "version": OLD,
-        "controlPlane": {"replicas": 1},
-        "workers": _topology_pools(2),
-    }
-    await client.create(CLUSTERS, cluster, NS)
-
-
-async def _only(client: Client, res: Resource) -> Obj | None:
-    items = (await client.list(res, NS)).items
-    return items[0] if len(items) == 1 else None
-
-
-async def _provision_infra_cluster(client: Client) -> None:
-    """What an infra cluster provider does once its cluster is up."""
-    infra = await eventually(lambda: _only(client, TEST_CLUSTERS), "the topology's TestCluster")
-    status = {"status": {"initialization": {"provisioned": True}}}
-    await client.patch(TEST_CLUSTERS, infra["metadata"]["name"], status, NS, subresource="status")
-
-
-async def _control_plane_at(client: Client, version: str) -> None:
-    """What a control plane provider does: once the topology asks for ``version``, report one
-    initialized, ready replica running it."""
-
-    async def asked() -> Obj | None:
-        obj = await _only(client, TEST_CONTROL_PLANES)
-        return obj if obj is not None and dig(obj, "spec", "version") == version else None
-
-    obj = await eventually(asked, f"the topology asks the control plane for {version}")
-    status = {
-        "status": {
-            "initialization": {"controlPlaneInitialized": True},
-            "version": version,
-            "replicas": 1,
-            "readyReplicas": 1,
-            "availableReplicas": 1,
-            "upToDateReplicas": 1,
-        }
-    }
-    await client.patch(
-        TEST_CONTROL_PLANES,
-        obj["metadata"]["name"],
-        status,
-        NS,
-        subresource="status",
-        patch_type=PatchType.MERGE,
-    )
-
-
 @dataclass
 class Budget:
     """The most instances a pool had at once and the fewest of its Nodes Ready, sampled on
@@ -301,9 +178,10 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
         world = await Topology.start(client, workload_client, NS)
         assert isinstance(world, Topology)
         try:
-            await _create_class_and_cluster(env)
-            await _provision_infra_cluster(client)
-            await _control_plane_at(client, OLD)
+            await client.create(NAMESPACES, {"metadata": {"name": NS}})
+            await create_class_and_cluster(client, NS, env.workload, version=OLD, replicas=2)
+            await provision_infra_cluster(client, NS)
+            await control_plane_at(client, NS, OLD)
 
             # 1. Made by upstream's topology controller, run by ours.
             await world.until(
@@ -312,13 +190,13 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
             mp = world.pool()
             assert mp is not None
             labels = mp["metadata"]["labels"]
-            assert labels[TOPOLOGY_POOL_LABEL] == "pool", labels
+            assert labels[TOPOLOGY_POOL_LABEL] == TOPOLOGY_POOL, labels
             assert "topology.cluster.x-k8s.io/owned" in labels, labels
             assert mp["spec"]["replicas"] == 2
             infra_name = world.infra_name()
             infra = world.get("simmachinepools", infra_name)
             assert infra is not None
-            assert infra["metadata"]["annotations"][CLONED_FROM] == "pool-small"
+            assert infra["metadata"]["annotations"][CLONED_FROM] == SMALL
             assert infra["spec"]["template"]["instanceType"] == "sim.small"
             controller = next(
                 o for o in infra["metadata"]["ownerReferences"] if o.get("controller")
@@ -326,20 +204,22 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
             assert controller["kind"] == "MachinePool", "our core adopted the topology's infra pool"
 
             # 2. Replicas from the topology.
-            await _patch_topology(client, {"workers": _topology_pools(3)})
+            await patch_topology(client, NS, {"workers": topology_pools(3)})
             await world.until(
                 lambda: world.serving(3, OLD), "the pool scales to 3 from the topology"
             )
 
             # 3. A version bump: the control plane first, then the pool, within its budgets.
             before = {r.id for r in world.live(infra_name)}
-            await _patch_topology(client, {"version": NEW})
-            await eventually(lambda: _cp_asked(client, NEW), "the control plane asked for v1.34.4")
+            await patch_topology(client, NS, {"version": NEW})
+            await eventually(
+                lambda: control_plane_asked(client, NS, NEW), "the cp asked for v1.34.4"
+            )
             assert dig(world.pool(), "spec", "template", "spec", "version") == OLD, (
                 "the pool waits for the control plane"
             )
             budget = Budget()
-            await _control_plane_at(client, NEW)
+            await control_plane_at(client, NS, NEW)
             await world.until(
                 lambda: world.serving(3, NEW, budget), "the pool rolls to v1.34.4 from the topology"
             )
@@ -353,7 +233,7 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
             await client.patch(
                 CLUSTER_CLASSES,
                 CLASS,
-                {"spec": {"workers": {"machinePools": _machine_pools_class("pool-medium")}}},
+                {"spec": {"workers": {"machinePools": machine_pools_class(MEDIUM)}}},
                 NS,
                 patch_type=PatchType.MERGE,
             )
@@ -362,7 +242,7 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
             def rotated() -> bool:
                 sim = world.get("simmachinepools", infra_name) or {}
                 return (
-                    dig(sim, "metadata", "annotations", CLONED_FROM) == "pool-medium"
+                    dig(sim, "metadata", "annotations", CLONED_FROM) == MEDIUM
                     and dig(sim, "spec", "template", "instanceType") == "sim.medium"
                     and not before & {r.id for r in world.live(infra_name)}
                     and world.serving(3, NEW, budget)
@@ -374,14 +254,3 @@ async def test_a_clusterclass_pool_is_made_scaled_upgraded_and_rotated(env: Env)
             assert budget.fewest_ready == 3, f"maxUnavailable 0: saw {budget.fewest_ready} Ready"
         finally:
             await world.stop()
-
-
-async def _cp_asked(client: Client, version: str) -> bool:
-    obj = await _only(client, TEST_CONTROL_PLANES)
-    return obj is not None and dig(obj, "spec", "version") == version
-
-
-async def _patch_topology(client: Client, topology: Obj) -> None:
-    await client.patch(
-        CLUSTERS, CLUSTER, {"spec": {"topology": topology}}, NS, patch_type=PatchType.MERGE
-    )
