@@ -97,3 +97,46 @@ def test_contract_label_on_bootstrap_crd() -> None:
     labels = _crd("kubeadmconfigs.bootstrap.cluster.x-k8s.io")["metadata"]["labels"]
 
     assert labels["cluster.x-k8s.io/v1beta2"] == "v1beta2"
+
+
+@pytest.mark.parametrize(
+    ("template", "made"),
+    [
+        (
+            "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+            "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+        ),
+        (
+            "simmachinepooltemplates.infrastructure.cluster.x-k8s.io",
+            "simmachinepools.infrastructure.cluster.x-k8s.io",
+        ),
+        (
+            "awsmachinepooltemplates.infrastructure.machinepool.cluster.x-k8s.io",
+            "awsmachinepools.infrastructure.machinepool.cluster.x-k8s.io",
+        ),
+    ],
+)
+def test_a_template_holds_the_spec_of_the_kind_it_makes(template: str, made: str) -> None:
+    """Upstream's topology controller copies ``spec.template.spec`` into the object it makes
+    (the template's kind without ``Template``) and finds the version by the contract label:
+    whatever a template admits, the object made from it admits too."""
+    tmpl, obj = _crd(template), _crd(made)
+    assert tmpl["spec"]["names"]["kind"] == obj["spec"]["names"]["kind"] + "Template"
+    assert tmpl["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] == "v1beta2"
+    (tmpl_version,) = tmpl["spec"]["versions"]
+    obj_version = next(v for v in obj["spec"]["versions"] if v["storage"])
+    assert "subresources" not in tmpl_version, "a template has no status"
+    template_schema = tmpl_version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    resource = template_schema["properties"]["template"]
+    assert template_schema["required"] == ["template"]
+    made_spec = obj_version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert _without_descriptions(resource["properties"]["spec"]) == _without_descriptions(made_spec)
+    assert set(resource["properties"]["metadata"]["properties"]) == {"labels", "annotations"}
+
+
+def _without_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_without_descriptions(v) for v in schema]
+    return schema
