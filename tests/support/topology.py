@@ -99,12 +99,10 @@ def machine_pools_class(sim_template: str, naming: str | None = None) -> list[Ob
     return [pool_class]
 
 
-def topology_pools(
-    replicas: int, labels: Mapping[str, str] | None = None, name: str = TOPOLOGY_POOL
-) -> Obj:
-    """The Cluster topology's ``workers``: pool ``name`` of ``replicas``, its objects
+def topology_pools(replicas: int, labels: Mapping[str, str] | None = None) -> Obj:
+    """The Cluster topology's ``workers``: ``TOPOLOGY_POOL`` of ``replicas``, its objects
     labelled ``labels``."""
-    pool: Obj = {"class": CLASS, "name": name, "replicas": replicas}
+    pool: Obj = {"class": CLASS, "name": TOPOLOGY_POOL, "replicas": replicas}
     if labels:
         pool["metadata"] = {"labels": dict(labels)}
     return {"machinePools": [pool]}
@@ -120,9 +118,8 @@ async def create_class_and_cluster(
     cluster_labels: Mapping[str, str] | None = None,
     pool_labels: Mapping[str, str] | None = None,
     naming: str | None = None,
-    pool: str = TOPOLOGY_POOL,
 ) -> None:
-    """See the module docstring; ``pool`` names the topology's pool. ``cluster_labels`` go
+    """See the module docstring; ``naming`` as ``machine_pools_class``'s. ``cluster_labels`` go
     on the ClusterClass, the Cluster and the objects made for the Cluster (infra cluster,
     control plane); ``pool_labels`` on the MachinePool and the objects made for it
     (KubeadmConfig, SimMachinePool)."""
@@ -156,7 +153,7 @@ async def create_class_and_cluster(
         "classRef": {"name": CLASS},
         "version": version,
         "controlPlane": {"replicas": 1},
-        "workers": topology_pools(replicas, pool_labels, pool),
+        "workers": topology_pools(replicas, pool_labels),
     }
     await client.create(CLUSTERS, cluster, namespace)
 
