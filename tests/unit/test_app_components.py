@@ -11,7 +11,15 @@ import typer
 from typer.testing import CliRunner
 
 from machinepool import app as app_pkg
-from machinepool.app import COMPONENTS, FLAGS, Flag, Options, component_options
+from machinepool.app import (
+    COMPONENTS,
+    FLAGS,
+    Flag,
+    LeaseTiming,
+    Options,
+    component_options,
+    process,
+)
 from machinepool.cli.app import app
 
 
@@ -96,3 +104,26 @@ def test_the_operator_guide_lists_every_component_flag() -> None:
     guide = (Path(__file__).parents[2] / "docs/operator-guide.md").read_text()
     missing = [f.name for f in FLAGS if f"| `{f.name}` | {f.component} |" not in guide]
     assert not missing, f"docs/operator-guide.md 'Component options' lacks {missing}"
+
+
+def test_lease_timing_flags_time_every_lease_the_process_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    timing = ["--leader-elect-lease-duration=6", "--leader-elect-renew-deadline=4"]
+    options = _run([*timing, "--leader-elect-retry-period=0.5"], monkeypatch)
+    assert options.lease_timing == LeaseTiming(6.0, 4.0, 0.5)
+    sharded = dataclasses.replace(options, sharding=True, shard_name="s1")
+    for election in (process._election(options), process._election(sharded)):
+        assert election is not None
+        assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+            6.0,
+            4.0,
+            0.5,
+        )
+    assert _run([], monkeypatch).lease_timing == LeaseTiming(15.0, 10.0, 2.0)
+
+
+def test_lease_timings_out_of_order_are_refused() -> None:
+    result = CliRunner().invoke(app, ["run", "--leader-elect-renew-deadline=20"])
+    assert result.exit_code != 0
+    assert "--leader-elect-renew-deadline" in result.output

@@ -7,6 +7,15 @@ the admission and conversion webhook server, then runs until SIGTERM.
 """
 
 from machinepool.app.components import COMPONENTS, FLAGS, Flag, component_options
-from machinepool.app.process import Options, run, run_manager
+from machinepool.app.process import LeaseTiming, Options, run, run_manager
 
-__all__ = ["COMPONENTS", "FLAGS", "Flag", "Options", "component_options", "run", "run_manager"]
+__all__ = [
+    "COMPONENTS",
+    "FLAGS",
+    "Flag",
+    "LeaseTiming",
+    "Options",
+    "component_options",
+    "run",
+    "run_manager",
+]

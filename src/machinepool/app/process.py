@@ -50,6 +50,26 @@ from machinepool.webhooks import WebhookServer, beside, register, register_valid
 USER_AGENT = "machinepool-controller"
 
 
+@dataclass(frozen=True)
+class LeaseTiming:
+    """Seconds: how long a silent holder's Lease stays valid, how long a holder keeps failing
+    renewals before it gives up, and how often a candidate tries (``0 < retry < renew <
+    lease``, checked by ``LeaderElectionConfig``)."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def timed(self, election: LeaderElectionConfig) -> LeaderElectionConfig:
+        """``election`` with these timings."""
+        return dataclasses.replace(
+            election,
+            lease_duration=self.lease_duration,
+            renew_deadline=self.renew_deadline,
+            retry_period=self.retry_period,
+        )
+
+
 @dataclass
 class Options:
     """What one controller process runs, and how.
@@ -57,6 +77,9 @@ class Options:
     ``components``: names from ``COMPONENTS`` [core, bootstrap, sim].
     ``kubeconfig``: the management cluster (``None``: in-cluster, then ``$KUBECONFIG``).
     ``leader_elect`` [True]: take the ``<name>`` Lease in ``leader_election_namespace`` first.
+    ``lease_timing`` [15 s lease, 10 s renew deadline, 2 s retry period]: how every Lease the
+    process takes is timed (``LeaderElectionConfig``'s fields), as upstream's
+    ``--leader-elect-lease-duration``/``-renew-deadline``/``-retry-period``.
     ``metrics_bind_address`` ["127.0.0.1:8080"]: the diagnostics listener, /metrics, /healthz
     and /readyz. ``insecure_diagnostics`` [False]: serve it as plain HTTP with /metrics open to
     anyone who can connect (local runs); by default it is HTTPS and /metrics answers only
@@ -91,6 +114,7 @@ class Options:
     name: str = "machinepool-controller"
     leader_elect: bool = True
     leader_election_namespace: str = "kube-system"
+    lease_timing: LeaseTiming = field(default_factory=LeaseTiming)
     metrics_bind_address: str = "127.0.0.1:8080"
     insecure_diagnostics: bool = False
     diagnostics_cert_dir: Path | None = None
@@ -181,14 +205,18 @@ def _election(options: Options) -> LeaderElectionConfig | None:
     """The manager's Lease: the shared one, or in a sharded manager this replica's own."""
     if options.sharding:
         assert options.shard_name, "build() names the shard"
-        return LeaderElectionConfig(
-            name=f"{options.name}-{options.shard_name}",
-            namespace=options.leader_election_namespace,
-            identity=options.shard_name,
-            labels={c.SHARD_RING_LABEL: options.name},
+        return options.lease_timing.timed(
+            LeaderElectionConfig(
+                name=f"{options.name}-{options.shard_name}",
+                namespace=options.leader_election_namespace,
+                identity=options.shard_name,
+                labels={c.SHARD_RING_LABEL: options.name},
+            )
         )
     if options.leader_elect:
-        return LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
+        return options.lease_timing.timed(
+            LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
+        )
     return None
 
 
@@ -217,8 +245,8 @@ def _add_assigner(mgr: Manager, options: Options) -> None:
     assert mgr.handover is not None
     labelled = {CLUSTERS, *_sharded_kinds(options)}
     ring = sharding.RingConfig(
-        election=LeaderElectionConfig(
-            name=options.name, namespace=options.leader_election_namespace
+        election=options.lease_timing.timed(
+            LeaderElectionConfig(name=options.name, namespace=options.leader_election_namespace)
         ),
         shard_selector=f"{c.SHARD_RING_LABEL}={options.name}",
         resources=tuple(sorted(labelled | {MACHINE_POOLS}, key=lambda r: (r.group, r.plural))),

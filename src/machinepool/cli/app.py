@@ -155,6 +155,15 @@ def run(
     name: Annotated[str, typer.Option(help="Manager and Lease name.")] = "machinepool-controller",
     leader_elect: Annotated[bool, typer.Option(help="Take a Lease before acting.")] = True,
     leader_election_namespace: Annotated[str, typer.Option()] = "kube-system",
+    leader_elect_lease_duration: Annotated[
+        float, typer.Option(help="Seconds a silent leader's Lease stays valid.")
+    ] = 15.0,
+    leader_elect_renew_deadline: Annotated[
+        float, typer.Option(help="Seconds a leader keeps failing renewals before giving up.")
+    ] = 10.0,
+    leader_elect_retry_period: Annotated[
+        float, typer.Option(help="Seconds between attempts to take or renew the Lease.")
+    ] = 2.0,
     metrics_bind_address: Annotated[
         str,
         typer.Option(
@@ -217,8 +226,19 @@ def run(
     Besides the flags of the process, each component's options are flags (the ones after
     --log-level): a component reads its own when it runs and ignores the others.
     """
-    from machinepool.app import Options, component_options
+    from machinepool.app import LeaseTiming, Options, component_options
     from machinepool.app import run as run_process
+
+    if (
+        not 0
+        < leader_elect_retry_period
+        < leader_elect_renew_deadline
+        < leader_elect_lease_duration
+    ):
+        raise typer.BadParameter(
+            "needs 0 < --leader-elect-retry-period < --leader-elect-renew-deadline"
+            " < --leader-elect-lease-duration"
+        )
 
     run_process(
         Options(
@@ -229,6 +249,9 @@ def run(
             name=name,
             leader_elect=leader_elect,
             leader_election_namespace=leader_election_namespace,
+            lease_timing=LeaseTiming(
+                leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period
+            ),
             metrics_bind_address=metrics_bind_address,
             insecure_diagnostics=insecure_diagnostics,
             diagnostics_cert_dir=diagnostics_cert_dir,
