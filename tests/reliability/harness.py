@@ -69,6 +69,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
+_STANDBY = """\
+import json, sys
+import machinepool.app, machinepool.app.process, machinepool.cli
+sys.argv = json.loads(sys.stdin.readline() or "null") or sys.exit(0)
+machinepool.cli.main()
+"""
+"""A ``python -m machinepool`` that imports the package first and waits on stdin for its
+argv: all it holds before that line is imported code, nothing read from a cluster."""
+
+
 @dataclass
 class ControllerProcess:
     """One ``python -m machinepool run`` process that can be killed and restarted.
@@ -90,9 +100,16 @@ class ControllerProcess:
     ``health_port``. Off: everything plain HTTP on ``port`` (--insecure-diagnostics)."""
     env: dict[str, str] = field(default_factory=dict)
     """Set in the process's environment over ours (and over the canary AWS secret)."""
+    warm_restarts: bool = False
+    """Start the next incarnation's interpreter with this one and let it import the package
+    while this one runs (a standby), so a restart costs the manager's own start, not the imports
+    (seconds on two busy cores; a test that kills a process fifty times pays them fifty
+    times). The standby is a new process all the same: it has read nothing from a cluster
+    and gets its argv only when it takes over."""
     port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    standby: subprocess.Popen[bytes] | None = None
     kills: int = 0
     down: list[tuple[float, float]] = field(default_factory=list)
 
@@ -121,21 +138,46 @@ class ControllerProcess:
             argv += ["--webhook-port", str(self.webhook_port)]
         return argv
 
-    def start(self) -> None:
+    def _environ(self) -> dict[str, str]:
         env = {**os.environ, "AWS_SECRET_ACCESS_KEY": AWS_CANARY_SECRET}
         env.setdefault("AWS_ACCESS_KEY_ID", "AKIARELIABILITYTEST0")
         env.update(self.env)
+        return env
+
+    def _spawn_standby(self) -> None:
+        """A standby importing the package now (see ``warm_restarts``)."""
+        if self.standby is not None and self.standby.poll() is None:
+            return
+        with self.log.open("ab") as out:
+            self.standby = subprocess.Popen(
+                [sys.executable, "-c", _STANDBY],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                env=self._environ(),
+                preexec_fn=_die_with_parent,
+            )
+
+    def start(self) -> None:
         with self.log.open("ab") as out:
             out.write(f"\n=== start {self.name} at {time.time():.3f}\n".encode())
             out.flush()
-            self.proc = subprocess.Popen(
-                self.argv(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                preexec_fn=_die_with_parent,
-            )
+            standby, self.standby = self.standby, None
+            if standby is not None and standby.poll() is None and standby.stdin is not None:
+                standby.stdin.write(json.dumps(self.argv()[2:]).encode() + b"\n")
+                standby.stdin.close()
+                self.proc = standby
+            else:
+                self.proc = subprocess.Popen(
+                    self.argv(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self._environ(),
+                    preexec_fn=_die_with_parent,
+                )
+        if self.warm_restarts:
+            self._spawn_standby()
 
     @property
     def alive(self) -> bool:
@@ -158,6 +200,10 @@ class ControllerProcess:
         self.down.append((killed_at, math.inf))
 
     def stop(self) -> None:
+        if self.standby is not None:
+            self.standby.kill()
+            self.standby.wait()
+            self.standby = None
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -681,9 +727,10 @@ class Env:
         self.procs.append(proc)
         return proc
 
-    async def spawn_system(self) -> tuple[ControllerProcess, ControllerProcess]:
-        """The controllers (killable) and the node simulator, as two processes."""
-        controller = self.spawn("controller", "core,bootstrap,sim")
+    async def spawn_system(self, **options: Any) -> tuple[ControllerProcess, ControllerProcess]:
+        """The controllers (killable; ``options`` are theirs) and the node simulator, as two
+        processes."""
+        controller = self.spawn("controller", "core,bootstrap,sim", **options)
         kubelet = self.spawn("kubelet", "kubelet")
         await controller.wait_ready()
         await kubelet.wait_ready()

@@ -44,7 +44,7 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(
     env: Env, scale: int, report: Recorder
 ) -> None:
     rng = random.Random(1109 * scale)
-    controller, _kubelet = await env.spawn_system()
+    controller, _kubelet = await env.spawn_system(warm_restarts=True)
     kills_per_phase = math.ceil(KILLS_PER_CI_RUN * scale / len(PHASES))
     world, name = env.world, "crash"
     replicas, version = 0, VERSION
