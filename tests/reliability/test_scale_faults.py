@@ -270,7 +270,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
     )
     controller = env.spawn(
         "controller", "core,bootstrap,sim", kubeconfig=kubeconfig,
-        extra_args=("--log-format", "json"),
+        extra_args=("--log-format", "json"), warm_restarts=True,
     )  # fmt: skip
     kubelet = env.spawn("kubelet", "kubelet")
     pools = [f"p{i}" for i in range(fault_pools)]
