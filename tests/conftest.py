@@ -148,9 +148,17 @@ ones last even out the end. (Its default order, most tests first, put the reliab
 a few long tests each, last.)"""
 
 
-def _suite_rank(item: pytest.Item) -> int:
+TIERS_FIRST = frozenset({*(real.marker for real in REAL_BINARIES), "realnode"})
+"""Markers of the tests that run a real binary, image or node: within their suite their files
+go out first. They are among the suite's longest (an image built and run, a real kubelet, a
+foreign manager), and one handed out last would keep its worker busy while the other idles."""
+
+
+def _suite_rank(item: pytest.Item) -> tuple[int, int]:
     suite = item.path.relative_to(REPO / "tests").parts[0]
-    return SUITES_LONGEST_FIRST.index(suite) if suite in SUITES_LONGEST_FIRST else 0
+    rank = SUITES_LONGEST_FIRST.index(suite) if suite in SUITES_LONGEST_FIRST else 0
+    tier = any(item.get_closest_marker(marker) is not None for marker in TIERS_FIRST)
+    return rank, 0 if tier else 1
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
