@@ -727,11 +727,13 @@ class Env:
         self.procs.append(proc)
         return proc
 
-    async def spawn_system(self, **options: Any) -> tuple[ControllerProcess, ControllerProcess]:
-        """The controllers (killable; ``options`` are theirs) and the node simulator, as two
-        processes."""
+    async def spawn_system(
+        self, kubelet_args: tuple[str, ...] = (), **options: Any
+    ) -> tuple[ControllerProcess, ControllerProcess]:
+        """The controllers (killable; ``options`` are theirs) and the node simulator (run with
+        ``kubelet_args``), as two processes."""
         controller = self.spawn("controller", "core,bootstrap,sim", **options)
-        kubelet = self.spawn("kubelet", "kubelet")
+        kubelet = self.spawn("kubelet", "kubelet", extra_args=kubelet_args)
         await controller.wait_ready()
         await kubelet.wait_ready()
         return controller, kubelet

@@ -24,6 +24,9 @@ from machinepool.sim import SimCloud
 
 KILLS = 6
 """SIGKILLs per run at scale 1."""
+GRACE = 5.0
+"""Seconds a stopped kubelet's Node keeps its status before the simulator marks it Unknown
+(the default 50 s of kube-controller-manager is a wait that proves nothing here)."""
 
 
 def _status(obj: Obj | None, type_: str) -> str:
@@ -50,7 +53,9 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
     await checks.start()
     await checks.wait_synced()
     try:
-        controller, _kubelet = await env.spawn_system()
+        controller, _kubelet = await env.spawn_system(
+            kubelet_args=("--node-monitor-grace-seconds", str(GRACE)), warm_restarts=True
+        )
         await create_pool(env.client, env.namespace, name, replicas=3)
         await world.until(world.steady(name, 3, VERSION), "3 Ready nodes")
         await env.client.create(
