@@ -550,7 +550,8 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
     await shared.upstream(machine_pool=False)
     await cluster_namespace(client, ns, workload)
     providers = await shared.ours("heal-providers", "bootstrap,sim")
-    kubelet = await shared.ours("heal-kubelet", "kubelet")
+    # A stopped kubelet's Node turns Unknown after 5 s, not the default 50 s.
+    kubelet = await shared.ours("heal-kubelet", "kubelet", "--node-monitor-grace-seconds", "5")
     core = await shared.our_core()
     for proc in (providers, kubelet, core):
         await proc.wait_ready()
