@@ -12,9 +12,9 @@
 - ``crds``: every CRD machinepool generates, installed once and Established.
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
-Tests marked ``autoscaler``, ``clusterctl`` or ``capa`` run a real binary built outside the repo
-(``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for Cluster API Provider AWS's
-manager; ``make clients`` runs them before the session); tests marked ``capa_crds`` install
+Tests marked ``autoscaler``, ``clusterctl``, ``certmanager`` or ``capa`` run a real binary
+built outside the repo (``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for
+Cluster API Provider AWS's manager; ``make clients`` runs them before the session); tests marked ``capa_crds`` install
 CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image`` build and run the
 controller image (``hack/image/build.sh``, run by ``make test-image``). They are part of the
 default run whenever that binary (or image) can be had; when it cannot (no source, no binary,
@@ -102,6 +102,12 @@ REAL_BINARIES = (
         "controller image",
         REPO / "hack" / "image" / "build.sh",
         "run as root on Debian (mmdebstrap, umoci, skopeo and runc come from apt-get)",
+    ),
+    RealBinary(
+        "certmanager",
+        "cert-manager",
+        REPO / "hack" / "certmanager" / "build.sh",
+        "set CERT_MANAGER_SRC to a copy of ../shared/third_party/cert-manager-v1.20.3",
     ),
     RealBinary(
         "capa",
