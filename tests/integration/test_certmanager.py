@@ -50,11 +50,13 @@ SERVING_CERT = "machinepool-serving-cert"
 SERVING_SECRET = "machinepool-webhook-service-cert"
 INJECTED_CRDS = ("machinepools.cluster.x-k8s.io", "machinehealthchecks.cluster.x-k8s.io")
 WITHIN = 120.0
+NODE = RealNode(name="cm-node", pod_subnet="10.244.62.0/24", routed_pods=True)
+"""The apiserver reaches cert-manager's webhook at its Pod: a pod subnet of this node's own."""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    cp = ControlPlane(tmp_path_factory.mktemp("certmanager"), node=RealNode(name="cm-node"))
+    cp = ControlPlane(tmp_path_factory.mktemp("certmanager"), node=NODE)
     cp.start()
     try:
         yield cp
@@ -90,7 +92,7 @@ async def test_its_three_pods_run_from_the_images_built_here(
     images = {c["image"] for pod in pods for c in pod["spec"]["containers"]}
     assert images == {f"machinepool.local/cert-manager-{c}:{RELEASE}" for c in COMPONENTS}
     assert all(ready(pod) for pod in pods), [pod["status"] for pod in pods]
-    assert {pod["spec"]["nodeName"] for pod in pods} == {"cm-node"}
+    assert {pod["spec"]["nodeName"] for pod in pods} == {NODE.name}
     for pod in pods:  # as the chart sets them, satisfied by the image's non-root user
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["spec"]["containers"]

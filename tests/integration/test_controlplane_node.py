@@ -136,7 +136,7 @@ async def test_a_restricted_pod_runs_and_kubectl_reads_its_logs(
     assert running is not None
     assert running["spec"]["nodeName"] == NODE.name
     pod_ip = ipaddress.ip_address(running["status"]["podIP"])
-    assert pod_ip in ipaddress.ip_network(cluster.node.pod_subnet)
+    assert pod_ip in ipaddress.ip_network(NODE.pod_subnet)
     assert kubectl_logs(cluster, restricted, "hello") == "hello from hello"
 
 

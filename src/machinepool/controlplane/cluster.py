@@ -639,10 +639,9 @@ class ControlPlane:
             f"--kubelet-client-certificate={crt}",
             f"--kubelet-client-key={key}",
             "--kubelet-preferred-address-types=InternalIP",  # its Hostname resolves nowhere
-            # Webhooks and aggregated APIs are dialled at their Services' endpoints (Pod IPs,
-            # routed to the node's link), not at ClusterIPs, which only the node's kube-proxy
-            # translates.
-            "--enable-aggregator-routing=true",
+            # Webhooks at their Pods (routed to the node), not at ClusterIPs, which only the
+            # node's kube-proxy translates.
+            *(("--enable-aggregator-routing=true",) if self._node.spec.routed_pods else ()),
             *self._management_args,
         )
         return cluster

@@ -11,9 +11,8 @@ after a crash:
   and ``eth0``, the node's address; kube-proxy's and the bridge plugin's iptables rules live
   there too, and go with it;
 - the veth ``mpn-<id>`` on the host, the other end of ``eth0``, with the host's address of the
-  link (the apiserver's advertised address) and a route to the Pods' subnet through it (the
-  apiserver dials webhooks at their Pods, ``--enable-aggregator-routing``), and one host
-  iptables chain
+  link (the apiserver's advertised address; with ``routed_pods``, the route to the Pods'
+  subnet), and one host iptables chain
   ``MP-NODE-<id>`` that forwards connections to that address's apiserver port to the
   apiserver on 127.0.0.1 (``route_localnet`` on that veth only), so the apiserver keeps
   listening on loopback alone;
@@ -57,7 +56,6 @@ CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _BRIDGE = "mp-pods0"
 _LINK_RANGE = ipaddress.IPv4Network("10.243.0.0/16")
-_POD_RANGE = ipaddress.IPv4Network("10.128.0.0/10")
 _PACKAGES = (
     # (what is looked for, the Debian package that has it)
     ("containerd", "containerd"),
@@ -96,10 +94,12 @@ class RealNode:
 
     name: str = "node-1"
     """The Node's name (its kubelet's ``--hostname-override``)."""
-    pod_subnet: str = ""
-    """The Pods' addresses (the bridge's host-local range, kube-proxy's cluster CIDR), routed
-    from the host through the node's link. Empty: a /24 of 10.128.0.0/10 chosen by the node's
-    id (as its link is), so that nodes running at once on this machine do not overlap."""
+    pod_subnet: str = "10.244.0.0/24"
+    """The Pods' addresses (the bridge's host-local range, kube-proxy's cluster CIDR)."""
+    routed_pods: bool = False
+    """The host routes ``pod_subnet`` to this node, and the apiserver dials webhooks (and
+    aggregated APIs) at their Services' endpoints, the Pods, as a control-plane host does: for
+    webhooks served by Pods. Nodes running at once on this machine need subnets of their own."""
 
 
 def missing_prerequisites() -> str | None:
@@ -183,10 +183,6 @@ class Node:
         """The host's end of the node's link: the apiserver's advertised address."""
         self.address = str(link.network_address + 2)
         """The Node's InternalIP."""
-        index = int(self.id, 16) % 2 ** (24 - _POD_RANGE.prefixlen)
-        pods = ipaddress.IPv4Network((int(_POD_RANGE.network_address) + index * 256, 24))
-        self.pod_subnet = spec.pod_subnet or str(pods)
-        """The Pods' addresses (``spec.pod_subnet``, or one chosen by the node's id)."""
         self._state = directory / "containerd" / "state"
         self.socket = directory / "containerd" / "containerd.sock"
         self.containerd: Process | None = None
@@ -290,9 +286,9 @@ class Node:
              "peer", "name", "eth0", "netns", ns)  # fmt: skip
         _run("ip", "addr", "add", f"{self.host_address}/30", "dev", self.host_link)
         _run("ip", "link", "set", self.host_link, "up")
-        # The apiserver reaches Pods (webhooks, through their Services' endpoints) as a cluster's
-        # control-plane host does; the route goes with the link.
-        _run("ip", "route", "add", self.pod_subnet, "via", self.address, "dev", self.host_link)
+        if self.spec.routed_pods:  # the route goes with the link
+            _run("ip", "route", "add", self.spec.pod_subnet, "via", self.address,
+                 "dev", self.host_link)  # fmt: skip
         _run("ip", "-n", ns, "addr", "add", f"{self.address}/30", "dev", "eth0")
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
@@ -372,7 +368,7 @@ class Node:
                     "hairpinMode": True,  # a Pod reaches itself through a Service
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": self.pod_subnet}]],
+                        "ranges": [[{"subnet": self.spec.pod_subnet}]],
                         # via the bridge; the node's namespace routes only its link onwards
                         "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": str(self.dir / "cni-ipam"),
@@ -432,7 +428,7 @@ class Node:
             "mode": "iptables",
             "clientConnection": {"kubeconfig": str(kubeconfig_path)},
             "hostnameOverride": self.spec.name,
-            "clusterCIDR": self.pod_subnet,
+            "clusterCIDR": self.spec.pod_subnet,
             "metricsBindAddress": "127.0.0.1:10249",
             "healthzBindAddress": "127.0.0.1:10256",
             # conntrack's table size is the host's: leave it, and its timeouts, alone
