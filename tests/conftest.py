@@ -14,12 +14,12 @@
 
 Tests marked ``autoscaler``, ``clusterctl``, ``certmanager`` or ``capa`` run a real binary
 built outside the repo (``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for
-Cluster API Provider AWS's manager; ``make clients`` runs them before the session); tests marked ``capa_crds`` install
-CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image`` build and run the
-controller image (``hack/image/build.sh``, run by ``make test-image``). They are part of the
-default run whenever that binary (or image) can be had; when it cannot (no source, no binary,
-no Go; for the image, not root or no apt-get), the session leaves them out and says so in one
-line at the end, with what would include them.
+Cluster API Provider AWS's manager; ``make clients`` runs them before the session); tests
+marked ``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked
+``image`` build and run the controller image (``hack/image/build.sh``, run by
+``make test-image``). They are part of the default run whenever that binary (or image) can be
+had; when it cannot (no source, no binary, no Go; for the image, not root or no apt-get), the
+session leaves them out and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly; under
 ``CI=true`` any tier left out fails the run.
 Tests marked ``realnode`` run a real kubelet, containerd and kube-proxy

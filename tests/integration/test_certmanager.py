@@ -86,7 +86,9 @@ async def test_its_three_pods_run_from_the_images_built_here(
     cluster: ControlPlane, api: Client, cert_manager: str
 ) -> None:
     # No hand-written Deployment: the manifest is helm's rendering of the release's chart.
-    assert "helm.sh/chart: cert-manager-" + RELEASE in cert_manager
+    for template in ("deployment", "webhook-deployment", "cainjector-deployment"):
+        assert f"# Source: cert-manager/templates/{template}.yaml" in cert_manager
+    assert f'app.kubernetes.io/version: "{RELEASE}"' in cert_manager
     pods = (await api.list(PODS, NAMESPACE)).items
 
     images = {c["image"] for pod in pods for c in pod["spec"]["containers"]}
@@ -118,7 +120,8 @@ async def test_our_webhook_certificate_is_issued_and_its_ca_injected(
     await wait_for(api, CERTIFICATES, OURS, SERVING_CERT, ready, within=WITHIN, what="Ready")
     secret = await api.get(SECRETS, SERVING_SECRET, OURS)
     data: dict[str, Any] = secret["data"]
-    assert data["tls.crt"] and data["tls.key"]
+    assert data["tls.crt"]
+    assert data["tls.key"]
     ca = data["ca.crt"]  # a self-signed certificate is its own CA
     assert base64.b64decode(ca) == base64.b64decode(data["tls.crt"])
 

@@ -64,7 +64,10 @@ ISSUERS = Resource("cert-manager.io", "v1", "issuers", "Issuer")
 CERTIFICATES = Resource("cert-manager.io", "v1", "certificates", "Certificate")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 
-_PASSWD = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+_PASSWD = (
+    "root:x:0:0:root:/root:/sbin/nologin\n"
+    "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
+)
 _GROUP = "root:x:0:\nnonroot:x:65532:\n"
 
 
