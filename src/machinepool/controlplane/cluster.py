@@ -68,6 +68,8 @@ _WORKLOAD_CONTROLLERS = (
 )
 _REAL_NODE_CONTROLLERS = (
     "root-ca-certificate-publisher-controller",  # kube-root-ca.crt, in every Pod's token volume
+    "endpoints-controller",  # Services' Endpoints: where the apiserver dials webhooks
+    "endpointslice-controller",  # Services' EndpointSlices: what kube-proxy routes to
 )
 _POD_LIFECYCLE_CONTROLLERS = (
     "deployment-controller",
