@@ -35,13 +35,14 @@ $(STAMP): pyproject.toml
 controlplane:
 	@bash hack/controlplane/build.sh >/dev/null
 
-# The real clients some tests run (cluster-autoscaler, clusterctl, upstream Cluster API's core
+# The real clients some tests run (cluster-autoscaler, clusterctl, cert-manager with the helm
+# that renders its chart, upstream Cluster API's core
 # and kubeadm bootstrap managers for the beside-upstream and conformance tests, and Cluster API
 # Provider AWS's manager for the CAPA-under-our-core test), built once
 # into the cache before the session so no test pays a cold build; a client that cannot be had
 # is skipped here, and the session leaves its tests out with a one-line note (tests/conftest.py).
 clients:
-	@for tool in autoscaler clusterctl; do \
+	@for tool in autoscaler clusterctl certmanager; do \
 	  if bash hack/$$tool/build.sh --check; then bash hack/$$tool/build.sh >/dev/null || exit 1; fi; \
 	done
 	@for target in manager bootstrap controlplane capa; do \

@@ -12,14 +12,14 @@
 - ``crds``: every CRD machinepool generates, installed once and Established.
 - ``cert_manager_api``: a function that installs stand-ins of cert-manager's API on a cluster.
 
-Tests marked ``autoscaler``, ``clusterctl`` or ``capa`` run a real binary built outside the repo
-(``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for Cluster API Provider AWS's
-manager; ``make clients`` runs them before the session); tests marked ``capa_crds`` install
-CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked ``image`` build and run the
-controller image (``hack/image/build.sh``, run by ``make test-image``). They are part of the
-default run whenever that binary (or image) can be had; when it cannot (no source, no binary,
-no Go; for the image, not root or no apt-get), the session leaves them out and says so in one
-line at the end, with what would include them.
+Tests marked ``autoscaler``, ``clusterctl``, ``certmanager`` or ``capa`` run a real binary
+built outside the repo (``hack/<tool>/build.sh``, or ``bench/upstream/build.sh capa`` for
+Cluster API Provider AWS's manager; ``make clients`` runs them before the session); tests
+marked ``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked
+``image`` build and run the controller image (``hack/image/build.sh``, run by
+``make test-image``). They are part of the default run whenever that binary (or image) can be
+had; when it cannot (no source, no binary, no Go; for the image, not root or no apt-get), the
+session leaves them out and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly; under
 ``CI=true`` any tier left out fails the run.
 Tests marked ``realnode`` run a real kubelet, containerd and kube-proxy
@@ -102,6 +102,12 @@ REAL_BINARIES = (
         "controller image",
         REPO / "hack" / "image" / "build.sh",
         "run as root on Debian (mmdebstrap, umoci, skopeo and runc come from apt-get)",
+    ),
+    RealBinary(
+        "certmanager",
+        "cert-manager",
+        REPO / "hack" / "certmanager" / "build.sh",
+        "set CERT_MANAGER_SRC to a copy of ../shared/third_party/cert-manager-v1.20.3",
     ),
     RealBinary(
         "capa",

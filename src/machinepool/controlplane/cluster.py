@@ -68,6 +68,8 @@ _WORKLOAD_CONTROLLERS = (
 )
 _REAL_NODE_CONTROLLERS = (
     "root-ca-certificate-publisher-controller",  # kube-root-ca.crt, in every Pod's token volume
+    "endpoints-controller",  # Services' Endpoints: where the apiserver dials webhooks
+    "endpointslice-controller",  # Services' EndpointSlices: what kube-proxy routes to
 )
 _POD_LIFECYCLE_CONTROLLERS = (
     "deployment-controller",
@@ -639,6 +641,9 @@ class ControlPlane:
             f"--kubelet-client-certificate={crt}",
             f"--kubelet-client-key={key}",
             "--kubelet-preferred-address-types=InternalIP",  # its Hostname resolves nowhere
+            # Webhooks at their Pods (routed to the node), not at ClusterIPs, which only the
+            # node's kube-proxy translates.
+            *(("--enable-aggregator-routing=true",) if self._node.spec.routed_pods else ()),
             *self._management_args,
         )
         return cluster

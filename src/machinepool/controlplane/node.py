@@ -11,7 +11,8 @@ after a crash:
   and ``eth0``, the node's address; kube-proxy's and the bridge plugin's iptables rules live
   there too, and go with it;
 - the veth ``mpn-<id>`` on the host, the other end of ``eth0``, with the host's address of the
-  link (the apiserver's advertised address), and one host iptables chain
+  link (the apiserver's advertised address; with ``routed_pods``, the route to the Pods'
+  subnet), and one host iptables chain
   ``MP-NODE-<id>`` that forwards connections to that address's apiserver port to the
   apiserver on 127.0.0.1 (``route_localnet`` on that veth only), so the apiserver keeps
   listening on loopback alone;
@@ -95,6 +96,10 @@ class RealNode:
     """The Node's name (its kubelet's ``--hostname-override``)."""
     pod_subnet: str = "10.244.0.0/24"
     """The Pods' addresses (the bridge's host-local range, kube-proxy's cluster CIDR)."""
+    routed_pods: bool = False
+    """The host routes ``pod_subnet`` to this node, and the apiserver dials webhooks (and
+    aggregated APIs) at their Services' endpoints, the Pods, as a control-plane host does: for
+    webhooks served by Pods. Nodes running at once on this machine need subnets of their own."""
 
 
 def missing_prerequisites() -> str | None:
@@ -281,6 +286,9 @@ class Node:
              "peer", "name", "eth0", "netns", ns)  # fmt: skip
         _run("ip", "addr", "add", f"{self.host_address}/30", "dev", self.host_link)
         _run("ip", "link", "set", self.host_link, "up")
+        if self.spec.routed_pods:  # the route goes with the link
+            _run("ip", "route", "add", self.spec.pod_subnet, "via", self.address,
+                 "dev", self.host_link)  # fmt: skip
         _run("ip", "-n", ns, "addr", "add", f"{self.address}/30", "dev", "eth0")
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
