@@ -11,7 +11,6 @@ Webhook strategy and its caBundle when it registers itself.
 from __future__ import annotations
 
 import copy
-
 import sys
 from pathlib import Path
 from typing import Any

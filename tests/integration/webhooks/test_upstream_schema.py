@@ -1,5 +1,5 @@
-"""Our MachinePool, MachineHealthCheck and MachineDrainRule v1beta2 schemas against upstream Cluster API v1.14's,
-field by field.
+"""Our MachinePool, MachineHealthCheck and MachineDrainRule v1beta2 schemas against upstream
+Cluster API v1.14's, field by field.
 
 Downloads the newest v1.14 patch of sigs.k8s.io/cluster-api with the Go toolchain (module
 cache under ~/.cache/machinepool, nothing in the repo) and compares every field path of

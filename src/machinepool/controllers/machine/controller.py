@@ -25,7 +25,7 @@ from datetime import timedelta
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.contract import InfraMachine
-from machinepool.api.kinds import CLUSTERS, MACHINES
+from machinepool.api.kinds import CLUSTERS, MACHINE_DRAIN_RULES, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
 from machinepool.controllers.common import (
@@ -189,6 +189,7 @@ class MachineReconciler:
         )
         self.machines: Informer
         self.clusters: Informer
+        self.drain_rules: Informer
         self.reader: OwnReader
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
@@ -207,6 +208,9 @@ class MachineReconciler:
         # controller waits for one).
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.controller.watch(self.clusters, self._cluster_mapper, cluster_inputs)
+        # Read by each drain round (as upstream's drain reads them, without a watch: a drain
+        # comes back every DRAIN_RETRY seconds anyway).
+        self.drain_rules = await self.cache.get_informer(MACHINE_DRAIN_RULES)
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         meta = ClusterView(cluster).metadata
@@ -586,8 +590,17 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         deletion.node_drain_start_time, machine.spec.deletion.node_drain_timeout_seconds
     )
     if not passed:
-        await drain.cordon(wclient, node)
-        result = await drain.drain(wclient, node, now())
+        try:
+            rules = drain.machine_rules(
+                scope.reconciler.drain_rules.list(scope.key.namespace),
+                machine.raw,
+                scope.cluster.raw,
+            )
+            await drain.cordon(wclient, node)
+            result = await drain.drain(wclient, node, now(), rules)
+        except Exception as exc:
+            await _drain_failed(scope, node, exc)
+            raise
         if not result.done:
             _deleting(scope, c.DRAINING_NODE_REASON, result.message())
             set_v1beta1_condition(
@@ -604,6 +617,24 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         status.v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
     )
     return None
+
+
+async def _drain_failed(scope: Scope, node: Obj, exc: Exception) -> None:
+    """A drain round failed (a rule it cannot apply, the workload cluster's API): say so as
+    upstream does, DrainingSucceeded False DrainingFailed with the error and a Warning event;
+    the reconcile fails and is retried with backoff."""
+    set_v1beta1_condition(
+        status.v1beta1_conditions(scope.machine),
+        c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
+        False,
+        c.V1BETA1_DRAINING_FAILED_REASON,
+        str(exc),
+        c.SEVERITY_WARNING,
+    )
+    message = "Error draining Node, please check controller logs for errors"
+    _deleting(scope, c.DRAINING_NODE_REASON, message)
+    why = f"error draining Machine's node {dig(node, 'metadata', 'name')}: {exc}"
+    await scope.reconciler.recorder.event(scope.machine.raw, "Warning", "FailedDrainNode", why)
 
 
 def _volume_detach_allowed(machine: MachineView, infra_machine: Obj | None) -> bool:
