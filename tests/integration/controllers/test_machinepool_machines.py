@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.support import eventually
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
+from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.api.meta import dig
 from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj, Resource
 
@@ -676,3 +678,73 @@ async def test_drain_label_skips_pods_or_waits_for_them_to_complete(env: Env) ->
     await _gone(env)
     skipped = await env.wclient.get(PODS, "skipped", "default")
     assert not skipped["metadata"].get("deletionTimestamp"), "skipped was evicted"
+
+
+def _drain_rule(name: str, behavior: str, order: int | None = None, **spec: object) -> Obj:
+    drain: dict[str, object] = {"behavior": behavior}
+    if order is not None:
+        drain["order"] = order
+    return {
+        "apiVersion": MACHINE_DRAIN_RULES.api_version,
+        "kind": "MachineDrainRule",
+        "metadata": {"name": name},
+        "spec": {"drain": drain, **spec},
+    }
+
+
+async def _touch_node(env: Env, value: str) -> None:
+    """Edit the Node: a change to its annotations brings its Machine back at once, where the
+    drain would come back on its own only after its 20-second interval."""
+    patch = {"metadata": {"annotations": {"test.machinepool.dev/touched": value}}}
+    await env.wclient.patch(NODES, "n0", patch)
+
+
+async def test_machine_drain_rules_skip_wait_for_and_order_pods(env: Env) -> None:
+    """MachineDrainRules of the Machine's namespace choose what its drain does: a Skip rule's
+    pods stay, a WaitCompleted rule's are waited for, a Drain rule of order 10 holds its pods
+    until those of order 0 are gone; a rule whose Machine selector does not select the Machine
+    changes nothing."""
+
+    def apps(name: str) -> list[dict[str, object]]:
+        return [{"selector": {"matchLabels": {"app": name}}}]
+
+    rules = [
+        _drain_rule("a-agents", "Skip", pods=apps("agent")),
+        _drain_rule("b-db-last", "Drain", 10, pods=apps("db")),
+        _drain_rule("c-batch", "WaitCompleted", pods=apps("batch")),
+        _drain_rule(
+            "d-other-pools", "Skip", machines=[{"selector": {"matchLabels": {"pool": "other"}}}]
+        ),
+    ]
+    for body in rules:
+        await env.client.create(MACHINE_DRAIN_RULES, body, env.namespace)
+    await _pool_machine(env)
+    for app in ("agent", "batch", "db", "web"):
+        await _running_pod(env.wclient, app, "n0", {"app": app})
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0", lambda m: "after those" in cond(m, c.DELETING_CONDITION).get("message", "")
+    )
+    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+        "Draining Node: 3 pods remaining, waiting for completion: default/batch,"
+        " evicted after those: default/db"
+    )
+
+    async def evicted(name: str) -> bool:
+        pod = await env.wclient.get(PODS, name, "default")
+        return bool(pod["metadata"].get("deletionTimestamp"))
+
+    assert await evicted("web")
+    for name in ("agent", "batch", "db"):
+        assert not await evicted(name), f"{name} was evicted in the first round"
+
+    # The order-0 pods leave (no kubelet here to confirm a graceful end): db goes next.
+    for name in ("web", "batch"):
+        await env.wclient.delete(PODS, name, "default", grace_period_seconds=0)
+    await _touch_node(env, "1")
+    await eventually(lambda: evicted("db"), "db evicted")
+    await env.wclient.delete(PODS, "db", "default", grace_period_seconds=0)
+    await _touch_node(env, "2")
+    await _gone(env)
+    assert not await evicted("agent"), "the Skip rule's pod was evicted"
