@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from tests.support import eventually
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
@@ -21,7 +22,15 @@ from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.api.meta import dig
 from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj, Resource
 
-from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
+from .conftest import (
+    INFRA_GROUP,
+    TEST_CONTROL_PLANES,
+    TEST_MACHINES,
+    TEST_POOLS,
+    Env,
+    _now,
+    cond,
+)
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
 
@@ -748,3 +757,38 @@ async def test_machine_drain_rules_skip_wait_for_and_order_pods(env: Env) -> Non
     await _touch_node(env, "2")
     await _gone(env)
     assert not await evicted("agent"), "the Skip rule's pod was evicted"
+
+
+@pytest.mark.parametrize("externally_managed", [False, True])
+async def test_node_left_alone_without_a_control_plane_machine(
+    env: Env, externally_managed: bool
+) -> None:
+    """A Cluster whose controlPlaneRef names a control plane that is not externally managed
+    and that has no control-plane Machine left: as upstream, a deleted pool Machine's Node is
+    neither drained (nor cordoned) nor deleted. An externally managed one (EKS, AKS, GKE) has
+    no such Machines to count: the Node is drained and deleted."""
+    control_plane = {
+        "apiVersion": TEST_CONTROL_PLANES.api_version,
+        "kind": TEST_CONTROL_PLANES.kind,
+        "metadata": {"name": "cp"},
+    }
+    await env.client.create(TEST_CONTROL_PLANES, control_plane, env.namespace)
+    if externally_managed:
+        managed = {"status": {"externalManagedControlPlane": True}}
+        await env.client.patch(
+            TEST_CONTROL_PLANES, "cp", managed, env.namespace, subresource="status"
+        )
+    ref = {"apiGroup": TEST_CONTROL_PLANES.group, "kind": TEST_CONTROL_PLANES.kind, "name": "cp"}
+    await env.client.patch(
+        CLUSTERS, env.cluster_name, {"spec": {"controlPlaneRef": ref}}, env.namespace
+    )
+    await _pool_machine(env)
+    await _delete_machine(env)
+
+    if externally_managed:
+        await _gone(env)
+        return
+    assert await env.machines.until("m0", lambda m: m is None) is None
+    node = env.nodes.get("n0")
+    assert node is not None, "the Node was deleted"
+    assert not node["spec"].get("unschedulable"), "the Node was cordoned"
