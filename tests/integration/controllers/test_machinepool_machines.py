@@ -792,3 +792,33 @@ async def test_node_left_alone_without_a_control_plane_machine(
     node = env.nodes.get("n0")
     assert node is not None, "the Node was deleted"
     assert not node["spec"].get("unschedulable"), "the Node was cordoned"
+
+
+async def test_a_drain_rule_it_cannot_apply_says_draining_failed(env: Env) -> None:
+    """A MachineDrainRule with an invalid selector (upstream's webhook refuses it, ours has
+    none for the kind) fails the drain as upstream's does: DrainingSucceeded False
+    DrainingFailed with the error, a Warning, retried; once the rule is gone the drain runs."""
+    bad = _drain_rule(
+        "bad", "Skip", pods=[{"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}]
+    )
+    await env.client.create(MACHINE_DRAIN_RULES, bad, env.namespace)
+    await _pool_machine(env)
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True).get("reason")
+            == c.V1BETA1_DRAINING_FAILED_REASON
+        ),
+    )
+    failed = cond(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
+    assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
+    assert "MachineDrainRule bad" in failed["message"]
+    deleting = cond(machine, c.DELETING_CONDITION)
+    assert (deleting["reason"], deleting["message"]) == (
+        c.DRAINING_NODE_REASON,
+        "Error draining Node, please check controller logs for errors",
+    )
+    await env.client.delete(MACHINE_DRAIN_RULES, "bad", env.namespace)
+    await _gone(env)
