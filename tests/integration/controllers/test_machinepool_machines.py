@@ -12,6 +12,7 @@ left untouched."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from tests.support import eventually
@@ -20,7 +21,16 @@ from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.api.meta import dig
-from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj, Resource
+from machinepool.runtime import (
+    NODES,
+    PDBS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    AlreadyExists,
+    Client,
+    Obj,
+    Resource,
+)
 
 from .conftest import (
     INFRA_GROUP,
@@ -821,4 +831,85 @@ async def test_a_drain_rule_it_cannot_apply_says_draining_failed(env: Env) -> No
         "Error draining Node, please check controller logs for errors",
     )
     await env.client.delete(MACHINE_DRAIN_RULES, "bad", env.namespace)
+    await _gone(env)
+
+
+_ADMISSION = "admissionregistration.k8s.io"
+_POLICIES = Resource(
+    _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
+)
+_POLICY_BINDINGS = Resource(
+    _ADMISSION,
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+
+
+async def test_a_node_deletion_refused_says_deletion_failed(env: Env) -> None:
+    """The workload cluster refuses to delete the Node (an admission policy): as upstream,
+    the Machine says NodeHealthy False DeletionFailed (a Warning) and Deleting DeletingNode,
+    and keeps trying; once the Node may go, it goes and the Machine is released."""
+    policy = {
+        "metadata": {"name": "keep-nodes"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["DELETE"],
+                        "resources": ["nodes"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "false", "message": "Nodes are kept"}],
+        },
+    }
+    binding = {
+        "metadata": {"name": "keep-nodes"},
+        "spec": {"policyName": "keep-nodes", "validationActions": ["Deny"]},
+    }
+    await env.wclient.create(_POLICIES, policy)
+    await env.wclient.create(_POLICY_BINDINGS, binding)
+    probe: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "keep-probe"}}
+
+    async def deletion_refused() -> bool:
+        """Whether the policy is in force yet (the apiserver loads it a moment later)."""
+        with contextlib.suppress(AlreadyExists):
+            await env.wclient.create(NODES, probe)
+        try:
+            await env.wclient.delete(NODES, "keep-probe")
+        except Exception:
+            return True
+        return False
+
+    async def probe_deleted() -> bool:
+        return not await deletion_refused()
+
+    await eventually(deletion_refused, "the admission policy in force")
+    try:
+        await _pool_machine(env)
+        await _delete_machine(env)
+        machine = await env.machines.until(
+            "m0",
+            lambda m: (
+                cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("reason")
+                == c.V1BETA1_DELETION_FAILED_REASON
+            ),
+        )
+        failed = cond(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
+        assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
+        deleting = cond(machine, c.DELETING_CONDITION)
+        assert (deleting["reason"], deleting["message"]) == (
+            c.DELETING_NODE_REASON,
+            "Error deleting Node, please check controller logs for errors",
+        )
+        assert env.nodes.get("n0") is not None
+    finally:
+        await env.wclient.delete(_POLICY_BINDINGS, "keep-nodes")
+        await env.wclient.delete(_POLICIES, "keep-nodes")
+        await eventually(probe_deleted, "the admission policy gone")
     await _gone(env)

@@ -749,7 +749,27 @@ async def _delete_node(scope: Scope) -> None:
         return
     name = str(dig(node, "metadata", "name"))
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
-    if await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node):
+    try:
+        deleted = await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node)
+    except NotFound:
+        return
+    except Exception as exc:
+        # As upstream says it: NodeHealthy False DeletionFailed, a Warning event; the
+        # reconcile fails and is retried until nodeDeletionTimeoutSeconds lets the Node be.
+        set_v1beta1_condition(
+            status.v1beta1_conditions(machine),
+            c.V1BETA1_NODE_HEALTHY_CONDITION,
+            False,
+            c.V1BETA1_DELETION_FAILED_REASON,
+            "",
+            c.SEVERITY_WARNING,
+        )
+        message = "Error deleting Node, please check controller logs for errors"
+        _deleting(scope, c.DELETING_NODE_REASON, message)
+        why = f"error deleting Machine's Node: {exc}"
+        await scope.reconciler.recorder.event(machine.raw, "Warning", "FailedDeleteNode", why)
+        raise
+    if deleted:
         log.info("deleted the Node of a deleted Machine", node=name, machine=str(scope.key))
 
 
