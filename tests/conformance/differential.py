@@ -40,7 +40,14 @@ WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
 DIFFERENCES = Path(__file__).resolve().parents[2] / "docs" / "upstream-differences.md"
 
 _DROPPED_META = {"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"}
-_TIME_KEYS = {"lastTransitionTime", "lastHeartbeatTime", "lastUpdated", "deletionTimestamp"}
+_TIME_KEYS = {
+    "lastTransitionTime",
+    "lastHeartbeatTime",
+    "lastUpdated",
+    "deletionTimestamp",
+    "nodeDrainStartTime",
+    "waitForNodeVolumeDetachStartTime",
+}
 _RANDOM_KEYS = {"bootID", "systemUUID"}
 """Made up afresh by the node simulator for every Node, whichever core runs."""
 

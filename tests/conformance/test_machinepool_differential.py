@@ -37,13 +37,20 @@ from tests.conformance.differential import (
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
 from tests.support.builders import CLUSTER, machine_pool
-from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
+from tests.support.resources import (
+    CLUSTERS,
+    KUBEADM_CONFIGS,
+    MACHINE_POOLS,
+    MACHINES,
+    SIM_MACHINE_POOLS,
+)
 from tests.support.topology import (
     control_plane_at,
     create_class_and_cluster,
     provision_infra_cluster,
 )
 from tests.support.upstream import (
+    TEST_CLUSTERS,
     TEST_MACHINE_POOLS,
     UpstreamProcess,
     cluster_namespace,
@@ -53,12 +60,14 @@ from tests.support.upstream import (
 from machinepool.api.constants import (
     AUTOSCALER_MAX_SIZE_ANNOTATION,
     AUTOSCALER_MIN_SIZE_ANNOTATION,
+    CONTROL_PLANE_LABEL,
     PAUSED_ANNOTATION,
     REPLICAS_MANAGED_BY_ANNOTATION,
 )
+from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
-from machinepool.runtime import NAMESPACES, NODES, SECRETS, AlreadyExists, Client
+from machinepool.runtime import NAMESPACES, NODES, PODS, SECRETS, AlreadyExists, Client
 from machinepool.sim import SimCloud
 from machinepool.webhooks.machinepool import default_machine_pool
 
@@ -311,6 +320,133 @@ def _running_at(version: str) -> Check:
     return check
 
 
+CONTROL_PLANE_MACHINE = "control-plane-0"
+
+
+async def _control_plane_machine(side: Side) -> None:
+    """A control-plane Machine of the Cluster, which no controller reconciles (it carries no
+    watch-filter label): upstream's Machine controller drains and deletes a deleted Machine's
+    Node only while the Cluster has a control-plane Machine (or an externally managed control
+    plane), and the scenarios' Clusters have neither otherwise."""
+    body = {
+        "apiVersion": MACHINES.api_version,
+        "kind": "Machine",
+        "metadata": {"name": CONTROL_PLANE_MACHINE, "labels": {CONTROL_PLANE_LABEL: ""}},
+        "spec": {
+            "clusterName": CLUSTER,
+            "bootstrap": {"dataSecretName": CONTROL_PLANE_MACHINE},
+            "infrastructureRef": {
+                "apiGroup": TEST_CLUSTERS.group,
+                "kind": "TestMachine",
+                "name": CONTROL_PLANE_MACHINE,
+            },
+        },
+    }
+    await side.client.create(MACHINES, body, side.namespace)
+
+
+def _drain_rule(name: str, behavior: str, app: str, order: int | None = None) -> dict[str, Any]:
+    drain: dict[str, Any] = {"behavior": behavior}
+    if order is not None:
+        drain["order"] = order
+    return {
+        "apiVersion": MACHINE_DRAIN_RULES.api_version,
+        "kind": "MachineDrainRule",
+        "metadata": {"name": name},
+        "spec": {"drain": drain, "pods": [{"selector": {"matchLabels": {"app": app}}}]},
+    }
+
+
+DRAIN_RULES = [
+    _drain_rule("agents", "Skip", "agent"),
+    _drain_rule("batch", "WaitCompleted", "batch"),
+    _drain_rule("db-last", "Drain", "db", 10),
+]
+DRAINED_PODS = ("agent", "batch", "db", "web")
+"""One pod per rule, and ``web``, which no rule names (Drain, order 0)."""
+
+
+async def _create_with_drain_rules(side: Side, pool: str) -> None:
+    await _control_plane_machine(side)
+    for rule in DRAIN_RULES:
+        await side.client.create(MACHINE_DRAIN_RULES, rule, side.namespace)
+    await create_pool(side, pool, 1)
+
+
+async def _pods(side: Side, pool: str) -> dict[str, dict[str, Any]]:
+    """The scenario's pods on the workload cluster, by name."""
+    found = await side.workload.list(PODS, "default")
+    return {p["metadata"]["name"]: p for p in found.items if p["metadata"]["name"] in DRAINED_PODS}
+
+
+async def _run_pods(side: Side, pool: str) -> None:
+    """The drained pods, bound to the pool's Node; the node simulator runs them."""
+    (node,) = await side.pool_nodes(pool)
+    for name in DRAINED_PODS:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {
+                "nodeName": node["metadata"]["name"],
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "example.invalid/app:1"}],
+            },
+        }
+        await eventually(  # the default ServiceAccount appears shortly after the cluster starts
+            lambda body=body: _created(side, body), f"{side.name}: pod {name} created"
+        )
+
+    async def all_running() -> bool:
+        pods = await _pods(side, pool)
+        return len(pods) == len(DRAINED_PODS) and all(
+            (p.get("status") or {}).get("phase") == "Running" for p in pods.values()
+        )
+
+    await eventually(all_running, f"{side.name}: the drained pods running")
+
+
+async def _created(side: Side, body: dict[str, Any]) -> bool:
+    try:
+        await side.workload.create(PODS, body, "default")
+    except AlreadyExists:
+        return True
+    except Exception:  # no ServiceAccount yet: refused, retried
+        return False
+    return True
+
+
+async def _scale_down_to_drain(side: Side, pool: str) -> None:
+    """Scale to 0; the Machine's drain evicts ``web`` (order 0) and no other: ``agent`` is
+    skipped, ``batch`` waited for, ``db`` held behind ``batch`` (order 10)."""
+    await _scale(0, side, pool)
+
+    async def web_gone() -> bool:
+        return "web" not in await _pods(side, pool)
+
+    await eventually(web_gone, f"{side.name}: web evicted", within=STEP_TIMEOUT)
+    pods = await _pods(side, pool)
+    for name in ("agent", "batch", "db"):
+        assert name in pods, f"{side.name}: {name} left in the drain's first rounds"
+        evicted = pods[name]["metadata"].get("deletionTimestamp")
+        assert not evicted, f"{side.name}: {name} was evicted in the drain's first rounds"
+
+
+async def _complete_batch(side: Side, pool: str) -> None:
+    """The WaitCompleted pod's workload ends it: ``db`` is evicted next, ``agent`` never."""
+    pods = await _pods(side, pool)
+    assert {"agent", "db"} <= set(pods), f"{side.name}: {sorted(pods)} left before batch ends"
+    await side.workload.delete(PODS, "batch", "default", grace_period_seconds=0)
+
+
+def _draining(objs: dict[str, Any]) -> bool:
+    (machine,) = objs["Machines"] or [{}]
+    conditions = (machine.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == "Deleting" and c.get("reason") == "DrainingNode" for c in conditions
+    )
+
+
 SCENARIOS = [
     Scenario("create", [create(3)]),
     Scenario("scale", [create(2), scale(4), scale(1)]),
@@ -430,6 +566,25 @@ SCENARIOS = [
                 _running_without_machines,
             ),
             Step("delete the pool", _delete, lambda objs: objs["MachinePool"] is None),
+        ],
+    ),
+    Scenario(
+        "drain-rules",
+        [
+            Step(
+                "create with MachineDrainRules and a control-plane Machine",
+                _create_with_drain_rules,
+                running(1),
+            ),
+            Step("run a pod for each rule on the Node", _run_pods, running(1)),
+            Step(
+                "scale to 0: the drain evicts the order-0 pod only", _scale_down_to_drain, _draining
+            ),
+            Step(
+                "the WaitCompleted pod ends: the order-10 pod is evicted, the Node goes",
+                _complete_batch,
+                lambda objs: not objs["Machines"] and not objs["Nodes"],
+            ),
         ],
     ),
     Scenario(

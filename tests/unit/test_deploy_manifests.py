@@ -138,6 +138,7 @@ def test_events_are_recorded_with_events_k8s_io(component: str) -> None:
 # Resources the code names that live in workload clusters, reached with each Cluster's
 # kubeconfig credentials rather than the manager's ServiceAccount.
 WORKLOAD_ONLY = {
+    ("", "namespaces"),  # read by a drain, for MachineDrainRules' namespaceSelectors
     ("", "nodes"),
     ("", "pods"),
     ("policy", "poddisruptionbudgets"),

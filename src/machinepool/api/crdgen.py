@@ -10,6 +10,7 @@ Webhook strategy and its caBundle when it registers itself.
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ def _version(version: VersionInfo) -> dict[str, Any]:
         "name": version.name,
         "served": version.served,
         "storage": version.storage,
-        "schema": {"openAPIV3Schema": root_schema(version.model)},
+        # A copy: versions sharing a model must not share its markers' objects (YAML aliases).
+        "schema": {"openAPIV3Schema": copy.deepcopy(root_schema(version.model))},
     }
     if version.deprecated:
         entry["deprecated"] = True

@@ -14,6 +14,7 @@ from machinepool.api import (
 from machinepool.api.bootstrap_v1beta2 import KubeadmConfig, KubeadmConfigTemplate
 from machinepool.api.core_v1beta1 import V1Beta1MachinePool
 from machinepool.api.core_v1beta2 import Cluster, Machine, MachinePool
+from machinepool.api.drainrule import MachineDrainRule
 from machinepool.api.healthcheck import MachineHealthCheck, V1Beta1MachineHealthCheck
 from machinepool.api.registry import (
     KindInfo,
@@ -32,6 +33,8 @@ __all__ = [
     "KUBEADM_CONFIG_TEMPLATES",
     "MACHINE",
     "MACHINES",
+    "MACHINE_DRAIN_RULE",
+    "MACHINE_DRAIN_RULES",
     "MACHINE_HEALTH_CHECK",
     "MACHINE_HEALTH_CHECKS",
     "MACHINE_POOL",
@@ -309,11 +312,49 @@ KUBEADM_CONFIG_TEMPLATE = register_kind(
     )
 )
 
+_DRAIN_RULE_COLUMNS = (
+    PrinterColumn("Behavior", "string", ".spec.drain.behavior", "Drain behavior"),
+    PrinterColumn("Order", "string", ".spec.drain.order", "Drain order"),
+    _AGE,
+)
+MACHINE_DRAIN_RULE = register_kind(
+    KindInfo(
+        group=c.CLUSTER_GROUP,
+        kind="MachineDrainRule",
+        plural="machinedrainrules",
+        singular="machinedrainrule",
+        categories=("cluster-api",),
+        labels=_CORE_LABELS,
+        versions=(
+            # One schema for both, as upstream's: conversion only renames the version.
+            VersionInfo(
+                name=c.V1BETA2,
+                model=MachineDrainRule,
+                storage=True,
+                status_subresource=False,
+                printer_columns=_DRAIN_RULE_COLUMNS,
+            ),
+            VersionInfo(
+                name=c.V1BETA1,
+                model=MachineDrainRule,
+                deprecated=True,
+                deprecation_warning=(
+                    "cluster.x-k8s.io/v1beta1 MachineDrainRule is deprecated; "
+                    "use cluster.x-k8s.io/v1beta2 MachineDrainRule"
+                ),
+                status_subresource=False,
+                printer_columns=_DRAIN_RULE_COLUMNS,
+            ),
+        ),
+    )
+)
+
 # The Resources every component reads and writes these kinds through, at their storage version
 # (the v1beta2 contract); a test that needs another served version asks ``KindInfo.resource``.
 MACHINE_POOLS = MACHINE_POOL.resource()
 MACHINES = MACHINE.resource()
 MACHINE_HEALTH_CHECKS = MACHINE_HEALTH_CHECK.resource()
+MACHINE_DRAIN_RULES = MACHINE_DRAIN_RULE.resource()
 CLUSTERS = CLUSTER.resource()
 KUBEADM_CONFIGS = KUBEADM_CONFIG.resource()
 KUBEADM_CONFIG_TEMPLATES = KUBEADM_CONFIG_TEMPLATE.resource()

@@ -427,6 +427,7 @@ class ClusterSpecView(View):
     MODEL = v1beta2.ClusterSpec
     paused = Field[bool | None]()
     control_plane_endpoint = Nested(APIEndpointView)
+    control_plane_ref = Nested(ReferenceView)
 
 
 class ClusterInitializationView(View):

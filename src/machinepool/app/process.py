@@ -180,11 +180,14 @@ def _sharded_kinds(options: Options) -> frozenset[Resource]:
 
 def _watch_filtered(resource: Resource) -> bool:
     """Kinds of the Cluster API groups (core, bootstrap, infrastructure, control plane) but
-    Cluster: a pool's reconcile reads its Cluster as upstream's does, from a cache that the
-    watch filter does not narrow, so a user who labels the pool and its templates but not the
-    Cluster still gets a working pool (Clusters are few, so caching all of them is cheap)."""
+    Cluster and MachineDrainRule. Not Cluster: a pool's reconcile reads its Cluster as
+    upstream's does, from a cache that the watch filter does not narrow, so a user who labels
+    the pool and its templates but not the Cluster still gets a working pool (Clusters are
+    few, so caching all of them is cheap).
+    Nor MachineDrainRule: upstream's drain follows every rule of the Machine's namespace,
+    labelled or not."""
     in_group = resource.group == c.CLUSTER_GROUP or resource.group.endswith("." + c.CLUSTER_GROUP)
-    return in_group and resource.kind != "Cluster"
+    return in_group and resource.kind not in ("Cluster", "MachineDrainRule")
 
 
 def cache_scope(options: Options) -> CacheScope:

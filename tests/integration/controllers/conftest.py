@@ -52,6 +52,9 @@ INFRA_GROUP = "infrastructure.test.machinepool.dev"
 INFRA_VERSION = "v1alpha1"
 TEST_POOLS = Resource(INFRA_GROUP, INFRA_VERSION, "testmachinepools", "TestMachinePool")
 TEST_MACHINES = Resource(INFRA_GROUP, INFRA_VERSION, "testmachines", "TestMachine")
+TEST_CONTROL_PLANES = Resource(
+    "controlplane.test.machinepool.dev", INFRA_VERSION, "testcontrolplanes", "TestControlPlane"
+)
 WAIT = 60.0
 
 
@@ -104,10 +107,10 @@ def _core_access() -> Obj:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def infra_crds(client: Client, crds: list[str]) -> None:
-    for res in (TEST_POOLS, TEST_MACHINES):
+    for res in (TEST_POOLS, TEST_MACHINES, TEST_CONTROL_PLANES):
         await client.apply(CRDS, _crd(res), field_manager="machinepool-tests")
     await client.apply(CLUSTER_ROLES, _core_access(), field_manager="machinepool-tests")
-    for res in (TEST_POOLS, TEST_MACHINES):
+    for res in (TEST_POOLS, TEST_MACHINES, TEST_CONTROL_PLANES):
         for _ in range(300):
             try:
                 await client.list(res, "default")

@@ -12,14 +12,35 @@ left untouched."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+import pytest
+from tests.support import eventually
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
+from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.api.meta import dig
-from machinepool.runtime import NODES, PDBS, PERSISTENT_VOLUMES, PODS, Client, Obj, Resource
+from machinepool.runtime import (
+    NODES,
+    PDBS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    AlreadyExists,
+    Client,
+    Obj,
+    Resource,
+)
 
-from .conftest import INFRA_GROUP, TEST_MACHINES, TEST_POOLS, Env, _now, cond
+from .conftest import (
+    INFRA_GROUP,
+    TEST_CONTROL_PLANES,
+    TEST_MACHINES,
+    TEST_POOLS,
+    Env,
+    _now,
+    cond,
+)
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
 
@@ -676,3 +697,219 @@ async def test_drain_label_skips_pods_or_waits_for_them_to_complete(env: Env) ->
     await _gone(env)
     skipped = await env.wclient.get(PODS, "skipped", "default")
     assert not skipped["metadata"].get("deletionTimestamp"), "skipped was evicted"
+
+
+def _drain_rule(name: str, behavior: str, order: int | None = None, **spec: object) -> Obj:
+    drain: dict[str, object] = {"behavior": behavior}
+    if order is not None:
+        drain["order"] = order
+    return {
+        "apiVersion": MACHINE_DRAIN_RULES.api_version,
+        "kind": "MachineDrainRule",
+        "metadata": {"name": name},
+        "spec": {"drain": drain, **spec},
+    }
+
+
+async def _touch_node(env: Env, value: str) -> None:
+    """Edit the Node: a change to its annotations brings its Machine back at once, where the
+    drain would come back on its own only after its 20-second interval."""
+    patch = {"metadata": {"annotations": {"test.machinepool.dev/touched": value}}}
+    await env.wclient.patch(NODES, "n0", patch)
+
+
+async def test_machine_drain_rules_skip_wait_for_and_order_pods(env: Env) -> None:
+    """MachineDrainRules of the Machine's namespace choose what its drain does: a Skip rule's
+    pods stay, a WaitCompleted rule's are waited for, a Drain rule of order 10 holds its pods
+    until those of order 0 are gone; a rule whose Machine selector does not select the Machine
+    changes nothing."""
+
+    def apps(name: str) -> list[dict[str, object]]:
+        return [{"selector": {"matchLabels": {"app": name}}}]
+
+    rules = [
+        _drain_rule("a-agents", "Skip", pods=apps("agent")),
+        _drain_rule("b-db-last", "Drain", 10, pods=apps("db")),
+        _drain_rule("c-batch", "WaitCompleted", pods=apps("batch")),
+        _drain_rule(
+            "d-other-pools", "Skip", machines=[{"selector": {"matchLabels": {"pool": "other"}}}]
+        ),
+    ]
+    for body in rules:
+        await env.client.create(MACHINE_DRAIN_RULES, body, env.namespace)
+    await _pool_machine(env)
+    for app in ("agent", "batch", "db", "web"):
+        await _running_pod(env.wclient, app, "n0", {"app": app})
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0", lambda m: "after those" in cond(m, c.DELETING_CONDITION).get("message", "")
+    )
+    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+        "Draining Node: 3 pods remaining, waiting for completion: default/batch,"
+        " evicted after those: default/db"
+    )
+
+    async def evicted(name: str) -> bool:
+        pod = await env.wclient.get(PODS, name, "default")
+        return bool(pod["metadata"].get("deletionTimestamp"))
+
+    assert await evicted("web")
+    for name in ("agent", "batch", "db"):
+        assert not await evicted(name), f"{name} was evicted in the first round"
+
+    # The order-0 pods leave (no kubelet here to confirm a graceful end): db goes next.
+    for name in ("web", "batch"):
+        await env.wclient.delete(PODS, name, "default", grace_period_seconds=0)
+    await _touch_node(env, "1")
+    await eventually(lambda: evicted("db"), "db evicted")
+    await env.wclient.delete(PODS, "db", "default", grace_period_seconds=0)
+    await _touch_node(env, "2")
+    await _gone(env)
+    assert not await evicted("agent"), "the Skip rule's pod was evicted"
+
+
+@pytest.mark.parametrize("externally_managed", [False, True])
+async def test_node_left_alone_without_a_control_plane_machine(
+    env: Env, externally_managed: bool
+) -> None:
+    """A Cluster whose controlPlaneRef names a control plane that is not externally managed
+    and that has no control-plane Machine left: as upstream, a deleted pool Machine's Node is
+    neither drained (nor cordoned) nor deleted. An externally managed one (EKS, AKS, GKE) has
+    no such Machines to count: the Node is drained and deleted."""
+    control_plane = {
+        "apiVersion": TEST_CONTROL_PLANES.api_version,
+        "kind": TEST_CONTROL_PLANES.kind,
+        "metadata": {"name": "cp"},
+    }
+    await env.client.create(TEST_CONTROL_PLANES, control_plane, env.namespace)
+    if externally_managed:
+        managed = {"status": {"externalManagedControlPlane": True}}
+        await env.client.patch(
+            TEST_CONTROL_PLANES, "cp", managed, env.namespace, subresource="status"
+        )
+    ref = {"apiGroup": TEST_CONTROL_PLANES.group, "kind": TEST_CONTROL_PLANES.kind, "name": "cp"}
+    await env.client.patch(
+        CLUSTERS, env.cluster_name, {"spec": {"controlPlaneRef": ref}}, env.namespace
+    )
+    await _pool_machine(env)
+    await _delete_machine(env)
+
+    if externally_managed:
+        await _gone(env)
+        return
+    assert await env.machines.until("m0", lambda m: m is None) is None
+    node = env.nodes.get("n0")
+    assert node is not None, "the Node was deleted"
+    assert not node["spec"].get("unschedulable"), "the Node was cordoned"
+
+
+async def test_a_drain_rule_it_cannot_apply_says_draining_failed(env: Env) -> None:
+    """A MachineDrainRule with an invalid selector (upstream's webhook refuses it, ours has
+    none for the kind) fails the drain as upstream's does: DrainingSucceeded False
+    DrainingFailed with the error, a Warning, retried; once the rule is gone the drain runs."""
+    bad = _drain_rule(
+        "bad", "Skip", pods=[{"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}]
+    )
+    await env.client.create(MACHINE_DRAIN_RULES, bad, env.namespace)
+    await _pool_machine(env)
+    await _delete_machine(env)
+
+    machine = await env.machines.until(
+        "m0",
+        lambda m: (
+            cond(m, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True).get("reason")
+            == c.V1BETA1_DRAINING_FAILED_REASON
+        ),
+    )
+    failed = cond(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
+    assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
+    assert "MachineDrainRule bad" in failed["message"]
+    deleting = cond(machine, c.DELETING_CONDITION)
+    assert (deleting["reason"], deleting["message"]) == (
+        c.DRAINING_NODE_REASON,
+        "Error draining Node, please check controller logs for errors",
+    )
+    await env.client.delete(MACHINE_DRAIN_RULES, "bad", env.namespace)
+    await _gone(env)
+
+
+_ADMISSION = "admissionregistration.k8s.io"
+_POLICIES = Resource(
+    _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
+)
+_POLICY_BINDINGS = Resource(
+    _ADMISSION,
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+)
+
+
+async def test_a_node_deletion_refused_says_deletion_failed(env: Env) -> None:
+    """The workload cluster refuses to delete the Node (an admission policy): as upstream,
+    the Machine says NodeHealthy False DeletionFailed (a Warning) and Deleting DeletingNode,
+    and keeps trying; once the Node may go, it goes and the Machine is released."""
+    policy = {
+        "metadata": {"name": "keep-nodes"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["DELETE"],
+                        "resources": ["nodes"],
+                    }
+                ]
+            },
+            "validations": [{"expression": "false", "message": "Nodes are kept"}],
+        },
+    }
+    binding = {
+        "metadata": {"name": "keep-nodes"},
+        "spec": {"policyName": "keep-nodes", "validationActions": ["Deny"]},
+    }
+    await env.wclient.create(_POLICIES, policy)
+    await env.wclient.create(_POLICY_BINDINGS, binding)
+    probe: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "keep-probe"}}
+
+    async def deletion_refused() -> bool:
+        """Whether the policy is in force yet (the apiserver loads it a moment later)."""
+        with contextlib.suppress(AlreadyExists):
+            await env.wclient.create(NODES, probe)
+        try:
+            await env.wclient.delete(NODES, "keep-probe")
+        except Exception:
+            return True
+        return False
+
+    async def probe_deleted() -> bool:
+        return not await deletion_refused()
+
+    await eventually(deletion_refused, "the admission policy in force")
+    try:
+        await _pool_machine(env)
+        await _delete_machine(env)
+        machine = await env.machines.until(
+            "m0",
+            lambda m: (
+                cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("reason")
+                == c.V1BETA1_DELETION_FAILED_REASON
+            ),
+        )
+        failed = cond(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
+        assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
+        deleting = cond(machine, c.DELETING_CONDITION)
+        assert (deleting["reason"], deleting["message"]) == (
+            c.DELETING_NODE_REASON,
+            "Error deleting Node, please check controller logs for errors",
+        )
+        assert env.nodes.get("n0") is not None
+    finally:
+        await env.wclient.delete(_POLICY_BINDINGS, "keep-nodes")
+        await env.wclient.delete(_POLICIES, "keep-nodes")
+        await eventually(probe_deleted, "the admission policy gone")
+    await _gone(env)

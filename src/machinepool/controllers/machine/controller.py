@@ -9,7 +9,10 @@ detached (until ``nodeVolumeDetachTimeoutSeconds``), waits for its pre-terminate
 deletes the infra machine and waits for it, deletes the Node (unless
 ``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer; as upstream, the drain and the
 volume wait are skipped once the infra machine is gone or going, and the Node is left alone
-(no pre-drain hooks, drain, volume wait or Node deletion) while the Cluster is being deleted.
+(no pre-drain hooks, drain, volume wait or Node deletion) while the Cluster is being deleted
+and, for a Cluster with a controlPlaneRef, while its control plane is being deleted or when no
+control-plane Machine is left of a control plane that is not externally managed. The drain
+follows the MachineDrainRules of the Machine's namespace.
 While its Cluster or the Machine itself is paused it only reports so (the Paused condition).
 A Machine whose Cluster does not exist is retried with backoff and left untouched, as upstream
 leaves it. Machines not controlled by a MachinePool are left to whoever owns them. Upstream's
@@ -25,7 +28,7 @@ from datetime import timedelta
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.contract import InfraMachine
-from machinepool.api.kinds import CLUSTERS, MACHINES
+from machinepool.api.kinds import CLUSTERS, MACHINE_DRAIN_RULES, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
 from machinepool.controllers.common import (
@@ -160,9 +163,15 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
 
 def cluster_inputs(cluster: Obj) -> tuple[object, ...]:
     """What a pool Machine reads from its Cluster (``Controller.watch``'s ``inputs``): whether
-    it is paused, and whether it is being deleted (the Node is then left alone)."""
+    it is paused, whether it is being deleted and its controlPlaneRef (both decide whether the
+    Node is left alone), and its labels (MachineDrainRules select Clusters by them)."""
     view = ClusterView(cluster)
-    return bool(view.spec.paused), view.deleting
+    return (
+        bool(view.spec.paused),
+        view.deleting,
+        view.spec.control_plane_ref.raw,
+        view.metadata.labels,
+    )
 
 
 class ClusterNotFound(ExpectedError):
@@ -189,6 +198,7 @@ class MachineReconciler:
         )
         self.machines: Informer
         self.clusters: Informer
+        self.drain_rules: Informer
         self.reader: OwnReader
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
@@ -207,6 +217,9 @@ class MachineReconciler:
         # controller waits for one).
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.controller.watch(self.clusters, self._cluster_mapper, cluster_inputs)
+        # Read by each drain round (as upstream's drain reads them, without a watch: a drain
+        # comes back every DRAIN_RETRY seconds anyway).
+        self.drain_rules = await self.cache.get_informer(MACHINE_DRAIN_RULES)
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         meta = ClusterView(cluster).metadata
@@ -286,6 +299,8 @@ class MachineReconciler:
         # A chain: the deletion and the Node bookkeeping both need what observe found.
         phases = DELETE_PHASES if machine.deleting else NORMAL_PHASES
         outcome = await run_phases(scope, phases, chain=True)
+        if machine.deleting:
+            status.set_deleting_conditions(machine, scope.infra_machine, scope.node, now())
         set_up_to_date(machine)
         status.set_phase(machine)
         status.set_v1beta1_ready(machine)
@@ -503,16 +518,42 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     return True
 
 
-def _node_deletion_allowed(scope: Scope) -> bool:
-    """Whether the deletion may touch the Node (its pre-drain hooks, drain, volume wait and
+async def _node_left_alone(scope: Scope) -> str | None:
+    """Why the deletion must not touch the Node (its pre-drain hooks, drain, volume wait and
     the Node's deletion), as upstream's ``isDeleteNodeAllowed`` decides it for a pool
-    Machine: not while the Cluster is being deleted (the workload cluster goes as a whole),
-    nor for a Machine that never had a Node. Upstream also leaves the Node when no
-    control-plane Machine is left; that rule is not applied here (see
-    docs/upstream-differences.md)."""
+    Machine, or ``None`` when it may: not while the Cluster is being deleted (the workload
+    cluster goes as a whole), nor for a Machine that never had a Node; and for a Cluster with
+    a ``controlPlaneRef``, not while that control-plane object is being deleted, nor when the
+    control plane is not externally managed (``status.externalManagedControlPlane``) and no
+    control-plane Machine of the Cluster is left. A Cluster without a ``controlPlaneRef`` is
+    not held to that count (upstream's is): see docs/upstream-differences.md."""
     if scope.cluster.deleting:
-        return False
-    return scope.node is not None or bool(scope.machine.status.node_ref.name)
+        return "its Cluster is being deleted"
+    if scope.node is None and not scope.machine.status.node_ref.name:
+        return "it has no Node"
+    ref = scope.cluster.spec.control_plane_ref
+    if not (ref.kind and ref.name):
+        return None
+    reconciler, namespace = scope.reconciler, scope.key.namespace
+    control_plane: Obj | None = None
+    try:
+        resource = await reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
+        control_plane = await reconciler.client.get(resource, str(ref.name), namespace)
+    except NotFound:
+        log.info(
+            "the control-plane object of the Cluster does not exist",
+            control_plane=ref_text(str(ref.kind), namespace, str(ref.name)),
+        )
+    if control_plane is not None:
+        if dig(control_plane, "metadata", "deletionTimestamp"):
+            return "its control plane is being deleted"
+        if dig(control_plane, "status", "externalManagedControlPlane") is True:
+            return None
+    selector = f"{c.CLUSTER_NAME_LABEL}={scope.cluster_key.name},{c.CONTROL_PLANE_LABEL}"
+    found = await reconciler.client.list(MACHINES, namespace, label_selector=selector)
+    if not any(not dig(m, "metadata", "deletionTimestamp") for m in found.items):
+        return "its Cluster has no control-plane Machine left"
+    return None
 
 
 async def reconcile_delete(scope: Scope) -> Result:
@@ -526,10 +567,11 @@ async def reconcile_delete(scope: Scope) -> Result:
         _deleting(scope, c.DELETION_COMPLETED_REASON, "moved by clusterctl")
         return Result()
     wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
-    node_allowed = _node_deletion_allowed(scope)
-    if not node_allowed and scope.node is not None:
+    why = await _node_left_alone(scope)
+    node_allowed = why is None
+    if why is not None and scope.node is not None:
         log.info(
-            "leaving the Node of a deleted Machine alone: its Cluster is being deleted",
+            f"leaving the Node of a deleted Machine alone: {why}",
             node=str(dig(scope.node, "metadata", "name")),
             machine=str(scope.key),
         )
@@ -586,8 +628,17 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         deletion.node_drain_start_time, machine.spec.deletion.node_drain_timeout_seconds
     )
     if not passed:
-        await drain.cordon(wclient, node)
-        result = await drain.drain(wclient, node, now())
+        try:
+            rules = drain.machine_rules(
+                scope.reconciler.drain_rules.list(scope.key.namespace),
+                machine.raw,
+                scope.cluster.raw,
+            )
+            await drain.cordon(wclient, node)
+            result = await drain.drain(wclient, node, now(), rules)
+        except Exception as exc:
+            await _drain_failed(scope, node, exc)
+            raise
         if not result.done:
             _deleting(scope, c.DRAINING_NODE_REASON, result.message())
             set_v1beta1_condition(
@@ -604,6 +655,24 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         status.v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
     )
     return None
+
+
+async def _drain_failed(scope: Scope, node: Obj, exc: Exception) -> None:
+    """A drain round failed (a rule it cannot apply, the workload cluster's API): say so as
+    upstream does, DrainingSucceeded False DrainingFailed with the error and a Warning event;
+    the reconcile fails and is retried with backoff."""
+    set_v1beta1_condition(
+        status.v1beta1_conditions(scope.machine),
+        c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
+        False,
+        c.V1BETA1_DRAINING_FAILED_REASON,
+        str(exc),
+        c.SEVERITY_WARNING,
+    )
+    message = "Error draining Node, please check controller logs for errors"
+    _deleting(scope, c.DRAINING_NODE_REASON, message)
+    why = f"error draining Machine's node {dig(node, 'metadata', 'name')}: {exc}"
+    await scope.reconciler.recorder.event(scope.machine.raw, "Warning", "FailedDrainNode", why)
 
 
 def _volume_detach_allowed(machine: MachineView, infra_machine: Obj | None) -> bool:
@@ -680,7 +749,27 @@ async def _delete_node(scope: Scope) -> None:
         return
     name = str(dig(node, "metadata", "name"))
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
-    if await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node):
+    try:
+        deleted = await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node)
+    except NotFound:
+        return
+    except Exception as exc:
+        # As upstream says it: NodeHealthy False DeletionFailed, a Warning event; the
+        # reconcile fails and is retried until nodeDeletionTimeoutSeconds lets the Node be.
+        set_v1beta1_condition(
+            status.v1beta1_conditions(machine),
+            c.V1BETA1_NODE_HEALTHY_CONDITION,
+            False,
+            c.V1BETA1_DELETION_FAILED_REASON,
+            "",
+            c.SEVERITY_WARNING,
+        )
+        message = "Error deleting Node, please check controller logs for errors"
+        _deleting(scope, c.DELETING_NODE_REASON, message)
+        why = f"error deleting Machine's Node: {exc}"
+        await scope.reconciler.recorder.event(machine.raw, "Warning", "FailedDeleteNode", why)
+        raise
+    if deleted:
         log.info("deleted the Node of a deleted Machine", node=name, machine=str(scope.key))
 
 

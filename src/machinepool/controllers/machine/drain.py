@@ -7,6 +7,13 @@ and upstream do, and so are pods whose ``cluster.x-k8s.io/drain`` label says ``s
 labelled ``wait-completed`` is not evicted either, but the drain waits until it has left the
 Node (its workload finishes and removes it), as upstream's drain does.
 
+MachineDrainRules (``machine_rules``, ``pod_drain``) choose the same for the pods they select,
+on the Machines they select: the first rule by name that selects a pod decides (a pod's own
+label comes first), and a rule's ``order`` sequences the drain: only pods of the lowest order
+still on the Node are evicted or waited for, the rest after them, as upstream's drain does.
+A rule that cannot be applied (an invalid selector, an unknown behaviour) fails the drain
+(``DrainError``), as upstream's does, until it is fixed.
+
 On an unreachable Node (Ready Unknown) no kubelet will ever confirm a pod's end, so, as
 upstream's drain does there, evictions ask for a 1-second grace period and pods whose
 deletionTimestamp passed more than a second ago count as gone: otherwise a dead Node's drain
@@ -15,12 +22,23 @@ would wait forever and block its remediation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.meta import dig, parse_time
-from machinepool.runtime import NODES, PODS, Client, NotFound, Obj, TooManyRequests
+from machinepool.controllers.machinehealthcheck.selector import matches
+from machinepool.runtime import (
+    NAMESPACES,
+    NODES,
+    PODS,
+    Client,
+    ExpectedError,
+    NotFound,
+    Obj,
+    TooManyRequests,
+)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 UNREACHABLE_GRACE_SECONDS = 1
@@ -37,7 +55,12 @@ class DrainResult:
     blocked: list[str] = field(default_factory=list)
     """Eviction refusals (PDB or otherwise), one message per pod."""
     completing: list[str] = field(default_factory=list)
-    """``ns/name`` of pods labelled ``wait-completed``: not evicted, waited for."""
+    """``ns/name`` of pods labelled (or ruled) ``wait-completed``: not evicted, waited for."""
+    evict_later: list[str] = field(default_factory=list)
+    """``ns/name`` of pods a MachineDrainRule orders after pods still on the Node: evicted
+    once those are gone."""
+    complete_later: list[str] = field(default_factory=list)
+    """``ns/name`` of ``WaitCompleted`` pods ordered after pods still on the Node."""
     terminating: list[str] = field(default_factory=list)
     """``ns/name`` of pods being deleted that still exist: their containers are stopping
     within their grace period, or a finalizer holds the object."""
@@ -71,7 +94,19 @@ class DrainResult:
         if self.blocked:
             shown = "; ".join(self.blocked[:3])
             parts.append(f"evictions refused: {shown}" + (" ..." if len(self.blocked) > 3 else ""))
+        for later, what in (
+            (self.evict_later, "evicted"),
+            (self.complete_later, "waited for"),
+        ):
+            if later:
+                shown = ", ".join(later[:3])
+                parts.append(f"{what} after those: {shown}" + (" ..." if len(later) > 3 else ""))
         return ", ".join(parts)
+
+
+class DrainError(ExpectedError):
+    """A drain round cannot run: a MachineDrainRule that cannot be applied, a pod whose
+    namespace is not found. The Machine says so (DrainingSucceeded False, DrainingFailed)."""
 
 
 def should_evict(pod: Obj) -> bool:
@@ -100,6 +135,107 @@ def drain_behaviour(pod: Obj) -> str:
     if value.replace("-", "", 1).lower() == WAIT_COMPLETED.lower():
         return WAIT_COMPLETED
     return DRAIN
+
+
+SELECTOR_OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist"}
+
+
+def selector_problem(selector: object) -> str | None:
+    """Why a label selector of a MachineDrainRule is invalid, or ``None`` (pure): an unknown
+    operator, In or NotIn without values, Exists or DoesNotExist with some."""
+    if not isinstance(selector, Mapping):
+        return None
+    for expr in selector.get("matchExpressions") or []:
+        operator, values = dig(expr, "operator"), dig(expr, "values") or []
+        if operator not in SELECTOR_OPERATORS:
+            return f"{operator!r} is not a valid label selector operator"
+        if operator in ("In", "NotIn") and not values:
+            return f"values must be given for operator {operator}"
+        if operator in ("Exists", "DoesNotExist") and values:
+            return f"values must be empty for operator {operator}"
+    return None
+
+
+def _selects(selector: object, labels: Mapping[str, str]) -> bool:
+    """A rule's selector: missing or empty selects everything (pure)."""
+    if not isinstance(selector, Mapping):
+        return True
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return True
+    return matches(selector, labels)
+
+
+def _labels(obj: Obj | None) -> dict[str, str]:
+    return dict(dig(obj, "metadata", "labels", default=None) or {})
+
+
+def machine_rules(rules: Sequence[Obj], machine: Obj, cluster: Obj) -> list[Obj]:
+    """The MachineDrainRules (of the Machine's namespace) that apply to ``machine``, by name
+    (pure): those without ``spec.machines``, and those with an entry whose selector selects
+    the Machine and whose clusterSelector its Cluster. Any rule with an invalid selector fails
+    the drain (``DrainError``), as upstream's does."""
+    problems = []
+    for rule in rules:
+        entries = [*(dig(rule, "spec", "machines") or []), *(dig(rule, "spec", "pods") or [])]
+        for entry in entries:
+            for key in ("selector", "clusterSelector", "namespaceSelector"):
+                problem = selector_problem(dig(entry, key))
+                if problem:
+                    problems.append(f"MachineDrainRule {dig(rule, 'metadata', 'name')}: {problem}")
+    if problems:
+        raise DrainError("invalid selectors: " + "; ".join(sorted(set(problems))))
+    applying = [
+        rule
+        for rule in rules
+        if not dig(rule, "spec", "machines")
+        or any(
+            _selects(dig(entry, "selector"), _labels(machine))
+            and _selects(dig(entry, "clusterSelector"), _labels(cluster))
+            for entry in dig(rule, "spec", "machines")
+        )
+    ]
+    return sorted(applying, key=lambda rule: str(dig(rule, "metadata", "name")))
+
+
+def pod_drain(
+    pod: Obj, rules: Sequence[Obj], namespaces: Mapping[str, Mapping[str, str]]
+) -> tuple[str, int]:
+    """(behaviour, order) for one pod the drain may move (pure): its ``cluster.x-k8s.io/drain``
+    label if it says Skip or WaitCompleted, else the first of ``rules`` (``machine_rules``)
+    that selects it (its pods' selector, and their namespaceSelector against ``namespaces``,
+    each namespace's labels), else Drain at order 0. As upstream's: only a Drain rule's order
+    counts, WaitCompleted is waited for at order 0."""
+    behaviour = drain_behaviour(pod)
+    if behaviour != DRAIN or not rules:
+        return behaviour, 0
+    namespace = str(dig(pod, "metadata", "namespace"))
+    if namespace not in namespaces:
+        raise DrainError(f"Pod {namespace}/{dig(pod, 'metadata', 'name')}: Namespace not found")
+    for rule in rules:
+        entries = dig(rule, "spec", "pods") or []
+        if entries and not any(
+            _selects(dig(entry, "selector"), _labels(pod))
+            and _selects(dig(entry, "namespaceSelector"), namespaces[namespace])
+            for entry in entries
+        ):
+            continue
+        chosen = dig(rule, "spec", "drain", "behavior")
+        if chosen == DRAIN:
+            order = dig(rule, "spec", "drain", "order")
+            return DRAIN, order if isinstance(order, int) else 0
+        if chosen in (SKIP, WAIT_COMPLETED):
+            return str(chosen), 0
+        raise DrainError(
+            f"MachineDrainRule {dig(rule, 'metadata', 'name')} has an unknown"
+            f" spec.drain.behavior: {chosen!r}"
+        )
+    return DRAIN, 0
+
+
+async def namespace_labels(client: Client) -> dict[str, dict[str, str]]:
+    """Each namespace of the workload cluster and its labels, for rules' namespaceSelectors."""
+    found = await client.list(NAMESPACES)
+    return {str(dig(ns, "metadata", "name")): _labels(ns) for ns in found.items}
 
 
 async def cordon(client: Client, node: Obj) -> None:
@@ -132,38 +268,53 @@ def seconds_until_skipped(pod: Obj, at: datetime) -> float | None:
     return UNREACHABLE_GRACE_SECONDS + 1 - since
 
 
-async def drain(client: Client, node: Obj, at: datetime) -> DrainResult:
-    """One round of evictions from ``node`` at time ``at``."""
+async def drain(client: Client, node: Obj, at: datetime, rules: Sequence[Obj] = ()) -> DrainResult:
+    """One round of evictions from ``node`` at time ``at``, following ``rules`` (the
+    MachineDrainRules that apply to its Machine: ``machine_rules``)."""
     node_name = str(dig(node, "metadata", "name"))
     unreachable = node_unreachable(node)
     pods = await client.list(PODS, field_selector=f"spec.nodeName={node_name}")
-    result = DrainResult()
-    for pod in pods.items:
+    namespaces = await namespace_labels(client) if rules else {}
+    moving: list[tuple[Obj, str, int, float | None]] = []
+    for pod in sorted(pods.items, key=_pod_key):
         if not should_evict(pod):
             continue
         wait = seconds_until_skipped(pod, at) if unreachable else None
         if wait is not None and wait <= 0:
             continue  # its kubelet is gone and will never confirm the end
-        behaviour = drain_behaviour(pod)
-        if behaviour == SKIP:
-            continue
+        behaviour, order = pod_drain(pod, rules, namespaces)
+        if behaviour != SKIP:
+            moving.append((pod, behaviour, order, wait))
+    # Only pods of the lowest order still on the Node are evicted or waited for now.
+    first = min((order for _, _, order, _ in moving), default=0)
+    result = DrainResult()
+    for pod, behaviour, order, wait in moving:
         ns, name = dig(pod, "metadata", "namespace"), dig(pod, "metadata", "name")
-        result.remaining.append(f"{ns}/{name}")
+        key = _pod_key(pod)
+        result.remaining.append(key)
         if behaviour == WAIT_COMPLETED:
-            result.completing.append(f"{ns}/{name}")
-            continue  # its owner ends it; the drain only waits
+            # Its owner ends it; the drain only waits.
+            (result.completing if order == first else result.complete_later).append(key)
+            continue
         if dig(pod, "metadata", "deletionTimestamp"):
-            result.terminating.append(f"{ns}/{name}")
+            result.terminating.append(key)
             result.soonest(wait)
             continue  # already going; wait for it
+        if order != first:
+            result.evict_later.append(key)
+            continue
         try:
             if not await _evict(client, ns, name, unreachable):
-                result.remaining.remove(f"{ns}/{name}")
+                result.remaining.remove(key)
             elif unreachable:  # its deletionTimestamp is now + grace
                 result.soonest(2 * UNREACHABLE_GRACE_SECONDS + 1)
         except TooManyRequests as exc:
-            result.blocked.append(f"{ns}/{name}: {exc.message}")
+            result.blocked.append(f"{key}: {exc.message}")
     return result
+
+
+def _pod_key(pod: Obj) -> str:
+    return f"{dig(pod, 'metadata', 'namespace')}/{dig(pod, 'metadata', 'name')}"
 
 
 async def _evict(client: Client, namespace: str, name: str, unreachable: bool) -> bool:

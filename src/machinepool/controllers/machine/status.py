@@ -225,6 +225,37 @@ def set_machine_conditions(
     set_condition(conditions, c.UPDATING_CONDITION, False, c.NOT_UPDATING_REASON, "", generation)
 
 
+def set_deleting_conditions(
+    machine: MachineView, infra_machine: Obj | None, node: Obj | None, at: datetime
+) -> None:
+    """The conditions of a Machine being deleted, as upstream keeps them: those of a live
+    Machine for its current generation (the deletion moved it), but Ready and Available
+    False while the deletion runs, Ready saying which stage it is at (upstream's summary of
+    its Deleting condition, which ``controller`` sets)."""
+    conditions = machine_conditions(machine)
+    deleting = next(
+        (x for x in conditions if isinstance(x, dict) and x.get("type") == c.DELETING_CONDITION),
+        None,
+    )
+    # Upstream's other conditions, kept current; its Deleting condition stays as set.
+    kept = dict(deleting) if deleting is not None else None
+    set_machine_conditions(machine, infra_machine, node)
+    set_node_conditions(machine, node, at)
+    if kept is not None:
+        conditions[:] = [kept if x.get("type") == c.DELETING_CONDITION else x for x in conditions]
+    generation = machine.metadata.generation
+    stage = f", stage: {kept.get('reason')}" if kept is not None else ""
+    lines = [f"* {c.DELETING_CONDITION}: Machine deletion in progress{stage}"]
+    found = {x.get("type"): x for x in conditions if isinstance(x, dict)}
+    for type_ in _READY_INPUTS:
+        x = found.get(type_)
+        if x is not None and x.get("status") != "True":
+            lines.append(f"* {type_}: {x.get('message') or x.get('reason')}")
+    message = "\n".join(lines)
+    set_condition(conditions, c.READY_CONDITION, False, c.NOT_READY_REASON, message, generation)
+    set_condition(conditions, c.AVAILABLE_CONDITION, False, c.NOT_READY_REASON, "", generation)
+
+
 def set_infrastructure_provisioned(machine: MachineView, infra_machine: Obj | None) -> None:
     """``status.initialization.infrastructureProvisioned``: True once the infra machine said
     provisioned (v1beta2 contract) or ready (v1beta1) and the Machine has its providerID; it
