@@ -33,18 +33,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from tests.reliability.harness import ControllerProcess
-from tests.support import capa, eventually, wait_established
+from tests.support import capa, eventually
 from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api import constants as c
 from machinepool.api.meta import dig
-from machinepool.controlplane import WorkloadCluster, upstream
+from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
 from machinepool.controlplane.register import cluster_object
 from machinepool.runtime import (
-    CRDS,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -52,7 +51,6 @@ from machinepool.runtime import (
     Client,
     NotFound,
     Obj,
-    PatchType,
 )
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.capa]
@@ -245,7 +243,9 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 with contextlib.suppress(NotFound):
                     await _pool(client, ns, pool)
                     return False
-                return not await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
+                return not await asyncio.to_thread(
+                    capa.NodeAgent(env.moto, workload, pool).instances
+                )
 
             await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
             assert await _capa_hooks(client) == capa_hooks, "CAPA's admission is its own"

@@ -14,9 +14,10 @@ Where moto 5.2.1 does not play EKS, the test plays it (each stand-in below is wh
 
 - The cluster's Kubernetes API. moto gives each EKS cluster a made-up endpoint and CA with
   nothing behind them; CAPA writes them into the ``work-kubeconfig`` Secret and then talks to
-  the cluster (it needs the ``aws-node`` DaemonSet, writes the ``aws-auth`` ConfigMap), and
-  both cores watch its Nodes. Here moto runs from ``tests/support/moto_eks.py``, whose
-  clusters get the endpoint and CA of a workload kube-apiserver the test starts.
+  the cluster (it reads the ``aws-node`` DaemonSet, writes ``aws-auth`` when it has node roles
+  to map, which a managed node group is not), and both cores watch its Nodes. Here moto
+  runs from ``tests/support/moto_eks.py``, whose clusters get the endpoint and CA of a
+  workload kube-apiserver the test starts.
 - aws-iam-authenticator: CAPA's kubeconfig carries an STS presigned GetCallerIdentity URL as
   a ``k8s-aws-v1.`` token. The workload apiserver's token webhook (``TokenWebhook``) does what
   EKS's authenticator does with it: calls that URL (at moto's STS), and maps the caller it
@@ -35,8 +36,10 @@ Where moto 5.2.1 does not play EKS, the test plays it (each stand-in below is wh
   them): ``eks-controlplane`` and ``eks-nodegroup.cluster-api-provider-aws.sigs.k8s.io``.
 
 - ``test_eks_node_group_create_scale_delete``: the control plane Ready, its kubeconfig at
-  the workload cluster, CAPA's aws-auth there; a pool created at 2 is Running with two
-  providerIDs, each a Node's and an instance of the node group's Auto Scaling group; scaled
+  the workload cluster with a ``k8s-aws-v1.`` token, CAPA through it (its
+  IAMAuthenticatorConfigured condition); a pool created at 2 is Running with two
+  providerIDs, each a Node's and an instance of the node group's Auto Scaling group; CAPA
+  writes the kubeconfig anew (a fresh token, as on every control-plane reconcile); scaled
   to 3; deleted, and the node group and its group with it.
 """
 
@@ -108,6 +111,7 @@ class TokenWebhook:
     def config(self, path: Path) -> Path:
         """The kubeconfig-format file ``--authentication-token-webhook-config-file`` reads."""
         url = f"http://127.0.0.1:{self.port}/authenticate"
+        context = {"cluster": "authenticator", "user": "apiserver"}
         path.write_text(
             yaml.safe_dump(
                 {
@@ -115,9 +119,7 @@ class TokenWebhook:
                     "kind": "Config",
                     "clusters": [{"name": "authenticator", "cluster": {"server": url}}],
                     "users": [{"name": "apiserver", "user": {}}],
-                    "contexts": [
-                        {"name": "webhook", "context": {"cluster": "authenticator", "user": "apiserver"}}
-                    ],
+                    "contexts": [{"name": "webhook", "context": context}],
                     "current-context": "webhook",
                 }
             )
@@ -147,7 +149,8 @@ class TokenWebhook:
         query = parse_qs(urlsplit(url).query)
         scope, signature = query["X-Amz-Credential"][0], query["X-Amz-Signature"][0]
         auth = f"AWS4-HMAC-SHA256 Credential={scope}, SignedHeaders=host, Signature={signature}"
-        async with aiohttp.ClientSession() as http, http.get(url, headers={"Authorization": auth}) as resp:
+        headers = {"Authorization": auth}
+        async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as resp:
             found = re.search(r"<Arn>([^<]+)</Arn>", await resp.text())
             return found.group(1) if resp.status == 200 and found else None
 
@@ -199,8 +202,9 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         moto = capa.MotoServer(workdir / "moto.log", script=LAUNCHER)
         authenticator = TokenWebhook(moto.url)
         await authenticator.start()
+        webhook_config = authenticator.config(workdir / "authn.yaml")
         flags = (
-            f"--authentication-token-webhook-config-file={authenticator.config(workdir / 'authn.yaml')}",
+            f"--authentication-token-webhook-config-file={webhook_config}",
             "--authentication-token-webhook-version=v1",
         )
         workload = await asyncio.to_thread(cp.start_workload, CLUSTER, apiserver_args=flags)
@@ -431,6 +435,8 @@ async def test_eks_node_group_create_scale_delete(env: Env) -> None:
                 assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
                 instances = await asyncio.to_thread(agent.instances)
                 assert {f"aws:///{z}/{i}" for i, z in instances.items()} == ids
+                if replicas == 2:
+                    await _renew_token(client)
 
             await client.delete(MACHINE_POOLS, POOL, ns)
 
@@ -445,6 +451,21 @@ async def test_eks_node_group_create_scale_delete(env: Env) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def _renew_token(client: Client) -> None:
+    """Make CAPA reconcile the control plane, which writes the kubeconfig Secret anew with a
+    fresh token (it does so on every reconcile: EKS tokens last 15 minutes), so the core
+    reconnects to the workload cluster."""
+    name = f"{CLUSTER}-kubeconfig"
+    before = (await client.get(SECRETS, name, NAMESPACE))["data"]["value"]
+    touch = {"metadata": {"annotations": {"test.machinepool.io/touched": "1"}}}
+    await client.patch(CONTROL_PLANES, CONTROL_PLANE, touch, NAMESPACE)
+
+    async def renewed() -> bool:
+        return bool((await client.get(SECRETS, name, NAMESPACE))["data"]["value"] != before)
+
+    await eventually(renewed, "the kubeconfig Secret with a new token", within=WAIT)
 
 
 async def _get(client: Client, res: Resource, name: str, ns: str) -> Obj | None:
