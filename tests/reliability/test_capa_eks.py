@@ -202,19 +202,19 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
         moto = capa.MotoServer(workdir / "moto.log", script=LAUNCHER)
         authenticator = TokenWebhook(moto.url)
         await authenticator.start()
-        webhook_config = authenticator.config(workdir / "authn.yaml")
-        flags = (
-            f"--authentication-token-webhook-config-file={webhook_config}",
-            "--authentication-token-webhook-version=v1",
-        )
-        workload = await asyncio.to_thread(cp.start_workload, CLUSTER, apiserver_args=flags)
-        moto.env = {
-            "MOTO_EKS_ENDPOINT": workload.url,
-            "MOTO_EKS_CA": base64.b64encode(workload.ca_cert_pem).decode(),
-        }
-        moto.start()
         e = None
         try:
+            webhook_config = authenticator.config(workdir / "authn.yaml")
+            flags = (
+                f"--authentication-token-webhook-config-file={webhook_config}",
+                "--authentication-token-webhook-version=v1",
+            )
+            workload = await asyncio.to_thread(cp.start_workload, CLUSTER, apiserver_args=flags)
+            moto.env = {
+                "MOTO_EKS_ENDPOINT": workload.url,
+                "MOTO_EKS_CA": base64.b64encode(workload.ca_cert_pem).decode(),
+            }
+            moto.start()
             await moto.wait_ready()
             vpc, subnets = await asyncio.to_thread(_network, moto)
             e = Env(client, workload, moto, vpc, subnets)
@@ -234,6 +234,10 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
                 webhook=capa_hook,
                 endpoint=moto.url,
                 gates={"MachinePool": True},
+                # With an AWSManagedCluster as the Cluster's infrastructure, no watch wakes the
+                # AWSManagedControlPlane once the Cluster's infrastructure is provisioned (its
+                # Cluster watch maps to infrastructureRefs of its own kind only): it waits this.
+                extra_args=("--wait-infra-period=5s",),
                 **common,
             )
             e.procs["core"] = ControllerProcess(
