@@ -355,9 +355,12 @@ def _aws_node() -> Obj:
 
 
 def _running(mp: Obj, replicas: int) -> bool:
+    """Running with ``replicas`` ready, each a providerID, and its bootstrap data counted as
+    there: the user's ``dataSecretName`` stands for data EKS brings."""
     status = mp.get("status") or {}
     return (
         status.get("phase") == "Running"
+        and dig(mp, "status", "initialization", "bootstrapDataSecretCreated") is True
         and status.get("replicas", 0) == replicas
         and status.get("readyReplicas", 0) == replicas
         and len(dig(mp, "spec", "providerIDList", default=[]) or []) == replicas
