@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -463,16 +464,20 @@ async def test_eks_node_group_create_scale_delete(env: Env) -> None:
 async def _renew_token(client: Client) -> None:
     """Make CAPA reconcile the control plane, which writes the kubeconfig Secret anew with a
     fresh token (it does so on every reconcile: EKS tokens last 15 minutes), so the core
-    reconnects to the workload cluster."""
+    reconnects to the workload cluster. A token is presigned to the second: a reconcile in
+    the second of the last one writes the same token, so touch again until it changes."""
     name = f"{CLUSTER}-kubeconfig"
     before = (await client.get(SECRETS, name, NAMESPACE))["data"]["value"]
-    touch = {"metadata": {"annotations": {"test.machinepool.io/touched": "1"}}}
-    await client.patch(CONTROL_PLANES, CONTROL_PLANE, touch, NAMESPACE)
+    touches = itertools.count()
 
     async def renewed() -> bool:
-        return bool((await client.get(SECRETS, name, NAMESPACE))["data"]["value"] != before)
+        if (await client.get(SECRETS, name, NAMESPACE))["data"]["value"] != before:
+            return True
+        touch = {"metadata": {"annotations": {"test.machinepool.io/touched": str(next(touches))}}}
+        await client.patch(CONTROL_PLANES, CONTROL_PLANE, touch, NAMESPACE)
+        return False
 
-    await eventually(renewed, "the kubeconfig Secret with a new token", within=WAIT)
+    await eventually(renewed, "the kubeconfig Secret with a new token", within=WAIT, interval=2)
 
 
 async def _get(client: Client, res: Resource, name: str, ns: str) -> Obj | None:
