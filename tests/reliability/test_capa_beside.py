@@ -33,18 +33,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from tests.reliability.harness import ControllerProcess
-from tests.support import capa, eventually, wait_established
+from tests.support import capa, eventually
 from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api import constants as c
 from machinepool.api.meta import dig
-from machinepool.controlplane import WorkloadCluster, upstream
+from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
 from machinepool.controlplane.register import cluster_object
 from machinepool.runtime import (
-    CRDS,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -52,7 +51,6 @@ from machinepool.runtime import (
     Client,
     NotFound,
     Obj,
-    PatchType,
 )
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.capa]
@@ -94,17 +92,7 @@ async def env(
     binary = await asyncio.to_thread(capa.build)
     groups = {c.BOOTSTRAP_GROUP}  # our kubeadm bootstrap provider's; no infra kind of ours
     async with upstream_management(workdir, our_groups=groups) as (cp, client, core, hook):
-        capa_hook = upstream.UpstreamWebhook.create(workdir / "capa")
-        crds = capa.crds(capa_hook)
-        for crd in crds:
-            await client.apply(CRDS, crd, field_manager="capa-install", force=True)
-        for crd in crds:
-            await wait_established(client, crd["metadata"]["name"])
-        for config in capa.webhook_configurations(capa_hook):
-            res = (
-                MUTATING_WEBHOOKS if config["kind"].startswith("Mutating") else VALIDATING_WEBHOOKS
-            )
-            await client.apply(res, config, field_manager="capa-install", force=True)
+        capa_hook = await capa.install(client, workdir)
         moto = capa.MotoServer(workdir / "moto.log")
         moto.start()
         await moto.wait_ready()
@@ -175,56 +163,6 @@ async def _capa_hooks(client: Client) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-class NodeAgent:
-    """The instances' kubelets and the cloud's node lifecycle controller: a Ready Node named
-    after each InService instance of the pool's Auto Scaling group, with its providerID; a
-    Node whose instance left the group is deleted."""
-
-    def __init__(self, env: Env, workload: Client, group: str) -> None:
-        self.env, self.workload, self.group = env, workload, group
-
-    def instances(self) -> dict[str, str]:
-        """Instance ID -> zone of the group's InService instances."""
-        asg = self.env.moto.client("autoscaling")
-        groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])
-        return {
-            i["InstanceId"]: i["AvailabilityZone"]
-            for g in groups["AutoScalingGroups"]
-            for i in g.get("Instances", [])
-            if i["LifecycleState"] == "InService"
-        }
-
-    async def sync(self) -> None:
-        instances = await asyncio.to_thread(self.instances)
-        nodes = {n["metadata"]["name"] for n in (await self.workload.list(NODES)).items}
-        for instance, zone in instances.items():
-            if instance in nodes:
-                continue
-            node = {
-                "metadata": {"name": instance},
-                "spec": {"providerID": f"aws:///{zone}/{instance}"},
-            }
-            await self.workload.create(NODES, node)
-            ready = {
-                "status": {
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                    "nodeInfo": {"kubeletVersion": "v1.34.0"},
-                }
-            }
-            await self.workload.patch(
-                NODES, instance, ready, subresource="status", patch_type=PatchType.MERGE
-            )
-        for name in nodes - set(instances):
-            with contextlib.suppress(NotFound):
-                await self.workload.delete(NODES, name)
-
-    async def run(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):  # moto or the API briefly busy: next round
-                await self.sync()
-            await asyncio.sleep(0.5)
-
-
 def _aws_machine_pool(namespace: str, name: str, network: capa.Network) -> Obj:
     return {
         "apiVersion": capa.AWS_MACHINE_POOLS.api_version,
@@ -269,7 +207,7 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
     await cluster_namespace(client, ns, env.workload, infrastructure_ref=infra_ref)
 
     async with await Client.from_kubeconfig(env.workload.kubeconfig) as workload:
-        agent = asyncio.create_task(NodeAgent(env, workload, pool).run())
+        agent = asyncio.create_task(capa.NodeAgent(env.moto, workload, pool).run())
         try:
             await client.create(KUBEADM_CONFIGS, kubeadm_config(ns, pool), ns)
             await client.create(
@@ -296,7 +234,7 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
                 refs = {r["name"] for r in mp["status"].get("nodeRefs") or []}
                 assert refs == {i.rsplit("/", 1)[-1] for i in ids}
-                group = await asyncio.to_thread(NodeAgent(env, workload, pool).instances)
+                group = await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
                 assert {f"aws:///{z}/{i}" for i, z in group.items()} == ids
 
             await client.delete(MACHINE_POOLS, pool, ns)
@@ -305,7 +243,9 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 with contextlib.suppress(NotFound):
                     await _pool(client, ns, pool)
                     return False
-                return not await asyncio.to_thread(NodeAgent(env, workload, pool).instances)
+                return not await asyncio.to_thread(
+                    capa.NodeAgent(env.moto, workload, pool).instances
+                )
 
             await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
             assert await _capa_hooks(client) == capa_hooks, "CAPA's admission is its own"

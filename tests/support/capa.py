@@ -10,7 +10,11 @@ that run CAPA's own AWSMachinePool under our core.
   pointed at a local URL.
 - ``CAPAProcess``: CAPA's manager, its feature gates as given, every AWS service it calls
   pointed at one endpoint (``--service-endpoints``), credentials from the environment.
-- ``MotoServer``: moto in server mode, its own process on loopback.
+- ``install(client, workdir)``: CAPA's CRDs and webhook configurations on the management
+  cluster, as its release installs them; returns the webhook its manager serves.
+- ``MotoServer``: moto in server mode, its own process on loopback (or ``moto_eks.py``, moto
+  with the parts of EKS it lacks, for the AWSManagedMachinePool tests).
+- ``NodeAgent``: the instances' kubelets and the cloud's node lifecycle controller.
 - ``Network``: what an externally managed AWSCluster stands for (a VPC, a private subnet, the
   node and load-balancer security groups), made in moto; ``aws_cluster`` and
   ``provision_aws_cluster`` write the AWSCluster and the status its owner would.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -35,7 +40,19 @@ from tests.support.scripts import REPO
 
 from machinepool.controlplane import upstream
 from machinepool.controlplane.process import free_port
-from machinepool.runtime import Client, Obj, PatchType, Resource, copy_obj
+from machinepool.runtime import (
+    CRDS,
+    MUTATING_WEBHOOKS,
+    NODES,
+    VALIDATING_WEBHOOKS,
+    Client,
+    NotFound,
+    Obj,
+    PatchType,
+    Resource,
+    copy_obj,
+    wait_established,
+)
 
 __all__ = [
     "AWS_CLUSTERS",
@@ -44,9 +61,11 @@ __all__ = [
     "CAPAProcess",
     "MotoServer",
     "Network",
+    "NodeAgent",
     "aws_cluster",
     "build",
     "crds",
+    "install",
     "provision_aws_cluster",
     "webhook_configurations",
 ]
@@ -173,8 +192,10 @@ class CAPAProcess(ControllerProcess):
         # CAPA v2.13.0 builds its Auto Scaling client without the resolver --service-endpoints
         # feeds (pkg/cloud/scope/clients.go NewASGClient; its EC2, ELB, S3 ... clients have
         # it), so Auto Scaling calls would go to AWS. The SDK's per-service endpoint variable,
-        # read by the config CAPA loads, points that client at the same endpoint.
+        # read by the config CAPA loads, points that client at the same endpoint. Its IAM
+        # client (NewIAMClient; the EKS controllers' role look-ups) is built the same way.
         self.env.setdefault("AWS_ENDPOINT_URL_AUTO_SCALING", self.endpoint)
+        self.env.setdefault("AWS_ENDPOINT_URL_IAM", self.endpoint)
 
     def argv(self) -> list[str]:
         assert self.webhook is not None
@@ -197,25 +218,44 @@ class CAPAProcess(ControllerProcess):
         ]
 
 
+async def install(client: Client, workdir: Path) -> upstream.UpstreamWebhook:
+    """CAPA's CRDs (established) and webhook configurations, their webhook under ``workdir``."""
+    hook = upstream.UpstreamWebhook.create(workdir / "capa")
+    manifests = crds(hook)
+    for crd in manifests:
+        await client.apply(CRDS, crd, field_manager="capa-install", force=True)
+    for crd in manifests:
+        await wait_established(client, crd["metadata"]["name"])
+    for config in webhook_configurations(hook):
+        res = MUTATING_WEBHOOKS if config["kind"].startswith("Mutating") else VALIDATING_WEBHOOKS
+        await client.apply(res, config, field_manager="capa-install", force=True)
+    return hook
+
+
 @dataclass
 class MotoServer:
-    """``python -m moto.server`` on a loopback port, in its own process."""
+    """``python -m moto.server`` on a loopback port, in its own process; with ``script``, that
+    script (it takes moto's arguments) in its place, ``env`` added to its environment."""
 
     log: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    script: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        program = [str(self.script)] if self.script else ["-m", "moto.server"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, *program, "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
             )
 
     async def wait_ready(self) -> None:
@@ -309,3 +349,53 @@ async def provision_aws_cluster(
     await client.patch(
         AWS_CLUSTERS, name, status, namespace, subresource="status", patch_type=PatchType.MERGE
     )
+
+
+class NodeAgent:
+    """The instances' kubelets and the cloud's node lifecycle controller: a Ready Node named
+    after each InService instance of Auto Scaling group ``group``, with its providerID; a
+    Node whose instance left the group is deleted."""
+
+    def __init__(self, moto: MotoServer, workload: Client, group: str) -> None:
+        self.moto, self.workload, self.group = moto, workload, group
+
+    def instances(self) -> dict[str, str]:
+        """Instance ID -> zone of the group's InService instances."""
+        asg = self.moto.client("autoscaling")
+        groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])
+        return {
+            i["InstanceId"]: i["AvailabilityZone"]
+            for g in groups["AutoScalingGroups"]
+            for i in g.get("Instances", [])
+            if i["LifecycleState"] == "InService"
+        }
+
+    async def sync(self) -> None:
+        instances = await asyncio.to_thread(self.instances)
+        nodes = {n["metadata"]["name"] for n in (await self.workload.list(NODES)).items}
+        for instance, zone in instances.items():
+            if instance in nodes:
+                continue
+            node = {
+                "metadata": {"name": instance},
+                "spec": {"providerID": f"aws:///{zone}/{instance}"},
+            }
+            await self.workload.create(NODES, node)
+            ready = {
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                    "nodeInfo": {"kubeletVersion": "v1.34.0"},
+                }
+            }
+            await self.workload.patch(
+                NODES, instance, ready, subresource="status", patch_type=PatchType.MERGE
+            )
+        for name in nodes - set(instances):
+            with contextlib.suppress(NotFound):
+                await self.workload.delete(NODES, name)
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # moto or the API briefly busy: next round
+                await self.sync()
+            await asyncio.sleep(0.5)

@@ -467,6 +467,7 @@ class WorkloadCluster(_ApiServerCluster):
         etcd_prefix: str,
         pods: PodLifecycle | None = None,
         node_auth: NodeAuth | None = None,
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
         controllers: tuple[str, ...] = _WORKLOAD_CONTROLLERS
         if node_auth is not None:
@@ -478,7 +479,7 @@ class WorkloadCluster(_ApiServerCluster):
             etcd_url,
             etcd_prefix,
             controllers,
-            ("--enable-bootstrap-token-auth",),
+            ("--enable-bootstrap-token-auth", *apiserver_args),
             pods=pods,
         )
         self.node_auth = node_auth
@@ -765,6 +766,7 @@ class ControlPlane:
         *,
         pods: PodLifecycle | None = None,
         node_auth: NodeAuth | None = None,
+        apiserver_args: tuple[str, ...] = (),
     ) -> WorkloadCluster:
         """Start a workload cluster's kube-apiserver (and controller-manager) on shared etcd.
 
@@ -775,6 +777,9 @@ class ControlPlane:
 
         ``node_auth``: kubelets authenticate and are confined as in a kubeadm cluster (the
         Node authorizer, NodeRestriction, CSR approval and signing; see ``NodeAuth``).
+
+        ``apiserver_args``: extra kube-apiserver flags, for example an authentication webhook
+        (``--authentication-token-webhook-config-file``) as a managed Kubernetes service runs.
         """
         if name in self.workloads:
             raise ValueError(f"workload cluster {name!r} already started")
@@ -787,6 +792,7 @@ class ControlPlane:
             f"/workload/{name}",
             pods,
             node_auth,
+            apiserver_args,
         )
         try:
             workload.start()
