@@ -238,7 +238,10 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
                 # With an AWSManagedCluster as the Cluster's infrastructure, no watch wakes the
                 # AWSManagedControlPlane once the Cluster's infrastructure is provisioned (its
                 # Cluster watch maps to infrastructureRefs of its own kind only): it waits this.
-                extra_args=("--wait-infra-period=5s",),
+                # CAPA reads the node group's instances at the start of a reconcile, before it
+                # resizes the node group, and nothing requeues it after: a scale's new
+                # providerIDs wait for the next event or its sync period (10 minutes).
+                extra_args=("--wait-infra-period=5s", "--sync-period=30s"),
                 **common,
             )
             e.procs["core"] = ControllerProcess(
