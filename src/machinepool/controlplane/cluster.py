@@ -277,6 +277,7 @@ class _ApiServerCluster:
         kcm_args: tuple[str, ...] = (),
         pods: PodLifecycle | None = None,
         advertise_address: str = "127.0.0.1",
+        serving_addresses: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.dir = workdir
@@ -292,7 +293,8 @@ class _ApiServerCluster:
         self.pods = pods
         self._advertise_address = advertise_address
         loopback = advertise_address == "127.0.0.1"
-        self.pki = _Pki(workdir / "pki", name, () if loopback else (advertise_address,))
+        addresses = (*(() if loopback else (advertise_address,)), *serving_addresses)
+        self.pki = _Pki(workdir / "pki", name, addresses)
         self._port_file = workdir / "port"
         self.port = remembered_port(self._port_file)
         self.apiserver: Process | None = None
@@ -307,12 +309,13 @@ class _ApiServerCluster:
     def kubeconfig(self) -> Path:
         return self.dir / "kubeconfig"
 
-    def kubeconfig_dict(self) -> dict[str, Any]:
-        """The admin kubeconfig as a dict (what a ``<cluster>-kubeconfig`` Secret holds)."""
-        return self.pki.kubeconfig(self.url, f"{self.name}-admin", self.pki.admin)
+    def kubeconfig_dict(self, server: str | None = None) -> dict[str, Any]:
+        """The admin kubeconfig as a dict (what a ``<cluster>-kubeconfig`` Secret holds);
+        ``server``: another URL of this apiserver (default ``url``)."""
+        return self.pki.kubeconfig(server or self.url, f"{self.name}-admin", self.pki.admin)
 
-    def kubeconfig_yaml(self) -> str:
-        return yaml.safe_dump(self.kubeconfig_dict(), sort_keys=False)
+    def kubeconfig_yaml(self, server: str | None = None) -> str:
+        return yaml.safe_dump(self.kubeconfig_dict(server), sort_keys=False)
 
     def _apiserver_argv(self) -> list[str]:
         p = self.pki
@@ -468,6 +471,7 @@ class WorkloadCluster(_ApiServerCluster):
         pods: PodLifecycle | None = None,
         node_auth: NodeAuth | None = None,
         apiserver_args: tuple[str, ...] = (),
+        serving_addresses: tuple[str, ...] = (),
     ) -> None:
         controllers: tuple[str, ...] = _WORKLOAD_CONTROLLERS
         if node_auth is not None:
@@ -481,8 +485,12 @@ class WorkloadCluster(_ApiServerCluster):
             controllers,
             ("--enable-bootstrap-token-auth", *apiserver_args),
             pods=pods,
+            serving_addresses=serving_addresses,
         )
         self.node_auth = node_auth
+        self.pod_url: str | None = None
+        """Where Pods on the management cluster's real node reach this apiserver (the node
+        forwards its port), or None without one."""
         if node_auth is not None:
             self._authorization_mode = "Node,RBAC"
             self._extra_args += ("--enable-admission-plugins=NodeRestriction",)
@@ -793,9 +801,13 @@ class ControlPlane:
             pods,
             node_auth,
             apiserver_args,
+            serving_addresses=(self._node.host_address,) if self._node is not None else (),
         )
         try:
             workload.start()
+            if self._node is not None:  # its Pods reach this apiserver too
+                self._node.forward(workload.port)
+                workload.pod_url = f"https://{self._node.host_address}:{workload.port}"
         except BaseException:
             workload.stop()
             raise
@@ -806,6 +818,8 @@ class ControlPlane:
         workload = self.workloads.pop(name, None)
         if workload is not None:
             workload.stop()
+            if self._node is not None and workload.pod_url is not None:
+                self._node.forward(workload.port, remove=True)
 
     def processes(self) -> list[Process]:
         """Every process this control plane runs right now."""

@@ -11,11 +11,12 @@ after a crash:
   and ``eth0``, the node's address; kube-proxy's and the bridge plugin's iptables rules live
   there too, and go with it;
 - the veth ``mpn-<id>`` on the host, the other end of ``eth0``, with the host's address of the
-  link (the apiserver's advertised address; with ``routed_pods``, the route to the Pods'
-  subnet), and one host iptables chain
-  ``MP-NODE-<id>`` that forwards connections to that address's apiserver port to the
-  apiserver on 127.0.0.1 (``route_localnet`` on that veth only), so the apiserver keeps
-  listening on loopback alone;
+  link (the apiserver's advertised address), and one host iptables chain
+  ``MP-NODE-<id>`` that forwards connections to that address's apiserver port (and each
+  workload apiserver's, ``forward``) to the apiserver on 127.0.0.1 (``route_localnet`` on
+  that veth only), so the apiservers keep listening on loopback alone; with
+  ``RealNode(routed_pods=True)`` also a host route of the Pods' subnet over that veth, so the
+  apiserver reaches the Pods serving webhooks;
 - a cgroup ``/machinepool-node-<id>`` in every cgroup v1 hierarchy, holding the node's
   processes, its containerd shims, and (as the kubelet's ``cgroupRoot``) the Pods (runc
   mirrors the Pods' cgroups into the hybrid mount's cgroup v2, which is removed too);
@@ -216,11 +217,7 @@ class Node:
     def start(self, port: int, ca: pki.KeyPair, ca_crt: Path, kubeconfig: Kubeconfig) -> None:
         """Forward the link's apiserver port to ``127.0.0.1:port``, then start containerd,
         import the image, and start kubelet and kube-proxy."""
-        _run(
-            "iptables", "-w", "-t", "nat", "-A", self.chain, "-p", "tcp",
-            "-d", self.host_address, "--dport", str(port),
-            "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}",
-        )  # fmt: skip
+        self.forward(port)
         server = f"https://{self.host_address}:{port}"
         self.containerd = self._start("containerd", self._containerd_argv())
         wait_until(self._containerd_ready, _START_TIMEOUT, "containerd", self.containerd)
@@ -237,6 +234,22 @@ class Node:
         self.kube_proxy = self._start(
             "kube-proxy", self._kube_proxy_argv(kubeconfig(server, "kube-proxy", proxy_id))
         )
+
+    def forward(self, port: int, *, remove: bool = False) -> None:
+        """Make ``127.0.0.1:port`` on the host reachable from the node and its Pods at
+        ``host_address:port`` (a rule in the node's chain; ``remove``: take it out again).
+        The management apiserver's port is forwarded by ``start``; ``ControlPlane`` forwards
+        each workload apiserver's too."""
+        _run(
+            "iptables", "-w", "-t", "nat", "-D" if remove else "-A", self.chain, "-p", "tcp",
+            "-d", self.host_address, "--dport", str(port),
+            "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}",
+        )  # fmt: skip
+
+    def load_image(self, archive: Path) -> None:
+        """Import a docker archive (``images.BuiltImage.archive``) into the node's containerd,
+        under the names it carries, as ``ctr -n k8s.io images import`` does on a node."""
+        _run(*self._ctr(), "images", "import", str(archive))
 
     def stop(self) -> None:
         """Stop everything the node runs and remove everything it created (idempotent)."""

@@ -23,8 +23,11 @@ from machinepool.runtime.errors import AlreadyExists
 _FIELD_MANAGER = "machinepool-local"
 
 
-def kubeconfig_secret(name: str, namespace: str, workload: WorkloadCluster) -> Obj:
-    """The ``<cluster>-kubeconfig`` Secret Cluster API controllers read (key ``value``)."""
+def kubeconfig_secret(
+    name: str, namespace: str, workload: WorkloadCluster, server: str | None = None
+) -> Obj:
+    """The ``<cluster>-kubeconfig`` Secret Cluster API controllers read (key ``value``);
+    ``server``: the URL the controllers reach the apiserver at, if not ``workload.url``."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -34,12 +37,14 @@ def kubeconfig_secret(name: str, namespace: str, workload: WorkloadCluster) -> O
             "labels": {c.CLUSTER_NAME_LABEL: name},
         },
         "type": "cluster.x-k8s.io/secret",
-        "data": {"value": base64.b64encode(workload.kubeconfig_yaml().encode()).decode()},
+        "data": {"value": base64.b64encode(workload.kubeconfig_yaml(server).encode()).decode()},
     }
 
 
-def cluster_object(name: str, namespace: str, workload: WorkloadCluster) -> Obj:
-    url = urlparse(workload.url)
+def cluster_object(
+    name: str, namespace: str, workload: WorkloadCluster, server: str | None = None
+) -> Obj:
+    url = urlparse(server or workload.url)
     return {
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "Cluster",
@@ -75,16 +80,22 @@ def cluster_status() -> Obj:
 
 
 async def register_workload_cluster(
-    client: Client, name: str, namespace: str, workload: WorkloadCluster
+    client: Client,
+    name: str,
+    namespace: str,
+    workload: WorkloadCluster,
+    server: str | None = None,
 ) -> Obj:
-    """Create (or refresh) the kubeconfig Secret and the Cluster; return the Cluster."""
-    secret = kubeconfig_secret(name, namespace, workload)
+    """Create (or refresh) the kubeconfig Secret and the Cluster; return the Cluster.
+    ``server``: the URL controllers reach the apiserver at (``workload.pod_url`` for
+    controllers running as Pods on the real node), if not ``workload.url``."""
+    secret = kubeconfig_secret(name, namespace, workload, server)
     try:
         await client.create(SECRETS, secret, namespace)
     except AlreadyExists:
         await client.patch(SECRETS, secret["metadata"]["name"], {"data": secret["data"]}, namespace)
     with contextlib.suppress(AlreadyExists):
-        await client.create(CLUSTERS, cluster_object(name, namespace, workload), namespace)
+        await client.create(CLUSTERS, cluster_object(name, namespace, workload, server), namespace)
     return await client.patch(
         CLUSTERS,
         name,
