@@ -575,6 +575,20 @@ def _install_project(project: PythonProject, root: Path, work: Path, *, log: Log
     )
     shutil.rmtree(inside)
     shutil.rmtree(wheels)
+    # pip's bytecode is checked against its sources' mtimes, which the layer sets to 0 (for
+    # the same bytes from the same inputs): every import would compile again, in memory on a
+    # read-only root (a manager took 47 s to start on a loaded node). Hash-based bytecode,
+    # not checked against the sources, is valid whatever the mtimes; the image never changes.
+    _chroot(
+        root,
+        [
+            f"{project.prefix}/bin/python",
+            "-c",
+            "import compileall, py_compile, sys; compileall.compile_dir(sys.argv[1], quiet=2, "
+            "force=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
+            project.prefix,
+        ],
+    )
     listing = _chroot(
         root,
         [
