@@ -1,0 +1,563 @@
+"""machinepool as it ships: our image and our Pods, installed by ``clusterctl init`` on a real node.
+
+Every other tier runs the controllers as host processes; this one runs what a platform team
+installs. One management cluster for the module, with a real node
+(``ControlPlane(node=RealNode(routed_pods=True))``: kubelet, containerd, kube-proxy; the
+apiserver reaches the Pods' webhooks through their Services), and one workload cluster its Pods
+reach through the node. In the order a user meets it:
+
+1. The image ``make image`` builds (from the cache) is loaded into the node's containerd;
+   ``clusterctl init`` from the local repository ``deploy/generate.py clusterctl-repo`` writes
+   installs our core, bootstrap and Sim providers, and every Pod of theirs turns Ready, in
+   namespaces that enforce the Pod Security Standard "restricted" (the shipped Namespaces
+   say so). The time from ``init`` to every Pod Ready is a figure of docs/as-shipped.md.
+2. Through the webhooks the core's Pod serves: ``clusterctl generate cluster | kubectl apply``
+   makes a pool that runs (defaulted and validated by them), a change they forbid is refused
+   with their message, v1beta1 reads go through the conversion webhook, the pool scales, and
+   deleting it leaves nothing behind in either cluster.
+3. ``/metrics`` through the core's metrics Service, from inside the node's network: 200 with a
+   ServiceAccount token bound to ``machinepool-metrics-reader``, 401 without a token, 403 with
+   a token of a ServiceAccount not bound to it.
+
+cert-manager: the ``cert_manager`` fixture plays its part (``harness.StandInCertManager``: its
+API for ``clusterctl init``, then the webhook Secret and CA injection from the self-signed
+overlay). It is the one place to switch to real cert-manager once that runs here as Pods.
+
+Markers ``realnode``, ``image`` and ``clusterctl``: left out, with a line saying why, where any
+of them cannot be had. ``MACHINEPOOL_AS_SHIPPED_REPORT=docs/as-shipped.md`` writes the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from tests.reliability.report import command_line, git_revision
+from tests.support import eventually, wait_for
+from tests.support.resources import CLUSTER_ROLE_BINDINGS
+
+from machinepool.controlplane import ControlPlane, RealNode, WorkloadCluster, images
+from machinepool.controlplane.register import register_workload_cluster
+from machinepool.runtime import (
+    LEASES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    Client,
+    Obj,
+    Resource,
+)
+
+from .harness import (
+    VERSION,
+    StandInCertManager,
+    build_clusterctl,
+    kubectl,
+    load_generator,
+    run,
+)
+
+pytestmark = [pytest.mark.realnode, pytest.mark.image, pytest.mark.clusterctl]
+
+NODE = RealNode(name="shipped-node", pod_subnet="10.244.61.0/24", routed_pods=True)
+"""A pod subnet of its own: the host routes it to this node (other nodes keep the default)."""
+PROVIDER_NAMESPACES = {
+    "machinepool-system": "machinepool-controller-manager",
+    "machinepool-kubeadm-bootstrap-system": "machinepool-kubeadm-bootstrap-controller-manager",
+    "machinepool-sim-system": "machinepool-sim-controller-manager",
+}
+"""Each provider's namespace and its Deployment, as deploy/release names them."""
+NAMESPACE = "team-a"
+CLUSTER = "demo"
+POOL = f"{CLUSTER}-mp-0"
+NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
+INSTANCE_SELECTOR = "sim.infrastructure.cluster.x-k8s.io/instance=true"
+SERVICES = Resource("", "v1", "services", "Service")
+READY = 240.0
+"""Seconds for the Pods to turn Ready: first sandboxes and a 450 MiB image on two busy cores."""
+KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools", "simmachines")
+"""What a pool is made of in the management cluster."""
+REPORT_ENV = "MACHINEPOOL_AS_SHIPPED_REPORT"
+FIGURES: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report() -> Iterator[dict[str, str]]:
+    """The tier's figures, written at the end when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names
+    a file (docs/as-shipped.md), with the command and revision that measured them."""
+    revision = git_revision()
+    yield FIGURES
+    target = os.environ.get(REPORT_ENV)
+    if target and FIGURES:
+        Path(target).write_text(render(FIGURES, revision))
+
+
+def render(figures: dict[str, str], revision: str) -> str:
+    lines = [
+        "# machinepool as it ships (generated)",
+        "",
+        "Written by `tests/e2e/clients/test_as_shipped.py` itself; do not edit by hand: rerun",
+        "the command below to refresh it. The tier loads the controller image into a real",
+        "node's containerd and installs our providers with `clusterctl init`, as the user guide",
+        "says (see the module's docstring for what it checks).",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| command | `{REPORT_ENV}={os.environ.get(REPORT_ENV, '')} {command_line()}` |",
+        f"| revision | {revision} |",
+        f"| written | {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
+        f"| machine | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} |",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in figures.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- the management cluster, the image and the providers ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image() -> images.BuiltImage:
+    """The controller image ``make image`` builds (a no-op when it is cached, as in CI)."""
+    return images.build(images.named("machinepool"))
+
+
+@pytest.fixture(scope="module")
+def management(
+    tmp_path_factory: pytest.TempPathFactory, image: images.BuiltImage
+) -> Iterator[ControlPlane]:
+    """A control plane with a real node whose containerd holds our image."""
+    cp = ControlPlane(tmp_path_factory.mktemp("as-shipped"), node=NODE)
+    cp.start()
+    try:
+        started = time.monotonic()
+        cp.node.load_image(image.archive)
+        FIGURES["image"] = image.describe().split(";")[0].removeprefix("image ")
+        FIGURES["image loaded into the node's containerd"] = f"{time.monotonic() - started:.0f} s"
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="module")
+def cert_manager(
+    cert_manager_api: Callable[[Client], Awaitable[None]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> StandInCertManager:
+    """cert-manager for the install. Switch here to real cert-manager as Pods when it runs on
+    the real node: ``install`` it before init, and ``issue`` is then its own controllers'."""
+    return StandInCertManager(cert_manager_api, tmp_path_factory.mktemp("self-signed"))
+
+
+@dataclass
+class Installed:
+    """The management cluster after ``clusterctl init``, its Pods Ready."""
+
+    cp: ControlPlane
+    client: Client
+    init_output: str
+    pods: dict[str, Obj] = field(default_factory=dict)
+    """Our Pods by namespace, once Ready."""
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cp.kubeconfig
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = kubectl(self.kubeconfig, *args, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def objects(self, kind: str, *extra: str) -> list[Obj]:
+        found = self.kubectl("get", kind, "-n", NAMESPACE, "-o", "json", *extra)
+        items: list[Obj] = json.loads(found)["items"]
+        return items
+
+    def logs(self) -> str:
+        """The provider Pods and each one's last log lines (its previous container's, after a
+        restart), for a failure's message."""
+        out = [kubectl(self.kubeconfig, "get", "pods", "-A", "-o", "wide").stdout]
+        for namespace in PROVIDER_NAMESPACES:
+            for previous in ("--previous=false", "--previous=true"):
+                result = kubectl(self.kubeconfig, "logs", "-n", namespace, "--tail=30",
+                                 "-l", "control-plane", previous)  # fmt: skip
+                out.append(f"--- {namespace} {previous}\n{result.stdout}{result.stderr}")
+        return "\n".join(out)
+
+
+def ready(obj: Obj | None) -> bool:
+    conditions = (obj or {}).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module")
+def clusterctl() -> Path:
+    return build_clusterctl()
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The local repository and clusterctl.yaml, as the user guide has the user write them."""
+    config: Path = load_generator().clusterctl_repository(
+        tmp_path_factory.mktemp("clusterctl-repo"), external_cert_manager=True
+    )
+    return config
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def installed(
+    management: ControlPlane, cert_manager: StandInCertManager, clusterctl: Path, repository: Path
+) -> AsyncIterator[Installed]:
+    """``clusterctl init`` as the user guide has it, then every provider Pod Ready."""
+    config = repository
+    async with await Client.from_kubeconfig(management.kubeconfig) as client:
+        await wait_for(client, NODES, None, NODE.name, ready, within=READY, what="Node Ready")
+        await cert_manager.install(client)
+        started = time.monotonic()
+        init = await asyncio.to_thread(
+            run,
+            [
+                str(clusterctl),
+                "init",
+                f"--kubeconfig={management.kubeconfig}",
+                f"--config={config}",
+                f"--core=cluster-api:{VERSION}",
+                f"--bootstrap=kubeadm:{VERSION}",
+                f"--infrastructure=sim:{VERSION}",
+                "--control-plane=-",
+            ],
+            env=NO_VERSION_CHECK,
+        )
+        assert init.returncode == 0, init.stderr
+        FIGURES["`clusterctl init`"] = f"{time.monotonic() - started:.1f} s"
+        await cert_manager.issue(client)
+        done = Installed(management, client, init.stdout + init.stderr)
+
+        async def all_ready() -> bool:
+            for namespace, deployment in PROVIDER_NAMESPACES.items():
+                selector = f"control-plane={deployment}"
+                pods = (await client.list(PODS, namespace, label_selector=selector)).items
+                if len(pods) != 1 or not ready(pods[0]):
+                    return False
+                done.pods[namespace] = pods[0]
+            return True
+
+        try:
+            await eventually(all_ready, "every provider Pod Ready", within=READY, interval=0.5)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{done.logs()}") from None
+        FIGURES["`clusterctl init` to every Pod Ready"] = f"{time.monotonic() - started:.1f} s"
+        yield done
+
+
+async def test_init_runs_our_pods_ready_under_restricted_pod_security(
+    installed: Installed, image: images.BuiltImage
+) -> None:
+    assert "Skipping installing cert-manager as it is already installed" in installed.init_output
+    providers = json.loads(
+        installed.kubectl("get", "providers.clusterctl.cluster.x-k8s.io", "-A", "-o", "json")
+    )
+    kinds = {(p["type"], p["providerName"], p["version"]) for p in providers["items"]}
+    assert kinds == {
+        ("CoreProvider", "cluster-api", VERSION),
+        ("BootstrapProvider", "kubeadm", VERSION),
+        ("InfrastructureProvider", "sim", VERSION),
+    }
+    tag = f"docker.io/library/{image.spec.reference}"
+    for namespace, pod in installed.pods.items():
+        ns = await installed.client.get(NAMESPACES, namespace)
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        assert pod["spec"]["nodeName"] == NODE.name
+        (container,) = pod["status"]["containerStatuses"]
+        assert container["image"] == tag, "the image loaded into the node, not another"
+        assert container["restartCount"] == 0, installed.logs()
+
+
+# -- a pool through the webhooks the Pods serve ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workload(management: ControlPlane) -> Iterator[WorkloadCluster]:
+    cluster = management.start_workload(f"w-{uuid.uuid4().hex[:8]}")
+    try:
+        yield cluster
+    finally:
+        management.stop_workload(cluster.name)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def pool(
+    installed: Installed, workload: WorkloadCluster, clusterctl: Path, repository: Path
+) -> Installed:
+    """``clusterctl generate cluster ... | kubectl apply -f -``, its endpoint the workload
+    apiserver as the Pods reach it; then the pool Running with 2 Nodes."""
+    assert workload.pod_url is not None
+    host, port = workload.pod_url.removeprefix("https://").split(":")
+    generate = run(
+        [
+            str(clusterctl),
+            "generate",
+            "cluster",
+            CLUSTER,
+            f"--kubeconfig={installed.kubeconfig}",
+            f"--config={repository}",
+            f"--infrastructure=sim:{VERSION}",
+            "--flavor=machinepool-sim",
+            "--kubernetes-version=v1.34.4",
+            "--worker-machine-count=2",
+            f"--target-namespace={NAMESPACE}",
+        ],
+        env={
+            **NO_VERSION_CHECK,
+            "CONTROL_PLANE_ENDPOINT_HOST": host,
+            "CONTROL_PLANE_ENDPOINT_PORT": port,
+            "SIM_BOOT_DELAY_SECONDS": "1",
+        },
+    )
+    assert generate.returncode == 0, generate.stderr
+    installed.kubectl("create", "namespace", NAMESPACE)
+    applied = installed.kubectl("apply", "-f", "-", stdin=generate.stdout)
+    assert f"machinepool.cluster.x-k8s.io/{POOL} created" in applied
+    await register_workload_cluster(
+        installed.client, CLUSTER, NAMESPACE, workload, server=workload.pod_url
+    )
+    await asyncio.to_thread(wait_pool, installed, 2)
+    return installed
+
+
+def wait_pool(installed: Installed, replicas: int) -> None:
+    """``kubectl wait`` until the pool is Running with ``replicas`` ready."""
+    for condition in (
+        "jsonpath={.status.phase}=Running",
+        f"jsonpath={{.status.readyReplicas}}={replicas}",
+    ):
+        result = kubectl(
+            installed.kubeconfig,
+            "wait",
+            f"--for={condition}",
+            f"mp/{POOL}",
+            "-n",
+            NAMESPACE,
+            "--timeout=180s",
+        )
+        assert result.returncode == 0, f"{result.stderr}\n{installed.logs()}"
+
+
+def node_ids(workload: WorkloadCluster) -> list[str]:
+    nodes = json.loads(kubectl(workload.kubeconfig, "get", "nodes", "-o", "json").stdout)
+    return sorted(n["spec"]["providerID"] for n in nodes["items"])
+
+
+async def test_the_pool_runs_through_the_webhooks_the_pods_serve(
+    pool: Installed, workload: WorkloadCluster
+) -> None:
+    (mp,) = pool.objects("machinepools")
+    assert mp["status"]["phase"] == "Running"
+    assert node_ids(workload) == sorted(mp["spec"]["providerIDList"])
+
+    # The validating webhook (failurePolicy Fail, reached through the webhook Service) refuses
+    # what it forbids, with its own messages (the CRD has no rules of its own; kubectl shows
+    # the causes of the webhook's Invalid answer).
+    patch = json.dumps({"spec": {"clusterName": "another"}})
+    refused = kubectl(pool.kubeconfig, "patch", f"mp/{POOL}", "-n", NAMESPACE, "--type=merge",
+                      "-p", patch)  # fmt: skip
+    assert refused.returncode != 0
+    assert f'The MachinePool "{POOL}" is invalid' in refused.stderr
+    assert "spec.clusterName: Forbidden: field is immutable" in refused.stderr
+    assert "spec.template.spec.clusterName must be set to the same value" in refused.stderr
+
+    # v1beta1 is served by the conversion webhook (the CRD stores v1beta2).
+    old = json.loads(pool.kubectl(
+        "get", f"machinepools.v1beta1.cluster.x-k8s.io/{POOL}", "-n", NAMESPACE, "-o", "json"
+    ))  # fmt: skip
+    assert old["apiVersion"] == "cluster.x-k8s.io/v1beta1"
+    assert old["spec"]["replicas"] == 2
+    assert old["spec"]["clusterName"] == CLUSTER
+
+
+async def test_the_pool_scales(pool: Installed, workload: WorkloadCluster) -> None:
+    pool.kubectl("scale", f"mp/{POOL}", "-n", NAMESPACE, "--replicas=3")
+    await asyncio.to_thread(wait_pool, pool, 3)
+    (mp,) = pool.objects("machinepools")
+    assert len(node_ids(workload)) == 3
+    assert node_ids(workload) == sorted(mp["spec"]["providerIDList"])
+
+
+async def test_the_pool_rolls_to_a_new_version(pool: Installed, workload: WorkloadCluster) -> None:
+    before = set(node_ids(workload))
+    version = {"spec": {"template": {"spec": {"version": "v1.34.5"}}}}
+    pool.kubectl("patch", f"mp/{POOL}", "-n", NAMESPACE, "--type=merge", "-p", json.dumps(version))
+
+    def rolled() -> bool:
+        machines = pool.objects("machines")
+        (mp,) = pool.objects("machinepools")
+        nodes = set(node_ids(workload))
+        return (
+            len(machines) == 3
+            and all(m["spec"]["version"] == "v1.34.5" for m in machines)
+            and (mp.get("status") or {}).get("readyReplicas") == 3
+            and len(nodes) == 3
+            and not nodes & before
+        )
+
+    try:
+        await eventually(lambda: asyncio.to_thread(rolled), "3 new Nodes at v1.34.5", within=180)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{pool.logs()}") from None
+
+
+# -- metrics through the Service -------------------------------------------------------------
+
+SCRAPE = """
+import json, os, ssl, sys, urllib.error, urllib.request
+ctx = ssl.create_default_context()
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # as insecure_skip_verify
+own = open("/var/run/secrets/kubernetes.io/serviceaccount/token").read()
+def scrape(token):
+    request = urllib.request.Request(sys.argv[1])
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(request, context=ctx, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+(bound, body), (none, _), (other, _) = scrape(own), scrape(None), scrape(os.environ["OTHER"])
+print(json.dumps({"bound": bound, "none": none, "other": other,
+                  "reconciles": "controller_runtime_reconcile_total" in body}))
+"""
+
+
+async def service_account_token(client: Client, name: str, namespace: str) -> str:
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": name}}, namespace)
+    answer = await client.request(
+        "POST",
+        SERVICE_ACCOUNTS.path(namespace, name) + "/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    return str(answer["status"]["token"])
+
+
+async def test_metrics_through_the_service_need_a_token_bound_to_the_reader_role(
+    installed: Installed, image: images.BuiltImage
+) -> None:
+    """A Pod of ours, as Prometheus would be, scrapes the core's metrics Service with its
+    ServiceAccount's token (bound to machinepool-metrics-reader), with none, and with the
+    token of a ServiceAccount not bound to it."""
+    client, namespace = installed.client, "scrape"
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    await client.create(NAMESPACES, {"metadata": {"name": namespace, "labels": labels}})
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": "scraper"}}, namespace)
+    binding = {
+        "metadata": {"name": "scraper-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "machinepool-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": namespace}],
+    }  # fmt: skip
+    await client.create(CLUSTER_ROLE_BINDINGS, binding)
+    other = await service_account_token(client, "stranger", namespace)
+    service = await client.get(SERVICES, "machinepool-controller-metrics", "machinepool-system")
+    url = f"https://{service['spec']['clusterIP']}:8443/metrics"
+    container = installed.pods["machinepool-system"]["spec"]["containers"][0]
+    pod = {
+        "metadata": {"name": "scrape"},
+        "spec": {
+            "serviceAccountName": "scraper",
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "scrape",
+                    "image": f"docker.io/library/{image.spec.reference}",
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", SCRAPE, url],
+                    "env": [{"name": "OTHER", "value": other}],
+                    "securityContext": container["securityContext"],
+                }
+            ],
+        },
+    }
+    await client.create(PODS, pod, namespace)
+    done = await wait_for(
+        client, PODS, namespace, "scrape",
+        lambda p: (p or {}).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+        within=READY, what="the scrape Pod done",
+    )  # fmt: skip
+    logs = kubectl(installed.kubeconfig, "logs", "-n", namespace, "scrape")
+    assert done is not None
+    assert done["status"]["phase"] == "Succeeded", logs.stdout + logs.stderr
+    seen = json.loads(logs.stdout.strip().splitlines()[-1])
+    assert seen == {"bound": 200, "none": 401, "other": 403, "reconciles": True}
+
+
+# -- two replicas of the core, one leading -------------------------------------------------
+
+CORE = "machinepool-system"
+CORE_LEASE = "machinepool-core-controller"
+"""The core's Lease (its ``--name``), in its namespace (``--leader-election-namespace``)."""
+
+
+async def test_the_leaders_pod_deleted_the_other_replica_leads_and_the_pool_converges(
+    pool: Installed,
+) -> None:
+    client = pool.client
+    deployment = PROVIDER_NAMESPACES[CORE]
+    pool.kubectl("scale", f"deployment/{deployment}", "-n", CORE, "--replicas=2")
+    selector = f"control-plane={deployment}"
+
+    async def replicas() -> dict[str, Obj] | None:
+        pods = (await client.list(PODS, CORE, label_selector=selector)).items
+        live = {p["metadata"]["name"]: p for p in pods if "deletionTimestamp" not in p["metadata"]}
+        return live if len(live) == 2 and all(map(ready, live.values())) else None
+
+    both = await eventually(replicas, "two core replicas Ready", within=READY, interval=0.5)
+    lease = await client.get(LEASES, CORE_LEASE, CORE)
+    (leader,) = [n for n in both if lease["spec"]["holderIdentity"].startswith(f"{n}_")]
+    (standby,) = set(both) - {leader}
+
+    pool.kubectl("delete", "pod", leader, "-n", CORE, "--wait=false")
+    taken = await wait_for(
+        client, LEASES, CORE, CORE_LEASE,
+        lambda obj: (obj or {}).get("spec", {}).get("holderIdentity", "").startswith(f"{standby}_"),
+        within=READY, what=f"the Lease held by {standby}",
+    )  # fmt: skip
+    assert taken is not None
+    # The new leader reconciles: the pool converges on a new size (its webhooks still answer).
+    pool.kubectl("scale", f"mp/{POOL}", "-n", NAMESPACE, "--replicas=2")
+    await asyncio.to_thread(wait_pool, pool, 2)
+
+
+# -- deletion --------------------------------------------------------------------------------
+
+
+async def test_deleting_the_pool_leaves_nothing_behind(
+    pool: Installed, workload: WorkloadCluster
+) -> None:
+    assert pool.objects("secrets", "-l", INSTANCE_SELECTOR)
+    pool.kubectl("delete", f"mp/{POOL}", "-n", NAMESPACE, "--timeout=180s")
+
+    def left() -> dict[str, list[str]]:
+        """What of the pool is still there, by kind."""
+        found = {kind: [o["metadata"]["name"] for o in pool.objects(kind)] for kind in KINDS}
+        found["instance records"] = [
+            o["metadata"]["name"] for o in pool.objects("secrets", "-l", INSTANCE_SELECTOR)
+        ]
+        found["workload Nodes"] = node_ids(workload)
+        return {kind: names for kind, names in found.items() if names}
+
+    try:
+        await eventually(lambda: not left(), "nothing of the pool left", within=120, interval=1)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {left()}\n{pool.logs()}") from None
