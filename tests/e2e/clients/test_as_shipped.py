@@ -13,11 +13,14 @@ reach through the node. In the order a user meets it:
    say so). The time from ``init`` to every Pod Ready is a figure of docs/as-shipped.md.
 2. Through the webhooks the core's Pod serves: ``clusterctl generate cluster | kubectl apply``
    makes a pool that runs (defaulted and validated by them), a change they forbid is refused
-   with their message, v1beta1 reads go through the conversion webhook, the pool scales, and
-   deleting it leaves nothing behind in either cluster.
-3. ``/metrics`` through the core's metrics Service, from inside the node's network: 200 with a
-   ServiceAccount token bound to ``machinepool-metrics-reader``, 401 without a token, 403 with
-   a token of a ServiceAccount not bound to it.
+   with their messages, v1beta1 reads go through the conversion webhook, the pool scales and
+   rolls to a new version (every Node replaced), and, last, deleting it leaves nothing behind
+   in either cluster.
+3. ``/metrics`` through the core's metrics Service, scraped by a Pod of ours as Prometheus
+   would: 200 with its ServiceAccount's token (bound to ``machinepool-metrics-reader``), 401
+   without a token, 403 with the token of a ServiceAccount not bound to it.
+4. Two replicas of the core: the Lease holder's Pod deleted, the other replica takes the Lease
+   and the pool converges on a new size.
 
 cert-manager: the ``cert_manager`` fixture plays its part (``harness.StandInCertManager``: its
 API for ``clusterctl init``, then the webhook Secret and CA injection from the self-signed
