@@ -14,8 +14,9 @@ reach through the node. In the order a user meets it:
 2. Through the webhooks the core's Pod serves: ``clusterctl generate cluster | kubectl apply``
    makes a pool that runs (defaulted and validated by them), a change they forbid is refused
    with their messages, v1beta1 reads go through the conversion webhook, the pool scales and
-   rolls to a new version (every Node replaced), and, last, deleting it leaves nothing behind
-   in either cluster.
+   rolls to a new version (every Node replaced), a MachineHealthCheck has the Machine whose
+   kubelet stopped replaced, and, last, deleting the pool leaves nothing behind in either
+   cluster.
 3. ``/metrics`` through the core's metrics Service, scraped by a Pod of ours as Prometheus
    would: 200 with its ServiceAccount's token (bound to ``machinepool-metrics-reader``), 401
    without a token, 403 with the token of a ServiceAccount not bound to it.
@@ -48,6 +49,7 @@ from tests.reliability.report import command_line, git_revision
 from tests.support import eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
+from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.controlplane import ControlPlane, RealNode, WorkloadCluster, images
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import (
@@ -60,6 +62,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
+from machinepool.sim.cloud import SimCloud
 
 from .harness import (
     VERSION,
@@ -540,6 +543,54 @@ async def test_the_leaders_pod_deleted_the_other_replica_leads_and_the_pool_conv
     # The new leader reconciles: the pool converges on a new size (its webhooks still answer).
     pool.kubectl("scale", f"mp/{POOL}", "-n", NAMESPACE, "--replicas=2")
     await asyncio.to_thread(wait_pool, pool, 2)
+
+
+# -- a MachineHealthCheck remediates -------------------------------------------------------
+
+
+async def test_a_health_check_remediates_a_node_whose_kubelet_stopped(
+    pool: Installed, workload: WorkloadCluster
+) -> None:
+    """A MachineHealthCheck (admitted by the core's webhooks) marks the Machine whose Node
+    turned Ready=Unknown (its kubelet stopped: the Sim cloud's fault, its instance still
+    running), and the pool replaces it. The Sim Pod reports a silent Node Unknown after its
+    node monitor grace period, 50 s as shipped."""
+    check = {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": POOL, "namespace": NAMESPACE},
+        "spec": {
+            "clusterName": CLUSTER,
+            "selector": {"matchLabels": {POOL_NAME_LABEL: POOL}},
+            "checks": {
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},
+                    {"type": "Ready", "status": "False", "timeoutSeconds": 1},
+                ]
+            },
+        },
+    }
+    pool.kubectl("apply", "-f", "-", stdin=json.dumps(check))
+    machines = sorted(m["metadata"]["name"] for m in pool.objects("machines"))
+    victim = machines[0]
+    await SimCloud(pool.client).stop_kubelet(NAMESPACE, victim)
+
+    def replaced() -> bool:
+        names = {m["metadata"]["name"] for m in pool.objects("machines")}
+        (mp,) = pool.objects("machinepools")
+        return (
+            victim not in names
+            and len(names) == len(machines)
+            and (mp.get("status") or {}).get("readyReplicas") == len(machines)
+        )
+
+    try:
+        await eventually(
+            lambda: asyncio.to_thread(replaced), f"{victim} replaced", within=180, interval=1
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{pool.logs()}") from None
+    assert len(node_ids(workload)) == len(machines)
 
 
 # -- deletion --------------------------------------------------------------------------------
