@@ -25,7 +25,8 @@ reach through the node. In the order a user meets it:
 
 cert-manager: the ``cert_manager`` fixture plays its part (``harness.StandInCertManager``: its
 API for ``clusterctl init``, then the webhook Secret and CA injection from the self-signed
-overlay). It is the one place to switch to real cert-manager once that runs here as Pods.
+overlay). It is the one place to switch to real cert-manager as Pods
+(``tests/support/certmanager.install_cert_manager``, marker ``certmanager``).
 
 Markers ``realnode``, ``image`` and ``clusterctl``: left out, with a line saying why, where any
 of them cannot be had. ``MACHINEPOOL_AS_SHIPPED_REPORT=docs/as-shipped.md`` writes the figures.
@@ -162,8 +163,9 @@ def cert_manager(
     cert_manager_api: Callable[[Client], Awaitable[None]],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> StandInCertManager:
-    """cert-manager for the install. Switch here to real cert-manager as Pods when it runs on
-    the real node: ``install`` it before init, and ``issue`` is then its own controllers'."""
+    """cert-manager for the install. The switch to real cert-manager as Pods: ``install``
+    awaits ``tests.support.certmanager.install_cert_manager(management, client)`` before init,
+    and ``issue`` is then its controller's and CA injector's own work (nothing to do)."""
     return StandInCertManager(cert_manager_api, tmp_path_factory.mktemp("self-signed"))
 
 
