@@ -6,8 +6,7 @@ It has no kubelet, so the provider Deployments ``clusterctl init`` installs cann
 tests run the same ``machinepool run`` processes on this machine instead (``LocalProviders``)
 and point the installed webhook configurations and CRD conversion at them, which is what the
 Service in front of the pods and cert-manager's CA injector do in a cluster. The one tier that
-runs the Pods themselves, on a real node, is test_as_shipped.py; cert-manager's part there is
-``StandInCertManager``'s (until real cert-manager runs there as Pods).
+runs the Pods themselves, on a real node, with real cert-manager, is test_as_shipped.py.
 
 The binaries are built, never downloaded: kubectl by ``hack/controlplane/build.sh`` and
 clusterctl by ``hack/clusterctl/build.sh``.
@@ -23,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -35,11 +34,9 @@ from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.runtime import (
     CRDS,
     MUTATING_WEBHOOKS,
-    SECRETS,
     VALIDATING_WEBHOOKS,
     Client,
     PatchType,
-    Resource,
     self_signed,
 )
 
@@ -219,67 +216,3 @@ def local_providers(name: str, kubeconfig: Path, log_dir: Path) -> Iterator[Loca
         yield providers
     finally:
         providers.stop()
-
-
-CERTIFICATES = Resource("cert-manager.io", "v1", "certificates", "Certificate")
-INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
-
-
-@dataclass
-class StandInCertManager:
-    """cert-manager's part in an install, played from the self-signed overlay until real
-    cert-manager runs here as Pods.
-
-    ``install``, before ``clusterctl init``: cert-manager's API (the stand-in CRDs
-    ``cert_manager_api`` installs), which init checks by creating a test Issuer and Certificate.
-    ``issue``, after it: for the Certificate the core provider ships, the Secret it names, with
-    the CA and serving pair ``deploy/generate.py self-signed`` writes for the webhook Service
-    (what cert-manager's controller does), and that CA in the ``caBundle`` of every webhook
-    configuration and CRD annotated ``cert-manager.io/inject-ca-from`` with it (its CA
-    injector). Anything else shipped that wants a certificate fails here by name.
-    """
-
-    install_api: Callable[[Client], Awaitable[None]]
-    workdir: Path
-
-    async def install(self, client: Client) -> None:
-        await self.install_api(client)
-
-    async def issue(self, client: Client) -> None:
-        gen = load_generator()
-        overlay = gen.self_signed_overlay(self.workdir).parent
-        files = {n: (overlay / n).read_bytes() for n in ("tls.crt", "tls.key", "ca.crt")}
-        for cert in (await client.list(CERTIFICATES)).items:
-            namespace, name = cert["metadata"]["namespace"], cert["metadata"]["name"]
-            secret = cert["spec"]["secretName"]
-            assert (namespace, secret) == (gen.CORE_NAMESPACE, gen.WEBHOOK_SECRET), (
-                f"the stand-in issues the webhook Service's certificate only, not {name}"
-            )
-            body = {
-                "metadata": {"name": secret, "namespace": namespace},
-                "type": "kubernetes.io/tls",
-                "data": {k: base64.b64encode(v).decode() for k, v in files.items()},
-            }
-            await client.create(SECRETS, body, namespace)
-            await inject_ca(client, f"{namespace}/{name}", files["ca.crt"])
-
-
-async def inject_ca(client: Client, source: str, ca: bytes) -> None:
-    """``ca`` into the webhook configurations and CRDs annotated to take it from ``source``."""
-    bundle = base64.b64encode(ca).decode()
-    for resource in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
-        for config in (await client.list(resource)).items:
-            if (config["metadata"].get("annotations") or {}).get(INJECT_CA_FROM) != source:
-                continue
-            hooks = config.get("webhooks") or []
-            for hook in hooks:
-                hook["clientConfig"]["caBundle"] = bundle
-            await client.patch(
-                resource, config["metadata"]["name"], {"webhooks": hooks},
-                patch_type=PatchType.MERGE,
-            )  # fmt: skip
-    for crd in (await client.list(CRDS)).items:
-        if (crd["metadata"].get("annotations") or {}).get(INJECT_CA_FROM) != source:
-            continue
-        patch = {"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": bundle}}}}}
-        await client.patch(CRDS, crd["metadata"]["name"], patch, patch_type=PatchType.MERGE)

@@ -23,13 +23,14 @@ reach through the node. In the order a user meets it:
 4. Two replicas of the core: the Lease holder's Pod deleted, the other replica takes the Lease
    and the pool converges on a new size.
 
-cert-manager: the ``cert_manager`` fixture plays its part (``harness.StandInCertManager``: its
-API for ``clusterctl init``, then the webhook Secret and CA injection from the self-signed
-overlay). It is the one place to switch to real cert-manager as Pods
-(``tests/support/certmanager.install_cert_manager``, marker ``certmanager``).
+cert-manager: real, as it ships (v1.20.3, built here into images and run as Pods on the same
+node: ``tests/support/certmanager.install_cert_manager``), installed before ``clusterctl init``,
+which finds it installed; the core's webhook certificate and every CA bundle come from its
+controller and CA injector.
 
-Markers ``realnode``, ``image`` and ``clusterctl``: left out, with a line saying why, where any
-of them cannot be had. ``MACHINEPOOL_AS_SHIPPED_REPORT=docs/as-shipped.md`` writes the figures.
+Markers ``realnode``, ``image``, ``clusterctl`` and ``certmanager``: left out, with a line
+saying why, where any of them cannot be had. ``MACHINEPOOL_AS_SHIPPED_REPORT=docs/as-shipped.md``
+writes the figures.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from tests.reliability.report import command_line, git_revision
-from tests.support import eventually, wait_for
+from tests.support import certmanager, eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.api.constants import POOL_NAME_LABEL
@@ -67,14 +68,18 @@ from machinepool.sim.cloud import SimCloud
 
 from .harness import (
     VERSION,
-    StandInCertManager,
     build_clusterctl,
     kubectl,
     load_generator,
     run,
 )
 
-pytestmark = [pytest.mark.realnode, pytest.mark.image, pytest.mark.clusterctl]
+pytestmark = [
+    pytest.mark.realnode,
+    pytest.mark.image,
+    pytest.mark.clusterctl,
+    pytest.mark.certmanager,
+]
 
 NODE = RealNode(name="shipped-node", pod_subnet="10.244.61.0/24", routed_pods=True)
 """A pod subnet of its own: the host routes it to this node (other nodes keep the default)."""
@@ -158,17 +163,6 @@ def management(
         cp.stop()
 
 
-@pytest.fixture(scope="module")
-def cert_manager(
-    cert_manager_api: Callable[[Client], Awaitable[None]],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> StandInCertManager:
-    """cert-manager for the install. The switch to real cert-manager as Pods: ``install``
-    awaits ``tests.support.certmanager.install_cert_manager(management, client)`` before init,
-    and ``issue`` is then its controller's and CA injector's own work (nothing to do)."""
-    return StandInCertManager(cert_manager_api, tmp_path_factory.mktemp("self-signed"))
-
-
 @dataclass
 class Installed:
     """The management cluster after ``clusterctl init``, its Pods Ready."""
@@ -226,13 +220,13 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def installed(
-    management: ControlPlane, cert_manager: StandInCertManager, clusterctl: Path, repository: Path
+    management: ControlPlane, clusterctl: Path, repository: Path
 ) -> AsyncIterator[Installed]:
     """``clusterctl init`` as the user guide has it, then every provider Pod Ready."""
     config = repository
     async with await Client.from_kubeconfig(management.kubeconfig) as client:
         await wait_for(client, NODES, None, NODE.name, ready, within=READY, what="Node Ready")
-        await cert_manager.install(client)
+        await certmanager.install_cert_manager(management, client)
         started = time.monotonic()
         init = await asyncio.to_thread(
             run,
@@ -250,7 +244,6 @@ async def installed(
         )
         assert init.returncode == 0, init.stderr
         FIGURES["`clusterctl init`"] = f"{time.monotonic() - started:.1f} s"
-        await cert_manager.issue(client)
         done = Installed(management, client, init.stdout + init.stderr)
 
         async def all_ready() -> bool:
