@@ -110,10 +110,12 @@ async def capa_crds(client: Client, crds: list[str]) -> AsyncIterator[list[str]]
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def legacy_crds(client: Client, crds: list[str]) -> AsyncIterator[list[str]]:
-    """Our AWS CRDs as they were before the group changed: CAPA's group and names."""
+    """Our AWS CRDs as they were before the group changed: CAPA's group and names (the kinds
+    there were then; the pool template came after the move)."""
+    before = {LEGACY_AWSMACHINEPOOLS.kind, LEGACY_AWSMACHINES.kind}
     old = []
     for crd in crd_manifests():
-        if crd["spec"]["group"] != GROUP:
+        if crd["spec"]["group"] != GROUP or crd["spec"]["names"]["kind"] not in before:
             continue
         crd["spec"]["group"] = LEGACY_GROUP
         crd["metadata"]["name"] = f"{crd['spec']['names']['plural']}.{LEGACY_GROUP}"
