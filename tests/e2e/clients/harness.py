@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from machinepool.runtime import (
     MUTATING_WEBHOOKS,
     VALIDATING_WEBHOOKS,
     Client,
+    Obj,
     PatchType,
     self_signed,
 )
@@ -85,6 +87,31 @@ def kubectl(
     kubeconfig: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return run([str(kubectl_binary()), f"--kubeconfig={kubeconfig}", *args], stdin=stdin)
+
+
+NAMESPACE = "team-a"
+"""The namespace the user guide's commands make the cluster in."""
+
+
+class AsUser:
+    """kubectl as the user runs it against one management cluster: ``kubeconfig`` is the
+    subclass's. What the clusterctl tiers share."""
+
+    @property
+    def kubeconfig(self) -> Path:
+        raise NotImplementedError
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = kubectl(self.kubeconfig, *args, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def objects(self, kind: str, *extra: str) -> list[Obj]:
+        """The ``kind`` objects of ``NAMESPACE``, as ``kubectl get -o json`` lists them."""
+        items: list[Obj] = json.loads(
+            self.kubectl("get", kind, "-n", NAMESPACE, "-o", "json", *extra)
+        )["items"]
+        return items
 
 
 async def route_webhooks(

@@ -67,7 +67,9 @@ from machinepool.runtime import (
 from machinepool.sim.cloud import SimCloud
 
 from .harness import (
+    NAMESPACE,
     VERSION,
+    AsUser,
     build_clusterctl,
     kubectl,
     load_generator,
@@ -89,7 +91,6 @@ PROVIDER_NAMESPACES = {
     "machinepool-sim-system": "machinepool-sim-controller-manager",
 }
 """Each provider's namespace and its Deployment, as deploy/release names them."""
-NAMESPACE = "team-a"
 CLUSTER = "demo"
 POOL = f"{CLUSTER}-mp-0"
 NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
@@ -164,7 +165,7 @@ def management(
 
 
 @dataclass
-class Installed:
+class Installed(AsUser):
     """The management cluster after ``clusterctl init``, its Pods Ready."""
 
     cp: ControlPlane
@@ -176,16 +177,6 @@ class Installed:
     @property
     def kubeconfig(self) -> Path:
         return self.cp.kubeconfig
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = kubectl(self.kubeconfig, *args, stdin=stdin)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout
-
-    def objects(self, kind: str, *extra: str) -> list[Obj]:
-        found = self.kubectl("get", kind, "-n", NAMESPACE, "-o", "json", *extra)
-        items: list[Obj] = json.loads(found)["items"]
-        return items
 
     def logs(self) -> str:
         """The provider Pods and each one's last log lines (its previous container's, after a

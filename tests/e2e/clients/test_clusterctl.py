@@ -33,11 +33,13 @@ import pytest_asyncio
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NODES, Client, Obj
+from machinepool.runtime import NODES, Client
 from machinepool.sim.records import records_in
 
 from .harness import (
+    NAMESPACE,
     VERSION,
+    AsUser,
     LocalProviders,
     build_clusterctl,
     kubectl,
@@ -49,7 +51,6 @@ from .harness import (
 
 pytestmark = [pytest.mark.clusterctl]
 
-NAMESPACE = "team-a"
 CLUSTER = "demo"
 POOL = f"{CLUSTER}-mp-0"
 REPLICAS = 2
@@ -58,7 +59,7 @@ INSTANCE_SELECTOR = "sim.infrastructure.cluster.x-k8s.io/instance=true"
 
 
 @dataclass
-class Management:
+class Management(AsUser):
     """A management cluster clusterctl initialised, with its provider processes."""
 
     cluster: WorkloadCluster
@@ -69,17 +70,6 @@ class Management:
     @property
     def kubeconfig(self) -> Path:
         return self.cluster.kubeconfig
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = kubectl(self.kubeconfig, *args, stdin=stdin)
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result.stdout
-
-    def objects(self, kind: str, *extra: str) -> list[Obj]:
-        items: list[Obj] = json.loads(
-            self.kubectl("get", kind, "-n", NAMESPACE, "-o", "json", *extra)
-        )["items"]
-        return items
 
 
 @pytest.fixture(scope="module")
