@@ -70,6 +70,11 @@ class RealBinary:
     target: str = ""
     """The build script's target, for a script that builds several binaries."""
 
+    @property
+    def build_command(self) -> str:
+        script = self.build.relative_to(REPO)
+        return f"bash {script}" + (f" {self.target}" if self.target else "")
+
     def available(self) -> bool:
         """``build.sh --check [target]``: a binary is given, cached, or buildable here."""
         argv = ["bash", str(self.build), "--check", *([self.target] if self.target else [])]
@@ -135,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [i for i in items if i.get_closest_marker(real.marker) is None]
         notes.append(
             f"left out {len(marked)} test(s) of the real {real.binary} (cannot be had here): "
-            f"to include them, {real.include}"
+            f"to include them, {real.include}; it is built by `{real.build_command}`"
         )
     marked = [i for i in items if i.get_closest_marker("realnode") is not None]
     if marked and "realnode" not in selected and (problem := missing_prerequisites()):

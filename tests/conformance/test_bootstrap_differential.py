@@ -192,17 +192,25 @@ async def providers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[d
     planes = {name: ControlPlane(workdir / name, binaries=binaries) for name in ("up", "ours")}
     processes: list[Process | ControllerProcess] = []
     try:
-        for cp in planes.values():
-            await asyncio.to_thread(cp.start)
+        # The two sides share nothing, so their clusters start side by side (most of a start
+        # is waiting for an apiserver to be ready).
+        await asyncio.gather(*(asyncio.to_thread(cp.start) for cp in planes.values()))
         out: dict[str, Provider] = {}
         async with (
             await Client.from_kubeconfig(planes["up"].kubeconfig) as up,
             await Client.from_kubeconfig(planes["ours"].kubeconfig) as ours,
         ):
-            await _established(up, [*upstream.crds(), *_bootstrap_crds()])
-            await _established(ours, crd_manifests())
-            for name, client in (("up", up), ("ours", ours)):
-                workload = await asyncio.to_thread(planes[name].start_workload, f"boot-{name}")
+            crds = asyncio.gather(
+                _established(up, [*upstream.crds(), *_bootstrap_crds()]),
+                _established(ours, crd_manifests()),
+            )
+            workloads = await asyncio.gather(
+                *(asyncio.to_thread(cp.start_workload, f"boot-{n}") for n, cp in planes.items())
+            )
+            await crds
+            for (name, client), workload in zip(
+                (("up", up), ("ours", ours)), workloads, strict=True
+            ):
                 await _cluster(client, workload)
                 out[name] = Provider(name, client, workload)
             webhook = upstream.UpstreamWebhook.create(workdir)

@@ -116,6 +116,11 @@ async def env(
                 webhook=capa_hook,
                 endpoint=moto.url,
                 gates={"MachinePool": True},
+                # CAPA lists the group's instances before it resizes the group and does not
+                # requeue after, so a scale's instances wait for its next event; when our
+                # core's status write lands in that same reconcile there is none before the
+                # sync period (10 minutes at CAPA's default): docs/guide-capa.md.
+                extra_args=("--sync-period=30s",),
                 **common,
             )
             beside = ("--beside-upstream", "--register-webhooks")
