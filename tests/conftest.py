@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.reliability.report import FIGURES, report_path
 from tests.support import wait_established
 from tests.support.tasks import TaskTracker, cancel, describe
 
@@ -181,17 +182,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["left_out"] = session.config.stash.get(_LEFT_OUT, [])
-    elif os.environ.get("CI") == "true" and session.config.stash.get(_LEFT_OUT, []):
+        return
+    if os.environ.get("CI") == "true" and session.config.stash.get(_LEFT_OUT, []):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.config.getoption("numprocesses", None) and (path := report_path()) is not None:
+        FIGURES.write(path)  # every worker's reliability figures (tests/reliability/report.py)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    """pytest-xdist's controller: keep each worker's notes once (every worker collects all)."""
+    """pytest-xdist's controller: keep each worker's notes once (every worker collects all),
+    and the reliability figures of the files it ran."""
     notes = node.config.stash.setdefault(_LEFT_OUT, [])
-    for note in getattr(node, "workeroutput", {}).get("left_out", []):
+    output = getattr(node, "workeroutput", {})
+    for note in output.get("left_out", []):
         if note not in notes:
             notes.append(note)
+    FIGURES.merge(output.get("reliability_figures", []))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

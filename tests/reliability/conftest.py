@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from tests.reliability.harness import Env, World
-from tests.reliability.report import REPORT_ENV, Recorder, Report, command_line
+from tests.reliability.report import FIGURES, REPORT_ENV, Recorder, report_path
 from tests.support.builders import CLUSTER
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
@@ -52,45 +52,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-_FIGURES = Report()
-"""This session's figures (one pytest session per process)."""
-
-
 def _report_path(config: pytest.Config) -> Path | None:
-    value = config.getoption("--reliability-report", default=None) or os.environ.get(REPORT_ENV)
-    return Path(value) if value else None
+    return report_path(config.getoption("--reliability-report", default=None))
 
 
 @pytest.fixture
 def report(request: pytest.FixtureRequest) -> Recorder:
     """Where the test records the figures it measured (kept in the report file on request)."""
-    return Recorder(_FIGURES.scenario(request.node.nodeid))
+    return Recorder(FIGURES.scenario(request.node.nodeid))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """How each scenario ended and how long its body ran: figures of a failed run say so."""
     if report.when == "call" or report.failed or report.skipped:
-        scenario = _FIGURES.scenario(report.nodeid)
+        scenario = FIGURES.scenario(report.nodeid)
         if report.when == "call":
             scenario.seconds = report.duration
         if scenario.outcome in ("not run", "passed"):
             scenario.outcome = report.outcome
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """The report is one process's figures: a run split by pytest-xdist would lose some."""
-    if _report_path(config) is not None and (config.getoption("numprocesses", None) or 0):
-        raise pytest.UsageError(
-            "--reliability-report: the figures are kept by one process; run without -n"
-        )
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    path = _report_path(session.config)
-    if path is None or not _FIGURES.scenarios:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_FIGURES.render(command_line()))
+    """One process: write the report. A pytest-xdist worker: hand its figures on instead
+    (the controller writes them all: tests/conftest.py)."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["reliability_figures"] = FIGURES.worker_output()
+    elif (path := _report_path(session.config)) is not None:
+        FIGURES.write(path)
 
 
 SCALE_FAULTS_BUDGET = 5400.0

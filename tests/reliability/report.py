@@ -6,6 +6,11 @@ through the ``report`` fixture of conftest.py) and, when the run asks for it wit
 ``--reliability-report=PATH`` or ``$MACHINEPOOL_RELIABILITY_REPORT``, the session writes one
 table with the git revision and the exact command, so every figure can be traced and
 reproduced. Without the opt-in, recording costs nothing and writes nothing.
+
+Under pytest-xdist (``make test``) each worker keeps the figures of the files it ran and hands
+them to the controller when it stops (``worker_output`` / ``merge``, called from
+tests/conftest.py, the one conftest the controller loads), which writes the one file. CI sets
+the variable (``.ci/run``), so every CI run leaves the report of the code it ran.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ import platform
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT_ENV = "MACHINEPOOL_RELIABILITY_REPORT"
@@ -45,6 +51,25 @@ class Report:
 
     def scenario(self, nodeid: str) -> Scenario:
         return self.scenarios.setdefault(nodeid, Scenario(nodeid))
+
+    def worker_output(self) -> list[dict[str, Any]]:
+        """This process's scenarios as plain data, which pytest-xdist carries to its controller."""
+        return [asdict(s) for s in self.scenarios.values()]
+
+    def merge(self, scenarios: list[dict[str, Any]]) -> None:
+        """Take a worker's scenarios (each file runs on one worker, so no two overlap)."""
+        for data in scenarios:
+            figures = [(str(f), str(v)) for f, v in data["figures"]]
+            self.scenarios[data["nodeid"]] = Scenario(
+                data["nodeid"], figures, data["outcome"], float(data["seconds"])
+            )
+
+    def write(self, path: Path) -> None:
+        """The report at ``path``, when any scenario of the suite ran."""
+        if not self.scenarios:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.render(command_line()))
 
     def render(self, command: str) -> str:
         """The markdown file: provenance first, then one row per figure."""
@@ -106,3 +131,14 @@ def command_line() -> str:
     if program.is_absolute() and program.is_relative_to(REPO):
         argv[0] = str(program.relative_to(REPO))
     return " ".join([*env, *(shlex.quote(a) for a in argv)])
+
+
+FIGURES = Report()
+"""This process's figures: its session's scenarios, and on pytest-xdist's controller every
+worker's."""
+
+
+def report_path(option: str | None = None) -> Path | None:
+    """Where the figures go: the option's value, else ``$MACHINEPOOL_RELIABILITY_REPORT``."""
+    value = option or os.environ.get(REPORT_ENV)
+    return Path(value) if value else None
