@@ -152,9 +152,26 @@ def test_an_instance_that_fails_after_boot_runs_until_its_time() -> None:
     assert r.records_in(launch(record()))[0].state_at(breaks + timedelta(days=1)) == r.RUNNING
 
 
+def test_a_warm_instance_boots_stops_and_runs_once_started_with_new_userdata() -> None:
+    warm = dataclasses.replace(record(), warm=True)
+    secret = launch(warm, userdata=b"old token")
+    (read,) = r.records_in(secret)
+    assert read.warm and read.start_at is None
+    assert read.state_at(NOW) == r.PENDING
+    assert read.state_at(NOW + timedelta(days=1)) == r.STOPPED
+    started = NOW + timedelta(minutes=10)
+    patch = r.start_patch(read, started + timedelta(seconds=3), b"new token", "8")
+    secret["data"] |= patch["data"]
+    (read,) = r.records_in(secret)
+    assert read.running_at == started + timedelta(seconds=3)
+    assert read.state_at(started) == r.PENDING
+    assert read.state_at(started + timedelta(seconds=3)) == r.RUNNING
+    assert (read.bootstrap_version, r.user_data(secret, read)) == ("8", b"new token")
+
+
 def test_cloud_states_are_the_engine_instance_states() -> None:
     """The sim backend maps a record's state onto ``InstanceState`` by value."""
-    cloud = {r.PENDING, r.RUNNING, r.FAILED, r.TERMINATED}
+    cloud = {r.PENDING, r.RUNNING, r.STOPPED, r.FAILED, r.TERMINATED}
     assert cloud == {state.value for state in InstanceState}
 
 

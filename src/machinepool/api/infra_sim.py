@@ -57,6 +57,7 @@ __all__ = [
     "SimRollingUpdate",
     "SimSettings",
     "SimTemplate",
+    "SimWarmPool",
 ]
 
 GROUP_VERSION = "infrastructure.cluster.x-k8s.io/v1beta2"
@@ -140,6 +141,26 @@ class SimSettings(K8sModel):
         int | None, OpenAPI({"format": "int32"}), Field(ge=0)
     ] = None
     """Most instances of this pool per failure domain; 0 or unset is unbounded."""
+    start_delay_seconds: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
+    """Seconds from starting a stopped warm-pool instance until it runs (its kubelet then
+    registers at once: it booted before it was stopped). Default 0."""
+
+
+class SimWarmPool(K8sModel):
+    """Instances booted ahead and kept stopped, started first by a scale-up. The names are EC2
+    Auto Scaling's warm pool's (PutWarmPool): its size is maxGroupPreparedCapacity minus
+    replicas, and at least minSize."""
+
+    min_size: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
+    """Warm instances kept at least, whatever replicas is. Default 0."""
+    max_group_prepared_capacity: Annotated[
+        int | None, OpenAPI({"format": "int32"}), Field(ge=0)
+    ] = None
+    """Most instances of the pool and its warm pool together; the warm pool holds what
+    replicas leaves of it (and at least minSize). Unset: the warm pool holds minSize."""
+    pool_state: Literal["Stopped"] | None = None
+    """State of warm instances: only Stopped (Auto Scaling's Running and Hibernated are not
+    simulated). Default Stopped."""
 
 
 class SimMachinePoolSpec(K8sModel):
@@ -157,6 +178,8 @@ class SimMachinePoolSpec(K8sModel):
     """Replacement strategy."""
     sim: SimSettings | None = None
     """Simulation settings."""
+    warm_pool: SimWarmPool | None = None
+    """Warm pool: instances booted and stopped ahead of a scale-up. Unset: none."""
 
 
 class SimInstanceStatus(K8sModel):
@@ -169,7 +192,7 @@ class SimInstanceStatus(K8sModel):
     failure_domain: str | None = None
     """Failure domain of the instance."""
     state: str | None = None
-    """pending, running, failed or terminated."""
+    """pending, running, stopped (warm pool), failed or terminated."""
     version: str | None = None
     """Kubernetes version it runs."""
     up_to_date: bool | None = None
@@ -189,6 +212,12 @@ class SimMachinePoolStatus(K8sModel):
         Field(max_length=10000),
     ] = None
     """The pool's instances, sorted by id."""
+    warm_instances: Annotated[
+        list[SimInstanceStatus] | None,
+        OpenAPI({"x-kubernetes-list-type": "atomic"}),
+        Field(max_length=10000),
+    ] = None
+    """The warm pool's instances (pending while they boot, then stopped), sorted by id."""
     infrastructure_machine_kind: str | None = None
     """SimMachine: opts in to MachinePool Machines."""
     capacity: dict[str, str] | None = None

@@ -94,6 +94,7 @@ __all__ = [
     "SimMachineView",
     "SimSettingsView",
     "SimTemplateView",
+    "SimWarmPoolView",
     "TemplateMetaView",
     "View",
 ]
@@ -587,6 +588,15 @@ class SimSettingsView(View):
     fail_after_boot_rate = Field[float | None]()
     fail_after_boot_within_seconds = Field[int | None]()
     capacity_per_failure_domain = Field[int | None]()
+    start_delay_seconds = Field[int | None]()
+
+
+class SimWarmPoolView(View):
+    """``spec.warmPool``: instances booted and stopped ahead of a scale-up."""
+
+    MODEL = infra_sim.SimWarmPool
+    min_size = Field[int | None]()
+    max_group_prepared_capacity = Field[int | None]()
 
 
 class SimMachinePoolSpecView(View):
@@ -596,6 +606,7 @@ class SimMachinePoolSpecView(View):
     strategy = Field[dict[str, Any] | None]()
     """As stored, for the pool engine's strategy parsing."""
     sim = Nested(SimSettingsView)
+    warm_pool = Nested(SimWarmPoolView)
 
 
 class SimMachinePoolStatusView(View):
@@ -603,6 +614,7 @@ class SimMachinePoolStatusView(View):
     ready = Field[bool | None]()
     replicas = Field[int | None]()
     instances = Field[list[dict[str, Any]] | None]()
+    warm_instances = Field[list[dict[str, Any]] | None]()
     infrastructure_machine_kind = Field[str | None]()
     capacity = Field[dict[str, str] | None]()
     conditions = Field[list[dict[str, Any]] | None]()

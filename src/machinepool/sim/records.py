@@ -10,7 +10,8 @@ node simulator (``machinepool.sim.kubelet``) and ``SimCloud`` read and patch the
 is the one both sides agree on, and it knows nothing of the pool engine: the cloud has its own
 state names (``PENDING`` ... ``TERMINATED``), which the backend maps onto the engine's.
 
-Each instance's immutable facts live in ``data`` under ``<id>.json``, and the bootstrap data
+Each instance's immutable facts (but for a warm instance's start, ``start_patch``) live in
+``data`` under ``<id>.json``, and the bootstrap data
 it booted with under ``userdata.<digest>``, shared by the instances that booted with the same
 (``launch_entries``); what changes later (the state a fault or a termination forces, a stopped
 kubelet) lives in keys of its own (``<id>.state``, ``<id>.state-reason``, ``<id>.kubelet``),
@@ -35,7 +36,7 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -54,6 +55,7 @@ __all__ = [
     "RUNNING",
     "STATE_ANNOTATION",
     "STATE_REASON_ANNOTATION",
+    "STOPPED",
     "TERMINATED",
     "InstanceRecord",
     "allocate_address",
@@ -69,6 +71,7 @@ __all__ = [
     "record_in",
     "records_in",
     "removal_patch",
+    "start_patch",
     "state_patch",
     "user_data",
 ]
@@ -101,10 +104,12 @@ _LEGACY_INFO = "instance.json"
 
 PENDING: Final = "pending"
 RUNNING: Final = "running"
+STOPPED: Final = "stopped"
 FAILED: Final = "failed"
 TERMINATED: Final = "terminated"
-"""The cloud's instance states. The first two come from the boot clock, the last two from a
-boot failure or a forced state (``state_patch``); they are spelled as the pool engine's
+"""The cloud's instance states. The first two come from the boot clock, ``STOPPED`` from a
+warm-pool instance's booting to a stop (``InstanceRecord.warm``, until ``start_patch``), the
+last two from a boot failure or a forced state (``state_patch``); they are spelled as the pool engine's
 ``InstanceState`` values, which the backend relies on (``tests/unit/test_sim_records.py``
 checks it)."""
 
@@ -185,6 +190,15 @@ class InstanceRecord:
     """Stored alone in a Secret of an earlier version's format (``instance.json``)."""
     userdata: str = ""
     """The digest its bootstrap data is stored under in its launch (``launch_entries``)."""
+    warm: bool = False
+    """Launched into a warm pool: it boots, then stops, and has no Node until started."""
+    start_at: datetime | None = None
+    """When a warm instance, started (``start_patch``), runs; None: not started."""
+
+    @property
+    def running_at(self) -> datetime:
+        """When it runs (or ran): its boot, or its start for a started warm instance."""
+        return max(self.boot_at, self.start_at) if self.start_at is not None else self.boot_at
 
     def meta_data(self) -> dict[str, str]:
         """What the instance's metadata service tells cloud-init (``ds.meta_data``), in the
@@ -200,12 +214,19 @@ class InstanceRecord:
 
     def state_at(self, now: datetime) -> str:
         """Forced state if any, else pending until ``boot_at``, then running (or failed, at
-        once when it failed to boot, from ``fail_at`` when it fails later)."""
+        once when it failed to boot, from ``fail_at`` when it fails later). A warm instance
+        is stopped once booted, until started; then pending until ``start_at``."""
         if self.forced_state in (FAILED, TERMINATED):
             return self.forced_state
         if now < self.boot_at:
             return PENDING
-        if self.will_fail or (self.fail_at is not None and now >= self.fail_at):
+        if self.will_fail:
+            return FAILED
+        if self.warm and self.start_at is None:
+            return STOPPED
+        if now < self.running_at:
+            return PENDING
+        if self.fail_at is not None and now >= self.fail_at:
             return FAILED
         return RUNNING
 
@@ -227,6 +248,8 @@ class InstanceRecord:
             **({"failAt": format_time(self.fail_at)} if self.fail_at is not None else {}),
             **({"privateIP": self.private_ip} if self.private_ip else {}),
             **({"hostname": self.hostname} if self.hostname else {}),
+            **({"warmPool": True} if self.warm else {}),
+            **({"startAt": format_time(self.start_at)} if self.start_at is not None else {}),
         }
 
 
@@ -368,6 +391,17 @@ def state_patch(record: InstanceRecord, state: str, reason: str = "") -> dict[st
     }
 
 
+def start_patch(
+    record: InstanceRecord, start_at: datetime, userdata: bytes, bootstrap_version: str
+) -> dict[str, Any]:
+    """The merge patch of ``record``'s launch that starts a stopped warm instance, running
+    from ``start_at``, with ``userdata`` in place of the data it was warmed with (a stopped
+    EC2 instance's user data may be changed too): its facts are rewritten with the start
+    time and the new data's digest, the only change made to them after launch."""
+    started = replace(record, start_at=start_at, bootstrap_version=bootstrap_version)
+    return {"data": launch_entries(started, userdata)}
+
+
 def kubelet_patch(record: InstanceRecord, stopped: bool) -> dict[str, Any]:
     """The merge patch of ``record``'s launch that stops (or restarts) its kubelet."""
     value = "stopped" if stopped else None
@@ -417,6 +451,8 @@ def _record(
         launch=str(meta.get("name", "")),
         legacy=legacy,
         userdata=str(info.get("userdata", "")),
+        warm=bool(info.get("warmPool", False)),
+        start_at=parse_time(str(info["startAt"])) if info.get("startAt") else None,
     )
 
 

@@ -21,6 +21,7 @@ from machinepool.providers.pool.types import (
     Instance,
     InstanceSpec,
     InstanceState,
+    SupportsStart,
 )
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     "parse_strategy",
     "plan",
     "spread",
+    "SupportsStart",
     "template_hash",
 ]

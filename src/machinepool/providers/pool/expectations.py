@@ -25,7 +25,7 @@ list, which shows every write made before it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from machinepool.api.views import MachineView
@@ -45,6 +45,8 @@ class _Step:
     """Instance ids created."""
     terminated: set[str] = field(default_factory=set)
     """Instance ids terminated."""
+    started: set[str] = field(default_factory=set)
+    """Warm instance ids started into the pool."""
     until: float = 0.0
 
 
@@ -87,16 +89,22 @@ class Expectations:
         """The infra machine controller just terminated ``instance_id`` of ``pool``."""
         self._step(pool).terminated.add(instance_id)
 
+    def started(self, pool: ObjectKey, instance_ids: Iterable[str]) -> None:
+        """The engine just started the warm instances ``instance_ids`` of ``pool``."""
+        self._step(pool).started.update(instance_ids)
+
     def unmet(
         self,
         pool: ObjectKey,
         *,
         machine: Callable[[str], MachineView | None],
         instances: Mapping[str, bool],
+        warm: Collection[str] = frozenset(),
     ) -> list[str]:
         """What of ``pool``'s writes the caches do not show yet, in words:
         ``machine(name)`` is the Machine cache's copy, ``instances`` maps each listed
-        instance id to whether it is live (not terminated). Forgets what they show, and
+        instance id to whether it is live (not terminated), ``warm`` holds the ids of those
+        still in the warm pool. Forgets what they show, and
         everything once its time is up."""
         step = self._steps.get(pool)
         if step is None:
@@ -110,13 +118,15 @@ class Expectations:
                 del step.deleted[name]
         step.created -= instances.keys()
         step.terminated = {i for i in step.terminated if instances.get(i, False)}
-        if not step.deleted and not step.created and not step.terminated:
+        step.started &= set(warm)
+        if not (step.deleted or step.created or step.terminated or step.started):
             del self._steps[pool]
             return []
         return (
             [f"Machine {name} to be deleted" for name in sorted(step.deleted)]
             + [f"instance {iid} to be listed" for iid in sorted(step.created)]
             + [f"instance {iid} to be listed as terminated" for iid in sorted(step.terminated)]
+            + [f"instance {iid} to be listed as started" for iid in sorted(step.started)]
         )
 
     def forget(self, pool: ObjectKey) -> None:

@@ -266,7 +266,7 @@ async def prune_records(scope: PoolScope) -> Result:
     backend = scope.backend
     if not isinstance(backend, SupportsPurge):
         return Result()
-    top = max((i.index for i in scope.instances), default=0)
+    top = max((i.index for i in [*scope.instances, *scope.warm]), default=0)
     for instance in scope.instances:
         if (
             instance.state is InstanceState.TERMINATED

@@ -106,7 +106,9 @@ async def list_instances(scope: PoolScope) -> Result:
     """Instances from the backend; infra machines and owner Machines from the caches."""
     assert scope.backend is not None
     env = scope.env
-    scope.instances = await scope.backend.list(scope.key.name)
+    listed = await scope.backend.list(scope.key.name)
+    scope.instances = [i for i in listed if not i.warm]
+    scope.warm = [i for i in listed if i.warm]
     members = [SimMachineView(m) for m in pool_members(env.infra_machines, scope.key)]
     scope.infra_machines = {m.metadata.name: m for m in members}
     infra_kind = env.provider.machine_resource.kind
@@ -134,8 +136,11 @@ async def await_own_writes(scope: PoolScope) -> Result:
         obj = env.machines.get(name, scope.namespace)
         return MachineView(obj) if obj is not None else None
 
-    listed = {i.id: i.state is not InstanceState.TERMINATED for i in scope.instances}
-    if not env.expectations.unmet(scope.key, machine=machine, instances=listed):
+    listed = {
+        i.id: i.state is not InstanceState.TERMINATED for i in [*scope.instances, *scope.warm]
+    }
+    warm = {i.id for i in scope.warm}
+    if not env.expectations.unmet(scope.key, machine=machine, instances=listed, warm=warm):
         return Result()
     scope.quiet = scope.halt = True
     return Result(requeue_after=_CACHE_REQUEUE)

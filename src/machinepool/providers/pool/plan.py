@@ -23,7 +23,13 @@ safe, not complete. The rules:
   controller's burstReplicas caps one sync), so a pool of thousands reports its first
   instances, and the core starts on their Machines, while the rest are still being made;
 - a member without an owner Machine is never a victim: deletion goes through the Machine so
-  the Node is drained first.
+  the Node is drained first;
+- **warm pool** (``warm_size`` above zero): instances booted ahead and kept stopped, outside
+  the count, with no Machine and no Node. A step that needs new instances starts stopped
+  up-to-date ones first (spread as creates are), and creates only the rest; then the warm
+  pool is topped up to ``warm_size`` with the burst left, or trimmed (oldest first). Warm
+  instances of an old template and failed ones are deleted at once, directly (no Node to
+  drain), so a rollout refreshes the warm pool too.
 
 Everything here is deterministic (``Random`` hashes ids with a seed) and unit-tested.
 """
@@ -65,11 +71,18 @@ class Member:
     """Its Machine carries the delete-machine annotation."""
     has_machine: bool = False
     """An owner Machine exists, so it can be deleted (drained) through it."""
+    warm: bool = False
+    """In the warm pool: booting to be stopped, or stopped; not a member of the pool yet."""
 
     @property
     def running(self) -> bool:
         """Pending or running, on its way out or not: what maxSurge bounds."""
-        return self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+        return not self.warm and self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+
+    @property
+    def prepared(self) -> bool:
+        """A warm instance ready to start: booted, stopped, of the current template."""
+        return self.warm and self.state is InstanceState.STOPPED and self.up_to_date
 
     @property
     def active(self) -> bool:
@@ -95,27 +108,42 @@ class PlanInput:
     seed: str = ""
     """Seeds the Random delete policy (the pool's UID), so plans are reproducible."""
     burst: int = BURST
-    """Instances one step creates at most (the rest in the next steps)."""
+    """Instances one step creates (or starts) at most (the rest in the next steps)."""
+    warm_size: int = 0
+    """Warm instances to keep booted and stopped beside the pool (0: no warm pool)."""
 
 
 @dataclass
 class Plan:
-    """One step: failure domains of instances to create, members whose Machine to delete."""
+    """One step: failure domains of instances to create, members whose Machine to delete,
+    and the warm pool's changes."""
 
     create: list[str] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
+    start: list[str] = field(default_factory=list)
+    """Warm instances to start: they join the pool in place of as many creates."""
+    create_warm: list[str] = field(default_factory=list)
+    """Failure domains of warm instances to create (booted, then stopped)."""
+    delete_warm: list[str] = field(default_factory=list)
+    """Warm instances to terminate directly: outdated, failed or beyond the warm size."""
     waiting: list[str] = field(default_factory=list)
     """Why the plan holds back (shown in conditions)."""
 
     @property
     def empty(self) -> bool:
-        return not self.create and not self.delete
+        return not (
+            self.create or self.delete or self.start or self.create_warm or self.delete_warm
+        )
 
 
 def plan(inp: PlanInput) -> Plan:
     """Plan the next step for a pool (see the module docstring for the rules)."""
     result = Plan()
-    failed = [m for m in inp.members if m.state is InstanceState.FAILED and not m.deleting]
+    failed = [
+        m
+        for m in inp.members
+        if m.state is InstanceState.FAILED and not m.deleting and not m.warm
+    ]
     result.delete.extend(m.id for m in failed if m.has_machine)
     if any(not m.has_machine for m in failed):
         result.waiting.append("failed instances wait for their Machines before deletion")
@@ -125,8 +153,54 @@ def plan(inp: PlanInput) -> Plan:
     removed = {m.id for m in surplus}
     remaining = [m for m in active if m.id not in removed]
     result.delete.extend(m.id for m in _rolling_victims(inp, remaining, result))
-    result.create = _creates(inp, active, result)
+    domains = _creates(inp, active, result)
+    result.start = _starts(inp, active, result, len(domains))
+    result.create = domains[len(result.start) :]
+    if result.start:
+        # Re-spread the creates left over, counting the started instances where they are.
+        started = [m for m in inp.members if m.id in set(result.start)]
+        current = [m for m in active if m.id not in set(result.delete)] + started
+        usable = [fd for fd in inp.failure_domains if fd not in inp.full_domains]
+        result.create = spread(usable, current, len(result.create)) if result.create else []
+    _warm_pool(inp, result)
     return result
+
+
+def _starts(inp: PlanInput, active: Sequence[Member], result: Plan, count: int) -> list[str]:
+    """Up to ``count`` prepared warm instances to start, picked so the pool's failure
+    domains stay as even as ``spread`` keeps them."""
+    prepared = sorted((m for m in inp.members if m.prepared), key=lambda m: (m.created, m.id))
+    if not prepared or count <= 0:
+        return []
+    current = [m for m in active if m.id not in set(result.delete)]
+    fresh = Counter(m.failure_domain for m in current if m.up_to_date)
+    total = Counter(m.failure_domain for m in current)
+    chosen: list[str] = []
+    while prepared and len(chosen) < count:
+        pick = min(prepared, key=lambda m: (fresh[m.failure_domain], total[m.failure_domain]))
+        prepared.remove(pick)
+        fresh[pick.failure_domain] += 1
+        total[pick.failure_domain] += 1
+        chosen.append(pick.id)
+    return chosen
+
+
+def _warm_pool(inp: PlanInput, result: Plan) -> None:
+    """Delete warm instances that cannot serve (outdated, failed) or are beyond the size,
+    and create the missing ones with what is left of this step's burst."""
+    warm = [m for m in inp.members if m.warm and not m.deleting and m.id not in result.start]
+    stale = [m for m in warm if not m.up_to_date or m.state is InstanceState.FAILED]
+    result.delete_warm.extend(m.id for m in stale)
+    keep = sorted((m for m in warm if m not in stale), key=lambda m: (m.created, m.id))
+    excess = len(keep) - inp.warm_size
+    if excess > 0:
+        result.delete_warm.extend(m.id for m in keep[:excess])
+        return
+    room = inp.burst - len(result.create) - len(result.start)
+    count = min(-excess, room)
+    usable = [fd for fd in inp.failure_domains if fd not in inp.full_domains]
+    if count > 0 and usable:
+        result.create_warm = spread(usable, keep, count)
 
 
 def _creates(inp: PlanInput, active: Sequence[Member], result: Plan) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from machinepool.providers.pool.types import Backend
 from machinepool.runtime import Obj, Resource
 
-__all__ = ["PoolProvider", "SupportsCapacity", "SupportsPurge"]
+__all__ = ["PoolProvider", "SupportsCapacity", "SupportsPurge", "SupportsWarmPool"]
 
 
 class PoolProvider(Protocol):
@@ -56,3 +56,13 @@ class SupportsCapacity(Protocol):
     zero (the capacity annotations on the MachinePool, when set, take precedence there)."""
 
     def capacity(self, pool: Obj) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class SupportsWarmPool(Protocol):
+    """Providers whose pools may keep a warm pool (instances booted and stopped ahead); their
+    backends implement ``types.SupportsStart``."""
+
+    def warm_pool_size(self, pool: Obj, replicas: int) -> int:
+        """Warm instances ``pool`` keeps beside ``replicas`` running ones (0: none)."""
+        ...

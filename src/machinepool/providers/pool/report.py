@@ -2,7 +2,8 @@
 
 Runs on every reconcile, even when an earlier phase failed, so the pool always says why it
 is not converging. The list is sorted so patches are stable, and it holds every live instance,
-so ``ready`` (once true) stays true while scaling: core keeps copying the list.
+so ``ready`` (once true) stays true while scaling: core keeps copying the list. Warm-pool
+instances are listed apart (``status.warmInstances``), never in providerIDList.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from machinepool.api.conditions import set_condition, statuses
 from machinepool.api.views import SimMachinePoolView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
-from machinepool.providers.pool.types import InstanceState
+from machinepool.providers.pool.types import Instance, InstanceState
 from machinepool.runtime import Obj, Result, reports_progress
 
 __all__ = ["progress_only", "report"]
@@ -31,16 +32,10 @@ async def report(scope: PoolScope) -> Result:
             scope.pool.spec.provider_id_list = ids
         status = scope.status
         status.replicas = len(live)
-        status.instances = [
-            {
-                "instanceID": i.id,
-                "providerID": i.provider_id,
-                "failureDomain": i.failure_domain,
-                "state": i.state.value,
-                "upToDate": i.template_hash == scope.template_hash,
-            }
-            for i in sorted(live, key=lambda i: i.id)
-        ]
+        status.instances = [_entry(scope, i) for i in sorted(live, key=lambda i: i.id)]
+        warm = [_entry(scope, i) for i in sorted(scope.warm, key=lambda i: i.id)]
+        if warm or status.warm_instances:
+            status.warm_instances = warm
     status = scope.status
     provider = scope.env.provider
     status.infrastructure_machine_kind = provider.machine_resource.kind
@@ -53,6 +48,16 @@ async def report(scope: PoolScope) -> Result:
         status.initialization = {"provisioned": True}
     _conditions(scope, ready)
     return Result()
+
+
+def _entry(scope: PoolScope, i: Instance) -> dict[str, Any]:
+    return {
+        "instanceID": i.id,
+        "providerID": i.provider_id,
+        "failureDomain": i.failure_domain,
+        "state": i.state.value,
+        "upToDate": i.template_hash == scope.template_hash,
+    }
 
 
 def _blocking(scope: PoolScope) -> bool:

@@ -18,7 +18,14 @@ from machinepool.providers.pool.observe import machine_ready
 from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
-from machinepool.providers.pool.types import CapacityError, CloudError, InstanceSpec, InstanceState
+from machinepool.providers.pool.provider import SupportsWarmPool
+from machinepool.providers.pool.types import (
+    CapacityError,
+    CloudError,
+    InstanceSpec,
+    InstanceState,
+    SupportsStart,
+)
 from machinepool.runtime import SECRETS, NotFound, Result, gather_bounded
 
 __all__ = ["act", "created_message", "decide", "deleting_message", "failed_message"]
@@ -47,6 +54,9 @@ async def decide(scope: PoolScope) -> Result:
         replicas = _observed_size(scope)
         await _write_back_replicas(scope, replicas)
     scope.replicas = replicas
+    provider = scope.env.provider
+    if isinstance(provider, SupportsWarmPool):
+        scope.warm_size = provider.warm_pool_size(scope.pool.raw, replicas)
     version = spec.template.spec.version or ""
     scope.template_hash, _ = scope.env.provider.template(scope.pool.raw, version)
     return Result()
@@ -114,6 +124,17 @@ def _members(scope: PoolScope) -> list[Member]:
                 has_machine=machine is not None and not deleting,
             )
         )
+    for instance in scope.warm:
+        members.append(
+            Member(
+                id=instance.id,
+                state=instance.state,
+                failure_domain=instance.failure_domain,
+                created=instance.created,
+                up_to_date=instance.template_hash == scope.template_hash,
+                warm=True,
+            )
+        )
     return members
 
 
@@ -170,8 +191,21 @@ async def act(scope: PoolScope) -> Result:
         await scope.env.recorder.event(
             scope.pool.raw, "Normal", "SuccessfulDelete", deleting_message(names, why)
         )
-    if step.create:
-        await _create_instances(scope, step.create)
+    if step.delete_warm:
+        await _delete_warm(scope, step.delete_warm)
+    if step.start or step.create or step.create_warm:
+        data = await _bootstrap_data(scope)
+        if data is None:
+            scope.block(
+                "WaitingForBootstrapData",
+                "MachinePool spec.template.spec.bootstrap.dataSecretName is not set or its"
+                " Secret has no data yet",
+            )
+            return Result(requeue_after=_BOOTING_REQUEUE)
+        if step.start:
+            await _start_instances(scope, step.start, data)
+        specs = _specs(scope, step.create, data) + _specs(scope, step.create_warm, data, warm=True)
+        await _create_instances(scope, specs)
     booting = any(m.state is InstanceState.PENDING for m in members)
     return Result(requeue_after=_BOOTING_REQUEUE) if booting or step.create else Result()
 
@@ -190,6 +224,7 @@ def _plan(scope: PoolScope, members: list[Member]) -> Plan:
             full_domains=_full_domains(scope, members),
             nodes_known=scope.ready_ids is not None,
             seed=str(scope.pool.metadata.uid or ""),
+            warm_size=scope.warm_size if isinstance(scope.backend, SupportsStart) else 0,
         )
     )
 
@@ -309,24 +344,19 @@ async def _bootstrap_data(scope: PoolScope) -> tuple[bytes, str] | None:
     return base64.b64decode(value), f"{name}@{secret['metadata'].get('resourceVersion', '')}"
 
 
-async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
-    """Create instances with ids from the next free ordinals; re-reads the bootstrap data so
-    each new instance boots with the current token."""
-    assert scope.backend is not None
+def _specs(
+    scope: PoolScope, domains: list[str], data: tuple[bytes, str], *, warm: bool = False
+) -> list[InstanceSpec]:
+    """Specs of new instances in ``domains``, with ids from the next free ordinals (warm
+    instances' included, so no id is used twice) and the current bootstrap data."""
     assert scope.machine_pool is not None
-    data = await _bootstrap_data(scope)
-    if data is None:
-        scope.block(
-            "WaitingForBootstrapData",
-            "MachinePool spec.template.spec.bootstrap.dataSecretName is not set or its Secret"
-            " has no data yet",
-        )
-        return
     payload, version_tag = data
     version = scope.machine_pool.spec.template.spec.version or ""
     template_hash, attributes = scope.env.provider.template(scope.pool.raw, version)
-    next_index = max((i.index for i in scope.instances), default=0) + 1
-    specs = [
+    taken = [*scope.instances, *scope.warm]
+    next_index = max((i.index for i in taken), default=0) + 1 + scope.planned
+    scope.planned += len(domains)
+    return [
         InstanceSpec(
             pool_id=scope.key.name,
             instance_id=scope.env.provider.instance_id(scope.pool.raw, next_index + offset),
@@ -337,9 +367,57 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
             bootstrap_data=payload,
             bootstrap_version=version_tag,
             attributes=attributes,
+            warm=warm,
         )
         for offset, domain in enumerate(domains)
     ]
+
+
+async def _start_instances(scope: PoolScope, ids: list[str], data: tuple[bytes, str]) -> None:
+    """Start warm instances into the pool, with the current bootstrap data; the next
+    reconcile lists them as members and gives each its infra machine."""
+    backend = scope.backend
+    assert isinstance(backend, SupportsStart)
+    payload, version_tag = data
+    outcomes = await gather_bounded([backend.start(i, payload, version_tag) for i in ids])
+    started = []
+    for instance_id, outcome in zip(ids, outcomes, strict=True):
+        if isinstance(outcome, CloudError):
+            scope.block("CloudError", f"starting warm instance {instance_id} failed: {outcome}")
+            scope.errors.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            started.append(instance_id)
+    if started:
+        scope.env.expectations.started(scope.key, started)
+        await scope.env.recorder.event(
+            scope.pool.raw,
+            "Normal",
+            "SuccessfulStart",
+            f"Started {len(started)} warm instance(s): {_listed(started)}",
+        )
+
+
+async def _delete_warm(scope: PoolScope, ids: list[str]) -> None:
+    """Terminate warm instances directly: they have no Node to drain and no Machine."""
+    assert scope.backend is not None
+    outcomes = await gather_bounded([scope.backend.delete(i) for i in ids])
+    for instance_id, outcome in zip(ids, outcomes, strict=True):
+        if isinstance(outcome, CloudError):
+            scope.errors.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            scope.env.expectations.terminated(scope.key, instance_id)
+
+
+async def _create_instances(scope: PoolScope, specs: list[InstanceSpec]) -> None:
+    """Create the instances of ``specs`` (``_specs``) through the backend."""
+    assert scope.backend is not None
+    if not specs:
+        return
+    version = specs[0].version
     # Ids come from ordinals fixed above, so the calls are independent: sent together (at
     # most CALLS_IN_FLIGHT at once), a step of 100 instances costs a few round trips, not
     # 100 in a row while every other pool waits for this worker.
@@ -364,7 +442,7 @@ async def _create_instances(scope: PoolScope, domains: list[str]) -> None:
             # Raised once the instances that were made are counted and told of.
             unexpected = unexpected or outcome
         else:
-            scope.instances.append(outcome)
+            (scope.warm if outcome.warm else scope.instances).append(outcome)
             scope.env.expectations.created(scope.key, [outcome.id])
             created.append(spec)
     for error, ids in refused.items():

@@ -66,7 +66,13 @@ class PoolScope:
     backend: Backend | None = None
     """observe.load_owner."""
     instances: list[Instance] = field(default_factory=list)
-    """Every instance of the pool, terminated ones included (observe.list_instances)."""
+    """Every instance of the pool, terminated ones included, warm ones not
+    (observe.list_instances)."""
+    warm: list[Instance] = field(default_factory=list)
+    """The warm pool's instances, booting or stopped: no infra machine, no Machine, not in
+    providerIDList (observe.list_instances)."""
+    warm_size: int = 0
+    """Warm instances to keep (scale.decide)."""
     infra_machines: dict[str, SimMachineView] = field(default_factory=dict)
     """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
     machines: dict[str, MachineView] = field(default_factory=dict)
@@ -88,6 +94,8 @@ class PoolScope:
     """scale.decide."""
     plan: Plan | None = None
     """scale.act."""
+    planned: int = 0
+    """Ordinals handed out to new instances this reconcile, not yet listed (scale.act)."""
     rolling: bool = False
     """Some active instance is outdated, so which Machines are Ready decides the next step
     (the availability floor of a rolling update): a Machine turning Ready wakes the pool only

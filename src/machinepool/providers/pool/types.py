@@ -12,12 +12,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from machinepool.runtime import ExpectedError
 
 __all__ = [
     "Backend",
+    "SupportsStart",
     "CapacityError",
     "CloudError",
     "Instance",
@@ -33,6 +34,8 @@ class InstanceState(enum.StrEnum):
     """Created, still booting."""
     RUNNING = "running"
     """Booted; its Node should join (or has joined) the workload cluster."""
+    STOPPED = "stopped"
+    """Booted, then stopped: a warm pool's instance, with no Node, waiting to be started."""
     FAILED = "failed"
     """Broken for good; the engine replaces it."""
     TERMINATED = "terminated"
@@ -55,6 +58,9 @@ class Instance:
     """Which bootstrap data the instance booted with (the data Secret's version)."""
     index: int = 0
     """Creation ordinal within the pool; ids are derived from it so creation is idempotent."""
+    warm: bool = False
+    """In the warm pool (booting to be stopped, or stopped), not yet started into the pool:
+    no infra machine, no Machine, not in providerIDList."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class InstanceSpec:
     """Backend tags (cluster name, pool name)."""
     attributes: Mapping[str, str] = field(default_factory=dict)
     """Backend-specific settings (instance type, image, boot delay...)."""
+    warm: bool = False
+    """Create it into the warm pool: booted, then stopped until ``SupportsStart.start``."""
 
 
 class CloudError(ExpectedError):
@@ -110,4 +118,17 @@ class Backend(Protocol):
 
     def failure_domains(self) -> Mapping[str, int | None]:
         """Failure domains this backend offers, each with its capacity (``None``: unbounded)."""
+        ...
+
+
+@runtime_checkable
+class SupportsStart(Protocol):
+    """Backends with warm pools: they create stopped instances (``InstanceSpec.warm``) and
+    start them on demand."""
+
+    async def start(self, instance_id: str, bootstrap_data: bytes, bootstrap_version: str) -> None:
+        """Start a stopped warm instance into the pool. Its user data is replaced with
+        ``bootstrap_data`` first (as EC2 lets a stopped instance's be), so it joins with a
+        token that is valid now, not the one it was warmed with; starting one that is not
+        stopped is not an error."""
         ...

@@ -14,7 +14,8 @@ instance gets a private address free in its namespace and the hostname made from
 records informer shows it: two creates in flight at once could both pick one address only if
 their instances hash within a few addresses of each other in 16 million; should it happen, the
 second instance's kubelet finds its Node name taken and does not join (it says so), and a
-health check replaces it, as on a cloud that handed out one address twice.
+health check replaces it, as on a cloud that handed out one address twice. Warm-pool
+instances (``InstanceSpec.warm``) boot as any other and then stop; ``start`` runs one.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from machinepool.providers.pool.types import (
 from machinepool.runtime import SECRETS, Client, Conflict, NotFound, Obj, gather_bounded
 from machinepool.sim.cloud import Faults, RequestLimits, now_utc
 from machinepool.sim.records import (
+    STOPPED,
     TERMINATED,
     InstanceRecord,
     allocate_address,
@@ -51,6 +53,7 @@ from machinepool.sim.records import (
     record_in,
     records_in,
     removal_patch,
+    start_patch,
     state_patch,
 )
 
@@ -77,6 +80,7 @@ class SimPoolSettings:
         self.fail_after_boot_within = float(str(spec.fail_after_boot_within_seconds or 600))
         capacity = int(str(spec.capacity_per_failure_domain or 0))
         self.capacity: int | None = capacity or None
+        self.start_delay = float(str(spec.start_delay_seconds or 0))
 
     def fate(self, now: datetime, rng: random.Random) -> tuple[datetime, bool, datetime | None]:
         """An instance created ``now``: when it boots, whether it fails to boot, and when it
@@ -212,10 +216,26 @@ class SimBackend:
             fail_at=fail_at,
             private_ip=address,
             hostname=hostname_of(address),
+            warm=spec.warm,
         )
         stored = await self._launches.add(record, spec)
         self._after("create")
         return _instance(stored, now_utc())
+
+    async def start(self, instance_id: str, bootstrap_data: bytes, bootstrap_version: str) -> None:
+        """Start a stopped warm instance: it runs ``startDelaySeconds`` from now, with
+        ``bootstrap_data`` as its user data (one merge patch of its launch). One that is not
+        stopped (started already, gone) is left as it is."""
+        await self._weather("start")
+        record = self._records.get(instance_id) or await self._read(instance_id)
+        now = now_utc()
+        if record is None or record.state_at(now) != STOPPED:
+            return
+        start_at = now + timedelta(seconds=self.settings.start_delay)
+        patch = start_patch(record, start_at, bootstrap_data, bootstrap_version)
+        with contextlib.suppress(NotFound):
+            await self.client.patch(SECRETS, record.launch, patch, self.namespace)
+        self._after("start")
 
     async def delete(self, instance_id: str) -> None:
         """Terminate. The pool's highest ordinal stays as a tombstone, so no id is ever
@@ -423,13 +443,15 @@ def _same_request(existing: InstanceRecord, spec: InstanceSpec) -> None:
 
 
 def _instance(record: InstanceRecord, now: datetime) -> Instance:
+    state = InstanceState(record.state_at(now))
     return Instance(
         id=record.id,
         provider_id=record.provider_id,
         failure_domain=record.failure_domain,
-        state=InstanceState(record.state_at(now)),
+        state=state,
         template_hash=record.template_hash,
         created=record.created,
         bootstrap_version=record.bootstrap_version,
         index=record.index,
+        warm=record.warm and record.start_at is None and state is not InstanceState.TERMINATED,
     )

@@ -99,3 +99,12 @@ class SimProvider:
 
     def strategy(self, pool: Obj) -> Mapping[str, Any] | None:
         return SimMachinePoolView(pool).spec.strategy
+
+    def warm_pool_size(self, pool: Obj, replicas: int) -> int:
+        """``spec.warmPool`` as Auto Scaling sizes a warm pool: what maxGroupPreparedCapacity
+        leaves beside ``replicas``, and at least minSize; minSize alone when it is unset (an
+        Auto Scaling group falls back to its MaxSize, which a SimMachinePool has none of)."""
+        warm = SimMachinePoolView(pool).spec.warm_pool
+        least = int(warm.min_size or 0)
+        prepared = warm.max_group_prepared_capacity
+        return least if prepared is None else max(least, int(prepared) - replicas)

@@ -207,7 +207,12 @@ class KubeletSimulator:
             return None
         state = record.state_at(now)
         if state == "pending":
-            return Result(requeue_after=max(0.2, (record.boot_at - now).total_seconds() + 0.05))
+            wait = (record.running_at - now).total_seconds()
+            return Result(requeue_after=max(0.2, wait + 0.05))
+        if state == "stopped":
+            # A warm-pool instance, booted and stopped: no kubelet runs, so no Node; its
+            # start changes the record, and that brings it back here.
+            return None
         try:
             return await self._converge(record, secret, state, now)
         except ClusterNotConnected as exc:
