@@ -135,6 +135,7 @@ class System(Changes):
         strategy: dict[str, Any] | None = None,
         sim: dict[str, Any] | None = None,
         instance_type: str = "sim.small",
+        warm_pool: dict[str, Any] | None = None,
     ) -> None:
         """KubeadmConfig + SimMachinePool + MachinePool named ``name``."""
         pool_spec: dict[str, Any] = {"template": {"instanceType": instance_type, "image": "sim"}}
@@ -142,6 +143,8 @@ class System(Changes):
             pool_spec["strategy"] = strategy
         if sim is not None:
             pool_spec["sim"] = sim
+        if warm_pool is not None:
+            pool_spec["warmPool"] = warm_pool
         await create_pool(
             self.client,
             self.namespace,

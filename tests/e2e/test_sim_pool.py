@@ -435,3 +435,85 @@ def _node_marks(node: Obj) -> tuple[object, ...]:
     """What controllers write on a Node: its labels, annotations and spec."""
     meta = node.get("metadata") or {}
     return (meta.get("labels"), meta.get("annotations"), node.get("spec"))
+
+
+async def test_a_warm_pool_scales_up_without_a_boot_and_a_rollout_refreshes_it(
+    system: System,
+) -> None:
+    """A pool with a warm pool of 2 keeps two instances booted and stopped: no Node, no
+    Machine, not in providerIDList. With boots made slow (30 s), a scale-up by 2 starts them
+    and both Nodes are Ready well before any boot could end; the warm pool is topped up
+    behind them. A new template then replaces the warm instances too."""
+    sim_pools = await system.watch_sim_pools()
+    name = "warm"
+
+    def warm() -> list[Obj]:
+        pool = sim_pools.get(name, system.namespace) or {}
+        return list((pool.get("status") or {}).get("warmInstances") or [])
+
+    def stopped(up_to_date: bool = True) -> set[str]:
+        return {
+            i["instanceID"]
+            for i in warm()
+            if i["state"] == "stopped" and i["upToDate"] == up_to_date
+        }
+
+    await system.create_pool(
+        name,
+        1,
+        sim={"bootDelaySeconds": 1, "bootDelaySpreadSeconds": 0},
+        warm_pool={"minSize": 2},
+    )
+    await system.until(
+        lambda: system.pool_running(name, 1) and len(stopped()) == 2, "1 Ready, 2 warm stopped"
+    )
+    warm_ids = stopped()
+    pool = sim_pools.get(name, system.namespace)
+    assert pool is not None
+    # Stopped instances are no members: no Node, no Machine, not listed for the core.
+    warm_pids = {i["providerID"] for i in warm()}
+    assert not warm_pids & {n["spec"].get("providerID") for n in system.nodes.list()}
+    assert not warm_pids & set(pool["spec"]["providerIDList"])
+    machine_infra = {m["spec"]["infrastructureRef"]["name"] for m in system.machines(name)}
+    assert not warm_ids & machine_infra
+    records = {r.id: r for r in await system.cloud.instances(system.namespace, name)}
+    assert all(records[i].warm for i in warm_ids)
+
+    # Every new boot from now on takes 30 s (the boot delay is no part of the template).
+    await system.client.patch(
+        SIM_MACHINE_POOLS,
+        name,
+        {"spec": {"sim": {"bootDelaySeconds": 30}}},
+        system.namespace,
+    )
+    await system.until(
+        lambda: (
+            (sim_pools.get(name, system.namespace) or {})["spec"]["sim"]["bootDelaySeconds"] == 30
+        ),
+        "the slow boots in the cache",
+    )
+    began = asyncio.get_running_loop().time()
+    await system.scale(name, 3)
+    await system.until(lambda: system.pool_running(name, 3), "3 Ready nodes", timeout=25)
+    took = asyncio.get_running_loop().time() - began
+    assert took < 15, f"the scale-up took {took:.1f} s, as long as a boot"
+    machine_infra = {m["spec"]["infrastructureRef"]["name"] for m in system.machines(name)}
+    assert warm_ids <= machine_infra, "the scale-up did not start the warm instances"
+    await system.until(
+        lambda: len(warm()) == 2 and not {i["instanceID"] for i in warm()} & warm_ids,
+        "the warm pool topped up with new instances",
+    )
+
+    # A rollout: the warm instances of the old template go, new ones are warmed.
+    await system.client.patch(
+        SIM_MACHINE_POOLS,
+        name,
+        {"spec": {"sim": {"bootDelaySeconds": 1}, "template": {"image": "sim-2"}}},
+        system.namespace,
+    )
+    topped_up = {i["instanceID"] for i in warm()}
+    await system.until(
+        lambda: len(stopped()) == 2 and not stopped(False) and not stopped() & topped_up,
+        "2 warm instances of the new template",
+    )
+    await system.until(lambda: system.pool_running(name, 3), "3 Ready nodes after the rollout")

@@ -343,7 +343,8 @@ def test_a_scale_up_starts_warm_instances_first_and_creates_the_rest() -> None:
     assert sorted(step.start) == ["m010", "m011"]
     assert step.create == ["c"]  # a and b got the started ones
     assert len(step.create_warm) == 2  # the warm pool is topped up in the same step
-    assert not step.delete and not step.delete_warm
+    assert not step.delete
+    assert not step.delete_warm
 
 
 def test_warm_instances_are_not_members_and_the_pool_is_topped_up() -> None:
@@ -353,7 +354,8 @@ def test_warm_instances_are_not_members_and_the_pool_is_topped_up() -> None:
         PlanInput(pool(3), replicas=3, surge=1, unavailable=0, failure_domains=FDS, warm_size=3)
     )
     assert sorted(step.create_warm) == ["a", "b", "c"]
-    assert not step.create and not step.start
+    assert not step.create
+    assert not step.start
     booting = [warm(10, state=InstanceState.PENDING), warm(11, "b"), warm(12, "c")]
     step = plan(
         PlanInput(
@@ -382,7 +384,9 @@ def test_outdated_failed_and_surplus_warm_instances_are_deleted_directly() -> No
     )
     # Failed and outdated go whatever the size; then the oldest beyond it.
     assert sorted(step.delete_warm) == ["m010", "m011", "m014"]
-    assert not step.delete and not step.create_warm and not step.start
+    assert not step.delete
+    assert not step.create_warm
+    assert not step.start
 
 
 def _simulate_warm(

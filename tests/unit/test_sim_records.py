@@ -156,7 +156,8 @@ def test_a_warm_instance_boots_stops_and_runs_once_started_with_new_userdata() -
     warm = dataclasses.replace(record(), warm=True)
     secret = launch(warm, userdata=b"old token")
     (read,) = r.records_in(secret)
-    assert read.warm and read.start_at is None
+    assert read.warm
+    assert read.start_at is None
     assert read.state_at(NOW) == r.PENDING
     assert read.state_at(NOW + timedelta(days=1)) == r.STOPPED
     started = NOW + timedelta(minutes=10)

@@ -109,8 +109,8 @@ FAILED: Final = "failed"
 TERMINATED: Final = "terminated"
 """The cloud's instance states. The first two come from the boot clock, ``STOPPED`` from a
 warm-pool instance's booting to a stop (``InstanceRecord.warm``, until ``start_patch``), the
-last two from a boot failure or a forced state (``state_patch``); they are spelled as the pool engine's
-``InstanceState`` values, which the backend relies on (``tests/unit/test_sim_records.py``
+last two from a boot failure or a forced state (``state_patch``); they are spelled as the pool
+engine's ``InstanceState`` values, which the backend relies on (``tests/unit/test_sim_records.py``
 checks it)."""
 
 

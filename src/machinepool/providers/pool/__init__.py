@@ -37,10 +37,10 @@ __all__ = [
     "Plan",
     "PlanInput",
     "RollingUpdate",
+    "SupportsStart",
     "order_victims",
     "parse_strategy",
     "plan",
     "spread",
-    "SupportsStart",
     "template_hash",
 ]

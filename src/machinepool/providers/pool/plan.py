@@ -140,9 +140,7 @@ def plan(inp: PlanInput) -> Plan:
     """Plan the next step for a pool (see the module docstring for the rules)."""
     result = Plan()
     failed = [
-        m
-        for m in inp.members
-        if m.state is InstanceState.FAILED and not m.deleting and not m.warm
+        m for m in inp.members if m.state is InstanceState.FAILED and not m.deleting and not m.warm
     ]
     result.delete.extend(m.id for m in failed if m.has_machine)
     if any(not m.has_machine for m in failed):

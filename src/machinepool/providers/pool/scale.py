@@ -16,9 +16,9 @@ from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.providers.pool.observe import machine_ready
 from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
+from machinepool.providers.pool.provider import SupportsWarmPool
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
-from machinepool.providers.pool.provider import SupportsWarmPool
 from machinepool.providers.pool.types import (
     CapacityError,
     CloudError,

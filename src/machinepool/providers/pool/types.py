@@ -18,12 +18,12 @@ from machinepool.runtime import ExpectedError
 
 __all__ = [
     "Backend",
-    "SupportsStart",
     "CapacityError",
     "CloudError",
     "Instance",
     "InstanceSpec",
     "InstanceState",
+    "SupportsStart",
 ]
 
 
