@@ -315,3 +315,37 @@ def test_admission_review_denies_with_every_problem() -> None:
     assert "spec.minSize" in response["status"]["message"]
     ok = review_response({"request": {"uid": "u2", "operation": "CREATE", "object": pool()}})
     assert ok["response"]["allowed"] is True
+
+
+# --- warm pool -----------------------------------------------------------------------------
+
+
+def test_warm_pool_params_mirror_put_warm_pool_and_compare_with_its_description() -> None:
+    assert plan.warm_pool_params(None) is None
+    desired = plan.warm_pool_params(
+        {
+            "minSize": 1,
+            "maxGroupPreparedCapacity": 4,
+            "instanceReusePolicy": {"reuseOnScaleIn": True},
+        }
+    )
+    assert desired == {
+        "MinSize": 1,
+        "PoolState": "Stopped",
+        "MaxGroupPreparedCapacity": 4,
+        "InstanceReusePolicy": {"ReuseOnScaleIn": True},
+    }
+    described = {
+        "MinSize": 1,
+        "MaxGroupPreparedCapacity": 4,
+        "PoolState": "Stopped",
+        "InstanceReusePolicy": {"ReuseOnScaleIn": True},
+    }
+    assert not plan.warm_pool_differs(desired, described)
+    assert plan.warm_pool_differs(desired, {**described, "MinSize": 0})
+    assert plan.warm_pool_differs(desired, {**described, "Status": "PendingDelete"})
+    assert plan.warm_pool_differs(desired, None)
+    # Auto Scaling describes an unset MaxGroupPreparedCapacity as -1 (the group's MaxSize).
+    unbounded = plan.warm_pool_params({"minSize": 2})
+    assert unbounded is not None
+    assert not plan.warm_pool_differs(unbounded, {"MinSize": 2, "MaxGroupPreparedCapacity": -1})

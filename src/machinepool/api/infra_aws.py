@@ -47,6 +47,7 @@ __all__ = [
     "GROUP_VERSION",
     "LEGACY_GROUP",
     "AMIReference",
+    "AWSInstanceReusePolicy",
     "AWSLaunchTemplate",
     "AWSLifecycleHook",
     "AWSMachine",
@@ -60,6 +61,7 @@ __all__ = [
     "AWSMachineSpec",
     "AWSMachineStatus",
     "AWSResourceReference",
+    "AWSWarmPool",
     "Filter",
     "InstancesDistribution",
     "MixedInstancesPolicy",
@@ -278,6 +280,30 @@ class AWSLifecycleHook(K8sModel):
     """Extra data sent to the notification target."""
 
 
+class AWSInstanceReusePolicy(K8sModel):
+    """Whether instances leaving the group on scale-in return to the warm pool."""
+
+    reuse_on_scale_in: bool | None = None
+    """Return scaled-in instances to the warm pool instead of terminating them."""
+
+
+class AWSWarmPool(K8sModel):
+    """The group's warm pool (Auto Scaling's PutWarmPool): instances launched ahead and kept
+    stopped (or running, or hibernated), moved into the group first on a scale-out. Ours;
+    CAPA's AWSMachinePool has no such field."""
+
+    min_size: Annotated[int | None, OpenAPI({"format": "int32"}), Field(ge=0)] = None
+    """Warm instances kept at least [0]."""
+    max_group_prepared_capacity: Annotated[
+        int | None, OpenAPI({"format": "int32"}), Field(ge=0)
+    ] = None
+    """Most instances of the group and its warm pool together [the group's maxSize]."""
+    pool_state: Literal["Stopped", "Running", "Hibernated"] | None = None
+    """State of warm instances [Stopped]."""
+    instance_reuse_policy: AWSInstanceReusePolicy | None = None
+    """What happens to instances the group scales in."""
+
+
 class AWSMachinePoolSpec(K8sModel):
     """The desired Auto Scaling group and launch template."""
 
@@ -315,6 +341,8 @@ class AWSMachinePoolSpec(K8sModel):
     """Ignition options; not acted on by this provider."""
     lifecycle_hooks: list[AWSLifecycleHook] | None = None
     """Lifecycle hooks of the group."""
+    warm_pool: AWSWarmPool | None = None
+    """The group's warm pool; unset: none (one there is deleted)."""
 
 
 class AWSMachinePoolInstanceStatus(K8sModel):

@@ -732,6 +732,8 @@ class AWSMachinePoolSpecView(View):
     capacity_rebalance = Field[bool | None]()
     suspend_processes = Field[dict[str, Any] | None]()
     lifecycle_hooks = Field[list[dict[str, Any]] | None]()
+    warm_pool = Field[dict[str, Any] | None]()
+    """As stored, for ``providers.aws.plan.warm_pool_params``."""
 
 
 class AWSMachinePoolView(ObjectView):

@@ -249,6 +249,27 @@ async def test_processes_and_lifecycle_hooks_follow_the_spec(
     )
     await aws_env.eventually(lambda: _equals(state(), ([], [])))
 
+    # The warm pool (ours: CAPA has none) is put as the spec says, changed, and deleted.
+    async def warm_pool() -> Any:
+        out = await aws_env.in_thread(fake_aws.asg.describe_warm_pool, AutoScalingGroupName="tuned")
+        config = out.get("WarmPoolConfiguration")
+        if not config:
+            return None
+        return (config.get("MinSize"), config.get("MaxGroupPreparedCapacity"), config["PoolState"])
+
+    for spec, expected in (
+        ({"minSize": 2}, (2, None, "Stopped")),
+        (
+            {"minSize": 1, "maxGroupPreparedCapacity": 4, "poolState": "Hibernated"},
+            (1, 4, "Hibernated"),
+        ),
+        (None, None),
+    ):
+        await aws_env.client.patch(
+            *_pool_resource(aws_env, "tuned"), {"spec": {"warmPool": spec}}, aws_env.namespace
+        )
+        await aws_env.eventually(lambda e=expected: _equals(warm_pool(), e))
+
 
 async def _equals(value: Any, expected: Any) -> bool:
     return bool(await value == expected)

@@ -1,10 +1,12 @@
-"""Group settings phase: suspended processes and lifecycle hooks, exactly as the spec says.
+"""Group settings phase: suspended processes, lifecycle hooks and the warm pool, exactly as
+the spec says.
 
 Run by ``controller.reconcile`` once the group exists. Processes listed in
 ``spec.suspendProcesses`` are suspended and every other process is resumed (so removing one
 from the spec resumes it); lifecycle hooks are created, updated and deleted to match
-``spec.lifecycleHooks``. Empty lists are never sent: Suspend/ResumeProcesses with no names
-would act on every process.
+``spec.lifecycleHooks``; the warm pool is put when ``spec.warmPool`` differs from what
+DescribeWarmPool says, and deleted when the spec has none. Empty lists are never sent:
+Suspend/ResumeProcesses with no names would act on every process.
 """
 
 from __future__ import annotations
@@ -65,8 +67,27 @@ async def _hooks(scope: Scope) -> None:
         cond.remove_condition(scope.conditions(), LIFECYCLE_HOOK_READY)
 
 
+async def _warm_pool(scope: Scope) -> None:
+    desired = plan.warm_pool_params(scope.spec.warm_pool)
+    out = await scope.aws.call(
+        "autoscaling", "describe_warm_pool", AutoScalingGroupName=scope.asg_name
+    )
+    current = out.get("WarmPoolConfiguration") or None
+    if desired is None:
+        if current is not None and current.get("Status") != "PendingDelete":
+            await scope.aws.call(
+                "autoscaling", "delete_warm_pool", AutoScalingGroupName=scope.asg_name
+            )
+        return
+    if plan.warm_pool_differs(desired, current):
+        await scope.aws.call(
+            "autoscaling", "put_warm_pool", AutoScalingGroupName=scope.asg_name, **desired
+        )
+
+
 async def reconcile_group_settings(scope: Scope) -> Result:
-    """Suspend/resume processes and put/delete lifecycle hooks to match the spec."""
+    """Suspend/resume processes, put/delete lifecycle hooks and the warm pool to match the
+    spec."""
     if scope.group is None:
         return Result()
     try:
@@ -74,4 +95,8 @@ async def reconcile_group_settings(scope: Scope) -> Result:
     except AWSError as exc:
         raise scope.fail(ASG_READY, "SuspendProcessesFailed", exc) from exc
     await _hooks(scope)
+    try:
+        await _warm_pool(scope)
+    except AWSError as exc:
+        raise scope.fail(ASG_READY, "WarmPoolReconcileFailed", exc) from exc
     return Result()

@@ -228,6 +228,46 @@ def hook_changes(
 # --- launch template ----------------------------------------------------------------------
 
 
+def warm_pool_params(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """PutWarmPool's parameters for ``spec.warmPool`` (None: the group has no warm pool),
+    with Auto Scaling's defaults filled in so they compare with DescribeWarmPool's answer.
+
+    >>> warm_pool_params({"minSize": 2})
+    {'MinSize': 2, 'PoolState': 'Stopped'}
+    """
+    if spec is None:
+        return None
+    params: dict[str, Any] = {
+        "MinSize": int(spec.get("minSize") or 0),
+        "PoolState": str(spec.get("poolState") or "Stopped"),
+    }
+    if spec.get("maxGroupPreparedCapacity") is not None:
+        params["MaxGroupPreparedCapacity"] = int(spec["maxGroupPreparedCapacity"])
+    reuse = (spec.get("instanceReusePolicy") or {}).get("reuseOnScaleIn")
+    if reuse is not None:
+        params["InstanceReusePolicy"] = {"ReuseOnScaleIn": bool(reuse)}
+    return params
+
+
+def warm_pool_differs(desired: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    """Whether the group's warm pool (DescribeWarmPool's ``WarmPoolConfiguration``) differs
+    from ``desired`` (``warm_pool_params``); an unset MaxGroupPreparedCapacity is Auto
+    Scaling's -1 or absent, and a warm pool being deleted counts as none."""
+    if not current or current.get("Status") == "PendingDelete":
+        return True
+    have = {
+        "MinSize": int(current.get("MinSize") or 0),
+        "PoolState": str(current.get("PoolState") or "Stopped"),
+    }
+    prepared = current.get("MaxGroupPreparedCapacity")
+    if prepared is not None and int(prepared) >= 0:
+        have["MaxGroupPreparedCapacity"] = int(prepared)
+    reuse = (current.get("InstanceReusePolicy") or {}).get("ReuseOnScaleIn")
+    if reuse is not None and "InstanceReusePolicy" in desired:
+        have["InstanceReusePolicy"] = {"ReuseOnScaleIn": bool(reuse)}
+    return have != dict(desired)
+
+
 class TemplateChange(enum.Enum):
     """How the desired launch template differs from the latest version."""
 
