@@ -451,9 +451,19 @@ async def _create_instances(scope: PoolScope, specs: list[InstanceSpec]) -> None
         await scope.env.recorder.event(
             scope.pool.raw, "Warning", "FailedCreate", message[:1].upper() + message[1:]
         )
-    if created:
+    members = [spec for spec in created if not spec.warm]
+    warm = [spec for spec in created if spec.warm]
+    if members:
         await scope.env.recorder.event(
-            scope.pool.raw, "Normal", "SuccessfulCreate", created_message(created, version)
+            scope.pool.raw, "Normal", "SuccessfulCreate", created_message(members, version)
+        )
+    if warm:
+        # Told apart: a warm instance is no member of the pool until it is started.
+        await scope.env.recorder.event(
+            scope.pool.raw,
+            "Normal",
+            "SuccessfulCreateWarm",
+            f"{created_message(warm, version)}, into the warm pool",
         )
     if unexpected is not None:
         raise unexpected
