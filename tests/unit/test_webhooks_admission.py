@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jsonpatch
 import pytest
 
-from machinepool.api.features import MACHINE_POOL, MACHINE_TAINT_PROPAGATION, FeatureGates
+from machinepool.api.features import (
+    MACHINE_POOL,
+    MACHINE_POOL_NODE_TAINTS,
+    MACHINE_TAINT_PROPAGATION,
+    FeatureGates,
+)
 from machinepool.api.meta import format_duration, parse_duration
 from machinepool.webhooks import (
     AdmissionDenied,
@@ -140,14 +146,60 @@ def test_version_without_v_gets_both_upstream_messages_in_order() -> None:
     )
 
 
-def test_taints_allowed_gate_changes_the_message_set() -> None:
+TAINTS_OFF = (
+    'MachinePool.cluster.x-k8s.io "mp" is invalid: spec.template.spec.taints: Forbidden: taints '
+    "on a MachinePool need the feature gate MachinePoolNodeTaints (not upstream's): start the "
+    "core with --feature-gates=MachinePoolNodeTaints=true, or remove spec.template.spec.taints"
+)
+
+
+def test_taints_are_refused_naming_our_gate_while_it_is_off() -> None:
     obj = _valid()
-    obj["spec"]["template"]["spec"]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
-    gates = FeatureGates().with_gate(MACHINE_TAINT_PROPAGATION, True)
-    assert _refusal(None, obj, gates) == (
-        'MachinePool.cluster.x-k8s.io "mp" is invalid: spec.taints: Forbidden: taints feature '
-        "for MachinePools is not yet implemented"
+    obj["spec"]["template"]["spec"]["taints"] = [
+        {"key": "k", "effect": "NoSchedule", "propagation": "Always"}
+    ]
+    assert _refusal(None, obj) == TAINTS_OFF
+    # Upstream's own gate does not let them in: it is for Machines, not pools.
+    assert _refusal(None, obj, FeatureGates().with_gate(MACHINE_TAINT_PROPAGATION, True)) == (
+        TAINTS_OFF
     )
+
+
+def test_taints_pass_with_our_gate_and_reserved_keys_are_refused() -> None:
+    gates = FeatureGates().with_gate(MACHINE_POOL_NODE_TAINTS, True)
+    obj = _valid()
+    taints = [{"key": "k", "effect": "NoSchedule", "propagation": "Always"}]
+    obj["spec"]["template"]["spec"]["taints"] = taints
+    validate_machine_pool(None, obj, gates)
+    obj["spec"]["template"]["spec"]["taints"] = [
+        *taints,
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "propagation": "Always"},
+        {
+            "key": "node-role.kubernetes.io/control-plane",
+            "effect": "NoSchedule",
+            "propagation": "Always",
+        },
+    ]
+    assert _refusal(None, obj, gates) == (
+        'MachinePool.cluster.x-k8s.io "mp" is invalid: [spec.template.spec.taints[1].key: Invalid '
+        'value: "node.kubernetes.io/not-ready": taint key must not have the prefix '
+        "node.kubernetes.io/, except for node.kubernetes.io/out-of-service, "
+        'spec.template.spec.taints[2].key: Invalid value: "node-role.kubernetes.io/control-plane": '
+        "taint is not allowed for worker Machines]"
+    )
+
+
+def test_an_update_that_keeps_the_taints_passes_with_the_gate_off() -> None:
+    obj = _valid()
+    obj["spec"]["template"]["spec"]["taints"] = [
+        {"key": "k", "effect": "NoSchedule", "propagation": "Always"}
+    ]
+    old = copy.deepcopy(obj)
+    obj["spec"]["replicas"] = 5
+    validate_machine_pool(old, obj, FeatureGates())
+    obj["spec"]["template"]["spec"]["taints"][0]["key"] = "other"
+    with pytest.raises(AdmissionDenied):
+        validate_machine_pool(old, obj, FeatureGates())
 
 
 def test_status_details_carry_every_cause() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from machinepool.api.features import (
     MACHINE_POOL,
+    MACHINE_POOL_NODE_TAINTS,
     MACHINE_TAINT_PROPAGATION,
     FeatureGateError,
     FeatureGates,
@@ -16,7 +17,14 @@ def test_defaults_match_upstream() -> None:
     gates = FeatureGates()
     assert gates.enabled(MACHINE_POOL)
     assert not gates.enabled(MACHINE_TAINT_PROPAGATION)
+    assert not gates.enabled(MACHINE_POOL_NODE_TAINTS)  # ours: off until asked for
     assert not gates.enabled("NoSuchGate")
+
+
+def test_our_gate_from_flag_and_env() -> None:
+    assert FeatureGates.parse("MachinePoolNodeTaints=true").enabled(MACHINE_POOL_NODE_TAINTS)
+    env = {"EXP_MACHINE_POOL_NODE_TAINTS": "true"}
+    assert FeatureGates.parse("", env).enabled(MACHINE_POOL_NODE_TAINTS)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +46,9 @@ def test_several_gates_and_spaces() -> None:
     gates = FeatureGates.parse(" MachinePool=false , MachineTaintPropagation=true ")
     assert not gates.enabled(MACHINE_POOL)
     assert gates.enabled(MACHINE_TAINT_PROPAGATION)
-    assert str(gates) == "MachinePool=false,MachineTaintPropagation=true"
+    assert str(gates) == (
+        "MachinePool=false,MachinePoolNodeTaints=false,MachineTaintPropagation=true"
+    )
 
 
 @pytest.mark.parametrize(
@@ -47,7 +57,8 @@ def test_several_gates_and_spaces() -> None:
         (
             "Bogus=true",
             {},
-            "unrecognized feature gate 'Bogus'; known gates: MachinePool, MachineTaintPropagation",
+            "unrecognized feature gate 'Bogus'; known gates: MachinePool, MachinePoolNodeTaints, "
+            "MachineTaintPropagation",
         ),
         (
             "MachinePool",

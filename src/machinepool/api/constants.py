@@ -83,6 +83,16 @@ NODE_RESTRICTION_LABEL_DOMAIN: Final = "node-restriction.kubernetes.io"
 MANAGED_NODE_DOMAIN: Final = "node.cluster.x-k8s.io"
 """Machine labels and annotations under this domain (or a subdomain) are copied to the Node."""
 
+TAINTS_FROM_POOL_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/taints-from-pool"
+"""On a pool's Node (gate ``MachinePoolNodeTaints``): the ``key:effect`` of each ``Always``
+taint the core put there from the pool's template, comma-separated; its presence also says the
+``OnInitialization`` taints were given once. Our group, not upstream's
+``cluster.x-k8s.io/taints-from-machine``, so upstream's Machine controller never takes these
+taints for its own and removes them."""
+LABELS_FROM_POOL_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/labels-from-pool"
+"""On a pool's Node (gate ``MachinePoolNodeTaints``): the label keys the core synced from the
+pool's template labels, comma-separated."""
+
 EXCLUDE_NODE_DRAINING_ANNOTATION: Final = "machine.cluster.x-k8s.io/exclude-node-draining"
 POD_DRAIN_LABEL: Final = "cluster.x-k8s.io/drain"
 """On a workload Pod: ``skip`` (not evicted, not waited for) or ``wait-completed`` (not

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULTS",
     "ENV_VARS",
     "MACHINE_POOL",
+    "MACHINE_POOL_NODE_TAINTS",
     "MACHINE_TAINT_PROPAGATION",
     "FeatureGateError",
     "FeatureGates",
@@ -29,9 +30,20 @@ MACHINE_POOL: Final = "MachinePool"
 MACHINE_TAINT_PROPAGATION: Final = "MachineTaintPropagation"
 """Alpha upstream, off by default: only changes which taint rejection messages are given."""
 
-DEFAULTS: Final[Mapping[str, bool]] = {MACHINE_POOL: True, MACHINE_TAINT_PROPAGATION: False}
+MACHINE_POOL_NODE_TAINTS: Final = "MachinePoolNodeTaints"
+"""Ours, not upstream's; off by default: a pool's template taints (``Always`` /
+``OnInitialization``) and its template labels in upstream's Node label domains are kept on its
+Nodes, and the webhooks accept ``spec.template.spec.taints``. A deliberate superset of upstream
+(docs/upstream-differences.md), whose MachinePool webhook refuses taints outright."""
+
+DEFAULTS: Final[Mapping[str, bool]] = {
+    MACHINE_POOL: True,
+    MACHINE_POOL_NODE_TAINTS: False,
+    MACHINE_TAINT_PROPAGATION: False,
+}
 ENV_VARS: Final[Mapping[str, str]] = {
     "EXP_MACHINE_POOL": MACHINE_POOL,
+    "EXP_MACHINE_POOL_NODE_TAINTS": MACHINE_POOL_NODE_TAINTS,
     "EXP_MACHINE_TAINT_PROPAGATION": MACHINE_TAINT_PROPAGATION,
 }
 _TRUE = frozenset({"true", "1", "t", "yes", "y", "on"})

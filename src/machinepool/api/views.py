@@ -286,6 +286,7 @@ class MachineSpecView(View):
     failure_domain = Field[str | None]()
     min_ready_seconds = Field[int | None]()
     deletion = Nested(MachineDeletionView)
+    taints = Field[list[dict[str, Any]] | None]()
 
 
 class MachineTemplateView(View):

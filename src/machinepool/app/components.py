@@ -99,6 +99,8 @@ def _flags() -> tuple[Flag, ...]:
         hints = typing.get_type_hints(component.options)
         docs = _field_docs(component.options)
         for f in dataclasses.fields(component.options):
+            if f.metadata.get("flag") is False:
+                continue  # set from elsewhere (a feature gate), not a flag of its own
             kind = typing.get_origin(hints[f.name]) or hints[f.name]
             found.append(Flag(name, f.name, kind, f.default, docs.get(f.name, "")))
     return tuple(found)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from machinepool.api import constants as c
-from machinepool.api.features import FeatureGates
+from machinepool.api.features import MACHINE_POOL_NODE_TAINTS, FeatureGates
 from machinepool.api.infra_aws import AWSMACHINEPOOLS, AWSMACHINES
 from machinepool.api.infra_aws import GROUP as AWS_GROUP
 from machinepool.api.infra_sim import SIM_MACHINE_POOLS, SIM_MACHINES
@@ -272,9 +272,13 @@ async def build(client: Client, options: Options) -> tuple[Manager, ClusterCache
     mgr = _manager(client, options)
     cache = ClusterCache(client)
     mgr.metrics.add_informer_source(cache.informer_sizes)
+    gates = FeatureGates.parse(options.feature_gates)
+    core = dataclasses.replace(
+        options.core, pool_node_taints=gates.enabled(MACHINE_POOL_NODE_TAINTS)
+    )
     for name, component in COMPONENTS.items():
         if name in options.components:
-            await component.setup(mgr, cache, getattr(options, name))
+            await component.setup(mgr, cache, core if name == "core" else getattr(options, name))
     if options.sharding:
         _add_assigner(mgr, options)
     return mgr, cache

@@ -6,7 +6,7 @@ CoreOptions(...))``; tests that need only some of them call each package's ``set
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from machinepool.controllers import machine, machinehealthcheck, machinepool
 from machinepool.runtime import ClusterCache, Manager
@@ -29,6 +29,9 @@ class CoreOptions:
     gate off): take MachinePool admission and conversion over from it and run only the
     MachinePool controller, leaving every Machine to upstream's controllers. Needs
     ``--webhook-port``."""
+    pool_node_taints: bool = field(default=False, metadata={"flag": False})
+    """Not a flag: set from the ``MachinePoolNodeTaints`` feature gate (``--feature-gates``).
+    Keep each pool's template taints and managed labels on its Nodes."""
 
 
 async def setup(
@@ -42,12 +45,18 @@ async def setup(
         concurrency=options.machinepool_concurrency,
         # Beside upstream, our Machine controller (which writes it otherwise) does not run.
         machines_up_to_date=options.beside_upstream,
+        pool_node_taints=options.pool_node_taints,
     )
     if options.beside_upstream:
         # Upstream's Machine controller owns every Machine and its own MachineHealthCheck
         # controller marks them (our MachinePools still remediate).
         return
-    await machine.setup(mgr, cluster_cache, concurrency=options.machine_concurrency)
+    await machine.setup(
+        mgr,
+        cluster_cache,
+        concurrency=options.machine_concurrency,
+        pool_node_taints=options.pool_node_taints,
+    )
     await machinehealthcheck.setup(
         mgr, cluster_cache, concurrency=options.machinehealthcheck_concurrency
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.features import MACHINE_POOL, MACHINE_TAINT_PROPAGATION, FeatureGates
+from machinepool.api.features import MACHINE_POOL, MACHINE_POOL_NODE_TAINTS, FeatureGates
 from machinepool.runtime import copy_obj
 from machinepool.webhooks.fielderrors import (
     FieldError,
@@ -150,7 +150,7 @@ def validate_machine_pool(
     """Refuse an invalid create (``old`` None) or update; returns None when allowed."""
     _gate_check(gates)
     errors = _bootstrap_errors(new) + _cluster_name_errors(old, new) + _version_errors(new)
-    errors += _taint_errors(new, gates) + _metadata_errors(new)
+    errors += _taint_errors(old, new, gates) + _metadata_errors(new)
     if errors:
         name = _dict(new.get("metadata")).get("name") or ""
         raise AdmissionDenied(invalid_status(c.CLUSTER_GROUP, _KIND, str(name), errors))
@@ -211,20 +211,56 @@ def _version_errors(new: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
-def _taint_errors(new: dict[str, Any], gates: FeatureGates) -> list[FieldError]:
+TAINTS_PATH = "spec.template.spec.taints"
+
+
+def _taint_errors(
+    old: dict[str, Any] | None, new: dict[str, Any], gates: FeatureGates
+) -> list[FieldError]:
+    """Taints on a pool: refused unless our gate is on (upstream refuses them always, as not
+    implemented for MachinePools); with it on, the keys upstream's Machine webhook refuses are
+    refused here too. An update that leaves them as they were passes with the gate off, so
+    that a pool made while it was on can still be scaled or deleted once it is off."""
     taints = _template_spec(new).get("taints")
     if not taints:
         return []
-    errors = [forbidden("spec.taints", "taints feature for MachinePools is not yet implemented")]
-    if not gates.enabled(MACHINE_TAINT_PROPAGATION):
-        errors.append(
+    unchanged = old is not None and _template_spec(old).get("taints") == taints
+    if not gates.enabled(MACHINE_POOL_NODE_TAINTS) and not unchanged:
+        return [
             forbidden(
-                "spec.taints",
-                "taints are not allowed to be set when the feature gate "
-                "MachineTaintPropagation is disabled",
+                TAINTS_PATH,
+                f"taints on a MachinePool need the feature gate {MACHINE_POOL_NODE_TAINTS} "
+                f"(not upstream's): start the core with --feature-gates="
+                f"{MACHINE_POOL_NODE_TAINTS}=true, or remove spec.template.spec.taints",
             )
-        )
+        ]
+    errors: list[FieldError] = []
+    for i, taint in enumerate(taints if isinstance(taints, list) else []):
+        key = _dict(taint).get("key")
+        if not isinstance(key, str):
+            continue  # the CRD schema rejects it with its own message
+        reason = _reserved_taint(key)
+        if reason:
+            errors.append(invalid(f"{TAINTS_PATH}[{i}].key", key, reason))
     return errors
+
+
+def _reserved_taint(key: str) -> str:
+    """Why upstream's Machine webhook refuses a taint ``key`` on a worker, or ""."""
+    if key in (c.UNINITIALIZED_TAINT_KEY, c.OUTDATED_REVISION_TAINT_KEY):
+        return "taint key is not allowed"
+    if key.startswith("node.kubernetes.io/") and key != "node.kubernetes.io/out-of-service":
+        return (
+            "taint key must not have the prefix node.kubernetes.io/, except for "
+            "node.kubernetes.io/out-of-service"
+        )
+    if key.startswith("node.cloudprovider.kubernetes.io/"):
+        return "taint key must not have the prefix node.cloudprovider.kubernetes.io/"
+    if key == "node-role.kubernetes.io/master":
+        return "taint is deprecated since 1.24 and should not be used anymore"
+    if key == "node-role.kubernetes.io/control-plane":
+        return "taint is not allowed for worker Machines"
+    return ""
 
 
 def _metadata_errors(new: dict[str, Any]) -> list[FieldError]:

@@ -21,12 +21,20 @@ __all__ = ["COMPONENT", "CONTROLLER_NAME", "MachineReconciler", "setup"]
 
 
 async def setup(
-    mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 10
+    mgr: Manager,
+    cluster_cache: ClusterCache,
+    *,
+    concurrency: int = 10,
+    pool_node_taints: bool = False,
 ) -> MachineReconciler:
     """Register the pool-Machine controller on ``mgr``.
 
     ``concurrency`` [10, upstream's ``--machine-concurrency``]: Machines reconciled at once.
+    ``pool_node_taints`` [False, gate ``MachinePoolNodeTaints``]: keep the owning pool's
+    template taints on each Machine's Node.
     """
-    reconciler = MachineReconciler(mgr, cluster_cache, concurrency=concurrency)
+    reconciler = MachineReconciler(
+        mgr, cluster_cache, concurrency=concurrency, pool_node_taints=pool_node_taints
+    )
     await reconciler.start_watches()
     return reconciler

@@ -28,7 +28,7 @@ from datetime import timedelta
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.contract import InfraMachine
-from machinepool.api.kinds import CLUSTERS, MACHINE_DRAIN_RULES, MACHINES
+from machinepool.api.kinds import CLUSTERS, MACHINE_DRAIN_RULES, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
 from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
 from machinepool.controllers.common import (
@@ -82,6 +82,7 @@ BY_PROVIDER_ID = "machine.core/provider-id"
 BY_NODE_NAME = "machine.core/node-name"
 BY_INFRA_REF = "machine.core/infra-ref"
 BY_CLUSTER = "machine.core/cluster"
+BY_POOL = "machine.core/pool"
 
 
 def _prefix(machine: MachineView) -> str:
@@ -117,7 +118,15 @@ def _index_cluster(m: Obj) -> list[str]:
     return [_prefix(MachineView(m))] if _pool_owned(m) else []
 
 
+def _index_pool(m: Obj) -> list[str]:
+    owner = controller_owner(m)
+    if owner is None or owner.get("kind") != "MachinePool":
+        return []
+    return [f"{dig(m, 'metadata', 'namespace')}/{owner.get('name')}"]
+
+
 INDEXERS: dict[str, IndexFunc] = {
+    BY_POOL: _index_pool,
     BY_PROVIDER_ID: _index_provider_id,
     BY_NODE_NAME: _index_node_name,
     BY_INFRA_REF: _index_infra_ref,
@@ -139,6 +148,13 @@ def machine_node_inputs(node: Obj) -> tuple[object, ...]:
         meta.get("annotations"),
         dig(node, "spec", "taints"),
     )
+
+
+def pool_inputs(pool: Obj) -> tuple[object, ...]:
+    """What a pool Machine reads from its MachinePool (gate ``MachinePoolNodeTaints`` only):
+    the template's taints, which it keeps on its Node (``poolnode``); the template's labels
+    reach it through the Machine's own, which the pool applies."""
+    return (dig(pool, "spec", "template", "spec", "taints"),)
 
 
 HEALTH_CHECK_MARKS = (
@@ -187,7 +203,16 @@ class InfraMachineLost(ExpectedError):
 
 
 class MachineReconciler:
-    def __init__(self, mgr: Manager, cluster_cache: ClusterCache, *, concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        mgr: Manager,
+        cluster_cache: ClusterCache,
+        *,
+        concurrency: int = 4,
+        pool_node_taints: bool = False,
+    ) -> None:
+        self.pool_node_taints = pool_node_taints
+        """Gate ``MachinePoolNodeTaints``: keep the owning pool's template taints on the Node."""
         self.client = mgr.client
         self.cache = mgr.cache
         self.cluster_cache = cluster_cache
@@ -199,6 +224,8 @@ class MachineReconciler:
         self.machines: Informer
         self.clusters: Informer
         self.drain_rules: Informer
+        self.pools: Informer | None = None
+        """The MachinePools, read for their template taints (gate on only)."""
         self.reader: OwnReader
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
@@ -220,6 +247,25 @@ class MachineReconciler:
         # Read by each drain round (as upstream's drain reads them, without a watch: a drain
         # comes back every DRAIN_RETRY seconds anyway).
         self.drain_rules = await self.cache.get_informer(MACHINE_DRAIN_RULES)
+        if self.pool_node_taints:
+            # A change of a pool's template taints reaches its Machines' Nodes at once.
+            self.pools = await self.cache.get_informer(MACHINE_POOLS)
+            self.controller.watch(self.pools, self._pool_mapper, pool_inputs)
+
+    def _pool_mapper(self, pool: Obj) -> list[ObjectKey]:
+        key = f"{dig(pool, 'metadata', 'namespace')}/{dig(pool, 'metadata', 'name')}"
+        return [ObjectKey.of(m) for m in self.machines.by_index(BY_POOL, key)]
+
+    def pool_taints(self, machine: MachineView) -> list[Obj] | None:
+        """The owning pool's template taints to keep on the Machine's Node, or None to leave
+        the Node's taints alone (gate off, or the pool not in the cache)."""
+        owner = controller_owner(machine.raw)
+        if self.pools is None or owner is None:
+            return None
+        pool = self.pools.get(str(owner.get("name")), machine.metadata.namespace)
+        if pool is None or dig(pool, "metadata", "uid") != owner.get("uid"):
+            return None
+        return list(dig(pool, "spec", "template", "spec", "taints", default=[]) or [])
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         meta = ClusterView(cluster).metadata
@@ -410,7 +456,7 @@ async def reconcile_normal(scope: Scope) -> Result:
         version = dig(node, "status", "nodeInfo", "kubeletVersion")
         if version and machine.spec.version != version:
             machine.spec.version = str(version)
-        patch = node_patch(machine, node)
+        patch = node_patch(machine, node, scope.reconciler.pool_taints(machine))
         if patch is not None:
             await _patch_node(scope, node, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
@@ -432,7 +478,8 @@ async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
     except Conflict:
         wclient = await cache.get_client(scope.cluster_key)
         name = str(dig(node, "metadata", "name"))
-        again = node_patch(scope.machine, await wclient.get(NODES, name))
+        pool_taints = scope.reconciler.pool_taints(scope.machine)
+        again = node_patch(scope.machine, await wclient.get(NODES, name), pool_taints)
         if again is not None:
             await wclient.patch(NODES, name, again)
 

@@ -2,7 +2,8 @@
 and annotations of well-known domains copied from the Machine (upstream's rule).
 
 Pure: ``node_patch`` returns the merge patch that brings a Node in line, or None when it
-already is; it also drops the uninitialized taint, as upstream's Machine controller does.
+already is; it also drops the uninitialized taint, as upstream's Machine controller does, and,
+gate ``MachinePoolNodeTaints`` on, keeps the owning pool's template taints (``poolnode``).
 Keys the Machine once gave and no longer has are removed; the Node records which keys came
 from the Machine (``labels-from-machine``, ``annotations-from-machine``) so that nothing else
 on the Node is ever touched. Unit-tested in tests/unit/test_core_machine_node.py.
@@ -15,6 +16,7 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.api.meta import dig
 from machinepool.api.views import MachineView
+from machinepool.controllers.poolnode import pool_node_changes, wanted_labels
 from machinepool.runtime import Obj, controller_owner
 
 BOOKKEEPING = (
@@ -37,14 +39,7 @@ def _in(domain: str, parent: str) -> bool:
 
 def managed_labels(machine: MachineView) -> dict[str, str]:
     """The Machine's labels a Node gets: node roles, node-restriction and node.cluster.x-k8s.io."""
-    labels = machine.metadata.labels or {}
-    return {
-        k: v
-        for k, v in labels.items()
-        if _domain(k) == c.NODE_ROLE_LABEL_PREFIX
-        or _in(_domain(k), c.NODE_RESTRICTION_LABEL_DOMAIN)
-        or _in(_domain(k), c.MANAGED_NODE_DOMAIN)
-    }
+    return wanted_labels(machine.metadata.labels)
 
 
 def managed_annotations(machine: MachineView) -> dict[str, str]:
@@ -76,8 +71,11 @@ def _sync(have: dict[str, str], want: dict[str, str], before: list[str]) -> dict
     return changes
 
 
-def node_patch(machine: MachineView, node: Obj) -> Obj | None:
-    """The merge patch for ``node``'s labels and annotations, or None when nothing changes."""
+def node_patch(machine: MachineView, node: Obj, pool_taints: list[Obj] | None = None) -> Obj | None:
+    """The merge patch for ``node``'s labels, annotations and taints, or None when nothing
+    changes. ``pool_taints``: the owning pool's template taints to keep on the Node
+    (``poolnode``, gate ``MachinePoolNodeTaints``; its labels reach the Node through the
+    Machine's), or None to leave them alone."""
     labels: dict[str, str] = dig(node, "metadata", "labels", default={}) or {}
     annotations: dict[str, str] = dig(node, "metadata", "annotations", default={}) or {}
     want_labels, want_annotations = managed_labels(machine), managed_annotations(machine)
@@ -97,15 +95,19 @@ def node_patch(machine: MachineView, node: Obj) -> Obj | None:
         ),
     }
     annotation_changes.update({k: v for k, v in bookkeeping.items() if annotations.get(k) != v})
+    taints = dig(node, "spec", "taints", default=[]) or []
+    kept = [t for t in taints if not is_uninitialized_taint(t)]
+    if pool_taints is not None:
+        pool = pool_node_changes(node, kept, pool_taints, None, labels_too=False)
+        annotation_changes.update(pool.annotations)
+        kept = pool.taints if pool.taints is not None else kept
     meta: dict[str, Any] = {}
     if label_changes:
         meta["labels"] = label_changes
     if annotation_changes:
         meta["annotations"] = annotation_changes
     patch: dict[str, Any] = {"metadata": meta}
-    taints = dig(node, "spec", "taints", default=[]) or []
-    kept = [t for t in taints if not is_uninitialized_taint(t)]
-    if len(kept) != len(taints):
+    if kept != taints:
         # Upstream's Machine controller drops the taint in the same patch as the labels: one
         # write per joining Node. Taints are a list a merge patch replaces whole: guard it
         # with the resourceVersion it was computed from.

@@ -28,15 +28,22 @@ async def setup(
     *,
     concurrency: int = 10,
     machines_up_to_date: bool = False,
+    pool_node_taints: bool = False,
 ) -> MachinePoolReconciler:
     """Register the MachinePool controller on ``mgr``.
 
     ``concurrency`` [10, upstream's ``--machinepool-concurrency``]: MachinePools reconciled
     at once. ``machines_up_to_date`` [False]: write the UpToDate condition of pool Machines
     (beside upstream, where our Machine controller, which writes it otherwise, does not run).
+    ``pool_node_taints`` [False, gate ``MachinePoolNodeTaints``]: keep the template's taints and
+    managed labels on the pool's Nodes.
     """
     reconciler = MachinePoolReconciler(
-        mgr, cluster_cache, concurrency=concurrency, machines_up_to_date=machines_up_to_date
+        mgr,
+        cluster_cache,
+        concurrency=concurrency,
+        machines_up_to_date=machines_up_to_date,
+        pool_node_taints=pool_node_taints,
     )
     await reconciler.start_watches()
     return reconciler

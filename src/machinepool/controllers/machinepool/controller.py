@@ -74,8 +74,12 @@ class MachinePoolReconciler:
         *,
         concurrency: int = 1,
         machines_up_to_date: bool = False,
+        pool_node_taints: bool = False,
     ) -> None:
         self.machines_up_to_date = machines_up_to_date
+        self.pool_node_taints = pool_node_taints
+        """Gate ``MachinePoolNodeTaints``: keep the template's taints and managed labels on the
+        Nodes this controller patches (``poolnode``)."""
         """Write UpToDate on pool Machines here, as upstream's MachinePool controller does: only
         when no Machine controller of ours writes it (beside upstream)."""
         self.client = mgr.client
@@ -174,7 +178,8 @@ class MachinePoolReconciler:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
                 mapper = watches.node_to_pool(self.pools, key, lambda: self._referenced)
-                handler = self.controller.handler(mapper, node_inputs, paced=True)
+                inputs = watches.pool_node_inputs if self.pool_node_taints else node_inputs
+                handler = self.controller.handler(mapper, inputs, paced=True)
                 await self.cluster_cache.watch(key, NODES, handler)
                 self._watched_clusters.add(key)
         except ClusterNotConnected as exc:

@@ -27,6 +27,7 @@ from machinepool.controllers.common import (
 from machinepool.controllers.machine.node import is_uninitialized_taint
 from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
+from machinepool.controllers.poolnode import pool_node_changes
 from machinepool.runtime import (
     NODES,
     Conflict,
@@ -75,10 +76,12 @@ def match_nodes(
     return result
 
 
-def desired_node_patch(node: Obj, mp: MachinePoolView) -> Obj | None:
+def desired_node_patch(node: Obj, mp: MachinePoolView, pool_metadata: bool = False) -> Obj | None:
     """The merge patch that marks ``node`` as ``mp``'s, or ``None`` if it already is (pure).
 
-    Adds the four ownership annotations and drops the uninitialized taint; every other
+    Adds the four ownership annotations and drops the uninitialized taint; with
+    ``pool_metadata`` (gate ``MachinePoolNodeTaints``) it also keeps the template's taints and
+    its labels in upstream's Node label domains there (``poolnode``). Every other label,
     annotation and taint is kept.
     """
     want = {
@@ -87,19 +90,27 @@ def desired_node_patch(node: Obj, mp: MachinePoolView) -> Obj | None:
         c.NODE_OWNER_KIND_ANNOTATION: "MachinePool",
         c.NODE_OWNER_NAME_ANNOTATION: mp.metadata.name or "",
     }
-    have = dig(node, "metadata", "annotations", default={})
-    patch: Obj = {}
-    missing = {k: v for k, v in want.items() if have.get(k) != v}
-    if missing:
-        patch["metadata"] = {"annotations": missing}
-    taints = dig(node, "spec", "taints", default=[])
+    have = dig(node, "metadata", "annotations", default={}) or {}
+    meta: Obj = {}
+    annotations: Obj = {k: v for k, v in want.items() if have.get(k) != v}
+    taints = dig(node, "spec", "taints", default=[]) or []
     kept = [t for t in taints if not is_uninitialized_taint(t)]
-    if len(kept) != len(taints):
+    if pool_metadata:
+        template = mp.spec.template
+        pool = pool_node_changes(node, kept, template.spec.taints, template.metadata.labels)
+        annotations.update(pool.annotations)
+        if pool.labels:
+            meta["labels"] = pool.labels
+        kept = pool.taints if pool.taints is not None else kept
+    if annotations:
+        meta["annotations"] = annotations
+    patch: Obj = {}
+    if kept != taints:
         # Taints are a list a merge patch replaces whole: guard it with the resourceVersion.
-        patch.setdefault("metadata", {})["resourceVersion"] = dig(
-            node, "metadata", "resourceVersion"
-        )
+        meta["resourceVersion"] = dig(node, "metadata", "resourceVersion")
         patch["spec"] = {"taints": kept}
+    if meta:
+        patch["metadata"] = meta
     return patch or None
 
 
@@ -260,7 +271,7 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
         if node is None or str(dig(node, "spec", "providerID")) in left:
             continue
-        patch = desired_node_patch(node, scope.mp)
+        patch = desired_node_patch(node, scope.mp, r.pool_node_taints)
         if patch is not None:
             due.append((node, patch))
     outcomes = await asyncio.gather(
@@ -291,6 +302,8 @@ async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
     except Conflict:
         client = await cache.get_client(scope.cluster_key)
         name = str(dig(node, "metadata", "name"))
-        again = desired_node_patch(await client.get(NODES, name), scope.mp)
+        again = desired_node_patch(
+            await client.get(NODES, name), scope.mp, scope.reconciler.pool_node_taints
+        )
         if again is not None:
             await client.patch(NODES, name, again)

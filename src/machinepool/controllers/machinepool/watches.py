@@ -14,7 +14,7 @@ from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
-from machinepool.controllers.common import group_of
+from machinepool.controllers.common import group_of, node_inputs
 from machinepool.controllers.machinepool.facts import COUNTED_CONDITIONS
 from machinepool.runtime import (
     IndexFunc,
@@ -147,6 +147,21 @@ def infra_machine_inputs(obj: Obj) -> tuple[object, ...]:
     the Machine's, which the pool already saw (its disappearance still wakes the pool)."""
     meta = obj.get("metadata") or {}
     return (meta.get("labels"), obj.get("spec"))
+
+
+def pool_node_inputs(node: Obj) -> tuple[object, ...]:
+    """What the pool reads from a Node with gate ``MachinePoolNodeTaints`` on:
+    ``common.node_inputs`` and the labels, annotations and taints it keeps in line with the
+    pool's template (``poolnode``), so a Node someone edited is put back at once. The echo of
+    its own patch costs one reconcile that finds the Node in line; heartbeats still wake
+    nothing."""
+    meta = node.get("metadata") or {}
+    return (
+        *node_inputs(node),
+        meta.get("labels"),
+        meta.get("annotations"),
+        dig(node, "spec", "taints"),
+    )
 
 
 def pool_inputs(mp: Obj) -> tuple[object, ...]:
