@@ -185,6 +185,13 @@ def kubelet_options() -> KubeletOptions:
     )
 
 
+@pytest.fixture
+def pool_node_taints() -> bool:
+    """The core's ``MachinePoolNodeTaints`` gate for ``system``: off, as by default; a test
+    turns it on with ``@pytest.mark.parametrize("pool_node_taints", [True])``."""
+    return False
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def system(
     client: Client,
@@ -192,6 +199,7 @@ async def system(
     workload: WorkloadCluster,
     crds: list[str],
     kubelet_options: KubeletOptions,
+    pool_node_taints: bool,
 ) -> AsyncIterator[System]:
     from machinepool import bootstrap
     from machinepool.bootstrap import kubeadm
@@ -204,13 +212,10 @@ async def system(
     await register_workload_cluster(client, cluster, namespace, workload)
     mgr = Manager(client, leader_election=None, bind_address="127.0.0.1:0")
     cache = ClusterCache(client, probe_interval=5.0)
-    for setup in (
-        machinepool.setup,
-        machine.setup,
-        machinehealthcheck.setup,
-        kubeadm.setup,
-    ):
-        await setup(mgr, cache)
+    await machinepool.setup(mgr, cache, pool_node_taints=pool_node_taints)
+    await machine.setup(mgr, cache, pool_node_taints=pool_node_taints)
+    await machinehealthcheck.setup(mgr, cache)
+    await kubeadm.setup(mgr, cache)
     engine = await sim.setup(mgr, cache)
     simulator = await kubelet.wire(mgr, cache, kubelet_options)
     await mgr.start()

@@ -423,6 +423,97 @@ async def test_a_new_bootstrap_token_reaches_new_instances_and_replaces_none(
     assert records[new].bootstrap_version not in old_versions
 
 
+GPU_TAINT = {"key": "example.com/gpu", "value": "a100", "effect": "NoSchedule"}
+SETUP_TAINT = {"key": "example.com/setup", "effect": "NoExecute"}
+GPU_LABEL = "node-role.kubernetes.io/gpu"
+
+
+def _taint_keys(node: Obj) -> set[str]:
+    return {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+
+
+@pytest.mark.parametrize("pool_node_taints", [True])
+async def test_a_pools_taints_and_labels_are_kept_on_its_nodes_without_a_rollout(
+    system: System,
+) -> None:
+    """Gate MachinePoolNodeTaints on: the template's Always taint and node-role label reach
+    running Nodes with no instance replaced; an OnInitialization taint goes only on Nodes
+    that join after it; a kubectl edit that removes both gets the Always one put back and the
+    OnInitialization one not."""
+    await system.create_pool("tainted", 2)
+    await system.until(lambda: system.pool_running("tainted", 2), "2 Ready nodes")
+    before = {m["metadata"]["name"] for m in system.machines("tainted")}
+    template = {
+        "metadata": {"labels": {GPU_LABEL: "", "example.com/team": "ml"}},
+        "spec": {
+            "taints": [
+                {**GPU_TAINT, "propagation": "Always"},
+                {**SETUP_TAINT, "propagation": "OnInitialization"},
+            ]
+        },
+    }
+    await system.client.patch(
+        MACHINE_POOLS, "tainted", {"spec": {"template": template}}, system.namespace
+    )
+
+    def nodes() -> list[Obj]:
+        return [
+            n for m in system.machines("tainted") if (n := system.node_of(m["metadata"]["name"]))
+        ]
+
+    def synced(count: int) -> bool:
+        found = nodes()
+        return len(found) == count and all(
+            GPU_TAINT["key"] in _taint_keys(n) and GPU_LABEL in n["metadata"]["labels"]
+            for n in found
+        )
+
+    await system.until(lambda: synced(2), "the Always taint and the label on both Nodes")
+    for n in nodes():
+        assert SETUP_TAINT["key"] not in _taint_keys(n), "OnInitialization on a running Node"
+        assert "example.com/team" not in n["metadata"]["labels"], "a label outside the domains"
+        gpu = next(t for t in n["spec"]["taints"] if t["key"] == GPU_TAINT["key"])
+        assert gpu == GPU_TAINT
+    assert {m["metadata"]["name"] for m in system.machines("tainted")} == before, "replaced"
+
+    await system.scale("tainted", 3)
+    await system.until(lambda: system.pool_running("tainted", 3) and synced(3), "3 synced")
+    (joined,) = {m["metadata"]["name"] for m in system.machines("tainted")} - before
+    node = system.node_of(joined)
+    assert node is not None
+    assert {GPU_TAINT["key"], SETUP_TAINT["key"]} <= _taint_keys(node), "a joining Node"
+
+    # kubectl edit: both taints removed from the new Node.
+    name = node["metadata"]["name"]
+    kept = [
+        t for t in node["spec"]["taints"] if t["key"] not in _taint_keys({"spec": template["spec"]})
+    ]
+    await system.workload_client.patch(
+        NODES,
+        name,
+        {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": kept},
+        },
+    )
+
+    def put_back() -> bool:
+        n = system.node_of(joined)
+        return (
+            n is not None
+            and n["metadata"]["resourceVersion"] != node["metadata"]["resourceVersion"]
+            and GPU_TAINT["key"] in _taint_keys(n)
+        )
+
+    # The Always taint comes back in the write that answers the edit; had the OnInitialization
+    # one been due, it would have come in the same write.
+    await system.until(put_back, "the Always taint put back after the edit")
+    again = system.node_of(joined)
+    assert again is not None
+    assert SETUP_TAINT["key"] not in _taint_keys(again), "the OnInitialization taint came back"
+    assert before <= {m["metadata"]["name"] for m in system.machines("tainted")}, "replaced"
+
+
 def _as_written(obj: Obj) -> Obj:
     """``obj`` as the controller compares it: without what the apiserver sets on a write."""
     meta = {

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import pytest_asyncio
 import yaml
 from tests.support import Changes
@@ -361,9 +362,20 @@ def cond(obj: Obj | None, type_: str, *, v1beta1: bool = False) -> Obj:
     return next((c for c in conds if c.get("type") == type_), {})
 
 
+@pytest.fixture
+def pool_node_taints() -> bool:
+    """The core's ``MachinePoolNodeTaints`` gate for ``env``: off, as by default; a test turns
+    it on with ``@pytest.mark.parametrize("pool_node_taints", [True])``."""
+    return False
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def env(
-    client: Client, namespace: str, workload: WorkloadCluster, infra_crds: None
+    client: Client,
+    namespace: str,
+    workload: WorkloadCluster,
+    infra_crds: None,
+    pool_node_taints: bool,
 ) -> AsyncIterator[Env]:
     cluster_name = f"c-{uuid.uuid4().hex[:6]}"
     secret = {
@@ -393,8 +405,10 @@ async def env(
             else None
         )
     )
-    reconciler = await machinepool_controller.setup(mgr, cache)
-    machine_reconciler = await machine_controller.setup(mgr, cache)
+    reconciler = await machinepool_controller.setup(mgr, cache, pool_node_taints=pool_node_taints)
+    machine_reconciler = await machine_controller.setup(
+        mgr, cache, pool_node_taints=pool_node_taints
+    )
     pools = Watch(await mgr.cache.get_informer(MACHINE_POOLS, namespace))
     machines = Watch(await mgr.cache.get_informer(MACHINES, namespace))
     nodes_informer = Informer(wclient, NODES)

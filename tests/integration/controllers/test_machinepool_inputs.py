@@ -16,8 +16,9 @@ import contextlib
 from collections.abc import Callable
 from pprint import pformat
 
+import pytest
 from tests.support.reads import Path, recording, unnoticed
-from tests.support.resources import KUBEADM_CONFIGS, MACHINES
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
 from machinepool.controllers.common import node_inputs
@@ -26,6 +27,7 @@ from machinepool.controllers.machine.controller import (
     machine_inputs,
     machine_node_inputs,
 )
+from machinepool.controllers.machine.controller import pool_inputs as machine_pool_inputs
 from machinepool.controllers.machinepool import watches
 from machinepool.runtime import NODES, Informer, Obj, ObjectKey
 
@@ -129,7 +131,61 @@ async def test_every_watch_passes_what_a_pool_reconcile_reads(env: Env) -> None:
     assert missed == {}, f"read by the reconcile, but no event would say so: {pformat(missed)}"
 
 
-async def test_every_watch_passes_what_a_machine_reconcile_reads(env: Env) -> None:
+TAINTED_TEMPLATE: Obj = {
+    "taints": [
+        {"key": "example.com/gpu", "effect": "NoSchedule", "propagation": "Always"},
+        {"key": "example.com/setup", "effect": "NoExecute", "propagation": "OnInitialization"},
+    ]
+}
+
+
+@pytest.mark.parametrize("pool_node_taints", [True])
+async def test_with_node_taints_the_node_watch_passes_what_a_pool_reconcile_reads(
+    env: Env,
+) -> None:
+    """Gate MachinePoolNodeTaints on, a pool whose provider makes no Machines: the pool
+    patches its Nodes itself, reading their labels, annotations and taints."""
+    pid = "test:///inputs/2"
+    await env.kubeadm_config("boot2", ready=True)
+    await env.infra_pool("infra2")
+    await env.infra_provider_ids("infra2", [pid])
+    await env.infra_status("infra2", ready=True, replicas=1)
+    await env.node("n2", pid)
+    body = await env.machine_pool(
+        "inputs2", replicas=1, infra="infra2", bootstrap="boot2", template=TAINTED_TEMPLATE
+    )
+    labels = {"node-role.kubernetes.io/gpu": ""}
+    patch = {"spec": {"template": {"metadata": {"labels": labels}}}}
+    await env.client.patch(MACHINE_POOLS, body["metadata"]["name"], patch, env.namespace)
+    await env.nodes.until(
+        "n2",
+        lambda n: n is not None and "node-role.kubernetes.io/gpu" in n["metadata"]["labels"],
+    )
+    await env.pool_until(
+        "inputs2",
+        lambda o: (
+            o["status"].get("phase") == c.PHASE_RUNNING
+            and o["status"].get("readyReplicas") == 1
+            and o["status"].get("observedGeneration") == o["metadata"]["generation"]
+        ),
+    )
+    reconciler = env.reconciler
+    assert reconciler is not None
+    cluster = ObjectKey(env.namespace, env.cluster_name)
+    informer = await env.cluster_cache.get_informer(cluster, NODES)
+    with recording(informer, ObjectKey("", "n2")) as read:
+        await reconciler.reconcile(ObjectKey(env.namespace, "inputs2"))
+    obj = informer.get_key(ObjectKey("", "n2"))
+    assert obj is not None
+    assert read, "the reconcile read nothing of the Node"
+    found = unnoticed(watches.pool_node_inputs, obj, read)
+    assert found == set(), f"read by the reconcile, but no event would say so: {pformat(found)}"
+
+
+@pytest.mark.parametrize("pool_node_taints", [False, True])
+async def test_every_watch_passes_what_a_machine_reconcile_reads(
+    env: Env, pool_node_taints: bool
+) -> None:
     pid = "test:///inputs/1"
     await env.kubeadm_config("boot1", ready=True)
     await env.infra_pool("infra1")
@@ -139,7 +195,13 @@ async def test_every_watch_passes_what_a_machine_reconcile_reads(env: Env) -> No
     )
     await env.infra_machine("m1", "inputs1", pid, provisioned=True)
     await env.node("n1", pid)
-    await env.machine_pool("inputs1", replicas=1, infra="infra1", bootstrap="boot1")
+    await env.machine_pool(
+        "inputs1",
+        replicas=1,
+        infra="infra1",
+        bootstrap="boot1",
+        template=TAINTED_TEMPLATE if pool_node_taints else None,
+    )
     await env.machines.until(
         "m1", lambda m: m is not None and cond(m, c.READY_CONDITION).get("status") == "True"
     )
@@ -173,6 +235,9 @@ async def test_every_watch_passes_what_a_machine_reconcile_reads(env: Env) -> No
             machine_node_inputs,
         ),
     ]
+    if reconciler.pools is not None:
+        # Gate on: the owning pool's template taints, read for the Node.
+        watched.append((reconciler.pools, ObjectKey(ns, "inputs1"), machine_pool_inputs))
     with contextlib.ExitStack() as stack:
         reads = [stack.enter_context(recording(inf, k)) for inf, k, _ in watched]
         await reconciler.reconcile(key)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.support.resources import MACHINE_POOLS
 
+from machinepool.api.features import MACHINE_POOL_NODE_TAINTS
 from machinepool.runtime import ApiError, Client, Invalid, PatchType
 from machinepool.webhooks import WebhookServer
 
@@ -185,18 +186,27 @@ async def test_version_without_v_is_refused_on_update_by_validation_alone(
     assert created["metadata"]["uid"] == updated["metadata"]["uid"]
 
 
-async def test_template_taints_are_refused(
+async def test_template_taints_need_our_gate(
     client: Client, namespace: str, webhooks: WebhookServer
 ) -> None:
+    """Refused naming the gate while MachinePoolNodeTaints is off; with it on the same pool
+    is admitted and stored as sent."""
     body = machine_pool(namespace)
-    body["spec"]["template"]["spec"]["taints"] = [
-        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule", "propagation": "Always"}
-    ]
+    taints = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule", "propagation": "Always"}]
+    body["spec"]["template"]["spec"]["taints"] = taints
     assert await _refusal(client, body) == (
-        DENIED + 'MachinePool.cluster.x-k8s.io "mp" is invalid: [spec.taints: Forbidden: taints '
-        "feature for MachinePools is not yet implemented, spec.taints: Forbidden: taints are not "
-        "allowed to be set when the feature gate MachineTaintPropagation is disabled]"
+        DENIED + 'MachinePool.cluster.x-k8s.io "mp" is invalid: spec.template.spec.taints: '
+        "Forbidden: taints on a MachinePool need the feature gate MachinePoolNodeTaints (not "
+        "upstream's): start the core with --feature-gates=MachinePoolNodeTaints=true, or remove "
+        "spec.template.spec.taints"
     )
+    off = webhooks.gates
+    webhooks.gates = off.with_gate(MACHINE_POOL_NODE_TAINTS, True)
+    try:
+        created = await client.create(MACHINE_POOLS, body, namespace)
+    finally:
+        webhooks.gates = off
+    assert created["spec"]["template"]["spec"]["taints"] == taints
 
 
 async def test_invalid_template_metadata_keys_are_refused(
