@@ -15,13 +15,21 @@ reach through the node. In the order a user meets it:
    makes a pool that runs (defaulted and validated by them), a change they forbid is refused
    with their messages, v1beta1 reads go through the conversion webhook, the pool scales and
    rolls to a new version (every Node replaced), a MachineHealthCheck has the Machine whose
-   kubelet stopped replaced, and, last, deleting the pool leaves nothing behind in either
+   kubelet stopped replaced, and deleting the pool leaves nothing behind in either
    cluster.
 3. ``/metrics`` through the core's metrics Service, scraped by a Pod of ours as Prometheus
    would: 200 with its ServiceAccount's token (bound to ``machinepool-metrics-reader``), 401
    without a token, 403 with the token of a ServiceAccount not bound to it.
 4. Two replicas of the core: the Lease holder's Pod deleted, the other replica takes the Lease
-   and the pool converges on a new size.
+   and the pool converges on a new size; then the new holder's container killed (SIGKILL
+   through the node's containerd), the kubelet restarts it in the same Pod, the Lease is
+   taken again and the pool converges once more.
+5. Last, the user guide's uninstall: ``clusterctl delete --all --include-crd
+   --include-namespace`` refused while our objects exist, then, the Cluster deleted, our
+   namespaces, CRDs and webhook configurations gone and what it leaves (the RBAC) exactly
+   what the guide says, cert-manager untouched; on that emptied cluster, the
+   self-signed overlay (``deploy/generate.py self-signed``, ``kubectl apply -k``) runs the
+   core, its webhooks answering with the overlay's CA.
 
 cert-manager: real, as it ships (v1.20.3, built here into images and run as Pods on the same
 node: ``tests/support/certmanager.install_cert_manager``), installed before ``clusterctl init``,
@@ -38,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -47,6 +56,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+import yaml
 from tests.reliability.report import command_line, git_revision
 from tests.support import certmanager, eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
@@ -531,6 +541,58 @@ async def test_the_leaders_pod_deleted_the_other_replica_leads_and_the_pool_conv
     await asyncio.to_thread(wait_pool, pool, 2)
 
 
+async def test_the_leaders_container_killed_kubelet_restarts_it_and_the_pool_converges(
+    pool: Installed,
+) -> None:
+    """The leader's process killed (SIGKILL to its container's task in the node's containerd,
+    as the kernel's OOM killer or a crash would end it: no Lease released), not its Pod: the
+    kubelet restarts the container in the same Pod, a replica takes the Lease once it expires,
+    and the pool converges on a new size."""
+    client = pool.client
+    selector = f"control-plane={PROVIDER_NAMESPACES[CORE]}"
+    lease = await client.get(LEASES, CORE_LEASE, CORE)
+    holder = lease["spec"]["holderIdentity"]
+    pods = (await client.list(PODS, CORE, label_selector=selector)).items
+    (leader,) = [p for p in pods if holder.startswith(f"{p['metadata']['name']}_")]
+    name = leader["metadata"]["name"]
+    (status,) = leader["status"]["containerStatuses"]
+    restarts = status["restartCount"]
+    container_id = status["containerID"].removeprefix("containerd://")
+    socket = str(pool.cp.node.socket)
+    killed = await asyncio.to_thread(
+        run, ["ctr", "--address", socket, "--namespace", "k8s.io",
+              "tasks", "kill", "--signal", "SIGKILL", container_id],
+    )  # fmt: skip
+    assert killed.returncode == 0, killed.stderr
+    started = time.monotonic()
+
+    def restarted(pod: Obj | None) -> bool:
+        (now,) = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+        last = now.get("lastState", {}).get("terminated", {})
+        return (
+            now.get("restartCount") == restarts + 1
+            and last.get("containerID") == status["containerID"]
+            and last.get("exitCode") == 137  # 128 + SIGKILL
+            and ready(pod)
+        )
+
+    try:
+        await wait_for(client, PODS, CORE, name, restarted, within=READY,
+                       what=f"{name}'s container restarted by the kubelet and Ready")  # fmt: skip
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{pool.logs()}") from None
+    await wait_for(
+        client, LEASES, CORE, CORE_LEASE,
+        lambda obj: (obj or {}).get("spec", {}).get("holderIdentity", holder) != holder,
+        within=READY, what=f"the Lease taken from {holder}",
+    )  # fmt: skip
+    FIGURES["the leader's container killed to the Lease taken"] = (
+        f"{time.monotonic() - started:.1f} s"
+    )
+    pool.kubectl("scale", f"mp/{POOL}", "-n", NAMESPACE, "--replicas=3")
+    await asyncio.to_thread(wait_pool, pool, 3)
+
+
 # -- a MachineHealthCheck remediates -------------------------------------------------------
 
 
@@ -601,3 +663,154 @@ async def test_deleting_the_pool_leaves_nothing_behind(
         await eventually(lambda: not left(), "nothing of the pool left", within=120, interval=1)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {left()}\n{pool.logs()}") from None
+
+
+# -- clusterctl delete, then the self-signed overlay -----------------------------------------
+
+RELEASE = Path(__file__).resolve().parents[3] / "deploy" / "release"
+COMPONENTS = ("core-components.yaml", "bootstrap-components.yaml",
+              "infrastructure-components.yaml")  # fmt: skip
+"""What ``clusterctl init`` installed here, as the release ships it."""
+DELETED_CLUSTER_WIDE = {"Namespace", "CustomResourceDefinition", "MutatingWebhookConfiguration",
+                        "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                        "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+"""The cluster-wide kinds ``clusterctl delete`` removes (the namespaces and CRDs only with
+``--include-namespace`` and ``--include-crd``; the admission policy, a kind its list of
+cluster-wide ones lacks, as if namespaced); it leaves the RBAC (docs/user-guide.md)."""
+CLUSTER_WIDE = (
+    "namespaces,customresourcedefinitions,mutatingwebhookconfigurations,"
+    "validatingwebhookconfigurations,clusterroles,clusterrolebindings,"
+    "validatingadmissionpolicies,validatingadmissionpolicybindings"
+)
+OURS = "cluster.x-k8s.io/provider in (cluster-api,bootstrap-kubeadm,infrastructure-sim)"
+"""The user guide's selector of what our three providers installed."""
+OTHERS = "cluster.x-k8s.io/provider in (bootstrap-kubeadm,infrastructure-sim)"
+
+
+def shipped_cluster_wide() -> set[tuple[str, str]]:
+    """(kind, name) of every cluster-wide object in the release's components."""
+    found = set()
+    for name in COMPONENTS:
+        for obj in yaml.safe_load_all((RELEASE / name).read_text()):
+            if obj and "namespace" not in obj["metadata"]:
+                found.add((obj["kind"], obj["metadata"]["name"]))
+    return found
+
+
+def installed_cluster_wide(installed: Installed) -> set[tuple[str, str]]:
+    listed = json.loads(installed.kubectl("get", CLUSTER_WIDE, "-l", OURS, "-o", "json"))
+    return {(o["kind"], o["metadata"]["name"]) for o in listed["items"]}
+
+
+async def test_clusterctl_delete_removes_the_providers_and_leaves_what_the_docs_say(
+    pool: Installed, clusterctl: Path
+) -> None:
+    """docs/user-guide.md's uninstall, in its order: ``clusterctl delete --include-crd
+    --include-namespace`` refuses while objects of our kinds exist, deleting nothing; the
+    Cluster (and the MachineHealthCheck) deleted, the bootstrap and Sim providers, then, their
+    CRDs gone, the core: our namespaces (with the Pods, Services, Certificates and the
+    inventory in them), CRDs, webhook configurations and admission policy go, the RBAC stays
+    until the guide's ``kubectl delete``, and cert-manager is left as it was."""
+    delete = [str(clusterctl), "delete", f"--kubeconfig={pool.kubeconfig}",
+              "--include-crd", "--include-namespace"]  # fmt: skip
+    refused = await asyncio.to_thread(run, [*delete, "--all"], env=NO_VERSION_CHECK)
+    assert refused.returncode != 0
+    assert "Please delete these objects first" in refused.stderr, refused.stderr
+    assert installed_cluster_wide(pool) == shipped_cluster_wide(), "nothing deleted"
+
+    pool.kubectl("delete", "clusters,machinehealthchecks", "--all", "-A", "--timeout=60s")
+    started = time.monotonic()
+    for providers, then in (
+        (["--bootstrap=kubeadm", "--infrastructure=sim"],
+         ["wait", "--for=delete", "crd", "-l", OTHERS, "--timeout=120s"]),
+        (["--core=cluster-api"], None),
+    ):  # fmt: skip
+        deleted = await asyncio.to_thread(run, [*delete, *providers], env=NO_VERSION_CHECK)
+        assert deleted.returncode == 0, deleted.stderr
+        if then:
+            await asyncio.to_thread(pool.kubectl, *then)
+    left = {(kind, name) for kind, name in shipped_cluster_wide()
+            if kind not in DELETED_CLUSTER_WIDE}  # fmt: skip
+    assert {kind for kind, _ in left} == {"ClusterRole", "ClusterRoleBinding"}
+
+    async def only_left() -> bool:
+        return await asyncio.to_thread(installed_cluster_wide, pool) == left
+
+    try:
+        await eventually(
+            only_left,
+            "our namespaces, CRDs and admission policy gone, the RBAC left",
+            within=READY, interval=0.5,
+        )  # fmt: skip
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {installed_cluster_wide(pool) - left}") from None
+    FIGURES["`clusterctl delete` to our namespaces and CRDs gone"] = (
+        f"{time.monotonic() - started:.1f} s"
+    )
+    pods = json.loads(pool.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+    assert not [p for p in pods if p["metadata"]["namespace"] in PROVIDER_NAMESPACES]
+
+    pool.kubectl("delete", "clusterroles,clusterrolebindings", "-l", OURS)
+    assert installed_cluster_wide(pool) == set()
+    # cert-manager is not clusterctl's to delete here (it found it installed).
+    available = pool.kubectl("get", "deployments", "-n", "cert-manager",
+                             "-o", "jsonpath={.items[*].status.availableReplicas}")  # fmt: skip
+    assert available.split() == ["1", "1", "1"]
+    pool.kubectl("get", "crd", "certificates.cert-manager.io", "issuers.cert-manager.io")
+
+
+async def test_the_self_signed_overlay_serves_the_webhooks_without_cert_manager(
+    pool: Installed, tmp_path: Path
+) -> None:
+    """The user guide's install without cert-manager, on the cluster ``clusterctl delete``
+    emptied: ``deploy/generate.py self-signed`` and ``kubectl apply --server-side -k``; the
+    core's Pod Ready, and its webhooks answer with the overlay's CA in every caBundle: a
+    v1beta1 MachinePool created (dry run) is converted and defaulted, a bad one refused. No
+    Certificate or Issuer of cert-manager's is involved (the overlay has none)."""
+    overlay = tmp_path / "self-signed"
+    generated = run([sys.executable, str(RELEASE.parent / "generate.py"), "self-signed",
+                     "--dir", str(overlay)])  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    built = pool.kubectl("kustomize", str(overlay))
+    assert "cert-manager.io" not in built
+    started = time.monotonic()
+    pool.kubectl("apply", "--server-side", "-k", str(overlay))
+    client = pool.client
+    selector = f"control-plane={PROVIDER_NAMESPACES[CORE]}"
+
+    async def one_ready() -> bool:
+        pods = (await client.list(PODS, CORE, label_selector=selector)).items
+        return len(pods) == 1 and ready(pods[0])
+
+    try:
+        await eventually(one_ready, "the core's Pod Ready", within=READY, interval=0.5)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{pool.logs()}") from None
+    FIGURES["the self-signed overlay applied to its Pod Ready"] = (
+        f"{time.monotonic() - started:.1f} s"
+    )
+
+    pool.kubectl("create", "namespace", "self-signed")
+    machine_pool: Obj = {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "MachinePool",
+        "metadata": {"name": "mp", "namespace": "self-signed"},
+        "spec": {
+            "clusterName": "c",
+            "template": {"spec": {
+                "clusterName": "c",
+                "bootstrap": {"dataSecretName": "data"},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                                      "kind": "SimMachinePool", "name": "mp"},
+            }},
+        },
+    }  # fmt: skip
+    created = json.loads(pool.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                      stdin=json.dumps(machine_pool)))  # fmt: skip
+    assert created["apiVersion"] == "cluster.x-k8s.io/v1beta1"  # through the conversion webhook
+    assert created["spec"]["replicas"] == 1  # defaulted by the mutating webhook
+    machine_pool["spec"]["template"]["spec"]["clusterName"] = "other"
+    refused = kubectl(pool.kubeconfig, "create", "--dry-run=server", "-f", "-",
+                      stdin=json.dumps(machine_pool))  # fmt: skip
+    assert refused.returncode != 0
+    assert "spec.template.spec.clusterName must be set to the same value" in refused.stderr
