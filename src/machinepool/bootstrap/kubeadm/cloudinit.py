@@ -33,6 +33,7 @@ __all__ = [
     "JOIN_CONFIG_PATH",
     "KUBEADM_API_VERSION",
     "KUBEADM_V1BETA3",
+    "SUCCESS_SENTINEL",
     "InvalidBootstrapInput",
     "NodeInput",
     "dump_yaml",

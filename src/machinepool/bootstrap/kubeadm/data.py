@@ -34,6 +34,7 @@ from machinepool.bootstrap.kubeadm.cloudinit import (
     render_node_cloud_config,
     validate_files,
 )
+from machinepool.bootstrap.kubeadm.ignition import ignition_spec_problem, render_node_ignition
 from machinepool.bootstrap.kubeadm.prerequisites import POLL_SECONDS
 from machinepool.bootstrap.kubeadm.scope import Scope
 from machinepool.runtime import (
@@ -158,8 +159,11 @@ def _spec_problem(spec: KubeadmConfigSpec, version: str) -> str:
     except InvalidBootstrapInput as exc:
         return f"{exc} (the version of the config's owner)"
     fmt = spec.format or r.FORMAT_CLOUD_CONFIG
-    if fmt != r.FORMAT_CLOUD_CONFIG:
+    if fmt not in (r.FORMAT_CLOUD_CONFIG, r.FORMAT_IGNITION):
         return f"spec.format {fmt!r} is not supported by this provider; use cloud-config"
+    ignition_problem = ignition_spec_problem(spec)
+    if ignition_problem:
+        return ignition_problem
     join = spec.join_configuration or JoinConfiguration()
     if join.control_plane is not None:
         return (
@@ -209,7 +213,15 @@ async def render(scope: Scope) -> str | None:
         verbosity=spec.verbosity,
         kubernetes_version=_owner_version(scope),
     )
+    if spec.format == r.FORMAT_IGNITION:
+        return render_node_ignition(node, _additional_config(spec))
     return render_node_cloud_config(node)
+
+
+def _additional_config(spec: KubeadmConfigSpec) -> str:
+    """``spec.ignition.containerLinuxConfig.additionalConfig`` (free-form in our API), or ""."""
+    clc = (spec.ignition or {}).get("containerLinuxConfig") or {}
+    return str(clc.get("additionalConfig") or "")
 
 
 def _owner_version(scope: Scope) -> str:
@@ -270,7 +282,8 @@ def _desired_metadata(scope: Scope) -> Obj:
 async def _store(scope: Scope, text: str) -> None:
     """Create or update the data Secret; ``RenderFailed`` (with a condition) when another
     object controls a Secret of that name."""
-    data = {"value": _b64(text), "format": _b64(r.FORMAT_CLOUD_CONFIG)}
+    fmt = (scope.model.spec or KubeadmConfigSpec()).format or r.FORMAT_CLOUD_CONFIG
+    data = {"value": _b64(text), "format": _b64(fmt)}
     desired = _desired_metadata(scope)
     existing = scope.data_secret
     if existing is None:
