@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import pytest_asyncio
@@ -40,6 +42,7 @@ pytestmark = pytest.mark.timeout(900)
 
 NAMESPACE = "bootstrap"
 JOIN_DOC = "/run/kubeadm/kubeadm-join-config.yaml"
+IGNITION_JOIN_DOC = "/etc/kubeadm.yml"
 TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 CA_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -66,6 +69,46 @@ CASES: dict[str, dict[str, Any]] = {
                 },
                 "patches": {"directory": "/etc/kubeadm/patches"},
             },
+        },
+    },
+    "ignition": {
+        "version": "v1.34.0",
+        "spec": {
+            "format": "ignition",
+            "files": [
+                {"path": "/etc/motd", "content": "hello\nworld\n", "permissions": "0644"},
+                {
+                    "path": "/etc/b64",
+                    "content": "aGk=",
+                    "encoding": "base64",
+                    "owner": "core:core",
+                    "permissions": "0600",
+                },
+            ],
+            "users": [
+                {
+                    "name": "ops",
+                    "groups": "wheel, docker",
+                    "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                    "lockPassword": False,
+                    "sshAuthorizedKeys": ["ssh-ed25519 AAAA ops"],
+                }
+            ],
+            "ntp": {"enabled": True, "servers": ["time.example.org"]},
+            "preKubeadmCommands": ["echo pre"],
+            "postKubeadmCommands": ["echo post"],
+            "verbosity": 4,
+            "ignition": {
+                "containerLinuxConfig": {
+                    "additionalConfig": (
+                        "storage:\n  files:\n  - path: /etc/extra\n"
+                        "    contents:\n      inline: extra\n"
+                        "systemd:\n  units:\n  - name: docker.service\n    enabled: true\n"
+                        "passwd:\n  users:\n  - name: core\n    ssh_authorized_keys: [k]\n"
+                    )
+                }
+            },
+            "joinConfiguration": {"nodeRegistration": {"imagePullPolicy": "IfNotPresent"}},
         },
     },
     "kubeadm-v1beta3": {
@@ -149,13 +192,37 @@ def _parse(text: str, provider: Provider) -> dict[str, Any]:
     """The cloud-config as data: header lines kept, the join document parsed, and what
     differs by construction replaced."""
     endpoint = provider.workload.url.split("://", 1)[1].rstrip("/")
-    text = CA_HASH.sub("CA-HASH", TOKEN.sub("TOKEN", text)).replace(endpoint, "ENDPOINT")
+
+    def scrub(text: str) -> str:
+        return CA_HASH.sub("CA-HASH", TOKEN.sub("TOKEN", text)).replace(endpoint, "ENDPOINT")
+
+    text = scrub(text)
+    if text.startswith("{"):
+        return {"ignition": _parse_ignition(json.loads(text), scrub)}
     header = [line for line in text.splitlines() if line.startswith(("##", "#cloud"))]
     doc = yaml.safe_load(text) or {}
     for file in doc.get("write_files") or []:
         if file.get("path") == JOIN_DOC:
             file["content"] = list(yaml.safe_load_all(file["content"]))
     return {"header": header, "cloud-config": doc}
+
+
+def _parse_ignition(doc: dict[str, Any], scrub: Callable[[str], str]) -> dict[str, Any]:
+    """Ignition JSON with each file's data URL decoded (the join document parsed), files
+    keyed by path, so a difference names the file and the line rather than a URL."""
+    files: dict[str, Any] = {}
+    for file in (doc.get("storage") or {}).get("files") or []:
+        source = file["contents"]["source"]
+        if source.startswith("data:;base64,"):
+            content: Any = base64.b64decode(source.removeprefix("data:;base64,")).decode()
+        else:
+            content = scrub(unquote(source.removeprefix("data:,")))
+        if file["path"] == IGNITION_JOIN_DOC:
+            content = list(yaml.safe_load_all(content))
+        elif isinstance(content, str):
+            content = content.splitlines()
+        files[file["path"]] = {**file, "contents": {**file["contents"], "source": content}}
+    return {**doc, "storage": {**(doc.get("storage") or {}), "files": files}}
 
 
 def _bootstrap_crds() -> list[Obj]:
@@ -220,7 +287,7 @@ async def providers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[d
                     str(manager),
                     f"--kubeconfig={planes['up'].kubeconfig}",
                     "--leader-elect=false",
-                    "--feature-gates=MachinePool=true",
+                    "--feature-gates=MachinePool=true,KubeadmBootstrapFormatIgnition=true",
                     f"--diagnostics-address=127.0.0.1:{free_port()}",
                     "--insecure-diagnostics",
                     f"--health-addr=127.0.0.1:{free_port()}",

@@ -50,10 +50,12 @@ def test_join_script_unit_and_config_are_written_as_upstream_does() -> None:
         "mv /etc/kubeadm.yml /tmp/\n\npost-kubeadm-command\n"
     )
     config = _text(files["/etc/kubeadm.yml"])
-    assert config.startswith("---\n") and "kind: JoinConfiguration" in config
+    assert config.startswith("---\n")
+    assert "kind: JoinConfiguration" in config
     assert files["/etc/kubeadm.yml"]["mode"] == 0o600
     unit = doc["systemd"]["units"][0]
-    assert unit["name"] == "kubeadm.service" and unit["enabled"] is True
+    assert unit["name"] == "kubeadm.service"
+    assert unit["enabled"] is True
     assert "ExecStart=/bin/bash /etc/kubeadm.sh" in unit["contents"]
 
 
@@ -110,12 +112,13 @@ def test_user_files_users_sudo_and_ntp() -> None:
 
 def test_additional_config_is_appended() -> None:
     extra = (
-        "storage:\n  files:\n  - path: /etc/x\n    mode: 0644\n    contents:\n      inline: hi\n"
+        "storage:\n  files:\n  - path: /etc/x\n    contents:\n      inline: hi\n"
         "systemd:\n  units:\n  - name: docker.service\n    mask: true\n"
         "passwd:\n  users:\n  - name: core\n    ssh_authorized_keys: [k]\n"
     )
     doc = _render(NodeInput(JoinConfiguration()), extra)
-    assert _text(_files(doc)["/etc/x"]) == "hi" and _files(doc)["/etc/x"]["mode"] == 420
+    assert _text(_files(doc)["/etc/x"]) == "hi"
+    assert _files(doc)["/etc/x"]["mode"] == 420
     assert {"name": "docker.service", "mask": True} in doc["systemd"]["units"]
     assert {"name": "core", "sshAuthorizedKeys": ["k"]} in doc["passwd"]["users"]
 
@@ -147,10 +150,14 @@ def test_mounts_are_refused_with_the_field() -> None:
             "spec.users[0].inactive",
         ),
         (
-            {"format": "ignition", "files": [{"path": "/a", "encoding": "gzip"}]},
+            {
+                "format": "ignition",
+                "files": [{"path": "/a", "permissions": "0644", "encoding": "gzip"}],
+            },
             "spec.files[0].encoding",
         ),
         ({"format": "ignition", "bootCommands": ["x"]}, "spec.bootCommands"),
+        ({"format": "ignition", "files": [{"path": "/a"}]}, "spec.files[0].permissions"),
         ({"format": "cloud-config", "ignition": {"containerLinuxConfig": {}}}, "spec.format"),
     ],
 )

@@ -212,7 +212,8 @@ def translate_additional_config(text: str) -> dict[str, list[dict[str, Any]]]:
         contents = _check(f.get("contents") or {}, f"storage.files[{i}].contents", {"inline"})
         inline = contents.get("inline", "")
         data = inline if isinstance(inline, bytes) else str(inline).encode()
-        entry = _file(str(f["path"]), data, f.get("mode"))
+        # Not read strictly (upstream's default), so a missing mode becomes 0644 as there.
+        entry = _file(str(f["path"]), data, f.get("mode", 0o644))
         entry["filesystem"] = f.get("filesystem", "root")
         for key in ("user", "group"):
             if key in f:
@@ -318,6 +319,13 @@ def ignition_spec_problem(spec: KubeadmConfigSpec) -> str:
         if user.inactive:
             return f"spec.users[{i}].inactive: {suffix}"
     for i, item in enumerate(spec.files or []):
+        if not item.permissions:
+            # Upstream's transpiler reads its own template strictly and fails on a file
+            # without a mode; say so before any render instead.
+            return (
+                f'spec.files[{i}].permissions: required when spec.format is "ignition";'
+                ' set it, e.g. "0644"'
+            )
         if item.encoding in ("gzip", "gzip+base64"):
             return f"spec.files[{i}].encoding: {item.encoding!r} is {suffix} (use base64 or none)"
     if spec.boot_commands is not None:
