@@ -25,7 +25,6 @@ DATA_TOKEN_ID_ANNOTATION: Final = "bootstrap.cluster.x-k8s.io/bootstrap-token-id
 CLUSTER_SECRET_TYPE: Final = "cluster.x-k8s.io/secret"
 FORMAT_CLOUD_CONFIG: Final = "cloud-config"
 FORMAT_IGNITION: Final = "ignition"
-FORMAT_IGNITION: Final = "ignition"
 COMPONENT: Final = "kubeadm-bootstrap-controller"
 
 # Condition types (v1beta2 and v1beta1 share the names).
