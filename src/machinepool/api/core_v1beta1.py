@@ -84,7 +84,8 @@ class V1Beta1MachineSpec(K8sModel):
     taints: Annotated[
         list[MachineTaint] | None, list_map("key", "effect"), Field(min_length=1, max_length=64)
     ] = None
-    """Node taints managed by Cluster API; rejected for MachinePools."""
+    """Node taints managed by Cluster API; on a MachinePool, accepted only with the
+    MachinePoolNodeTaints feature gate (ours), which keeps them on the pool's Nodes."""
 
 
 class V1Beta1MachineTemplateSpec(K8sModel):
