@@ -9,6 +9,7 @@ Called in order by ``engine.PoolEngine``.
 from __future__ import annotations
 
 import base64
+import itertools
 from collections import Counter
 
 from machinepool.api import constants as c
@@ -98,10 +99,12 @@ def _member_deleting(scope: PoolScope, name: str) -> bool:
 def _members(scope: PoolScope) -> list[Member]:
     ready = scope.ready_ids or set()
     members = []
-    for instance in scope.instances:
-        if instance.state is InstanceState.TERMINATED:
+    pool = ((instance, False) for instance in scope.instances)
+    warm_pool = ((instance, True) for instance in scope.warm)
+    for instance, warm in itertools.chain(pool, warm_pool):
+        if instance.state is InstanceState.TERMINATED and not warm:
             continue
-        machine = scope.machines.get(instance.id)
+        machine = scope.machines.get(instance.id)  # none for a warm instance
         annotations = (machine.metadata.annotations if machine else None) or {}
         deleting = _member_deleting(scope, instance.id)
         members.append(
@@ -122,17 +125,7 @@ def _members(scope: PoolScope) -> list[Member]:
                 deleting=deleting,
                 delete_requested=c.DELETE_MACHINE_ANNOTATION in annotations,
                 has_machine=machine is not None and not deleting,
-            )
-        )
-    for instance in scope.warm:
-        members.append(
-            Member(
-                id=instance.id,
-                state=instance.state,
-                failure_domain=instance.failure_domain,
-                created=instance.created,
-                up_to_date=instance.template_hash == scope.template_hash,
-                warm=True,
+                warm=warm,
             )
         )
     return members
