@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import shlex
 import shutil
@@ -408,13 +407,7 @@ def section(
     pool_rows: list[dict[str, Any]],
     command: str,
 ) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    commit = dict(report.machine_info())["machinepool"]
     lines = [
-        "## What a write costs the management kube-apiserver",
-        "",
-        f"Run {when} on {commit}: `{command}`",
-        "",
         "One client on a fresh local control plane with our CRDs; CPU is the management"
         " kube-apiserver's (user and system, from /proc) over the writes. A pool write is a"
         " small patch of one of ten MachinePools holding that many providerIDs and nodeRefs,"
@@ -547,7 +540,8 @@ def main(argv: list[str]) -> None:
     data = {"ceiling": found, "machine_shapes": shapes, "pools": pool_rows}
     report.publish(
         "apiserver-writes",
-        section(found, shapes, pool_rows, command),
+        "What a write costs the management kube-apiserver",
+        section(found, shapes, pool_rows),
         command,
         data=data,
         results=not args.no_results,

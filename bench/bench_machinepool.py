@@ -693,14 +693,16 @@ def workload_agent_rows(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def convergence_section(args: argparse.Namespace, results: dict[str, Any], command: str) -> str:
+def convergence_title(args: argparse.Namespace) -> str:
+    return (
+        f"Convergence: {args.pools} pools x {args.replicas} replicas, scale to "
+        f"{2 * args.replicas}, roll {FROM_VERSION} -> {TO_VERSION}"
+    )
+
+
+def convergence_section(results: dict[str, Any]) -> str:
     ours, up = results["ours"], results.get("upstream")
     text = [
-        f"## Convergence: {args.pools} pools x {args.replicas} replicas, scale to "
-        f"{2 * args.replicas}, roll {FROM_VERSION} -> {TO_VERSION}",
-        "",
-        f"Run {results['when']} on git {results['commit']}: `{command}`",
-        "",
         report.table(convergence_rows(ours, up) + verb_rows(ours, up), upstream=up is not None),
         "",
         "Workload apiserver requests by client (ours; the core and the node simulator share "
@@ -713,7 +715,7 @@ def convergence_section(args: argparse.Namespace, results: dict[str, Any], comma
     return "\n".join(text)
 
 
-def latency_section(results: dict[str, Any], command: str) -> str:
+def latency_section(results: dict[str, Any]) -> str:
     rows: list[report.Row] = []
     ours, up = results["ours"], results.get("upstream")
     for key, label in [
@@ -724,15 +726,7 @@ def latency_section(results: dict[str, Any], command: str) -> str:
             o = ours[key].get(q)
             u = up[key].get(q) if up else None
             rows.append((f"{label} {q}", o, u))
-    return "\n".join(
-        [
-            f"## Latency: {ours['trials']} scale-up trials",
-            "",
-            f"Run {results['when']} on git {results['commit']}: `{command}`",
-            "",
-            report.table(rows, upstream=up is not None),
-        ]
-    )
+    return report.table(rows, upstream=up is not None)
 
 
 def _get(result: dict[str, Any] | None, *path: Any) -> float | None:
@@ -830,15 +824,10 @@ def _writes_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def scale_section(results: dict[str, Any], command: str) -> str:
+def scale_section(results: dict[str, Any]) -> str:
     ceiling = results.get("ceiling") or {}
     per_s = ceiling.get("writes_per_s")
-    titles = "; ".join(entry["title"] for entry in results["scenarios"].values())
     text = [
-        f"## Scale, {titles}: side by side with upstream",
-        "",
-        f"Run {results['when']} on git {results['commit']}: `{command}`",
-        "",
         "Each scenario and side gets a fresh control plane of the same binaries, the same"
         " driver and the same shared infra process (kubeadm bootstrap, Sim provider with boot"
         " delay 0, node simulator); only the core differs. Writes are every write request of"
@@ -866,8 +855,6 @@ def scale_section(results: dict[str, Any], command: str) -> str:
     for key, entry in results["scenarios"].items():
         ours, up = entry["ours"], entry.get("upstream")
         text += [
-            "",
-            f"### {entry['title']}",
             "",
             report.table(scale_rows(ours, up, per_s), upstream=up is not None),
         ]
@@ -979,12 +966,12 @@ async def main(argv: list[str]) -> int:
     binary = procs.build_upstream() if args.upstream else None
     cores = ["ours", "upstream"] if args.upstream else ["ours"]
 
-    def save(mode: str, data: dict[str, Any], section: str, load: str) -> None:
+    def save(mode: str, title: str, data: dict[str, Any], section: str, load: str) -> None:
         section += (
             f"\n\nLoad average (1/5/15 min) when this mode started: {load}; on {os.cpu_count()}"
             " CPUs shared with whatever else ran, so compare within a run, not across runs."
         )
-        report.publish(mode, section, command, data=data, results=not args.no_results)
+        report.publish(mode, title, section, command, data=data, results=not args.no_results)
 
     def load_now() -> str:
         return " / ".join(f"{v:.1f}" for v in os.getloadavg())
@@ -994,13 +981,15 @@ async def main(argv: list[str]) -> int:
         results: dict[str, Any] = {"when": when, "commit": commit}
         for core in cores:
             results[core] = await convergence(core, args, base / f"convergence-{core}", binary)
-        save("convergence", results, convergence_section(args, results, command), load)
+        title = convergence_title(args)
+        save("convergence", title, results, convergence_section(results), load)
     if args.latency:
         load = load_now()
         lat: dict[str, Any] = {"when": when, "commit": commit}
         for core in cores:
             lat[core] = await latency(core, args, base / f"latency-{core}", binary)
-        save("latency", lat, latency_section(lat, command), load)
+        title = f"Latency: {args.trials} scale-up trials"
+        save("latency", title, lat, latency_section(lat), load)
     if args.scale:
         load = load_now()
         scaled: dict[str, Any] = {"when": when, "commit": commit, "scenarios": {}}
@@ -1015,7 +1004,8 @@ async def main(argv: list[str]) -> int:
                 workdir = base / f"scale-{sc.key}-{core}"
                 entry[core] = await scale_scenario(core, sc, args, workdir, binary)
             one = {**scaled, "scenarios": {sc.key: entry}}
-            save(f"scale-{sc.key}", one, scale_section(one, command), load)
+            title = f"Scale {sc.title}"
+            save(f"scale-{sc.key}", title, one, scale_section(one), load)
             load = load_now()
     return 0
 

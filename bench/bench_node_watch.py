@@ -276,12 +276,8 @@ def share_at_scale(ms_per_update: float) -> float:
     return ms_per_update / 1000 * AT_NODES / KUBELET_REPORT_SECONDS * 100
 
 
-def section(results: dict[str, Any], command: str) -> str:
+def section(results: dict[str, Any]) -> str:
     lines = [
-        "## What one Node status update costs a watcher",
-        "",
-        f"Run {results['when']} on git {results['commit']}: `{command}`",
-        "",
         f"{results['nodes']:,} Nodes with the node simulator's status on a fresh local control"
         f" plane; {results['updates']:,} heartbeat status patches (only `lastHeartbeatTime`"
         " moves) sent once paced, so each update reaches the watcher alone, and once 16 at a"
@@ -406,8 +402,15 @@ async def main(argv: list[str]) -> int:
                             print(json.dumps(results["rows"][-1]), flush=True)
         finally:
             cp.stop()
-    text = section(results, command)
-    report.publish("node-watch", text, command, data=results, results=not args.no_results)
+    text = section(results)
+    report.publish(
+        "node-watch",
+        "What one Node status update costs a watcher",
+        text,
+        command,
+        data=results,
+        results=not args.no_results,
+    )
     return 0
 
 

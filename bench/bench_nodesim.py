@@ -217,7 +217,7 @@ def per_thousand(result: dict[str, Any], key: str) -> float:
     return float(result[key]) * 1000 / max(int(result["nodes"]), 1)
 
 
-def section(results: dict[str, Any], command: str) -> str:
+def section(results: dict[str, Any]) -> str:
     ours, kwok = results["ours"], results["kwok"]
 
     def both(label: str, key: str) -> report.Row:
@@ -242,10 +242,6 @@ def section(results: dict[str, Any], command: str) -> str:
     kwok_leases = f"Node Leases of {kwok_lease_s} s" if kwok_lease_s else "no Node Leases"
     return "\n".join(
         [
-            f"## Node simulator beside kwok {results['kwok_version']}",
-            "",
-            f"Run {results['when']} on git {results['commit']}: `{command}`",
-            "",
             f"Ours: the node simulator process alone, status every {results['heartbeat_s']:.0f}"
             f" s and {leases}. kwok: its default node stages (each Node's status written"
             f" once) and {kwok_leases}. The writes row is what each sends to keep its Nodes"
@@ -298,8 +294,15 @@ async def main(argv: list[str]) -> int:
     }
     results["ours"] = await run_ours(args, base / "ours")
     results["kwok"] = await run_kwok(args, base / "kwok", binary)
-    text = section(results, command)
-    report.publish("nodesim", text, command, data=results, results=not args.no_results)
+    text = section(results)
+    report.publish(
+        "nodesim",
+        f"Node simulator beside kwok {results['kwok_version']}",
+        text,
+        command,
+        data=results,
+        results=not args.no_results,
+    )
     return 0
 
 

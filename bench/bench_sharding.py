@@ -221,17 +221,15 @@ def main() -> None:
         "| MachinePool reconciles per replica | peak RSS MiB per replica "
         "| Clusters per replica |"
     )
-    body = f"""## Sharding: {size}, 1..N core replicas
-
-The core as N replicas of one sharded ring (`--sharding`); bootstrap, Sim provider and node
-simulator shared and unsharded. Per replica, separated by " / ": CPU seconds from the first
+    body = f"""The core as N replicas of one sharded ring (`--sharding`); bootstrap, Sim provider
+and node simulator shared and unsharded. Per replica, separated by " / ": CPU seconds from the first
 create to convergence, MachinePool reconciles, peak RSS, Clusters assigned.
 
 {header}
 |---|---|---|---|---|---|---|
 {chr(10).join(_row(r, args.pools) for r in runs)}
 
-Command: `{command}`, {report.git_revision()}. A Python replica uses one core at most. On this
+A Python replica uses one core at most. On this
 2-core machine the replicas share the cores with the management and workload apiservers,
 etcd and the infra process, so wall time says little about a real cluster: where it drops
 with more replicas, the replicas were waiting on the apiservers rather than on their core,
@@ -246,7 +244,7 @@ with the Clusters it holds more steeply than it would in a real fleet; with one 
 uneven shares: compare the busiest replica with the single one. The replicas' reconciles add
 up to more than one replica's, as a single busy queue folds more events into each reconcile.
 """
-    report.publish("sharding", body, command, results=True)
+    report.publish("sharding", f"Sharding: {size}, 1..N core replicas", body, command, results=True)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import os
 import shlex
 import sys
@@ -335,24 +334,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
-def section(args: argparse.Namespace, outcome: Outcome, command: str, load: str) -> str:
+def section(args: argparse.Namespace, outcome: Outcome, load: str) -> str:
     summaries = outcome.samples.summaries()
     steps = "\n".join(
         f"| {step} | {len(times)} | {_median(times):.1f} | {max(times):.1f} |"
         for step, times in outcome.steps.items()
     )
     stalled = f"\n\n**Churn stopped early**: {outcome.stalled}" if outcome.stalled else ""
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     faults = (
         f"error {args.error_rate}, error after acting {args.error_after_rate}, "
         f"stall {args.stall_rate} x {args.stall_seconds} s"
     )
-    return f"""## Soak: {_duration(outcome.seconds)} of churn, {args.pools} pools x {args.replicas}
-
-Run {when} on {report.git_revision()}: `{command}`
-
-{outcome.cycles} cycles counted after one warm-up cycle. Each cycle: one pool scaled up by
-{args.surge} and back, another rolled to the other version, a pool created and deleted, and a
+    return f"""{outcome.cycles} cycles counted after one warm-up cycle. Each cycle: one pool scaled
+up by {args.surge} and back, another rolled to the other version, a pool created and deleted, and a
 pool scaled up and back under cloud faults ({faults}). Every process is sampled at the end of
 each cycle, when the world has the same shape (bench/README.md, bench_soak.py); "peak
 mid-churn" is the highest of the samples taken every {args.sample_seconds:.0f} s in between.
@@ -411,8 +405,9 @@ def main(argv: list[str]) -> int:
     print(f"work directory (logs): {workdir}", flush=True)
     outcome = asyncio.run(soak(args, workdir))
     raw = {"args": vars(args), "steps": outcome.steps, "samples": outcome.samples.raw}
-    body = section(args, outcome, command, load)
-    report.publish("soak", body, command, data=raw, results=not args.no_results)
+    title = f"Soak: {_duration(outcome.seconds)} of churn, {args.pools} pools x {args.replicas}"
+    body = section(args, outcome, load)
+    report.publish("soak", title, body, command, data=raw, results=not args.no_results)
     return 0 if not outcome.stalled else 1
 
 

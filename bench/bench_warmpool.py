@@ -129,8 +129,15 @@ async def _main(args: argparse.Namespace) -> None:
             f"| {mode} | {report.fmt(prepared) if prepared is not None else '-'}"
             f" | {report.fmt(figures['scale-up to Ready (s)'])} |"
         )
-    command = shlex.join(["bench/bench_warmpool.py", *sys.argv[1:]])
-    report.publish("warmpool", "\n".join(lines), command, data=results, results=not args.no_results)
+    command = shlex.join(["python", "bench/bench_warmpool.py", *sys.argv[1:]])
+    report.publish(
+        "warmpool",
+        "Warm pool: a scale-up from 0 with booting instances, cold and warm",
+        "\n".join(lines),
+        command,
+        data=results,
+        results=not args.no_results,
+    )
 
 
 def main() -> None:

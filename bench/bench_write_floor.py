@@ -437,9 +437,7 @@ GOALS = {"create": TARGET_SECONDS, "replace": ROLLOUT_TARGET_SECONDS}
 HEADINGS = {"create": "create N Nodes", "replace": "replace each of them"}
 
 
-def section(found: Obj, command: str) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    commit = dict(report.machine_info())["machinepool"]
+def section(found: Obj) -> str:
     cores, phases = found["cores"], found["phases"]
     watched = "one watch per kind reading every change" if found["watch"] else "no watch"
 
@@ -471,10 +469,6 @@ def section(found: Obj, command: str) -> str:
     ]
     names = list(phases)
     lines = [
-        "## The write floor: what N Nodes' objects cost with no controller",
-        "",
-        f"Run {when} on {commit}: `{command}`",
-        "",
         "The writes each MachinePool Node is made of (seven to add one, eight more to remove"
         " one; see the script's docstring), sent by one Python process for"
         f" {found['nodes']:,} Nodes in {found['pools']} pools, {found['concurrency']} Nodes in"
@@ -537,7 +531,12 @@ def main(argv: list[str]) -> None:
             env.stop()
     command = " ".join(["python bench/bench_write_floor.py", *map(shlex.quote, argv)])
     report.publish(
-        "write-floor", section(found, command), command, data=found, results=not args.no_results
+        "write-floor",
+        "The write floor: what N Nodes' objects cost with no controller",
+        section(found),
+        command,
+        data=found,
+        results=not args.no_results,
     )
 
 

@@ -1,10 +1,12 @@
 """Side-by-side tables on stdout and in bench/RESULTS.md.
 
-``table`` renders rows of figures for ours / upstream with their ratio; ``update_results``
-rewrites one marked section of RESULTS.md (``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->``)
-and the machine/versions header, leaving the other sections as the last run of that mode left
-them; ``publish`` does both and keeps the raw figures. ``machine_info`` says where the numbers
-came from. Used by every benchmark script.
+``table`` renders rows of figures for ours / upstream with their ratio. ``publish`` is how
+every benchmark script ends: it prints the figures, keeps the raw ones as JSON, and replaces
+the script's own block of RESULTS.md (``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->``):
+the section's heading, a table of the command, git revision, date and machine it was
+measured with, and the figures. Everything outside that block (the other benchmarks' blocks,
+the hand-written "why" after each block, the page's introduction) is left as it was, so a
+rerun replaces today's figure and nothing else; the history is git's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,16 @@ OUT = RESULTS.parent / "out"
 
 Row = tuple[str, float | None, float | None]
 """(figure, ours, upstream); None: not measured."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Where a section's figures came from, as its run table shows it."""
+
+    command: str
+    revision: str
+    date: str
+    machine: str
 
 
 def fmt(value: float | None) -> str:
@@ -67,8 +80,21 @@ def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
 
 
 def git_revision() -> str:
-    """``git <short sha>`` of the checkout being measured (``git ?`` outside git)."""
-    return f"git {_run(['git', 'rev-parse', '--short', 'HEAD'], REPO)}"
+    """``git <short sha>`` of the checkout being measured (``git ?`` outside git), with
+    ``+ uncommitted changes`` when tracked files other than RESULTS.md differ from it: the
+    figures then belong to no revision anyone can check out."""
+    sha = _run(["git", "rev-parse", "--short", "HEAD"], REPO)
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        status = ""
+    return f"git {sha}" + (" + uncommitted changes" if status.strip() else "")
 
 
 def machine_info() -> list[tuple[str, str]]:
@@ -92,55 +118,65 @@ def machine_info() -> list[tuple[str, str]]:
     ]
 
 
-def _header(commands: Sequence[str]) -> str:
-    rows = "\n".join(f"| {k} | {v} |" for k, v in machine_info())
-    cmds = "\n".join(commands)
-    return f"""# Benchmark results: MachinePool system, ours and upstream Cluster API
-
-Written by `bench/bench_machinepool.py` (each mode rewrites its own section; the header is
-rewritten by every run). Goals, not assertions: see bench/README.md for what each figure
-means and how it is measured.
-
-## Machine and versions (last run)
-
-| | |
-|---|---|
-{rows}
-
-Last command(s):
-
-```
-{cmds}
-```
-"""
+def host() -> str:
+    """The machine and versions in one line, for a section's run table."""
+    info = dict(machine_info())
+    return (
+        f"{info['nproc']} cores, {info['memory']}, {info['cpu']}; kernel {info['kernel']};"
+        f" Python {info['python']}; kube-apiserver/etcd {KUBERNETES_VERSION};"
+        f" upstream Cluster API {upstream.version()}"
+    )
 
 
-def publish(section: str, body: str, command: str, *, data: Any = None, results: bool) -> None:
+def section(name: str, title: str, body: str, run: Run) -> str:
+    """A benchmark's block of RESULTS.md: its heading, the run it came from, its figures.
+
+    Only this block is the script's; what follows its end marker (the section's "why",
+    written by hand) is kept when the benchmark runs again."""
+    return "\n".join(
+        [
+            f"<!-- bench:{name} -->",
+            f"## {title}",
+            "",
+            "| command | git revision | date | machine |",
+            "|---|---|---|---|",
+            f"| `{run.command}` | {run.revision} | {run.date} | {run.machine} |",
+            "",
+            body.strip(),
+            f"<!-- /bench:{name} -->",
+        ]
+    )
+
+
+def replace_section(text: str, name: str, block: str) -> str:
+    """``text`` with the block of ``name`` replaced by ``block``, in place; a section not yet
+    in ``text`` goes at the end. Nothing outside that one block changes."""
+    found = re.search(
+        rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", text, flags=re.S
+    )
+    if found is None:
+        return (text.rstrip("\n") + "\n\n" if text.strip() else "") + block + "\n"
+    return text[: found.start()] + block + text[found.end() :]
+
+
+def publish(
+    name: str, title: str, body: str, command: str, *, data: Any = None, results: bool
+) -> None:
     """How every benchmark ends: print ``body``; keep ``data`` (the raw figures, if any) as
-    JSON in bench/out/, named by the time and ``section``; and, when ``results`` (no
-    ``--no-results``), rewrite ``section`` of RESULTS.md with ``body`` and ``command``."""
+    JSON in bench/out/, named by the time and ``name``; and, when ``results`` (no
+    ``--no-results``), replace section ``name`` of RESULTS.md with ``title`` and ``body``,
+    under a table of ``command``, the git revision, the date and this machine."""
     if data is not None:
         OUT.mkdir(exist_ok=True)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
-        (OUT / f"{stamp}-{section}.json").write_text(json.dumps(data, indent=2, default=str))
+        (OUT / f"{stamp}-{name}.json").write_text(json.dumps(data, indent=2, default=str))
     print("\n" + body.strip() + "\n", flush=True)
     if results:
-        update_results(section, body, [command])
-
-
-def update_results(section: str, body: str, commands: Sequence[str]) -> None:
-    """Replace ``section`` of RESULTS.md with ``body`` and refresh the header."""
-    text = RESULTS.read_text() if RESULTS.exists() else ""
-    start, end = f"<!-- bench:{section} -->", f"<!-- /bench:{section} -->"
-    block = f"{start}\n{body.strip()}\n{end}"
-    sections = re.findall(r"<!-- bench:([\w-]+) -->.*?<!-- /bench:\1 -->", text, flags=re.S)
-    blocks = {}
-    for name in sections:
-        found = re.search(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", text, flags=re.S)
-        if found is not None:
-            blocks[name] = found.group(0)
-    blocks[section] = block
-    order = ["convergence", "latency", "scale-a", "scale-b", "scale-c", "scale"]
-    ordered = [blocks[n] for n in order if n in blocks]
-    ordered += [b for n, b in blocks.items() if n not in order]
-    RESULTS.write_text(_header(commands) + "\n" + "\n\n".join(ordered) + "\n")
+        run = Run(
+            command=command,
+            revision=git_revision().removeprefix("git "),
+            date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            machine=host(),
+        )
+        text = RESULTS.read_text() if RESULTS.exists() else ""
+        RESULTS.write_text(replace_section(text, name, section(name, title, body, run)))

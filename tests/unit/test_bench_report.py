@@ -12,29 +12,113 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from mpbench import report
 
+PAGE = """# Benchmark results
+
+Introduction, by hand.
+
+<!-- bench:latency -->
+## Latency: 200 trials
+
+| command | git revision | date | machine |
+|---|---|---|---|
+| `python bench/old.py` | 1111111 | 2026-11-29 18:13 UTC | 2 cores |
+
+old latency figures
+<!-- /bench:latency -->
+
+**Why.** Latency's explanation, by hand.
+
+<!-- bench:soak -->
+## Soak
+
+old soak figures
+<!-- /bench:soak -->
+
+**Why.** Soak's explanation, by hand.
+"""
+
+RUN = report.Run(
+    command="python bench/x.py --fast",
+    revision="2222222",
+    date="2026-12-02 15:40 UTC",
+    machine="2 cores, 23.5 GiB",
+)
+
 
 @pytest.fixture
 def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "RESULTS.md"
-    path.write_text(
-        "header\n\n<!-- bench:latency -->\nold latency\n<!-- /bench:latency -->\n\n"
-        "<!-- bench:findings -->\nby hand\n<!-- /bench:findings -->\n"
-    )
+    path.write_text(PAGE)
     monkeypatch.setattr(report, "RESULTS", path)
     monkeypatch.setattr(report, "OUT", tmp_path / "out")
     return path
 
 
-def test_publish_rewrites_its_section_keeps_the_others_and_the_raw_figures(
+def test_a_rerun_replaces_its_own_block_and_nothing_else() -> None:
+    block = report.section("latency", "Latency: 100 trials", "new latency figures\n", RUN)
+
+    text = report.replace_section(PAGE, "latency", block)
+
+    assert "old latency figures" not in text
+    assert "python bench/old.py" not in text
+    assert text.replace(block, "<block>") == PAGE.replace(
+        PAGE[PAGE.index("<!-- bench:latency -->") : PAGE.index("<!-- /bench:latency -->")]
+        + "<!-- /bench:latency -->",
+        "<block>",
+    )
+
+
+def test_a_section_opens_with_its_heading_and_the_run_it_came_from() -> None:
+    block = report.section("latency", "Latency: 100 trials", "new latency figures", RUN)
+
+    lines = block.splitlines()
+    assert lines[0] == "<!-- bench:latency -->"
+    assert lines[1] == "## Latency: 100 trials"
+    assert lines[3:6] == [
+        "| command | git revision | date | machine |",
+        "|---|---|---|---|",
+        "| `python bench/x.py --fast` | 2222222 | 2026-12-02 15:40 UTC | 2 cores, 23.5 GiB |",
+    ]
+    assert lines[-2:] == ["new latency figures", "<!-- /bench:latency -->"]
+
+
+def test_a_new_benchmark_goes_at_the_end_and_a_blank_page_holds_only_it() -> None:
+    block = report.section("warmpool", "Warm pool", "figures", RUN)
+
+    assert report.replace_section(PAGE, "warmpool", block) == PAGE + "\n" + block + "\n"
+    assert report.replace_section("", "warmpool", block) == block + "\n"
+
+
+def test_a_name_that_prefixes_another_replaces_only_its_own() -> None:
+    page = "<!-- bench:scale-a -->\nA\n<!-- /bench:scale-a -->\n"
+    page += "<!-- bench:scale -->\nS\n<!-- /bench:scale -->\n"
+
+    text = report.replace_section(page, "scale", "<!-- bench:scale -->\nT\n<!-- /bench:scale -->")
+
+    assert "\nA\n" in text
+    assert "\nS\n" not in text
+    assert "\nT\n" in text
+
+
+def test_publish_rewrites_its_section_keeps_the_rest_and_the_raw_figures(
     results: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report.publish("latency", "new latency", "python bench/x.py", data={"p99": 1}, results=True)
+    report.publish(
+        "latency",
+        "Latency: 200 trials",
+        "new latency",
+        "python bench/x.py",
+        data={"p99": 1},
+        results=True,
+    )
 
     text = results.read_text()
     assert "new latency" in text
-    assert "old latency" not in text
-    assert "<!-- bench:findings -->\nby hand\n<!-- /bench:findings -->" in text
-    assert "python bench/x.py" in text
+    assert "old latency figures" not in text
+    assert "| `python bench/x.py` | " in text
+    assert "**Why.** Latency's explanation, by hand." in text
+    assert "<!-- bench:soak -->\n## Soak\n\nold soak figures\n<!-- /bench:soak -->" in text
+    assert text.startswith("# Benchmark results\n\nIntroduction, by hand.\n")
     (raw,) = (results.parent / "out").glob("*-latency.json")
     assert json.loads(raw.read_text()) == {"p99": 1}
     assert "new latency" in capsys.readouterr().out
@@ -45,7 +129,7 @@ def test_publish_with_no_results_prints_and_leaves_results_alone(
 ) -> None:
     before = results.read_text()
 
-    report.publish("latency", "new latency", "python bench/x.py", results=False)
+    report.publish("latency", "Latency", "new latency", "python bench/x.py", results=False)
 
     assert results.read_text() == before
     assert not (results.parent / "out").exists()
