@@ -210,7 +210,7 @@ class ClusterCache:
         controller after its infra machine, by the MachinePool when its providerID leaves the
         list, and by the node simulator when its instance ends. Each used to send its own
         DELETE, all but the first answered 404, up to six for one Node within a fraction of
-        a second (bench/RESULTS.md, the convergence goals).
+        a second (bench/RESULTS.md at fdf29f1, the convergence goals).
         """
         name, namespace = _name_of(obj)
         uid = _meta(obj, "uid")
