@@ -103,7 +103,7 @@ def test_section_states_each_phase_against_its_goal() -> None:
         "cores": 2,
         "phases": {"create": phase(1000, 14.0, 20.0), "replace": phase(1000, 30.0, 40.0)},
     }
-    text = section(found, "python bench/bench_write_floor.py --replace")
+    text = section(found)
     assert "| figure | create N Nodes | replace each of them |" in text
     # (20 + 10 + 10) / 2 cores = 20 s for 1,000 Nodes; 200 s scaled to 10,000.
     assert "| least wall time on 2 cores: apiservers and etcd CPU / 2, s | 20.0 | 30.0 |" in text
