@@ -84,9 +84,10 @@ def git_revision() -> str:
     ``+ uncommitted changes`` when tracked files other than RESULTS.md differ from it: the
     figures then belong to no revision anyone can check out."""
     sha = _run(["git", "rev-parse", "--short", "HEAD"], REPO)
+    own = RESULTS.relative_to(REPO) if RESULTS.is_relative_to(REPO) else RESULTS
     try:
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS}"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){own}"],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -134,3 +135,29 @@ def test_publish_with_no_results_prints_and_leaves_results_alone(
     assert results.read_text() == before
     assert not (results.parent / "out").exists()
     assert "new latency" in capsys.readouterr().out
+
+
+def test_the_revision_says_when_the_measured_code_is_not_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def git(*argv: str) -> None:
+        subprocess.run(["git", *argv], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "RESULTS.md").write_text("figures\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    monkeypatch.setattr(report, "REPO", tmp_path)
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "bench" / "RESULTS.md")
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout.strip()
+
+    # A benchmark that ran before rewrites RESULTS.md: the code is still the commit's.
+    (tmp_path / "bench" / "RESULTS.md").write_text("new figures\n")
+    assert report.git_revision() == f"git {sha}"
+
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert report.git_revision() == f"git {sha} + uncommitted changes"
