@@ -166,18 +166,20 @@ def publish(
     """How every benchmark ends: print ``body``; keep ``data`` (the raw figures, if any) as
     JSON in bench/out/, named by the time and ``name``; and, when ``results`` (no
     ``--no-results``), replace section ``name`` of RESULTS.md with ``title`` and ``body``,
-    under a table of ``command``, the git revision, the date and this machine."""
+    under a table of ``command``, the git revision, the date and this machine with its load."""
     if data is not None:
         OUT.mkdir(exist_ok=True)
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
         (OUT / f"{stamp}-{name}.json").write_text(json.dumps(data, indent=2, default=str))
     print("\n" + body.strip() + "\n", flush=True)
     if results:
+        # The machine is shared: the load at the end says how much else ran meanwhile.
+        load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
         run = Run(
             command=command,
             revision=git_revision().removeprefix("git "),
             date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            machine=host(),
+            machine=f"{host()}; load average {load} (1/5/15 min) at the end",
         )
         text = RESULTS.read_text() if RESULTS.exists() else ""
         RESULTS.write_text(replace_section(text, name, section(name, title, body, run)))

@@ -117,6 +117,7 @@ def test_publish_rewrites_its_section_keeps_the_rest_and_the_raw_figures(
     assert "new latency" in text
     assert "old latency figures" not in text
     assert "| `python bench/x.py` | " in text
+    assert "(1/5/15 min) at the end |" in text  # how much else ran on the shared machine
     assert "**Why.** Latency's explanation, by hand." in text
     assert "<!-- bench:soak -->\n## Soak\n\nold soak figures\n<!-- /bench:soak -->" in text
     assert text.startswith("# Benchmark results\n\nIntroduction, by hand.\n")
