@@ -20,6 +20,7 @@ from mypy import api as mypy_api
 from pydantic import BaseModel
 
 from machinepool.api import contract, views
+from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.views import (
     AWSMachinePoolView,
     ClusterView,
@@ -340,3 +341,19 @@ def test_mypy_strict_rejects_a_misspelt_field(tmp_path: Path) -> None:
     assert [(n, code) for n, code, _ in found] == [(n, code) for n, code, _ in expected], out
     for (_, _, line), (_, _, name) in zip(found, expected, strict=True):
         assert name in line
+
+
+def test_conditions_are_created_by_editing_only_and_set_in_the_stored_list() -> None:
+    obj: dict[str, Any] = {"metadata": {"name": "mp"}}
+    mp = MachinePoolView(obj)
+
+    assert mp.status.conditions is None
+    assert mp.status.v1beta1.conditions is None
+    assert obj == {"metadata": {"name": "mp"}}, "reading conditions created something"
+
+    set_condition(mp.status.edit_conditions(), "Paused", False, "NotPaused")
+    set_v1beta1_condition(mp.status.v1beta1.edit_conditions(), "Ready", True)
+
+    assert [cond["type"] for cond in obj["status"]["conditions"]] == ["Paused"]
+    assert obj["status"]["deprecated"]["v1beta1"]["conditions"][0]["status"] == "True"
+    assert mp.status.edit_conditions() is obj["status"]["conditions"]

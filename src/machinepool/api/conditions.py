@@ -16,12 +16,28 @@ Callers pass the ``conditions`` list of a status dict and get back whether anyth
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, TypeVar, cast
 
 from machinepool.api import constants as c
 
-Condition = dict[str, Any]
+
+class Condition(TypedDict, total=False):
+    """One condition as stored: a metav1.Condition (v1beta2), or a Cluster API v1beta1 one,
+    which adds ``severity`` and may leave reason and message out when True."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    severity: str
+    observedGeneration: int
+    lastTransitionTime: str
+
+
+_C = TypeVar("_C", bound=Mapping[str, Any])
+"""A condition read from anywhere: ours (``Condition``) or another kind's (a Node's carry
+heartbeat times too), so the readers work on either without a copy."""
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -39,7 +55,7 @@ def _status_word(status: bool | str) -> str:
     return status
 
 
-def get_condition(conditions: list[Condition] | None, type_: str) -> Condition | None:
+def get_condition(conditions: Sequence[_C] | None, type_: str) -> _C | None:
     """The condition of ``type_``, or ``None``."""
     for cond in conditions or []:
         if cond.get("type") == type_:
@@ -47,12 +63,12 @@ def get_condition(conditions: list[Condition] | None, type_: str) -> Condition |
     return None
 
 
-def statuses(conditions: list[Condition] | None) -> dict[object, object]:
+def statuses(conditions: Sequence[Mapping[str, Any]] | None) -> dict[object, object]:
     """Each condition's status by its type: one pass, for a caller asking about several."""
     return {cond.get("type"): cond.get("status") for cond in conditions or []}
 
 
-def is_true(conditions: list[Condition] | None, type_: str) -> bool:
+def is_true(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.get("status") == TRUE
 
@@ -195,7 +211,7 @@ def v1beta1_summary(
         done = sum(1 for cond in present if cond.get("status") == TRUE)
         message = f"{done} of {len(steps)} completed"
     return {
-        "status": pick.get("status"),
+        "status": str(pick.get("status", "")),
         "reason": str(pick.get("reason") or ""),
         "message": message,
         "severity": str(pick.get("severity") or "") if pick.get("status") == FALSE else "",
@@ -234,7 +250,8 @@ def _upsert(conditions: list[Condition], desired: Condition, *, sort: bool) -> b
         desired["lastTransitionTime"] = now_rfc3339()
     if existing == desired:
         return False
-    existing.clear()
+    # In place, not replaced in the list: a caller may hold the dict ``get_condition`` gave.
+    cast(dict[str, Any], existing).clear()
     existing.update(desired)
     return True
 

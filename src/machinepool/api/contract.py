@@ -18,7 +18,7 @@ concern (it needs the apiserver); this module only reads objects already fetched
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from machinepool.api.conditions import Condition, get_condition, v1beta1_ready_of
 from machinepool.api.constants import READY_CONDITION
@@ -37,7 +37,8 @@ def _text(value: object) -> str:
 
 
 def _conditions(value: object) -> list[Condition]:
-    return [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+    listed = [c for c in value if isinstance(c, dict)] if isinstance(value, list) else []
+    return cast(list[Condition], listed)
 
 
 class Referenced:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
 from machinepool.api import healthcheck, infra_aws, infra_sim
+from machinepool.api.conditions import Condition
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
     K8sModel,
@@ -52,6 +53,7 @@ __all__ = [
     "ClusterSpecView",
     "ClusterStatusView",
     "ClusterView",
+    "ConditionsView",
     "Field",
     "KubeadmConfigInitializationView",
     "KubeadmConfigStatusView",
@@ -205,6 +207,24 @@ class Nested(Generic[_V]):
         return self.view(view._root, (*view._path, self.key))
 
 
+class ConditionsView(View):
+    """A status, or its ``deprecated.v1beta1`` group, that holds a ``conditions`` list.
+
+    Reading ``conditions`` creates nothing (an object without conditions is patched with
+    none); ``edit_conditions()`` is the one place the list is created, for the setters of
+    ``machinepool.api.conditions`` to change in place.
+    """
+
+    conditions = Field[list[Condition] | None]()
+
+    def edit_conditions(self) -> list[Condition]:
+        """The stored ``conditions`` list, created empty when missing (or not a list)."""
+        listed = self.conditions
+        if not isinstance(listed, list):
+            listed = self.conditions = []
+        return listed
+
+
 # --- metadata and references ---------------------------------------------------------------
 
 
@@ -310,11 +330,10 @@ class MachinePoolInitializationView(View):
     bootstrap_data_secret_created = Field[bool | None]()
 
 
-class MachinePoolV1Beta1View(View):
+class MachinePoolV1Beta1View(ConditionsView):
     """``status.deprecated.v1beta1``: what v1beta1 clients still read."""
 
     MODEL = v1beta2.MachinePoolV1Beta1DeprecatedStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     failure_reason = Field[str | None]()
     failure_message = Field[str | None]()
     ready_replicas = Field[int | None]()
@@ -327,9 +346,8 @@ class _MachinePoolDeprecatedView(View):
     v1beta1 = Nested(MachinePoolV1Beta1View)
 
 
-class MachinePoolStatusView(View):
+class MachinePoolStatusView(ConditionsView):
     MODEL = v1beta2.MachinePoolStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     initialization = Nested(MachinePoolInitializationView)
     node_refs = Field[list[dict[str, Any]] | None]()
     replicas = Field[int | None]()
@@ -381,11 +399,10 @@ class MachineDeletionStatusView(View):
     wait_for_pre_terminate_hook_start_time = Field[str | None]()
 
 
-class MachineV1Beta1View(View):
+class MachineV1Beta1View(ConditionsView):
     """``status.deprecated.v1beta1`` of a Machine."""
 
     MODEL = v1beta2.MachineV1Beta1DeprecatedStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     failure_reason = Field[str | None]()
     failure_message = Field[str | None]()
 
@@ -395,9 +412,8 @@ class _MachineDeprecatedView(View):
     v1beta1 = Nested(MachineV1Beta1View)
 
 
-class MachineStatusView(View):
+class MachineStatusView(ConditionsView):
     MODEL = v1beta2.MachineStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     initialization = Nested(MachineInitializationView)
     node_ref = Nested(MachineNodeReferenceView)
     node_info = Nested(NodeInfoView)
@@ -438,9 +454,8 @@ class ClusterInitializationView(View):
     control_plane_initialized = Field[bool | None]()
 
 
-class ClusterStatusView(View):
+class ClusterStatusView(ConditionsView):
     MODEL = v1beta2.ClusterStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     initialization = Nested(ClusterInitializationView)
 
 
@@ -489,11 +504,10 @@ class MachineHealthCheckSpecView(View):
     remediation = Nested(MachineHealthCheckRemediationView)
 
 
-class MachineHealthCheckV1Beta1View(View):
+class MachineHealthCheckV1Beta1View(ConditionsView):
     """``status.deprecated.v1beta1`` of a MachineHealthCheck."""
 
     MODEL = healthcheck.MachineHealthCheckV1Beta1DeprecatedStatus
-    conditions = Field[list[dict[str, Any]] | None]()
 
 
 class _MachineHealthCheckDeprecatedView(View):
@@ -501,9 +515,8 @@ class _MachineHealthCheckDeprecatedView(View):
     v1beta1 = Nested(MachineHealthCheckV1Beta1View)
 
 
-class MachineHealthCheckStatusView(View):
+class MachineHealthCheckStatusView(ConditionsView):
     MODEL = healthcheck.MachineHealthCheckStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     expected_machines = Field[int | None]()
     current_healthy = Field[int | None]()
     remediations_allowed = Field[int | None]()
@@ -535,11 +548,10 @@ class KubeadmConfigInitializationView(View):
     data_secret_created = Field[bool | None]()
 
 
-class KubeadmConfigV1Beta1View(View):
+class KubeadmConfigV1Beta1View(ConditionsView):
     """``status.deprecated.v1beta1`` of a KubeadmConfig."""
 
     MODEL = bootstrap.KubeadmConfigV1Beta1DeprecatedStatus
-    conditions = Field[list[dict[str, Any]] | None]()
 
 
 class _KubeadmConfigDeprecatedView(View):
@@ -547,9 +559,8 @@ class _KubeadmConfigDeprecatedView(View):
     v1beta1 = Nested(KubeadmConfigV1Beta1View)
 
 
-class KubeadmConfigStatusView(View):
+class KubeadmConfigStatusView(ConditionsView):
     MODEL = bootstrap.KubeadmConfigStatus
-    conditions = Field[list[dict[str, Any]] | None]()
     initialization = Nested(KubeadmConfigInitializationView)
     data_secret_name = Field[str | None]()
     ready = Field[bool | None]()
@@ -610,7 +621,7 @@ class SimMachinePoolSpecView(View):
     warm_pool = Nested(SimWarmPoolView)
 
 
-class SimMachinePoolStatusView(View):
+class SimMachinePoolStatusView(ConditionsView):
     MODEL = infra_sim.SimMachinePoolStatus
     ready = Field[bool | None]()
     replicas = Field[int | None]()
@@ -618,7 +629,6 @@ class SimMachinePoolStatusView(View):
     warm_instances = Field[list[dict[str, Any]] | None]()
     infrastructure_machine_kind = Field[str | None]()
     capacity = Field[dict[str, str] | None]()
-    conditions = Field[list[dict[str, Any]] | None]()
     initialization = Field[dict[str, bool] | None]()
     """``{"provisioned": true}`` once provisioned: a free-form map in the model."""
 
@@ -639,12 +649,11 @@ class SimMachineSpecView(View):
     failure_domain = Field[str | None]()
 
 
-class SimMachineStatusView(View):
+class SimMachineStatusView(ConditionsView):
     MODEL = infra_sim.SimMachineStatus
     ready = Field[bool | None]()
     instance_state = Field[str | None]()
     initialization = Field[dict[str, bool] | None]()
-    conditions = Field[list[dict[str, Any]] | None]()
 
 
 class SimMachineView(ObjectView):
@@ -658,13 +667,12 @@ class SimMachineView(ObjectView):
 # --- AWS (infrastructure.machinepool.cluster.x-k8s.io AWSMachinePool) -------------------------
 
 
-class AWSMachinePoolStatusView(View):
+class AWSMachinePoolStatusView(ConditionsView):
     """An AWSMachinePool's status; its conditions are v1beta1 ones, as CAPA writes them."""
 
     MODEL = infra_aws.AWSMachinePoolStatus
     ready = Field[bool | None]()
     replicas = Field[int | None]()
-    conditions = Field[list[dict[str, Any]] | None]()
     instances = Field[list[dict[str, Any]] | None]()
     launch_template_id = Field[str | None]()
     launch_template_version = Field[str | None]()
@@ -753,11 +761,10 @@ class AWSMachineSpecView(View):
     failure_domain = Field[str | None]()
 
 
-class AWSMachineStatusView(View):
+class AWSMachineStatusView(ConditionsView):
     MODEL = infra_aws.AWSMachineStatus
     ready = Field[bool | None]()
     instance_state = Field[str | None]()
-    conditions = Field[list[dict[str, Any]] | None]()
 
 
 class AWSMachineView(ObjectView):

@@ -13,7 +13,7 @@ import contextlib
 from datetime import UTC, datetime
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
+from machinepool.api.conditions import Condition, set_condition
 from machinepool.api.meta import dig, parse_time
 from machinepool.api.views import ClusterView, MachineView, ObjectView
 from machinepool.runtime import Informer, Obj, ObjectKey
@@ -24,7 +24,6 @@ __all__ = [
     "group_of",
     "is_deleting",
     "is_paused",
-    "machine_conditions",
     "node_available",
     "node_inputs",
     "node_ready",
@@ -100,7 +99,7 @@ def is_paused(obj: ObjectView, cluster: ClusterView | None) -> bool:
 
 
 def set_paused_condition(
-    obj: ObjectView, conditions: list[Obj], cluster: ClusterView | None, kind: str
+    obj: ObjectView, conditions: list[Condition], cluster: ClusterView | None, kind: str
 ) -> bool:
     """Set the Paused condition in ``conditions`` (``obj``'s ``status.conditions``) from
     ``cluster.spec.paused`` and the paused annotation; True when the reconcile must stop
@@ -210,19 +209,11 @@ def _node_provider_id(node: Obj) -> list[str]:
     return [str(pid)] if pid else []
 
 
-def machine_conditions(machine: MachineView) -> list[Obj]:
-    """``status.conditions`` of ``machine``, created if missing."""
-    conditions = machine.status.conditions
-    if conditions is None:
-        conditions = machine.status.conditions = []
-    return conditions
-
-
 def set_up_to_date(machine: MachineView) -> None:
     """UpToDate: True, or False while the Machine is being deleted (upstream's values for
     MachinePool Machines: the provider replaces outdated instances, so a live one is current).
     """
-    conditions = machine_conditions(machine)
+    conditions = machine.status.edit_conditions()
     generation = machine.metadata.generation
     if machine.deleting:
         set_condition(

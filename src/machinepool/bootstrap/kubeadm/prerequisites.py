@@ -122,7 +122,7 @@ def _paused(scope: Scope) -> bool:
 async def check_paused(scope: Scope) -> Result:
     """Paused=True (and stop) while the Cluster or the config is paused."""
     generation = scope.config.metadata.generation
-    cond_list = scope.condition_list()
+    cond_list = scope.status.edit_conditions()
     if _paused(scope):
         conditions.set_condition(
             cond_list, r.PAUSED, True, c.PAUSED_REASON, "", observed_generation=generation

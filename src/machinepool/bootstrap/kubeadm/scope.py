@@ -125,27 +125,14 @@ class Scope:
     ) -> None:
         """Set a condition in both the v1beta2 list and the deprecated v1beta1 list."""
         generation = self.config.metadata.generation
-        conditions.set_condition(self.condition_list(), type_, status, reason, message, generation)
+        conditions.set_condition(
+            self.status.edit_conditions(), type_, status, reason, message, generation
+        )
         if status is True:
             reason, message, severity = "", "", ""
         conditions.set_v1beta1_condition(
-            self.v1beta1_condition_list(), type_, status, reason, message, severity
+            self.status.v1beta1.edit_conditions(), type_, status, reason, message, severity
         )
-
-    def condition_list(self) -> list[Obj]:
-        """``status.conditions``, created if missing."""
-        listed = self.status.conditions
-        if listed is None:
-            listed = self.status.conditions = []
-        return listed
-
-    def v1beta1_condition_list(self) -> list[Obj]:
-        """``status.deprecated.v1beta1.conditions``, created if missing."""
-        v1beta1 = self.status.v1beta1
-        listed = v1beta1.conditions
-        if listed is None:
-            listed = v1beta1.conditions = []
-        return listed
 
     def wait(self, reason: str, message: str, severity: str = "Info") -> None:
         """DataSecretAvailable=False for something awaited; stop this reconcile."""

@@ -33,7 +33,6 @@ from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, par
 from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
 from machinepool.controllers.common import (
     WorkloadNodes,
-    machine_conditions,
     node_inputs,
     now,
     ref_text,
@@ -336,7 +335,7 @@ class MachineReconciler:
             await patch_on_exit(patcher, obj)
             return Result()
         cluster = ClusterView(found)
-        if set_paused_condition(machine, machine_conditions(machine), cluster, "Machine"):
+        if set_paused_condition(machine, machine.status.edit_conditions(), cluster, "Machine"):
             # Paused: nothing but the condition. Not paused, the condition goes out with the
             # rest of the status on exit.
             await patch_on_exit(patcher, obj)
@@ -497,7 +496,7 @@ def _timed_out(start: str | None, timeout: object) -> tuple[bool, float]:
 
 def _deleting(scope: Scope, reason: str, message: str) -> None:
     set_condition(
-        machine_conditions(scope.machine),
+        scope.machine.status.edit_conditions(),
         c.DELETING_CONDITION,
         True,
         reason,
@@ -545,14 +544,16 @@ def _waiting_for_hooks(scope: Scope, hook: _Hook) -> bool:
     annotations = machine.metadata.annotations or {}
     hooks = sorted(k for k in annotations if k.startswith(hook.prefix))
     if not hooks:
-        set_v1beta1_condition(status.v1beta1_conditions(machine), hook.v1beta1_condition, True)
+        set_v1beta1_condition(
+            machine.status.v1beta1.edit_conditions(), hook.v1beta1_condition, True
+        )
         return False
     log.info(f"waiting for {hook.name} hooks", machine=str(scope.key), hooks=",".join(hooks))
     deletion = machine.status.deletion
     if hook.started.__get__(deletion, MachineDeletionStatusView) is None:
         hook.started.__set__(deletion, format_time(now()))
     set_v1beta1_condition(
-        status.v1beta1_conditions(machine),
+        machine.status.v1beta1.edit_conditions(),
         hook.v1beta1_condition,
         False,
         c.V1BETA1_WAITING_EXTERNAL_HOOK_REASON,
@@ -689,7 +690,7 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
         if not result.done:
             _deleting(scope, c.DRAINING_NODE_REASON, result.message())
             set_v1beta1_condition(
-                status.v1beta1_conditions(machine),
+                machine.status.v1beta1.edit_conditions(),
                 c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
                 False,
                 c.V1BETA1_DRAINING_REASON,
@@ -699,7 +700,7 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
             wait = min(DRAIN_RETRY, left, result.skippable_in or DRAIN_RETRY)
             return Result(requeue_after=max(0.5, wait))
     set_v1beta1_condition(
-        status.v1beta1_conditions(machine), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
+        machine.status.v1beta1.edit_conditions(), c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, True
     )
     return None
 
@@ -709,7 +710,7 @@ async def _drain_failed(scope: Scope, node: Obj, exc: Exception) -> None:
     upstream does, DrainingSucceeded False DrainingFailed with the error and a Warning event;
     the reconcile fails and is retried with backoff."""
     set_v1beta1_condition(
-        status.v1beta1_conditions(scope.machine),
+        scope.machine.status.v1beta1.edit_conditions(),
         c.V1BETA1_DRAINING_SUCCEEDED_CONDITION,
         False,
         c.V1BETA1_DRAINING_FAILED_REASON,
@@ -749,7 +750,7 @@ async def _wait_for_volumes(scope: Scope, wclient: Client, node: Obj) -> Result 
     if deletion.wait_for_node_volume_detach_start_time is None:
         deletion.wait_for_node_volume_detach_start_time = format_time(now())
     start = deletion.wait_for_node_volume_detach_start_time
-    v1beta1 = status.v1beta1_conditions(machine)
+    v1beta1 = machine.status.v1beta1.edit_conditions()
     if not any(cond.get("type") == c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION for cond in v1beta1):
         set_v1beta1_condition(
             v1beta1,
@@ -804,7 +805,7 @@ async def _delete_node(scope: Scope) -> None:
         # As upstream says it: NodeHealthy False DeletionFailed, a Warning event; the
         # reconcile fails and is retried until nodeDeletionTimeoutSeconds lets the Node be.
         set_v1beta1_condition(
-            status.v1beta1_conditions(machine),
+            machine.status.v1beta1.edit_conditions(),
             c.V1BETA1_NODE_HEALTHY_CONDITION,
             False,
             c.V1BETA1_DELETION_FAILED_REASON,

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import (
+    Condition,
     mirror_v1beta1,
     set_condition,
     set_v1beta1_condition,
@@ -23,7 +24,6 @@ from machinepool.api.contract import InfraMachine
 from machinepool.api.meta import dig
 from machinepool.api.views import MachineView
 from machinepool.controllers.common import (
-    machine_conditions,
     node_available,
     node_ready,
     node_ready_since,
@@ -33,7 +33,7 @@ from machinepool.runtime import Obj
 
 def set_node_conditions(machine: MachineView, node: Obj | None, at: datetime) -> float | None:
     """Set NodeReady, Ready and Available; return seconds until Available may turn True."""
-    conditions = machine_conditions(machine)
+    conditions = machine.status.edit_conditions()
     generation = machine.metadata.generation
     min_ready = int(machine.spec.min_ready_seconds or 0)
     if node is None:
@@ -104,7 +104,7 @@ _READY_INPUTS = (c.INFRASTRUCTURE_READY_CONDITION, c.NODE_HEALTHY_CONDITION)
 """What a Machine without a Node sums up in Ready (its bootstrap data is the pool's)."""
 
 
-def _not_ready(conditions: list[Obj]) -> tuple[str, str, str]:
+def _not_ready(conditions: list[Condition]) -> tuple[str, str, str]:
     """Ready of a Machine without a Node: False if any input is False, else Unknown, with a
     ``* Type: message`` line per input that is not True, as upstream's summary writes it."""
     found = {x.get("type"): x for x in conditions if isinstance(x, dict)}
@@ -202,7 +202,7 @@ def set_machine_conditions(
     """The rest of upstream's conditions of a live pool Machine: BootstrapConfigReady (a pool
     Machine has no bootstrap config of its own: the pool's data secret is given),
     InfrastructureReady, NodeHealthy, Deleting and Updating (no in-place updates here)."""
-    conditions = machine_conditions(machine)
+    conditions = machine.status.edit_conditions()
     generation = machine.metadata.generation
     if not machine.spec.bootstrap.config_ref.raw:
         set_condition(
@@ -232,13 +232,13 @@ def set_deleting_conditions(
     Machine for its current generation (the deletion moved it), but Ready and Available
     False while the deletion runs, Ready saying which stage it is at (upstream's summary of
     its Deleting condition, which ``controller`` sets)."""
-    conditions = machine_conditions(machine)
+    conditions = machine.status.edit_conditions()
     deleting = next(
         (x for x in conditions if isinstance(x, dict) and x.get("type") == c.DELETING_CONDITION),
         None,
     )
     # Upstream's other conditions, kept current; its Deleting condition stays as set.
-    kept = dict(deleting) if deleting is not None else None
+    kept = deleting.copy() if deleting is not None else None
     set_machine_conditions(machine, infra_machine, node)
     set_node_conditions(machine, node, at)
     if kept is not None:
@@ -282,15 +282,6 @@ def set_phase(machine: MachineView) -> None:
 # --- v1beta1 -------------------------------------------------------------------------------
 
 
-def v1beta1_conditions(machine: MachineView) -> list[Obj]:
-    """``status.deprecated.v1beta1.conditions`` of ``machine``, created if missing."""
-    v1beta1 = machine.status.v1beta1
-    conditions = v1beta1.conditions
-    if not isinstance(conditions, list):
-        conditions = v1beta1.conditions = []
-    return conditions
-
-
 def infra_provisioned(infra_machine: Obj | None) -> bool:
     """Whether the infra machine says it is provisioned: ``status.initialization.provisioned``
     (v1beta2 contract) or ``status.ready`` (v1beta1)."""
@@ -309,7 +300,7 @@ def set_v1beta1_infrastructure_ready(machine: MachineView, infra_machine: Obj | 
         return
     deleting = machine.deleting
     mirror_v1beta1(
-        v1beta1_conditions(machine),
+        machine.status.v1beta1.edit_conditions(),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
         infra_machine,
         infra_provisioned(infra_machine),
@@ -322,7 +313,7 @@ def set_v1beta1_infrastructure_ready(machine: MachineView, infra_machine: Obj | 
 def set_v1beta1_infrastructure_deleted(machine: MachineView) -> None:
     """InfrastructureReady False, ``Deleted``: the deletion found the infra machine gone."""
     set_v1beta1_condition(
-        v1beta1_conditions(machine),
+        machine.status.v1beta1.edit_conditions(),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
         False,
         c.V1BETA1_DELETED_REASON,
@@ -366,7 +357,7 @@ def set_v1beta1_node_healthy(
     (``WaitingForNodeRef``), no Node yet (``NodeProvisioning``) or no more (``NodeNotFound``,
     an Error), the infra machine going (``Deleting``), else the Node's own conditions. A
     deleted Machine whose Node is gone keeps what it said last."""
-    conditions = v1beta1_conditions(machine)
+    conditions = machine.status.v1beta1.edit_conditions()
     type_ = c.V1BETA1_NODE_HEALTHY_CONDITION
     deleting = machine.deleting
     if not machine.spec.provider_id:
@@ -421,7 +412,7 @@ def set_v1beta1_ready(machine: MachineView) -> None:
     Machine has no providerID its message counts the provisioning steps done."""
     counting = not machine.deleting and not machine.spec.provider_id
     set_v1beta1_summary(
-        v1beta1_conditions(machine),
+        machine.status.v1beta1.edit_conditions(),
         _V1BETA1_READY_INPUTS,
         steps=_V1BETA1_PROVISIONING_STEPS if counting else (),
     )

@@ -19,7 +19,12 @@ import asyncio
 import contextlib
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import get_condition, set_condition, set_v1beta1_condition
+from machinepool.api.conditions import (
+    Condition,
+    get_condition,
+    set_condition,
+    set_v1beta1_condition,
+)
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
 from machinepool.api.kinds import CLUSTERS, MACHINE_HEALTH_CHECKS, MACHINES
 from machinepool.api.meta import dig, ensure
@@ -171,9 +176,7 @@ class MachineHealthCheckReconciler:
             # Upstream returns an error; the Cluster watch brings this key back instead.
             log.info("Cluster not found", machinehealthcheck=str(key), cluster=cluster_name)
             return Result()
-        conditions = mhc.status.conditions
-        if not isinstance(conditions, list):
-            conditions = mhc.status.conditions = []
+        conditions = mhc.status.edit_conditions()
         cluster = ClusterView(cluster_obj)
         if set_paused_condition(mhc, conditions, cluster, "MachineHealthCheck"):
             await patcher.patch(obj)
@@ -218,12 +221,8 @@ class MachineHealthCheckReconciler:
         ]
         remediation = mhc.spec.remediation
         allowed, budget, why = remediation_allowed(remediation.raw or {}, len(targets), healthy)
-        conditions = status.conditions
-        if conditions is None:
-            conditions = status.conditions = []
-        v1_conditions = status.v1beta1.conditions
-        if v1_conditions is None:
-            v1_conditions = status.v1beta1.conditions = []
+        conditions = status.edit_conditions()
+        v1_conditions = status.v1beta1.edit_conditions()
         generation = mhc.metadata.generation
         if allowed:
             status.remediations_allowed = budget
@@ -319,12 +318,8 @@ class MachineHealthCheckReconciler:
         if verdict.health is Health.PENDING:
             return
         updated = MachineView(copy_obj(target.machine))
-        conditions = updated.status.conditions
-        if conditions is None:
-            conditions = updated.status.conditions = []
-        v1 = updated.status.v1beta1.conditions
-        if v1 is None:
-            v1 = updated.status.v1beta1.conditions = []
+        conditions = updated.status.edit_conditions()
+        v1 = updated.status.v1beta1.edit_conditions()
         generation = machine.metadata.generation
         if verdict.health is Health.HEALTHY:
             set_condition(
@@ -398,6 +393,6 @@ class MachineHealthCheckReconciler:
         await Patcher(self.client, MACHINES, machine.raw).patch(updated.raw)
 
 
-def _is_false(conditions: list[Obj], type_: str) -> bool:
+def _is_false(conditions: list[Condition], type_: str) -> bool:
     cond = get_condition(conditions, type_)
     return cond is not None and cond.get("status") == "False"

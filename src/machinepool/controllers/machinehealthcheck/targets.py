@@ -16,9 +16,11 @@ infrastructure ready.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition
@@ -82,12 +84,12 @@ def _time(value: object) -> datetime | None:
         return None
 
 
-def _is_true(conditions: list[Obj] | None, type_: str) -> bool:
+def _is_true(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> bool:
     cond = get_condition(conditions or [], type_)
     return cond is not None and cond.get("status") == "True"
 
 
-def _true_since(conditions: list[Obj] | None, type_: str) -> datetime | None:
+def _true_since(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> datetime | None:
     cond = get_condition(conditions or [], type_)
     if cond is None or cond.get("status") != "True":
         return None
@@ -121,7 +123,7 @@ def _duration(seconds: int) -> str:
 
 
 def _condition_checks(
-    conditions: list[Obj], checks: list[Obj], what: str, at: datetime
+    conditions: Sequence[Mapping[str, Any]], checks: list[Obj], what: str, at: datetime
 ) -> tuple[list[str], float]:
     """Messages of checks that failed, and seconds until the next one would."""
     failed: list[str] = []

@@ -13,7 +13,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
 from machinepool.api.contract import BootstrapConfig
 from machinepool.controllers.common import ref_text
-from machinepool.controllers.machinepool import external, status
+from machinepool.controllers.machinepool import external
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import ExpectedError, NotFound, Result
 
@@ -64,7 +64,7 @@ async def reconcile_bootstrap(scope: Scope) -> Result:
 
 
 def _v1beta1(scope: Scope, created: bool, config: BootstrapConfig | None = None) -> None:
-    conditions = status.v1beta1_conditions(scope.mp)
+    conditions = scope.mp.status.v1beta1.edit_conditions()
     if config is None:
         set_v1beta1_condition(conditions, c.V1BETA1_BOOTSTRAP_READY_CONDITION, True)
         return

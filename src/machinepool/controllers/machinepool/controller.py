@@ -270,7 +270,7 @@ def _set_paused(mp: MachinePoolView, cluster: ClusterView) -> bool:
     """Set the Paused condition; True when the reconcile must stop here (paused). Not
     paused, the condition is written with the rest of the status (see
     ``set_paused_condition``)."""
-    return set_paused_condition(mp, status.v1beta2_conditions(mp), cluster, "MachinePool")
+    return set_paused_condition(mp, mp.status.edit_conditions(), cluster, "MachinePool")
 
 
 def _report_missing_cluster(mp: MachinePoolView, namespace: str, name: str) -> None:
@@ -279,7 +279,7 @@ def _report_missing_cluster(mp: MachinePoolView, namespace: str, name: str) -> N
         f" with spec.clusterName naming an existing Cluster"
     )
     set_v1beta1_condition(
-        status.v1beta1_conditions(mp),
+        mp.status.v1beta1.edit_conditions(),
         c.V1BETA1_READY_CONDITION,
         False,
         "ClusterNotFound",

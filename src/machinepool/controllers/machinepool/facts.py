@@ -11,14 +11,15 @@ one pass to the next, so a pass derives them only for the Machines that changed 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.views import MachineView
 from machinepool.controllers.common import is_paused
-from machinepool.runtime import Obj, ObjectKey, controller_owner
+from machinepool.runtime import ObjectKey, controller_owner
 
 COUNTED_CONDITIONS = (
     c.READY_CONDITION,
@@ -68,7 +69,7 @@ class MachineFacts:
         return self.conditions.get(type_) == status
 
 
-def _counted(conditions: list[Obj] | None) -> dict[object, object]:
+def _counted(conditions: Sequence[Mapping[str, Any]] | None) -> dict[object, object]:
     """The status of each of ``COUNTED_CONDITIONS`` in ``conditions``, by type: the other
     conditions' are not read, so a change of them needs no event."""
     return {

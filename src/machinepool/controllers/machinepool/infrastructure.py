@@ -13,7 +13,7 @@ from machinepool.api.conditions import mirror_v1beta1, set_v1beta1_condition
 from machinepool.api.contract import InfraMachinePool
 from machinepool.api.views import ReferenceView
 from machinepool.controllers.common import ref_text
-from machinepool.controllers.machinepool import external, status
+from machinepool.controllers.machinepool import external
 from machinepool.controllers.machinepool.scope import (
     ReferenceProblem,
     Scope,
@@ -46,7 +46,7 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
     ready = infra.provisioned
     mp.status.initialization.infrastructure_provisioned = ready
     mirror_v1beta1(
-        status.v1beta1_conditions(mp),
+        mp.status.v1beta1.edit_conditions(),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
         infra.raw,
         ready,
@@ -89,7 +89,7 @@ def _not_found(scope: Scope, ref: ReferenceView) -> None:
 
 def _incorrect_ref(scope: Scope, message: str) -> None:
     set_v1beta1_condition(
-        status.v1beta1_conditions(scope.mp),
+        scope.mp.status.v1beta1.edit_conditions(),
         c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
         False,
         c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON,

@@ -25,7 +25,6 @@ from machinepool.controllers.common import (
     now,
 )
 from machinepool.controllers.machine.node import is_uninitialized_taint
-from machinepool.controllers.machinepool import status
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
 from machinepool.controllers.poolnode import pool_node_changes
 from machinepool.runtime import (
@@ -142,7 +141,7 @@ async def reconcile_node_refs(scope: Scope) -> Result:
     replicas = mp.status.replicas or 0
     ready = mp.status.v1beta1.ready_replicas or 0
     node_refs = mp.status.node_refs or []
-    conditions = status.v1beta1_conditions(mp)
+    conditions = mp.status.v1beta1.edit_conditions()
     available = mp.status.v1beta1.available_replicas or 0
     # Unlike upstream, a pool with ready-but-not-yet-available Nodes takes the full path, so
     # the minReadySeconds requeue actually updates availableReplicas.

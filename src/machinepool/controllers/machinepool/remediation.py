@@ -116,9 +116,8 @@ async def _set_owner_remediated(
 ) -> MachineView:
     machine = view.raw
     updated = copy_obj(machine)
-    conditions = updated.setdefault("status", {}).setdefault("conditions", [])
     if not set_condition(
-        conditions,
+        MachineView(updated).status.edit_conditions(),
         c.OWNER_REMEDIATED_CONDITION,
         False,
         reason,

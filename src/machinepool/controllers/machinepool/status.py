@@ -27,25 +27,9 @@ INVALID_REFERENCE_REASON = "InvalidReference"
 """A reference that cannot be used: not set, kind not served, or controlled by another owner."""
 
 
-def v1beta1_conditions(mp: MachinePoolView) -> list[Obj]:
-    """``status.deprecated.v1beta1.conditions`` of ``mp``, created if missing."""
-    v1 = mp.status.v1beta1
-    conditions = v1.conditions
-    if conditions is None:
-        conditions = v1.conditions = []
-    return conditions
-
-
-def v1beta2_conditions(mp: MachinePoolView) -> list[Obj]:
-    conditions = mp.status.conditions
-    if conditions is None:
-        conditions = mp.status.conditions = []
-    return conditions
-
-
 def set_v1beta1_ready(mp: MachinePoolView) -> None:
     set_v1beta1_summary(
-        v1beta1_conditions(mp),
+        mp.status.v1beta1.edit_conditions(),
         (
             c.V1BETA1_BOOTSTRAP_READY_CONDITION,
             c.V1BETA1_INFRASTRUCTURE_READY_CONDITION,
@@ -357,7 +341,7 @@ def deleting_condition(mp: MachinePoolView, waiting_for: str) -> tuple[str, str,
 
 def apply_conditions(mp: MachinePoolView, values: dict[str, tuple[str, str, str]]) -> None:
     """Write v1beta2 conditions in the MachinePool's condition order."""
-    conditions = v1beta2_conditions(mp)
+    conditions = mp.status.edit_conditions()
     generation = mp.metadata.generation
     for type_ in c.MACHINE_POOL_CONDITIONS:
         if type_ in values:

@@ -71,7 +71,7 @@ def _owner_pool_name(pool: AWSMachinePoolView) -> str | None:
     return None
 
 
-def summarise(conditions: list[dict[str, Any]]) -> None:
+def summarise(conditions: list[cond.Condition]) -> None:
     """Ready = ASGReady and LaunchTemplateReady; otherwise the first one not True explains."""
     for type_ in _SUMMARISED:
         found = cond.get_condition(conditions, type_)
@@ -262,7 +262,7 @@ class AWSMachinePoolReconciler:
 
     async def _finish(self, scope: Scope, outcome: Outcome) -> Result:
         if not scope.deleting:
-            summarise(scope.conditions())
+            summarise(scope.status.edit_conditions())
         # AWSMachinePool's status has no observedGeneration.
         scope.pool = await patch_on_exit(scope.patcher, scope.pool, outcome, observed=False)
         for exc in outcome.errors:

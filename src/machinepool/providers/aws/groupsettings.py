@@ -64,7 +64,7 @@ async def _hooks(scope: Scope) -> None:
     if spec_hooks:
         scope.mark(LIFECYCLE_HOOK_READY, True)
     else:
-        cond.remove_condition(scope.conditions(), LIFECYCLE_HOOK_READY)
+        cond.remove_condition(scope.status.edit_conditions(), LIFECYCLE_HOOK_READY)
 
 
 async def _warm_pool(scope: Scope) -> None:

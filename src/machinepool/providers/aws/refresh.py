@@ -76,7 +76,7 @@ async def reconcile_refresh(scope: Scope) -> Result:
     if scope.group is None or pending is None or pending.get("reason") != _PENDING_REASON:
         return Result()
     if refresh_disabled(scope):
-        cond.remove_condition(scope.conditions(), INSTANCE_REFRESH_STARTED)
+        cond.remove_condition(scope.status.edit_conditions(), INSTANCE_REFRESH_STARTED)
         return Result()
     try:
         active = await active_refresh(scope)

@@ -122,13 +122,6 @@ class Scope:
     def status(self) -> AWSMachinePoolStatusView:
         return self.view.status
 
-    def conditions(self) -> list[dict[str, Any]]:
-        """The pool's ``status.conditions`` (v1beta1 ones), created if missing."""
-        conditions = self.status.conditions
-        if conditions is None:
-            conditions = self.status.conditions = []
-        return conditions
-
     @property
     def asg_name(self) -> str:
         """The group's name: recorded in status once chosen, the pool's name before that."""
@@ -159,7 +152,12 @@ class Scope:
     ) -> None:
         """Set a (v1beta1-style, as CAPA's) condition on the pool."""
         cond.set_v1beta1_condition(
-            self.conditions(), type_, status, reason, message, "" if status else severity
+            self.status.edit_conditions(),
+            type_,
+            status,
+            reason,
+            message,
+            "" if status else severity,
         )
 
     def fail(self, type_: str, reason: str, exc: AWSError) -> AWSError:

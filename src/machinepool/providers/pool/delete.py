@@ -25,7 +25,9 @@ async def delete_pool(scope: PoolScope) -> Result:
     env = scope.env
     backend = await env.provider.backend(scope.pool.raw)
     scope.backend = backend
-    set_condition(scope.conditions, c.READY_CONDITION, False, c.DELETING_REASON, "deleting pool")
+    set_condition(
+        scope.status.edit_conditions(), c.READY_CONDITION, False, c.DELETING_REASON, "deleting pool"
+    )
     instances = await backend.list(scope.key.name)
     for instance in instances:
         if instance.state is not InstanceState.TERMINATED:

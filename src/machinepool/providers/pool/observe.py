@@ -87,7 +87,7 @@ async def load_owner(scope: PoolScope) -> Result:
     scope.cluster = ClusterView(cluster) if cluster is not None else None
     paused = _paused(scope)
     reason = c.PAUSED_REASON if paused else c.NOT_PAUSED_REASON
-    set_condition(scope.conditions, c.PAUSED_CONDITION, paused, reason)
+    set_condition(scope.status.edit_conditions(), c.PAUSED_CONDITION, paused, reason)
     if paused:
         scope.halt = True
         return Result()

@@ -65,7 +65,7 @@ def _blocking(scope: PoolScope) -> bool:
 
 
 def _conditions(scope: PoolScope, ready: bool) -> None:
-    conditions = scope.conditions
+    conditions = scope.status.edit_conditions()
     if scope.blocked:
         reason, message = scope.blocked[0]
         messages = "; ".join(m for _, m in scope.blocked)

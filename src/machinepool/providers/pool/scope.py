@@ -7,7 +7,6 @@ comment names the phase that fills it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from machinepool.api.views import (
     ClusterView,
@@ -116,14 +115,6 @@ class PoolScope:
     @property
     def status(self) -> SimMachinePoolStatusView:
         return self.pool.status
-
-    @property
-    def conditions(self) -> list[dict[str, Any]]:
-        """The pool's ``status.conditions``, created if missing."""
-        conditions = self.status.conditions
-        if conditions is None:
-            conditions = self.status.conditions = []
-        return conditions
 
     @property
     def cluster_key(self) -> ObjectKey | None:
