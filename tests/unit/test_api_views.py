@@ -357,3 +357,39 @@ def test_conditions_are_created_by_editing_only_and_set_in_the_stored_list() -> 
     assert [cond["type"] for cond in obj["status"]["conditions"]] == ["Paused"]
     assert obj["status"]["deprecated"]["v1beta1"]["conditions"][0]["status"] == "True"
     assert mp.status.edit_conditions() is obj["status"]["conditions"]
+
+
+def test_views_of_kubernetes_kinds_read_the_keys_the_kubernetes_api_spells() -> None:
+    node = views.NodeView(
+        {
+            "metadata": {"name": "n1", "resourceVersion": "7"},
+            "spec": {"providerID": "sim:///a/i-1", "unschedulable": True, "taints": [{}]},
+            "status": {
+                "nodeInfo": {"kubeletVersion": "v1.34.4"},
+                "volumesAttached": [{"name": "v"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+    attachment = views.VolumeAttachmentView(
+        {
+            "spec": {"nodeName": "n1", "source": {"persistentVolumeName": "pv1"}},
+            "status": {"attached": True},
+        }
+    )
+    volume = views.PersistentVolumeView({"spec": {"csi": {}, "claimRef": {"name": "c"}}})
+    pod = views.PodView({"spec": {"volumes": [{"name": "data"}]}})
+
+    assert node.metadata.resource_version == "7"
+    assert node.spec.provider_id == "sim:///a/i-1"
+    assert node.spec.unschedulable is True
+    assert node.spec.taints == [{}]
+    assert node.status.node_info.kubelet_version == "v1.34.4"
+    assert node.status.volumes_attached == [{"name": "v"}]
+    assert node.status.conditions == [{"type": "Ready", "status": "True"}]
+    assert attachment.spec.node_name == "n1"
+    assert attachment.spec.source.persistent_volume_name == "pv1"
+    assert attachment.status.attached is True
+    assert volume.spec.csi == {}
+    assert volume.spec.claim_ref == {"name": "c"}
+    assert pod.spec.volumes == [{"name": "data"}]

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
-from machinepool.api import healthcheck, infra_aws, infra_sim
+from machinepool.api import drainrule, healthcheck, infra_aws, infra_sim
 from machinepool.api.conditions import Condition
 from machinepool.api.meta import (
     ContractVersionedObjectReference,
@@ -61,6 +61,9 @@ __all__ = [
     "KubeadmConfigView",
     "MachineDeletionStatusView",
     "MachineDeletionView",
+    "MachineDrainRuleDrainView",
+    "MachineDrainRuleSpecView",
+    "MachineDrainRuleView",
     "MachineHealthCheckChecksView",
     "MachineHealthCheckRemediationView",
     "MachineHealthCheckSpecView",
@@ -84,8 +87,15 @@ __all__ = [
     "MixedInstancesPolicyView",
     "Nested",
     "NodeInfoView",
+    "NodeSpecView",
+    "NodeStatusView",
+    "NodeView",
     "ObjectMetaView",
     "ObjectView",
+    "PersistentVolumeSpecView",
+    "PersistentVolumeView",
+    "PodSpecView",
+    "PodView",
     "ReferenceView",
     "RefreshPreferencesView",
     "SimMachinePoolSpecView",
@@ -99,6 +109,10 @@ __all__ = [
     "SimWarmPoolView",
     "TemplateMetaView",
     "View",
+    "VolumeAttachmentSourceView",
+    "VolumeAttachmentSpecView",
+    "VolumeAttachmentStatusView",
+    "VolumeAttachmentView",
 ]
 
 _T = TypeVar("_T")
@@ -261,7 +275,7 @@ class ReferenceView(View):
 
 
 class ObjectView(View):
-    """A whole object of one of our kinds."""
+    """A whole object; its ``metadata`` reads the same in every kind."""
 
     metadata = Nested(ObjectMetaView)
 
@@ -773,3 +787,93 @@ class AWSMachineView(ObjectView):
     MODEL = infra_aws.AWSMachine
     spec = Nested(AWSMachineSpecView)
     status = Nested(AWSMachineStatusView)
+
+
+# --- MachineDrainRule (cluster.x-k8s.io) ----------------------------------------------------
+
+
+class MachineDrainRuleDrainView(View):
+    MODEL = drainrule.MachineDrainRuleDrainConfig
+    behavior = Field[str]()
+    order = Field[int | None]()
+
+
+class MachineDrainRuleSpecView(View):
+    """A rule's spec; its selector entries stay as stored, for ``selector.matches``."""
+
+    MODEL = drainrule.MachineDrainRuleSpec
+    drain = Nested(MachineDrainRuleDrainView)
+    machines = Field[list[dict[str, Any]] | None]()
+    pods = Field[list[dict[str, Any]] | None]()
+
+
+class MachineDrainRuleView(ObjectView):
+    MODEL = drainrule.MachineDrainRule
+    spec = Nested(MachineDrainRuleSpecView)
+
+
+# --- Kubernetes' own kinds, as far as the controllers read them ------------------------------
+# No model of ours describes them, so these views name no MODEL: each key is the camel case of
+# the field's name (``provider_id`` -> ``providerID``), which tests/unit/test_api_views.py
+# holds to the Kubernetes API's spelling. Their metadata is ``ObjectView.metadata``.
+
+
+class NodeSpecView(View):
+    provider_id = Field[str | None]()
+    unschedulable = Field[bool | None]()
+    taints = Field[list[dict[str, Any]] | None]()
+
+
+class NodeStatusView(View):
+    conditions = Field[list[dict[str, Any]] | None]()
+    """A Node's conditions carry heartbeat times besides ours (``Condition``'s) keys."""
+    node_info = Nested(NodeInfoView)
+    volumes_attached = Field[list[dict[str, Any]] | None]()
+
+
+class NodeView(ObjectView):
+    """A workload cluster's Node (``v1``)."""
+
+    spec = Nested(NodeSpecView)
+    status = Nested(NodeStatusView)
+
+
+class PodSpecView(View):
+    volumes = Field[list[dict[str, Any]] | None]()
+
+
+class PodView(ObjectView):
+    """A Pod (``v1``), as a drain reads it."""
+
+    spec = Nested(PodSpecView)
+
+
+class PersistentVolumeSpecView(View):
+    csi = Field[dict[str, Any] | None]()
+    claim_ref = Field[dict[str, Any] | None]()
+
+
+class PersistentVolumeView(ObjectView):
+    """A PersistentVolume (``v1``)."""
+
+    spec = Nested(PersistentVolumeSpecView)
+
+
+class VolumeAttachmentSourceView(View):
+    persistent_volume_name = Field[str | None]()
+
+
+class VolumeAttachmentSpecView(View):
+    node_name = Field[str | None]()
+    source = Nested(VolumeAttachmentSourceView)
+
+
+class VolumeAttachmentStatusView(View):
+    attached = Field[bool | None]()
+
+
+class VolumeAttachmentView(ObjectView):
+    """A VolumeAttachment (``storage.k8s.io/v1``)."""
+
+    spec = Nested(VolumeAttachmentSpecView)
+    status = Nested(VolumeAttachmentStatusView)

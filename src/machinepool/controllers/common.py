@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import Condition, set_condition
-from machinepool.api.meta import dig, parse_time
-from machinepool.api.views import ClusterView, MachineView, ObjectView
+from machinepool.api.meta import parse_time
+from machinepool.api.views import ClusterView, MachineView, NodeView, ObjectView
 from machinepool.runtime import Informer, Obj, ObjectKey
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "is_deleting",
     "is_paused",
     "node_available",
+    "node_conditions",
     "node_inputs",
     "node_ready",
     "node_ready_since",
@@ -132,9 +133,14 @@ def ref_text(kind: str, namespace: str, name: str) -> str:
     return f"{kind} {ObjectKey(namespace, name)}"
 
 
+def node_conditions(node: Obj | None) -> list[Obj]:
+    """A Node's conditions as stored; none for a Node not found."""
+    return (NodeView(node).status.conditions or []) if node is not None else []
+
+
 def node_ready_since(node: Obj | None) -> datetime | None:
     """When the Node's Ready condition became True, or ``None`` when it is not Ready."""
-    for cond in dig(node, "status", "conditions", default=[]):
+    for cond in node_conditions(node):
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             if cond.get("status") != "True":
                 return None
@@ -168,14 +174,14 @@ def node_inputs(node: Obj) -> tuple[object, ...]:
     when a reconcile runs for any other reason, and a Node arrives with them on its add.
     """
     ready = None
-    for cond in dig(node, "status", "conditions", default=[]):
+    for cond in node_conditions(node):
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             ready = (cond.get("status"), cond.get("lastTransitionTime"))
     return (
-        dig(node, "metadata", "uid"),
-        dig(node, "spec", "providerID"),
+        NodeView(node).metadata.uid,
+        NodeView(node).spec.provider_id,
         ready,
-        dig(node, "status", "nodeInfo", "kubeletVersion"),
+        NodeView(node).status.node_info.kubelet_version,
     )
 
 
@@ -205,7 +211,7 @@ class WorkloadNodes:
 
 
 def _node_provider_id(node: Obj) -> list[str]:
-    pid = dig(node, "spec", "providerID")
+    pid = NodeView(node).spec.provider_id
     return [str(pid)] if pid else []
 
 

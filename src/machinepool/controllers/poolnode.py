@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.meta import dig
+from machinepool.api.views import NodeView
 from machinepool.runtime import Obj
 
 __all__ = ["PoolNodeChanges", "is_managed_label", "pool_node_changes", "wanted_labels"]
@@ -135,7 +135,7 @@ def pool_node_changes(
     pool's taints change that list. ``labels_too`` False leaves labels to another writer (a
     pool Machine's Node takes the template's labels through the Machine, upstream's way).
     """
-    annotations: dict[str, str] = dig(node, "metadata", "annotations", default={}) or {}
+    annotations: dict[str, str] = NodeView(node).metadata.annotations or {}
     changes = PoolNodeChanges()
     owned = annotations.get(c.TAINTS_FROM_POOL_ANNOTATION)
     merged, record = merge_taints(taints, list(template_taints or []), owned)
@@ -145,7 +145,7 @@ def pool_node_changes(
         changes.annotations[c.TAINTS_FROM_POOL_ANNOTATION] = record
     if not labels_too:
         return changes
-    labels: dict[str, str] = dig(node, "metadata", "labels", default={}) or {}
+    labels: dict[str, str] = NodeView(node).metadata.labels or {}
     want = wanted_labels(template_labels)
     changes.labels = {k: v for k, v in want.items() if labels.get(k) != v}
     before = _listed(annotations.get(c.LABELS_FROM_POOL_ANNOTATION))

@@ -30,7 +30,14 @@ from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import CLUSTERS, MACHINE_DRAIN_RULES, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move, dig, ensure, format_time, parse_time
-from machinepool.api.views import ClusterView, Field, MachineDeletionStatusView, MachineView
+from machinepool.api.views import (
+    ClusterView,
+    Field,
+    MachineDeletionStatusView,
+    MachineView,
+    NodeView,
+    ObjectView,
+)
 from machinepool.controllers.common import (
     WorkloadNodes,
     node_inputs,
@@ -121,7 +128,7 @@ def _index_pool(m: Obj) -> list[str]:
     owner = controller_owner(m)
     if owner is None or owner.get("kind") != "MachinePool":
         return []
-    return [f"{dig(m, 'metadata', 'namespace')}/{owner.get('name')}"]
+    return [f"{ObjectView(m).metadata.namespace}/{owner.get('name')}"]
 
 
 INDEXERS: dict[str, IndexFunc] = {
@@ -142,10 +149,10 @@ def machine_node_inputs(node: Obj) -> tuple[object, ...]:
     meta = node.get("metadata") or {}
     return (
         *node_inputs(node),
-        dig(node, "status", "volumesAttached"),
+        NodeView(node).status.volumes_attached,
         meta.get("labels"),
         meta.get("annotations"),
-        dig(node, "spec", "taints"),
+        NodeView(node).spec.taints,
     )
 
 
@@ -252,7 +259,7 @@ class MachineReconciler:
             self.controller.watch(self.pools, self._pool_mapper, pool_inputs)
 
     def _pool_mapper(self, pool: Obj) -> list[ObjectKey]:
-        key = f"{dig(pool, 'metadata', 'namespace')}/{dig(pool, 'metadata', 'name')}"
+        key = f"{ObjectView(pool).metadata.namespace}/{ObjectView(pool).metadata.name}"
         return [ObjectKey.of(m) for m in self.machines.by_index(BY_POOL, key)]
 
     def pool_taints(self, machine: MachineView) -> list[Obj] | None:
@@ -262,7 +269,7 @@ class MachineReconciler:
         if self.pools is None or owner is None:
             return None
         pool = self.pools.get(str(owner.get("name")), machine.metadata.namespace)
-        if pool is None or dig(pool, "metadata", "uid") != owner.get("uid"):
+        if pool is None or ObjectView(pool).metadata.uid != owner.get("uid"):
             return None
         return list(dig(pool, "spec", "template", "spec", "taints", default=[]) or [])
 
@@ -275,10 +282,8 @@ class MachineReconciler:
         prefix = f"{cluster.namespace}/{cluster.name}/"
 
         def mapper(node: Obj) -> list[ObjectKey]:
-            found = self.machines.by_index(
-                BY_NODE_NAME, prefix + str(dig(node, "metadata", "name"))
-            )
-            pid = dig(node, "spec", "providerID")
+            found = self.machines.by_index(BY_NODE_NAME, prefix + str(NodeView(node).metadata.name))
+            pid = NodeView(node).spec.provider_id
             if pid:
                 found += self.machines.by_index(BY_PROVIDER_ID, prefix + str(pid))
             return list(dict.fromkeys(ObjectKey.of(m) for m in found))
@@ -287,7 +292,7 @@ class MachineReconciler:
 
     def _infra_mapper(self, obj: Obj) -> list[ObjectKey]:
         group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-        ns, name = dig(obj, "metadata", "namespace"), dig(obj, "metadata", "name")
+        ns, name = ObjectView(obj).metadata.namespace, ObjectView(obj).metadata.name
         key = f"{ns}/{group}/{obj.get('kind')}/{name}"
         return [ObjectKey.of(m) for m in self.machines.by_index(BY_INFRA_REF, key)]
 
@@ -440,9 +445,9 @@ async def reconcile_normal(scope: Scope) -> Result:
     """Record the Node (nodeRef, nodeInfo, its labels and annotations) and the conditions."""
     machine, node = scope.machine, scope.node
     if node is not None:
-        name = str(dig(node, "metadata", "name"))
+        name = str(NodeView(node).metadata.name)
         machine.status.node_ref.name = name  # the reference's one field (MachineNodeReference)
-        if dig(node, "status", "nodeInfo"):
+        if NodeView(node).status.node_info.raw:
             # The Node's nodeInfo copied whole, as it has it: through the raw status, as the
             # view of nodeInfo names only what is read from it.
             ensure(machine.raw, "status")["nodeInfo"] = node["status"]["nodeInfo"]
@@ -452,7 +457,7 @@ async def reconcile_normal(scope: Scope) -> Result:
         # where the pool's apply of the version would cost the status another write for the
         # new generation, and a lost lock when it lands mid-reconcile. The pool then finds
         # the version there and applies nothing.
-        version = dig(node, "status", "nodeInfo", "kubeletVersion")
+        version = NodeView(node).status.node_info.kubelet_version
         if version and machine.spec.version != version:
             machine.spec.version = str(version)
         patch = node_patch(machine, node, scope.reconciler.pool_taints(machine))
@@ -476,7 +481,7 @@ async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
         await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
         wclient = await cache.get_client(scope.cluster_key)
-        name = str(dig(node, "metadata", "name"))
+        name = str(NodeView(node).metadata.name)
         pool_taints = scope.reconciler.pool_taints(scope.machine)
         again = node_patch(scope.machine, await wclient.get(NODES, name), pool_taints)
         if again is not None:
@@ -593,13 +598,13 @@ async def _node_left_alone(scope: Scope) -> str | None:
             control_plane=ref_text(str(ref.kind), namespace, str(ref.name)),
         )
     if control_plane is not None:
-        if dig(control_plane, "metadata", "deletionTimestamp"):
+        if ObjectView(control_plane).metadata.deletion_timestamp:
             return "its control plane is being deleted"
         if dig(control_plane, "status", "externalManagedControlPlane") is True:
             return None
     selector = f"{c.CLUSTER_NAME_LABEL}={scope.cluster_key.name},{c.CONTROL_PLANE_LABEL}"
     found = await reconciler.client.list(MACHINES, namespace, label_selector=selector)
-    if not any(not dig(m, "metadata", "deletionTimestamp") for m in found.items):
+    if not any(not ObjectView(m).metadata.deletion_timestamp for m in found.items):
         return "its Cluster has no control-plane Machine left"
     return None
 
@@ -620,7 +625,7 @@ async def reconcile_delete(scope: Scope) -> Result:
     if why is not None and scope.node is not None:
         log.info(
             f"leaving the Node of a deleted Machine alone: {why}",
-            node=str(dig(scope.node, "metadata", "name")),
+            node=str(NodeView(scope.node).metadata.name),
             machine=str(scope.key),
         )
     if node_allowed:
@@ -719,7 +724,7 @@ async def _drain_failed(scope: Scope, node: Obj, exc: Exception) -> None:
     )
     message = "Error draining Node, please check controller logs for errors"
     _deleting(scope, c.DRAINING_NODE_REASON, message)
-    why = f"error draining Machine's node {dig(node, 'metadata', 'name')}: {exc}"
+    why = f"error draining Machine's node {NodeView(node).metadata.name}: {exc}"
     await scope.reconciler.recorder.event(scope.machine.raw, "Warning", "FailedDrainNode", why)
 
 
@@ -783,7 +788,7 @@ async def _delete_infra_machine(scope: Scope) -> None:
         resource,
         str(ref.name),
         scope.key.namespace,
-        uid=dig(scope.infra_machine, "metadata", "uid"),
+        uid=ObjectView(scope.infra_machine).metadata.uid,
     )
 
 
@@ -795,7 +800,7 @@ async def _delete_node(scope: Scope) -> None:
     )
     if node is None or passed:
         return
-    name = str(dig(node, "metadata", "name"))
+    name = str(NodeView(node).metadata.name)
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
     try:
         deleted = await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node)

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from machinepool.api import constants as c
-from machinepool.api.meta import dig, parse_time
+from machinepool.api.meta import parse_time
+from machinepool.api.views import MachineDrainRuleView, NodeView, ObjectView
 from machinepool.controllers.machinehealthcheck.selector import matches
 from machinepool.runtime import (
     NAMESPACES,
@@ -111,9 +112,10 @@ class DrainError(ExpectedError):
 
 def should_evict(pod: Obj) -> bool:
     """Pods a drain moves: everything except DaemonSet and mirror pods (pure)."""
-    if MIRROR_ANNOTATION in dig(pod, "metadata", "annotations", default={}):
+    meta = ObjectView(pod).metadata
+    if MIRROR_ANNOTATION in (meta.annotations or {}):
         return False
-    owners = dig(pod, "metadata", "ownerReferences", default=[])
+    owners = meta.owner_references or []
     return not any(
         isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("controller") for o in owners
     )
@@ -127,7 +129,7 @@ def drain_behaviour(pod: Obj) -> str:
     ``WaitCompleted`` or, without the label or with a value it does not know, ``Drain``.
     Values are read as upstream reads them: case aside, and ``wait-completed`` with or
     without its dash."""
-    value = dig(pod, "metadata", "labels", default={}).get(c.POD_DRAIN_LABEL)
+    value = (ObjectView(pod).metadata.labels or {}).get(c.POD_DRAIN_LABEL)
     if not isinstance(value, str):
         return DRAIN
     if value.lower() == SKIP.lower():
@@ -146,7 +148,7 @@ def selector_problem(selector: object) -> str | None:
     if not isinstance(selector, Mapping):
         return None
     for expr in selector.get("matchExpressions") or []:
-        operator, values = dig(expr, "operator"), dig(expr, "values") or []
+        operator, values = expr.get("operator"), expr.get("values") or []
         if operator not in SELECTOR_OPERATORS:
             return f"{operator!r} is not a valid label selector operator"
         if operator in ("In", "NotIn") and not values:
@@ -166,7 +168,7 @@ def _selects(selector: object, labels: Mapping[str, str]) -> bool:
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
-    return dict(dig(obj, "metadata", "labels", default=None) or {})
+    return dict(ObjectView(obj).metadata.labels or {}) if obj is not None else {}
 
 
 def machine_rules(rules: Sequence[Obj], machine: Obj, cluster: Obj) -> list[Obj]:
@@ -175,26 +177,25 @@ def machine_rules(rules: Sequence[Obj], machine: Obj, cluster: Obj) -> list[Obj]
     the Machine and whose clusterSelector its Cluster. Any rule with an invalid selector fails
     the drain (``DrainError``), as upstream's does."""
     problems = []
-    for rule in rules:
-        entries = [*(dig(rule, "spec", "machines") or []), *(dig(rule, "spec", "pods") or [])]
-        for entry in entries:
+    for rule in map(MachineDrainRuleView, rules):
+        for entry in [*(rule.spec.machines or []), *(rule.spec.pods or [])]:
             for key in ("selector", "clusterSelector", "namespaceSelector"):
-                problem = selector_problem(dig(entry, key))
+                problem = selector_problem(entry.get(key))
                 if problem:
-                    problems.append(f"MachineDrainRule {dig(rule, 'metadata', 'name')}: {problem}")
+                    problems.append(f"MachineDrainRule {rule.metadata.name}: {problem}")
     if problems:
         raise DrainError("invalid selectors: " + "; ".join(sorted(set(problems))))
     applying = [
         rule
-        for rule in rules
-        if not dig(rule, "spec", "machines")
+        for rule in map(MachineDrainRuleView, rules)
+        if not rule.spec.machines
         or any(
-            _selects(dig(entry, "selector"), _labels(machine))
-            and _selects(dig(entry, "clusterSelector"), _labels(cluster))
-            for entry in dig(rule, "spec", "machines")
+            _selects(entry.get("selector"), _labels(machine))
+            and _selects(entry.get("clusterSelector"), _labels(cluster))
+            for entry in rule.spec.machines
         )
     ]
-    return sorted(applying, key=lambda rule: str(dig(rule, "metadata", "name")))
+    return [rule.raw for rule in sorted(applying, key=lambda rule: str(rule.metadata.name))]
 
 
 def pod_drain(
@@ -208,26 +209,26 @@ def pod_drain(
     behaviour = drain_behaviour(pod)
     if behaviour != DRAIN or not rules:
         return behaviour, 0
-    namespace = str(dig(pod, "metadata", "namespace"))
+    meta = ObjectView(pod).metadata
+    namespace = str(meta.namespace)
     if namespace not in namespaces:
-        raise DrainError(f"Pod {namespace}/{dig(pod, 'metadata', 'name')}: Namespace not found")
-    for rule in rules:
-        entries = dig(rule, "spec", "pods") or []
+        raise DrainError(f"Pod {namespace}/{meta.name}: Namespace not found")
+    for rule in map(MachineDrainRuleView, rules):
+        entries = rule.spec.pods or []
         if entries and not any(
-            _selects(dig(entry, "selector"), _labels(pod))
-            and _selects(dig(entry, "namespaceSelector"), namespaces[namespace])
+            _selects(entry.get("selector"), _labels(pod))
+            and _selects(entry.get("namespaceSelector"), namespaces[namespace])
             for entry in entries
         ):
             continue
-        chosen = dig(rule, "spec", "drain", "behavior")
+        chosen = rule.spec.drain.behavior
         if chosen == DRAIN:
-            order = dig(rule, "spec", "drain", "order")
+            order = rule.spec.drain.order
             return DRAIN, order if isinstance(order, int) else 0
         if chosen in (SKIP, WAIT_COMPLETED):
             return str(chosen), 0
         raise DrainError(
-            f"MachineDrainRule {dig(rule, 'metadata', 'name')} has an unknown"
-            f" spec.drain.behavior: {chosen!r}"
+            f"MachineDrainRule {rule.metadata.name} has an unknown spec.drain.behavior: {chosen!r}"
         )
     return DRAIN, 0
 
@@ -235,19 +236,18 @@ def pod_drain(
 async def namespace_labels(client: Client) -> dict[str, dict[str, str]]:
     """Each namespace of the workload cluster and its labels, for rules' namespaceSelectors."""
     found = await client.list(NAMESPACES)
-    return {str(dig(ns, "metadata", "name")): _labels(ns) for ns in found.items}
+    return {str(ObjectView(ns).metadata.name): _labels(ns) for ns in found.items}
 
 
 async def cordon(client: Client, node: Obj) -> None:
-    if not dig(node, "spec", "unschedulable"):
-        await client.patch(
-            NODES, str(dig(node, "metadata", "name")), {"spec": {"unschedulable": True}}
-        )
+    view = NodeView(node)
+    if not view.spec.unschedulable:
+        await client.patch(NODES, str(view.metadata.name), {"spec": {"unschedulable": True}})
 
 
 def node_unreachable(node: Obj | None) -> bool:
     """Whether the Node's Ready condition is Unknown: its kubelet stopped reporting (pure)."""
-    for cond in dig(node, "status", "conditions", default=[]):
+    for cond in (NodeView(node).status.conditions or []) if node is not None else []:
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             return cond.get("status") == "Unknown"
     return False
@@ -256,7 +256,7 @@ def node_unreachable(node: Obj | None) -> bool:
 def seconds_until_skipped(pod: Obj, at: datetime) -> float | None:
     """On an unreachable Node: seconds until a terminating pod is no longer waited for (0 or
     less: not any more); ``None`` for a pod that is not terminating (pure)."""
-    stamp = dig(pod, "metadata", "deletionTimestamp")
+    stamp = ObjectView(pod).metadata.deletion_timestamp
     if not stamp:
         return None
     try:
@@ -271,7 +271,7 @@ def seconds_until_skipped(pod: Obj, at: datetime) -> float | None:
 async def drain(client: Client, node: Obj, at: datetime, rules: Sequence[Obj] = ()) -> DrainResult:
     """One round of evictions from ``node`` at time ``at``, following ``rules`` (the
     MachineDrainRules that apply to its Machine: ``machine_rules``)."""
-    node_name = str(dig(node, "metadata", "name"))
+    node_name = str(NodeView(node).metadata.name)
     unreachable = node_unreachable(node)
     pods = await client.list(PODS, field_selector=f"spec.nodeName={node_name}")
     namespaces = await namespace_labels(client) if rules else {}
@@ -289,14 +289,15 @@ async def drain(client: Client, node: Obj, at: datetime, rules: Sequence[Obj] = 
     first = min((order for _, _, order, _ in moving), default=0)
     result = DrainResult()
     for pod, behaviour, order, wait in moving:
-        ns, name = dig(pod, "metadata", "namespace"), dig(pod, "metadata", "name")
+        meta = ObjectView(pod).metadata
+        ns, name = meta.namespace, meta.name
         key = _pod_key(pod)
         result.remaining.append(key)
         if behaviour == WAIT_COMPLETED:
             # Its owner ends it; the drain only waits.
             (result.completing if order == first else result.complete_later).append(key)
             continue
-        if dig(pod, "metadata", "deletionTimestamp"):
+        if meta.deletion_timestamp:
             result.terminating.append(key)
             result.soonest(wait)
             continue  # already going; wait for it
@@ -314,7 +315,8 @@ async def drain(client: Client, node: Obj, at: datetime, rules: Sequence[Obj] = 
 
 
 def _pod_key(pod: Obj) -> str:
-    return f"{dig(pod, 'metadata', 'namespace')}/{dig(pod, 'metadata', 'name')}"
+    meta = ObjectView(pod).metadata
+    return f"{meta.namespace}/{meta.name}"
 
 
 async def _evict(client: Client, namespace: str, name: str, unreachable: bool) -> bool:

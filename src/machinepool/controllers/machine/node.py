@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.meta import dig
-from machinepool.api.views import MachineView
+from machinepool.api.views import MachineView, NodeView
 from machinepool.controllers.poolnode import pool_node_changes, wanted_labels
 from machinepool.runtime import Obj, controller_owner
 
@@ -76,8 +75,8 @@ def node_patch(machine: MachineView, node: Obj, pool_taints: list[Obj] | None = 
     changes. ``pool_taints``: the owning pool's template taints to keep on the Node
     (``poolnode``, gate ``MachinePoolNodeTaints``; its labels reach the Node through the
     Machine's), or None to leave them alone."""
-    labels: dict[str, str] = dig(node, "metadata", "labels", default={}) or {}
-    annotations: dict[str, str] = dig(node, "metadata", "annotations", default={}) or {}
+    labels: dict[str, str] = NodeView(node).metadata.labels or {}
+    annotations: dict[str, str] = NodeView(node).metadata.annotations or {}
     want_labels, want_annotations = managed_labels(machine), managed_annotations(machine)
     label_changes = _sync(
         labels, want_labels, _listed(annotations, c.LABELS_FROM_MACHINE_ANNOTATION)
@@ -95,7 +94,7 @@ def node_patch(machine: MachineView, node: Obj, pool_taints: list[Obj] | None = 
         ),
     }
     annotation_changes.update({k: v for k, v in bookkeeping.items() if annotations.get(k) != v})
-    taints = dig(node, "spec", "taints", default=[]) or []
+    taints = NodeView(node).spec.taints or []
     kept = [t for t in taints if not is_uninitialized_taint(t)]
     if pool_taints is not None:
         pool = pool_node_changes(node, kept, pool_taints, None, labels_too=False)
@@ -111,7 +110,7 @@ def node_patch(machine: MachineView, node: Obj, pool_taints: list[Obj] | None = 
         # Upstream's Machine controller drops the taint in the same patch as the labels: one
         # write per joining Node. Taints are a list a merge patch replaces whole: guard it
         # with the resourceVersion it was computed from.
-        meta["resourceVersion"] = dig(node, "metadata", "resourceVersion")
+        meta["resourceVersion"] = NodeView(node).metadata.resource_version
         patch["spec"] = {"taints": kept}
     return patch if meta else None
 

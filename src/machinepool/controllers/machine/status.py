@@ -22,9 +22,10 @@ from machinepool.api.conditions import (
 )
 from machinepool.api.contract import InfraMachine
 from machinepool.api.meta import dig
-from machinepool.api.views import MachineView
+from machinepool.api.views import MachineView, NodeView
 from machinepool.controllers.common import (
     node_available,
+    node_conditions,
     node_ready,
     node_ready_since,
 )
@@ -43,7 +44,7 @@ def set_node_conditions(machine: MachineView, node: Obj | None, at: datetime) ->
         set_condition(conditions, c.READY_CONDITION, *_not_ready(conditions), generation)
         set_condition(conditions, c.AVAILABLE_CONDITION, False, c.NOT_READY_REASON, "", generation)
         return None
-    name = dig(node, "metadata", "name")
+    name = NodeView(node).metadata.name
     ready = node_ready(node)
     node_reason = c.READY_REASON if ready else c.NOT_READY_REASON
     set_condition(conditions, c.NODE_READY_CONDITION, *_node_ready(node), generation)
@@ -118,7 +119,7 @@ def _not_ready(conditions: list[Condition]) -> tuple[str, str, str]:
 def _node_ready(node: Obj) -> tuple[str, str, str]:
     """NodeReady as upstream words it: the Node's own Ready status, and its message when not
     True."""
-    for cond in dig(node, "status", "conditions", default=[]):
+    for cond in node_conditions(node):
         if isinstance(cond, dict) and cond.get("type") == "Ready":
             word = str(cond.get("status", "Unknown"))
             reason = {"True": c.NODE_READY_REASON, "False": c.NODE_NOT_READY_REASON}.get(
@@ -136,11 +137,7 @@ _NODE_HEALTH = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 def _node_healthy(node: Obj) -> tuple[str, str, str]:
     """NodeHealthy as upstream sums up a Node: False on any bad condition, Unknown on any
     unknown or unreported one, each named in the message."""
-    found = {
-        cond.get("type"): cond
-        for cond in dig(node, "status", "conditions", default=[])
-        if isinstance(cond, dict)
-    }
+    found = {cond.get("type"): cond for cond in node_conditions(node) if isinstance(cond, dict)}
     bad = unknown = 0
     lines: list[str] = []
     texts: set[str] = set()
@@ -332,7 +329,7 @@ def _v1beta1_node_health(node: Obj) -> tuple[str, str]:
     in the Node's order."""
     bad = unknown = 0
     parts: list[str] = []
-    for cond in dig(node, "status", "conditions", default=[]):
+    for cond in node_conditions(node):
         if not isinstance(cond, dict):
             continue
         type_, word = cond.get("type"), cond.get("status")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from machinepool.api.meta import dig
+from machinepool.api.views import NodeView, PersistentVolumeView, PodView, VolumeAttachmentView
 from machinepool.controllers.machine.drain import should_evict
 from machinepool.runtime import (
     PERSISTENT_VOLUMES,
@@ -81,7 +81,7 @@ def _shortened(names: list[str]) -> str:
 
 def _csi_name(volume: Obj) -> str | None:
     """How ``status.volumesAttached`` names a CSI PersistentVolume."""
-    csi = dig(volume, "spec", "csi")
+    csi = PersistentVolumeView(volume).spec.csi
     if not isinstance(csi, dict):
         return None
     return f"kubernetes.io/csi/{csi.get('driver')}^{csi.get('volumeHandle')}"
@@ -89,9 +89,9 @@ def _csi_name(volume: Obj) -> str | None:
 
 def _claims_of(pods: Iterable[Obj]) -> set[str]:
     return {
-        f"{dig(pod, 'metadata', 'namespace')}/{volume['persistentVolumeClaim']['claimName']}"
-        for pod in pods
-        for volume in dig(pod, "spec", "volumes", default=[])
+        f"{pod.metadata.namespace}/{volume['persistentVolumeClaim']['claimName']}"
+        for pod in map(PodView, pods)
+        for volume in pod.spec.volumes or []
         if isinstance(volume, dict) and isinstance(volume.get("persistentVolumeClaim"), dict)
     }
 
@@ -104,16 +104,18 @@ def attached(
     (the pods the drain leaves on the Node) (pure)."""
     node_names = {
         str(v["name"])
-        for v in dig(node, "status", "volumesAttached", default=[])
+        for v in NodeView(node).status.volumes_attached or []
         if isinstance(v, dict) and v.get("name")
     }
-    pv_names = {str(dig(a, "spec", "source", "persistentVolumeName")) for a in attachments}
+    pv_names = {
+        str(VolumeAttachmentView(a).spec.source.persistent_volume_name) for a in attachments
+    }
     found_node_names: set[str] = set()
     found_pv_names: set[str] = set()
     claims: set[str] = set()
     without_claim: list[str] = []
     for volume in volumes:
-        name = str(dig(volume, "metadata", "name"))
+        name = str(PersistentVolumeView(volume).metadata.name)
         csi = _csi_name(volume)
         matched = {csi} & node_names if csi else set()
         found_node_names |= matched
@@ -121,7 +123,7 @@ def attached(
             found_pv_names.add(name)
         if not matched and name not in pv_names:
             continue
-        ref = dig(volume, "spec", "claimRef")
+        ref = PersistentVolumeView(volume).spec.claim_ref
         if not isinstance(ref, dict) or ref.get("kind") != "PersistentVolumeClaim":
             without_claim.append(name)
         else:
@@ -140,20 +142,22 @@ async def still_attached(client: Client, node: Obj) -> Attached:
     Lists PersistentVolumes and VolumeAttachments only when the Node reports attached
     volumes or some VolumeAttachment is attached to it.
     """
-    name = str(dig(node, "metadata", "name"))
+    view = NodeView(node)
+    name = str(view.metadata.name)
     attachments = [
         a
-        for a in (await client.list(VOLUME_ATTACHMENTS)).items
-        if dig(a, "spec", "nodeName") == name and dig(a, "status", "attached") is True
+        for a in map(VolumeAttachmentView, (await client.list(VOLUME_ATTACHMENTS)).items)
+        if a.spec.node_name == name and a.status.attached is True
     ]
-    if not attachments and not dig(node, "status", "volumesAttached"):
+    if not attachments and not view.status.volumes_attached:
         return Attached()
     for a in attachments:
-        if not dig(a, "spec", "source", "persistentVolumeName"):
+        if not a.spec.source.persistent_volume_name:
             raise ValueError(
-                f"spec.source.persistentVolumeName of VolumeAttachment "
-                f"{dig(a, 'metadata', 'name')} is not set"
+                f"spec.source.persistentVolumeName of VolumeAttachment {a.metadata.name} is not set"
             )
     volumes = (await client.list(PERSISTENT_VOLUMES)).items
     pods = (await client.list(PODS, field_selector=f"spec.nodeName={name}")).items
-    return attached(node, attachments, volumes, [p for p in pods if not should_evict(p)])
+    return attached(
+        node, [a.raw for a in attachments], volumes, [p for p in pods if not should_evict(p)]
+    )

@@ -27,8 +27,8 @@ from machinepool.api.conditions import (
 )
 from machinepool.api.healthcheck import DEFAULT_NODE_STARTUP_TIMEOUT_SECONDS
 from machinepool.api.kinds import CLUSTERS, MACHINE_HEALTH_CHECKS, MACHINES
-from machinepool.api.meta import dig, ensure
-from machinepool.api.views import ClusterView, MachineHealthCheckView, MachineView
+from machinepool.api.meta import ensure
+from machinepool.api.views import ClusterView, MachineHealthCheckView, MachineView, NodeView
 from machinepool.controllers.common import (
     ensure_cluster_owner,
     now,
@@ -143,7 +143,7 @@ class MachineHealthCheckReconciler:
 
         def mapper(node: Obj) -> list[ObjectKey]:
             found = self.machines.by_index(
-                MACHINES_BY_NODE, prefix + str(dig(node, "metadata", "name"))
+                MACHINES_BY_NODE, prefix + str(NodeView(node).metadata.name)
             )
             keys: list[ObjectKey] = []
             for machine in found:

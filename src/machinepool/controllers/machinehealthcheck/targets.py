@@ -25,13 +25,14 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition
 from machinepool.api.healthcheck import parse_unhealthy_range, scaled_int_or_percent
-from machinepool.api.meta import dig, parse_time
+from machinepool.api.meta import parse_time
 from machinepool.api.views import (
     ClusterView,
     MachineHealthCheckChecksView,
     MachineHealthCheckRemediationView,
     MachineView,
 )
+from machinepool.controllers.common import node_conditions
 from machinepool.runtime import Obj
 
 __all__ = [
@@ -220,7 +221,7 @@ def _node_checks(
             )
         return "", "", [], startup_timeout - (at - since).total_seconds() + 1
     failed, wait = _condition_checks(
-        dig(target.node, "status", "conditions", default=[]),
+        node_conditions(target.node),
         list(MachineHealthCheckChecksView(checks).unhealthy_node_conditions or []),
         "Node",
         at,

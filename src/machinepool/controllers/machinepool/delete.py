@@ -16,8 +16,8 @@ from datetime import timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
-from machinepool.api.meta import deleted_for_move, dig, parse_time
-from machinepool.api.views import MachinePoolView, ReferenceView
+from machinepool.api.meta import deleted_for_move, parse_time
+from machinepool.api.views import MachinePoolView, ObjectView, ReferenceView
 from machinepool.controllers.common import now, ref_text
 from machinepool.controllers.machinepool import external, noderefs
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
@@ -94,8 +94,8 @@ async def _delete_ref(scope: Scope, ref: ReferenceView, is_infra: bool) -> bool:
             scope.mp.status.replicas = infra.replicas
     else:
         scope.bootstrap_config = BootstrapConfig(obj)
-    if not dig(obj, "metadata", "deletionTimestamp"):
+    if not ObjectView(obj).metadata.deletion_timestamp:
         await scope.reconciler.client.delete(
-            resource, ref.name, scope.namespace, uid=dig(obj, "metadata", "uid")
+            resource, ref.name, scope.namespace, uid=ObjectView(obj).metadata.uid
         )
     return True

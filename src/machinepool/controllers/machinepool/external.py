@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.contract import Referenced
-from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView, ReferenceView
+from machinepool.api.views import MachinePoolView, ObjectView, ReferenceView
 from machinepool.controllers.common import ref_text
 from machinepool.controllers.machinepool.scope import ReferenceProblem, Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Resource
@@ -54,7 +53,7 @@ async def get_and_adopt(scope: Scope, ref: ReferenceView) -> Obj:
 
 def _other_controller(obj: Obj, mp: MachinePoolView) -> str:
     uid = mp.metadata.uid
-    for ref in dig(obj, "metadata", "ownerReferences", default=[]):
+    for ref in ObjectView(obj).metadata.owner_references or []:
         if isinstance(ref, dict) and ref.get("controller") and ref.get("uid") != uid:
             return f"{ref.get('kind')} {ref.get('name')}"
     return ""

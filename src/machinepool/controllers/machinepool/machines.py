@@ -24,8 +24,7 @@ from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import MACHINES
-from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView, MachineView
+from machinepool.api.views import MachinePoolView, MachineView, NodeView, ObjectView
 from machinepool.controllers.common import group_of, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
@@ -62,7 +61,7 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
         "infrastructureRef": {
             "apiGroup": group_of(str(infra.get("apiVersion", ""))),
             "kind": infra.get("kind", ""),
-            "name": dig(infra, "metadata", "name"),
+            "name": infra_machine.name,
         },
     }
     # The providerID and failure domain the Machine controller would copy from the infra
@@ -71,7 +70,7 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
         spec["providerID"] = infra_machine.provider_id
     if infra_machine.failure_domain:
         spec["failureDomain"] = infra_machine.failure_domain
-    version = dig(node, "status", "nodeInfo", "kubeletVersion")
+    version = node_mark(node)
     if version:
         spec["version"] = str(version)
     # Not upstream: the pool's deletion limits and minReadySeconds travel with each Machine so
@@ -85,7 +84,7 @@ def desired_machine(mp: MachinePoolView, infra_machine: InfraMachine, node: Obj 
         "apiVersion": f"{c.CLUSTER_GROUP}/{c.V1BETA2}",
         "kind": "Machine",
         "metadata": {
-            "name": dig(infra, "metadata", "name"),
+            "name": infra_machine.name,
             "namespace": meta.namespace,
             "labels": labels,
             "annotations": dict(template.metadata.annotations or {}),
@@ -126,9 +125,10 @@ def template_mark(mp: MachinePoolView) -> str:
     return json.dumps(read, sort_keys=True)
 
 
-def node_mark(node: Obj | None) -> object:
-    """What ``desired_machine`` reads from the Node of an infra machine."""
-    return dig(node, "status", "nodeInfo", "kubeletVersion")
+def node_mark(node: Obj | None) -> str | None:
+    """What ``desired_machine`` reads from the Node of an infra machine: its kubelet's
+    version."""
+    return NodeView(node).status.node_info.kubelet_version if node is not None else None
 
 
 _JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
@@ -201,7 +201,7 @@ async def reconcile_machines(scope: Scope) -> Result:
             # is in sync still, and a pool of 1,000 is not rebuilt and compared each pass.
             mark = (
                 existing.metadata.resource_version,
-                dig(obj, "metadata", "resourceVersion"),
+                ObjectView(obj).metadata.resource_version,
                 node_mark(node),
                 template,
             )

@@ -15,8 +15,7 @@ from datetime import datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
-from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolView
+from machinepool.api.views import MachinePoolView, NodeView
 from machinepool.controllers.common import (
     WorkloadNodes,
     node_available,
@@ -68,8 +67,8 @@ def match_nodes(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
-                "name": dig(node, "metadata", "name"),
-                "uid": dig(node, "metadata", "uid"),
+                "name": NodeView(node).metadata.name,
+                "uid": NodeView(node).metadata.uid,
             }
         )
     return result
@@ -89,10 +88,10 @@ def desired_node_patch(node: Obj, mp: MachinePoolView, pool_metadata: bool = Fal
         c.NODE_OWNER_KIND_ANNOTATION: "MachinePool",
         c.NODE_OWNER_NAME_ANNOTATION: mp.metadata.name or "",
     }
-    have = dig(node, "metadata", "annotations", default={}) or {}
+    have = NodeView(node).metadata.annotations or {}
     meta: Obj = {}
     annotations: Obj = {k: v for k, v in want.items() if have.get(k) != v}
-    taints = dig(node, "spec", "taints", default=[]) or []
+    taints = NodeView(node).spec.taints or []
     kept = [t for t in taints if not is_uninitialized_taint(t)]
     if pool_metadata:
         template = mp.spec.template
@@ -106,7 +105,7 @@ def desired_node_patch(node: Obj, mp: MachinePoolView, pool_metadata: bool = Fal
     patch: Obj = {}
     if kept != taints:
         # Taints are a list a merge patch replaces whole: guard it with the resourceVersion.
-        meta["resourceVersion"] = dig(node, "metadata", "resourceVersion")
+        meta["resourceVersion"] = NodeView(node).metadata.resource_version
         patch["spec"] = {"taints": kept}
     if meta:
         patch["metadata"] = meta
@@ -128,9 +127,9 @@ def _refs_still_valid(scope: Scope) -> bool:
     listed = set(scope.mp.spec.provider_id_list or [])
     for ref in scope.mp.status.node_refs or []:
         node = nodes.by_name(str(ref.get("name")))
-        if node is None or dig(node, "metadata", "uid") != ref.get("uid"):
+        if node is None or NodeView(node).metadata.uid != ref.get("uid"):
             return False
-        if dig(node, "spec", "providerID") not in listed:
+        if NodeView(node).spec.provider_id not in listed:
             return False
     return True
 
@@ -234,7 +233,7 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
         node = nodes.get(str(ref["name"]))
         if node is None:
             continue
-        pid = dig(node, "spec", "providerID")
+        pid = NodeView(node).spec.provider_id
         if not pid or pid in provider_ids:
             continue
         if await r.cluster_cache.delete_once(scope.cluster_key, NODES, node):
@@ -268,7 +267,7 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     due: list[tuple[Obj, Obj]] = []
     for ref in refs:
         node = scope.nodes.by_name(str(ref.get("name"))) if scope.nodes else None
-        if node is None or str(dig(node, "spec", "providerID")) in left:
+        if node is None or str(NodeView(node).spec.provider_id) in left:
             continue
         patch = desired_node_patch(node, scope.mp, r.pool_node_taints)
         if patch is not None:
@@ -279,7 +278,7 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
     )
     failed: BaseException | None = None
     for (node, _), outcome in zip(due, outcomes, strict=True):
-        name = dig(node, "metadata", "name")
+        name = NodeView(node).metadata.name
         if isinstance(outcome, BaseException) and not isinstance(outcome, NotFound):
             await r.recorder.event(
                 scope.mp.raw,
@@ -300,7 +299,7 @@ async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
         await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
         client = await cache.get_client(scope.cluster_key)
-        name = str(dig(node, "metadata", "name"))
+        name = str(NodeView(node).metadata.name)
         again = desired_node_patch(
             await client.get(NODES, name), scope.mp, scope.reconciler.pool_node_taints
         )

@@ -13,7 +13,13 @@ from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.meta import dig
-from machinepool.api.views import MachinePoolSpecView, MachinePoolView, MachineView
+from machinepool.api.views import (
+    MachinePoolSpecView,
+    MachinePoolView,
+    MachineView,
+    NodeView,
+    ObjectView,
+)
 from machinepool.controllers.common import group_of, node_inputs
 from machinepool.controllers.machinepool.facts import COUNTED_CONDITIONS
 from machinepool.runtime import (
@@ -38,7 +44,7 @@ BY_INFRA_PROVIDER_ID = "machinepool.core/infra-provider-id"
 
 
 def _ns(obj: Obj) -> str:
-    return str(dig(obj, "metadata", "namespace", default=""))
+    return str(ObjectView(obj).metadata.namespace or "")
 
 
 def _cluster_key(mp: MachinePoolView) -> str:
@@ -97,7 +103,7 @@ POOL_INDEXERS: dict[str, IndexFunc] = {
 def member_labels(obj: Obj) -> list[str]:
     """Index a Machine or infra machine under the pool its labels name (same value as
     ``BY_POOL_LABEL`` on the pool)."""
-    labels = dig(obj, "metadata", "labels", default={})
+    labels = ObjectView(obj).metadata.labels or {}
     cluster, pool = labels.get(c.CLUSTER_NAME_LABEL), labels.get(c.POOL_NAME_LABEL)
     return [f"{_ns(obj)}/{cluster}/{pool}"] if cluster and pool else []
 
@@ -160,7 +166,7 @@ def pool_node_inputs(node: Obj) -> tuple[object, ...]:
         *node_inputs(node),
         meta.get("labels"),
         meta.get("annotations"),
-        dig(node, "spec", "taints"),
+        NodeView(node).spec.taints,
     )
 
 
@@ -204,7 +210,7 @@ def _keys(pools: Iterable[Obj]) -> list[ObjectKey]:
 
 def cluster_to_pools(pools: Informer) -> Mapper:
     def mapper(cluster: Obj) -> list[ObjectKey]:
-        name = dig(cluster, "metadata", "name", default="")
+        name = ObjectView(cluster).metadata.name or ""
         return _keys(pools.by_index(BY_CLUSTER, f"{_ns(cluster)}/{name}"))
 
     return mapper
@@ -243,7 +249,7 @@ def _referrers(pools: Informer, obj: Obj) -> list[ObjectKey]:
         _ns(obj),
         group_of(str(obj.get("apiVersion", ""))),
         str(obj.get("kind")),
-        str(dig(obj, "metadata", "name")),
+        str(ObjectView(obj).metadata.name),
     )
     keys.extend(k for k in _keys(pools.by_index(BY_REF, key)) if k not in keys)
     return keys
@@ -263,7 +269,7 @@ def labels_to_pool(pools: Informer) -> Mapper:
     """An object labelled cluster-name and pool-name maps to that MachinePool."""
 
     def mapper(obj: Obj) -> list[ObjectKey]:
-        labels = dig(obj, "metadata", "labels", default={})
+        labels = ObjectView(obj).metadata.labels or {}
         cluster, pool = labels.get(c.CLUSTER_NAME_LABEL), labels.get(c.POOL_NAME_LABEL)
         if not cluster or not pool:
             return []
@@ -287,10 +293,10 @@ def node_to_pool(
 
     def mapper(node: Obj) -> list[ObjectKey]:
         keys: list[ObjectKey] = []
-        pid = dig(node, "spec", "providerID")
+        pid = NodeView(node).spec.provider_id
         if pid:
             keys.extend(_keys(pools.by_index(BY_PROVIDER_ID, prefix + str(pid))))
-        name = dig(node, "metadata", "name", default="")
+        name = NodeView(node).metadata.name or ""
         keys.extend(k for k in _keys(pools.by_index(BY_NODE_NAME, prefix + name)) if k not in keys)
         if not keys and pid:
             listed = f"{cluster.namespace}/{pid}"
