@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from machinepool.api.conditions import Condition, get_condition, v1beta1_ready_of
 from machinepool.api.constants import READY_CONDITION
-from machinepool.api.meta import dig
+from machinepool.api.views import Field, Nested, View
 
 __all__ = ["BootstrapConfig", "InfraMachine", "InfraMachinePool", "Referenced"]
 
@@ -41,28 +41,75 @@ def _conditions(value: object) -> list[Condition]:
     return cast(list[Condition], listed)
 
 
+class _Initialization(View):
+    provisioned = Field[object]()
+    data_secret_created = Field[object]()
+
+
+class _V1Beta1(View):
+    failure_reason = Field[object]()
+    failure_message = Field[object]()
+
+
+class _Deprecated(View):
+    v1beta1 = Nested(_V1Beta1)
+
+
+class _Status(View):
+    conditions = Field[object]()
+    ready = Field[object]()
+    replicas = Field[object]()
+    infrastructure_machine_kind = Field[object]()
+    data_secret_name = Field[object]()
+    failure_reason = Field[object]()
+    failure_message = Field[object]()
+    initialization = Nested(_Initialization)
+    deprecated = Nested(_Deprecated)
+
+
+class _Spec(View):
+    provider_id_list = Field[object]()
+    provider_id = Field[object]()
+    failure_domain = Field[object]()
+
+
+class _Metadata(View):
+    name = Field[object]()
+    deletion_timestamp = Field[object]()
+
+
+class _Shape(View):
+    """Where the contract puts each field. Typed ``object``: another provider's schema (or
+    none) validated them, so each accessor checks the type it finds."""
+
+    metadata = Nested(_Metadata)
+    spec = Nested(_Spec)
+    status = Nested(_Status)
+
+
 class Referenced:
     """What every referenced object may carry, whatever its role."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("_at", "raw")
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         self.raw = obj
         """The object as read; the reference's informer owns it, so it is not changed."""
+        self._at = _Shape(cast(dict[str, Any], obj))  # read only: nothing here writes
 
     @property
     def name(self) -> str:
-        return _string(dig(self.raw, "metadata", "name"))
+        return _string(self._at.metadata.name)
 
     @property
     def deleting(self) -> bool:
-        return bool(dig(self.raw, "metadata", "deletionTimestamp"))
+        return bool(self._at.metadata.deletion_timestamp)
 
     @property
     def ready_condition(self) -> Condition | None:
         """The v1beta2 ``Ready`` condition in ``status.conditions``; one with a severity is a
         v1beta1 condition in the old place, not this."""
-        cond = get_condition(_conditions(dig(self.raw, "status", "conditions")), READY_CONDITION)
+        cond = get_condition(_conditions(self._at.status.conditions), READY_CONDITION)
         return None if cond is None or "severity" in cond else cond
 
     @property
@@ -76,17 +123,14 @@ class Referenced:
     def failure_reason(self) -> str:
         """A terminal failure (v1beta1 contract ``status.failureReason``, or its v1beta2 home
         ``status.deprecated.v1beta1.failureReason``); empty when there is none."""
-        return self._failure("failureReason")
+        status = self._at.status
+        return _text(status.failure_reason) or _text(status.deprecated.v1beta1.failure_reason)
 
     @property
     def failure_message(self) -> str:
         """The failure's description, from the same places as ``failure_reason``."""
-        return self._failure("failureMessage")
-
-    def _failure(self, key: str) -> str:
-        return _text(dig(self.raw, "status", key)) or _text(
-            dig(self.raw, "status", "deprecated", "v1beta1", key)
-        )
+        status = self._at.status
+        return _text(status.failure_message) or _text(status.deprecated.v1beta1.failure_message)
 
 
 class InfraMachinePool(Referenced):
@@ -98,28 +142,25 @@ class InfraMachinePool(Referenced):
     def provisioned(self) -> bool:
         """Ready for the MachinePool: ``status.initialization.provisioned`` (v1beta2 contract)
         or ``status.ready`` (v1beta1); both must be the boolean true."""
-        return (
-            dig(self.raw, "status", "initialization", "provisioned") is True
-            or dig(self.raw, "status", "ready") is True
-        )
+        return self._at.status.initialization.provisioned is True or self._at.status.ready is True
 
     @property
     def provider_id_list(self) -> list[str]:
         """``spec.providerIDList``: the provider IDs of the pool's instances, as listed."""
-        ids = dig(self.raw, "spec", "providerIDList")
+        ids = self._at.spec.provider_id_list
         return [str(p) for p in ids] if isinstance(ids, list) else []
 
     @property
     def replicas(self) -> int | None:
         """``status.replicas``: how many instances the provider has; ``None`` if unreported."""
-        replicas = dig(self.raw, "status", "replicas")
+        replicas = self._at.status.replicas
         return replicas if isinstance(replicas, int) else None
 
     @property
     def infrastructure_machine_kind(self) -> str:
         """``status.infrastructureMachineKind``: set when the provider opts into MachinePool
         Machines (one infra machine, and so one Machine, per instance)."""
-        return _text(dig(self.raw, "status", "infrastructureMachineKind"))
+        return _text(self._at.status.infrastructure_machine_kind)
 
 
 class InfraMachine(Referenced):
@@ -131,12 +172,12 @@ class InfraMachine(Referenced):
     @property
     def provider_id(self) -> str:
         """``spec.providerID``, equal to its Node's once the instance joined."""
-        return _text(dig(self.raw, "spec", "providerID"))
+        return _text(self._at.spec.provider_id)
 
     @property
     def failure_domain(self) -> str:
         """``spec.failureDomain``: where the instance runs."""
-        return _text(dig(self.raw, "spec", "failureDomain"))
+        return _text(self._at.spec.failure_domain)
 
 
 class BootstrapConfig(Referenced):
@@ -148,11 +189,10 @@ class BootstrapConfig(Referenced):
     def data_secret_created(self) -> bool:
         """``status.initialization.dataSecretCreated`` (v1beta2 contract) or ``status.ready``
         (v1beta1): the data Secret exists."""
-        return bool(dig(self.raw, "status", "initialization", "dataSecretCreated")) or (
-            dig(self.raw, "status", "ready") is True
-        )
+        status = self._at.status
+        return bool(status.initialization.data_secret_created) or status.ready is True
 
     @property
     def data_secret_name(self) -> str:
         """``status.dataSecretName``: the Secret holding the bootstrap data."""
-        return _text(dig(self.raw, "status", "dataSecretName"))
+        return _text(self._at.status.data_secret_name)

@@ -13,13 +13,14 @@ from rich.text import Text
 from rich.tree import Tree
 
 from machinepool.api.meta import dig
+from machinepool.api.views import MachinePoolView, MachineView, NodeView
 
 Obj = dict[str, Any]
 
 
 def versions_text(pool: Obj) -> str:
     """``v1.34.4=3 v1.33.4=1``: instances by Kubernetes version, newest first."""
-    versions = dig(pool, "status", "versions", default=[]) or []
+    versions = MachinePoolView(pool).status.versions or []
     parts = sorted(
         ((str(v.get("version", "?")), int(v.get("replicas", 0))) for v in versions), reverse=True
     )
@@ -51,7 +52,10 @@ def _problem_text(obj: Obj) -> Text:
 
 
 def _count(pool: Obj, field: str) -> str:
-    value = dig(pool, "status", field)
+    return _or_dash(dig(pool, "status", field))
+
+
+def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
@@ -64,11 +68,12 @@ def pool_table(pools: list[Obj], *, namespaces: bool = False) -> Table:
     for col in ("UP-TO-DATE", "VERSIONS", "CONDITIONS"):
         table.add_column(col)
     for pool in pools:
+        view = MachinePoolView(pool)
         row = [
             pool["metadata"]["name"],
-            str(dig(pool, "spec", "clusterName", default="")),
-            str(dig(pool, "status", "phase", default="") or "-"),
-            str(dig(pool, "spec", "replicas", default="-")),
+            str(view.spec.cluster_name or ""),
+            str(view.status.phase or "-"),
+            _or_dash(view.spec.replicas),
             _count(pool, "replicas"),
             _count(pool, "readyReplicas"),
             _count(pool, "availableReplicas"),
@@ -89,10 +94,13 @@ def _conditions_branch(tree: Tree, obj: Obj) -> None:
 def _node_label(node: Obj | None, provider_id: str) -> Text:
     if node is None:
         return Text(f"Node for {provider_id}: not registered", style="yellow")
-    conditions: list[Obj] = dig(node, "status", "conditions", default=[]) or []
+    view = NodeView(node)
+    conditions: list[Obj] = view.status.conditions or []
     ready: Obj = next((c for c in conditions if c.get("type") == "Ready"), {})
     ok = ready.get("status") == "True"
-    version = dig(node, "status", "nodeInfo", "kubeletVersion", default="?")
+    version = view.status.node_info.kubelet_version
+    if version is None:
+        version = "?"
     style = "green" if ok else "red"
     return Text(
         f"Node/{node['metadata']['name']}  Ready={ready.get('status', 'Unknown')}  {version}",
@@ -111,15 +119,16 @@ def describe_tree(
     """MachinePool -> bootstrap config, infra pool -> Machines -> Nodes, problems in colour."""
     meta = pool["metadata"]
     status = pool.get("status") or {}
+    spec = MachinePoolView(pool).spec
     head = Text(
         f"MachinePool/{meta['name']}  {status.get('phase', '-')}  "
-        f"ready {status.get('readyReplicas', 0)}/{dig(pool, 'spec', 'replicas', default='-')}  "
+        f"ready {status.get('readyReplicas', 0)}/{_or_dash(spec.replicas)}  "
         f"up-to-date {status.get('upToDateReplicas', 0)}  {versions_text(pool)}",
         style="bold",
     )
     tree = Tree(head)
     _conditions_branch(tree, pool)
-    ref = dig(pool, "spec", "template", "spec", "bootstrap", "configRef", default={}) or {}
+    ref = spec.template.spec.bootstrap.config_ref.raw or {}
     if ref:
         label = f"{ref.get('kind')}/{ref.get('name')}"
         created = dig(bootstrap or {}, "status", "initialization", "dataSecretCreated")
@@ -129,7 +138,7 @@ def describe_tree(
             node.add(Text("not found", style="red"))
         else:
             _conditions_branch(node, bootstrap)
-    infra_ref = dig(pool, "spec", "template", "spec", "infrastructureRef", default={}) or {}
+    infra_ref = spec.template.spec.infrastructure_ref.raw or {}
     infra_branch = tree.add(
         Text(
             f"{infra_ref.get('kind')}/{infra_ref.get('name')}  "
@@ -152,7 +161,7 @@ def machine_health(machine: Obj) -> Text:
     ``-`` when no health check selects it; ``Healthy``; ``Unhealthy (reason)`` and, once its
     owner acts on it, what remediation is doing (waiting, deferred, deleting).
     """
-    conditions = dig(machine, "status", "conditions", default=[]) or []
+    conditions = MachineView(machine).status.conditions or []
     by_type = {str(c.get("type")): c for c in conditions if isinstance(c, dict)}
     check = by_type.get("HealthCheckSucceeded")
     if check is None:
@@ -172,11 +181,12 @@ def _machines_branch(
     if machines:
         branch = tree.add(Text(f"Machines ({len(machines)})", style="bold"))
         for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
-            pid = dig(machine, "spec", "providerID", default="") or ""
+            view = MachineView(machine)
+            pid = view.spec.provider_id or ""
             label = Text(
                 f"Machine/{machine['metadata']['name']}  "
-                f"{dig(machine, 'status', 'phase', default='-')}  "
-                f"{dig(machine, 'spec', 'version', default='')}  "
+                f"{_or_dash(view.status.phase)}  "
+                f"{view.spec.version or ''}  "
             )
             label.append_text(machine_health(machine))
             sub = branch.add(label)
@@ -184,7 +194,7 @@ def _machines_branch(
             if pid:
                 sub.add(_node_label(nodes_by_provider_id.get(pid), pid))
         return
-    ids = dig(pool, "spec", "providerIDList", default=[]) or []
+    ids = MachinePoolView(pool).spec.provider_id_list or []
     branch = tree.add(Text(f"Instances ({len(ids)})", style="bold"))
     for pid in ids:
         branch.add(_node_label(nodes_by_provider_id.get(pid), pid))

@@ -29,6 +29,7 @@ __all__ = [
     "node_inputs",
     "node_ready",
     "node_ready_since",
+    "node_version",
     "now",
     "ref_text",
     "set_paused_condition",
@@ -136,6 +137,12 @@ def ref_text(kind: str, namespace: str, name: str) -> str:
 def node_conditions(node: Obj | None) -> list[Obj]:
     """A Node's conditions as stored; none for a Node not found."""
     return (NodeView(node).status.conditions or []) if node is not None else []
+
+
+def node_version(node: Obj | None) -> str | None:
+    """The Node's kubelet version (``status.nodeInfo.kubeletVersion``); none for a Node not
+    found."""
+    return NodeView(node).status.node_info.kubelet_version if node is not None else None
 
 
 def node_ready_since(node: Obj | None) -> datetime | None:

@@ -34,6 +34,7 @@ from machinepool.api.views import (
     ClusterView,
     Field,
     MachineDeletionStatusView,
+    MachinePoolView,
     MachineView,
     NodeView,
     ObjectView,
@@ -160,7 +161,7 @@ def pool_inputs(pool: Obj) -> tuple[object, ...]:
     """What a pool Machine reads from its MachinePool (gate ``MachinePoolNodeTaints`` only):
     the template's taints, which it keeps on its Node (``poolnode``); the template's labels
     reach it through the Machine's own, which the pool applies."""
-    return (dig(pool, "spec", "template", "spec", "taints"),)
+    return (MachinePoolView(pool).spec.template.spec.taints,)
 
 
 HEALTH_CHECK_MARKS = (
@@ -176,7 +177,7 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
     ``inputs``): its metadata and spec, and of its status only what another controller
     writes there, a health check's v1beta1 marks. Its own status writes wake nothing: it
     reads them back through ``OwnReader``."""
-    listed = dig(machine, "status", "deprecated", "v1beta1", "conditions", default=[])
+    listed = MachineView(machine).status.v1beta1.conditions or []
     marks = [
         cond for cond in listed if isinstance(cond, dict) and cond.get("type") in HEALTH_CHECK_MARKS
     ]
@@ -271,7 +272,7 @@ class MachineReconciler:
         pool = self.pools.get(str(owner.get("name")), machine.metadata.namespace)
         if pool is None or ObjectView(pool).metadata.uid != owner.get("uid"):
             return None
-        return list(dig(pool, "spec", "template", "spec", "taints", default=[]) or [])
+        return list(MachinePoolView(pool).spec.template.spec.taints or [])
 
     def _cluster_mapper(self, cluster: Obj) -> list[ObjectKey]:
         meta = ClusterView(cluster).metadata

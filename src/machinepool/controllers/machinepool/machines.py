@@ -24,8 +24,8 @@ from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import InfraMachine
 from machinepool.api.kinds import MACHINES
-from machinepool.api.views import MachinePoolView, MachineView, NodeView, ObjectView
-from machinepool.controllers.common import group_of, set_up_to_date
+from machinepool.api.views import MachinePoolView, MachineView, ObjectView
+from machinepool.controllers.common import group_of, node_version, set_up_to_date
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Obj, Result
@@ -128,7 +128,7 @@ def template_mark(mp: MachinePoolView) -> str:
 def node_mark(node: Obj | None) -> str | None:
     """What ``desired_machine`` reads from the Node of an infra machine: its kubelet's
     version."""
-    return NodeView(node).status.node_info.kubelet_version if node is not None else None
+    return node_version(node)
 
 
 _JSON = dict[str, Any] | list[Any] | str | int | float | bool | None

@@ -18,8 +18,8 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, set_v1beta1_summary
 from machinepool.api.contract import Referenced
 from machinepool.api.core_v1beta2 import MachinePoolPhase
-from machinepool.api.meta import dig
 from machinepool.api.views import MachinePoolView
+from machinepool.controllers.common import node_version
 from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.runtime import Obj, reports_progress
 
@@ -77,15 +77,7 @@ def set_replica_counters(
         status.ready_replicas = status.available_replicas = status.replicas
         status.up_to_date_replicas = mp.spec.replicas
         versions = [
-            str(
-                dig(
-                    nodes_by_name.get(str(ref.get("name"))),
-                    "status",
-                    "nodeInfo",
-                    "kubeletVersion",
-                    default="",
-                )
-            )
+            str(node_version(nodes_by_name.get(str(ref.get("name")))) or "")
             for ref in status.node_refs or []
             if isinstance(ref, dict)
         ]

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
-from machinepool.api.meta import dig
 from machinepool.api.views import (
     MachinePoolSpecView,
     MachinePoolView,
@@ -192,7 +191,7 @@ def referenced_inputs(obj: Obj) -> tuple[object, ...]:
         for cond in status.get("conditions") or []
         if isinstance(cond, dict) and cond.get("type") == c.READY_CONDITION
     ]
-    return (metadata_and_spec(obj), kept, ready, dig(status, "deprecated"))
+    return (metadata_and_spec(obj), kept, ready, status.get("deprecated"))
 
 
 def referenced_readiness(obj: Obj) -> tuple[object, ...]:
