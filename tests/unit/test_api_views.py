@@ -19,7 +19,7 @@ import pytest
 from mypy import api as mypy_api
 from pydantic import BaseModel
 
-from machinepool.api import contract, views
+from machinepool.api import contract, infra_aws, infra_sim, views
 from machinepool.api.conditions import set_condition, set_v1beta1_condition
 from machinepool.api.views import (
     AWSMachinePoolView,
@@ -393,3 +393,19 @@ def test_views_of_kubernetes_kinds_read_the_keys_the_kubernetes_api_spells() -> 
     assert volume.spec.csi == {}
     assert volume.spec.claim_ref == {"name": "c"}
     assert pod.spec.volumes == [{"name": "data"}]
+
+
+@pytest.mark.parametrize(
+    ("entry", "model"),
+    [
+        (views.SimInstanceEntry, infra_sim.SimInstanceStatus),
+        (views.AWSInstanceEntry, infra_aws.AWSMachinePoolInstanceStatus),
+    ],
+    ids=lambda v: v.__name__,
+)
+def test_status_instance_entries_have_the_keys_their_model_writes(
+    entry: type[Any], model: type[BaseModel]
+) -> None:
+    wire = {info.alias or name for name, info in model.model_fields.items()}
+
+    assert set(typing.get_type_hints(entry)) == wire

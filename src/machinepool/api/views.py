@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
+from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar, cast, overload
 
 from machinepool.api import bootstrap_v1beta2 as bootstrap
 from machinepool.api import core_v1beta2 as v1beta2
@@ -41,6 +41,7 @@ from machinepool.api.meta import (
 __all__ = [
     "AMIReferenceView",
     "APIEndpointView",
+    "AWSInstanceEntry",
     "AWSLaunchTemplateView",
     "AWSMachinePoolSpecView",
     "AWSMachinePoolStatusView",
@@ -98,6 +99,7 @@ __all__ = [
     "PodView",
     "ReferenceView",
     "RefreshPreferencesView",
+    "SimInstanceEntry",
     "SimMachinePoolSpecView",
     "SimMachinePoolStatusView",
     "SimMachinePoolView",
@@ -635,12 +637,24 @@ class SimMachinePoolSpecView(View):
     warm_pool = Nested(SimWarmPoolView)
 
 
+class SimInstanceEntry(TypedDict, total=False):
+    """One entry of a SimMachinePool's ``status.instances`` (or ``warmInstances``), as stored:
+    the JSON of ``infra_sim.SimInstanceStatus`` (the view test holds the keys to it)."""
+
+    instanceID: str
+    providerID: str
+    failureDomain: str
+    state: str
+    version: str
+    upToDate: bool
+
+
 class SimMachinePoolStatusView(ConditionsView):
     MODEL = infra_sim.SimMachinePoolStatus
     ready = Field[bool | None]()
     replicas = Field[int | None]()
-    instances = Field[list[dict[str, Any]] | None]()
-    warm_instances = Field[list[dict[str, Any]] | None]()
+    instances = Field[list[SimInstanceEntry] | None]()
+    warm_instances = Field[list[SimInstanceEntry] | None]()
     infrastructure_machine_kind = Field[str | None]()
     capacity = Field[dict[str, str] | None]()
     initialization = Field[dict[str, bool] | None]()
@@ -681,13 +695,21 @@ class SimMachineView(ObjectView):
 # --- AWS (infrastructure.machinepool.cluster.x-k8s.io AWSMachinePool) -------------------------
 
 
+class AWSInstanceEntry(TypedDict, total=False):
+    """One entry of an AWSMachinePool's ``status.instances``, as stored: the JSON of
+    ``infra_aws.AWSMachinePoolInstanceStatus``."""
+
+    instanceID: str
+    version: str
+
+
 class AWSMachinePoolStatusView(ConditionsView):
     """An AWSMachinePool's status; its conditions are v1beta1 ones, as CAPA writes them."""
 
     MODEL = infra_aws.AWSMachinePoolStatus
     ready = Field[bool | None]()
     replicas = Field[int | None]()
-    instances = Field[list[dict[str, Any]] | None]()
+    instances = Field[list[AWSInstanceEntry] | None]()
     launch_template_id = Field[str | None]()
     launch_template_version = Field[str | None]()
     asg_name = Field[str | None]()

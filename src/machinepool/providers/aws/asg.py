@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS
 from machinepool.api.views import MachinePoolView
 from machinepool.providers.aws import plan
-from machinepool.providers.aws.cloud import AWSError
+from machinepool.providers.aws.cloud import AutoScalingGroup, AWSError
 from machinepool.providers.aws.scope import ASG_READY, Scope
 from machinepool.runtime import Result
 
@@ -45,7 +45,7 @@ async def observe(scope: Scope) -> Result:
     if not groups:
         scope.group = None
         return Result()
-    group = dict(groups[0])
+    group = cast(AutoScalingGroup, dict(groups[0]))
     tags = {t.get("Key"): t.get("Value") for t in group.get("Tags") or []}
     if tags.get(plan.cluster_tag(scope.cluster_name)) != plan.OWNED:
         raise scope.fail(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import boto3
 import botocore.config
@@ -23,9 +23,80 @@ import botocore.exceptions
 
 from machinepool.runtime import ExpectedError
 
-__all__ = ["AWS", "AWSError", "Service"]
+__all__ = [
+    "AWS",
+    "AWSError",
+    "AutoScalingGroup",
+    "GroupInstance",
+    "GroupTag",
+    "LaunchTemplateSpecification",
+    "Service",
+    "SuspendedProcess",
+]
 
 Service = Literal["ec2", "autoscaling"]
+
+
+# --- what DescribeAutoScalingGroups answers, as far as the phases read it --------------------
+# boto3 returns plain dicts; these name the keys (AWS's spelling) and their types. Not
+# validated: AWS's API defines them, and a key AWS leaves out reads as absent.
+
+
+class LaunchTemplateSpecification(TypedDict, total=False):
+    LaunchTemplateId: str
+    LaunchTemplateName: str
+    Version: str
+
+
+class GroupInstance(TypedDict, total=False):
+    """One instance of a group (``Instances``)."""
+
+    InstanceId: str
+    AvailabilityZone: str
+    LifecycleState: str
+    """Pending, InService, Terminating, Terminated, Warmed:* ..."""
+    HealthStatus: str
+    InstanceType: str
+    LaunchTemplate: LaunchTemplateSpecification
+    ProtectedFromScaleIn: bool
+
+
+class GroupTag(TypedDict, total=False):
+    Key: str
+    Value: str
+    ResourceId: str
+    ResourceType: str
+    PropagateAtLaunch: bool
+
+
+class SuspendedProcess(TypedDict, total=False):
+    ProcessName: str
+    SuspensionReason: str
+
+
+class AutoScalingGroup(TypedDict, total=False):
+    """One group of ``DescribeAutoScalingGroups``' ``AutoScalingGroups``."""
+
+    AutoScalingGroupName: str
+    AutoScalingGroupARN: str
+    LaunchTemplate: LaunchTemplateSpecification
+    MixedInstancesPolicy: dict[str, Any]
+    """As AWS spells it; compared whole with what the spec asks (``asg``)."""
+    MinSize: int
+    MaxSize: int
+    DesiredCapacity: int
+    DefaultCooldown: int
+    DefaultInstanceWarmup: int
+    AvailabilityZones: list[str]
+    VPCZoneIdentifier: str
+    """Subnet IDs, comma-separated."""
+    Instances: list[GroupInstance]
+    SuspendedProcesses: list[SuspendedProcess]
+    Tags: list[GroupTag]
+    Status: str
+    """Set while the group is being deleted ("Delete in progress")."""
+    CapacityRebalance: bool
+
 
 _NOT_FOUND_CODES = frozenset(
     {

@@ -26,6 +26,7 @@ from machinepool.api.infra_aws import AWS_MACHINE_FINALIZER, AWSMACHINES, GROUP_
 from machinepool.api.kinds import MACHINES
 from machinepool.api.views import AWSMachineView, MachineView
 from machinepool.providers.aws import plan
+from machinepool.providers.aws.cloud import GroupInstance
 from machinepool.providers.aws.scope import Scope
 from machinepool.providers.pool import DeletePolicy, InstanceState, Member, order_victims
 from machinepool.providers.pool.observe import owner_machines
@@ -90,7 +91,7 @@ def fresh_owners(machines: Iterable[dict[str, Any]]) -> dict[str, MachineView]:
     return owners
 
 
-def _new_aws_machine(scope: Scope, instance: Mapping[str, Any]) -> dict[str, Any]:
+def _new_aws_machine(scope: Scope, instance: GroupInstance) -> dict[str, Any]:
     iid, zone = str(instance["InstanceId"]), str(instance["AvailabilityZone"])
     meta = scope.pool["metadata"]
     spec: dict[str, Any] = {
@@ -126,13 +127,13 @@ def _new_aws_machine(scope: Scope, instance: Mapping[str, Any]) -> dict[str, Any
     }
 
 
-def _machine_status(instance: Mapping[str, Any]) -> dict[str, Any]:
+def _machine_status(instance: GroupInstance) -> dict[str, Any]:
     lifecycle = str(instance.get("LifecycleState", ""))
     return {"ready": lifecycle == "InService", "instanceState": _ec2_state(lifecycle)}
 
 
 async def _ensure_aws_machine(
-    scope: Scope, instance: Mapping[str, Any], existing: AWSMachineView | None
+    scope: Scope, instance: GroupInstance, existing: AWSMachineView | None
 ) -> None:
     status = _machine_status(instance)
     if existing is None:
@@ -172,7 +173,7 @@ async def _remove_vanished(scope: Scope, aws_machine: AWSMachineView) -> None:
         pass
 
 
-async def _sync_aws_machines(scope: Scope, live: list[dict[str, Any]]) -> None:
+async def _sync_aws_machines(scope: Scope, live: list[GroupInstance]) -> None:
     by_pid = {str(m.spec.provider_id): m for m in scope.aws_machines}
     live_pids = set()
     for instance in live:
@@ -205,7 +206,7 @@ def _machine_ready_false(machine: MachineView) -> bool:
     return ready is not None and ready.get("status") == cond.FALSE
 
 
-async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Member], int]:
+async def _candidates(scope: Scope, live: list[GroupInstance]) -> tuple[list[Member], int]:
     """Removable instances with their Machines, and how many are already on their way out."""
     by_pid = {str(m.spec.provider_id): m for m in scope.aws_machines}
     # The one live read of this phase, kept on purpose: victims are chosen right before
@@ -262,7 +263,7 @@ async def _candidates(scope: Scope, live: list[dict[str, Any]]) -> tuple[list[Me
     return candidates, leaving
 
 
-async def _scale_down(scope: Scope, live: list[dict[str, Any]]) -> None:
+async def _scale_down(scope: Scope, live: list[GroupInstance]) -> None:
     if scope.group is None or plan.replicas_managed_externally(
         scope.machine_pool.metadata.annotations
     ):

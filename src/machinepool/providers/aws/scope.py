@@ -20,7 +20,7 @@ from machinepool.api.views import (
     AWSMachineView,
     MachinePoolView,
 )
-from machinepool.providers.aws.cloud import AWS, AWSError
+from machinepool.providers.aws.cloud import AWS, AutoScalingGroup, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
 from machinepool.runtime.patch import Patcher
 
@@ -82,7 +82,7 @@ class Scope:
     """ID of the pool's launch template (launchtemplate)."""
     latest_version: str | None = None
     """Latest version number of the launch template (launchtemplate)."""
-    group: dict[str, Any] | None = None
+    group: AutoScalingGroup | None = None
     """The Auto Scaling group as DescribeAutoScalingGroups returned it (asg)."""
     busy: bool = False
     """Something is converging: come back after ``aws_busy_poll_interval`` (any phase)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, statuses
-from machinepool.api.views import SimMachinePoolView
+from machinepool.api.views import SimInstanceEntry, SimMachinePoolView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -50,7 +50,7 @@ async def report(scope: PoolScope) -> Result:
     return Result()
 
 
-def _entry(scope: PoolScope, i: Instance) -> dict[str, Any]:
+def _entry(scope: PoolScope, i: Instance) -> SimInstanceEntry:
     return {
         "instanceID": i.id,
         "providerID": i.provider_id,
