@@ -15,7 +15,9 @@ model). Views cover what the controllers use, not every field: add one when a co
 needs it.
 
 Objects referenced by contract (bootstrap configs, infra pools of any provider) are not
-ours to type this way: ``machinepool.api.contract`` reads them.
+ours to type this way: ``machinepool.api.contract`` reads them. Kubernetes' own kinds that
+the controllers read (Node, Pod, PersistentVolume, VolumeAttachment) have views at the end,
+with no model behind them.
 """
 
 from __future__ import annotations
