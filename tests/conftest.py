@@ -248,6 +248,14 @@ def workload_node_auth() -> NodeAuth | None:
 
 
 @pytest.fixture
+def pool_node_taints() -> bool:
+    """The core's ``MachinePoolNodeTaints`` gate for the controllers a harness runs (the e2e
+    ``system``, the controllers' ``env``): off, as by default; a test turns it on with
+    ``@pytest.mark.parametrize("pool_node_taints", [True])``."""
+    return False
+
+
+@pytest.fixture
 def workload(
     control_plane: ControlPlane,
     workload_pods: PodLifecycle | None,

@@ -23,6 +23,8 @@ import pytest
 import pytest_asyncio
 from tests.support import Changes
 from tests.support.builders import VERSION, create_pool
+from tests.support.conditions import is_true
+from tests.support.pools import reports_running, scale_pool
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
 from machinepool.controlplane import NodeAuth, WorkloadCluster
@@ -106,21 +108,15 @@ class System(Changes):
         return [
             n
             for n in self.nodes.list()
-            if _node_ready(n)
+            if is_true(n, "Ready")
             and (version is None or n["status"]["nodeInfo"]["kubeletVersion"] == version)
         ]
 
     def pool_running(self, name: str, replicas: int) -> bool:
-        mp = self.machine_pool(name)
-        if mp is None:
-            return False
-        status = mp.get("status") or {}
-        refs = status.get("nodeRefs") or []
-        return (
-            status.get("phase") == "Running"
-            and status.get("readyReplicas", 0) == replicas
-            and len(refs) == replicas
-            and len(self.ready_nodes()) == replicas
+        """The MachinePool reports ``replicas`` running and the workload has that many Ready
+        Nodes."""
+        return reports_running(self.machine_pool(name), replicas) and (
+            len(self.ready_nodes()) == replicas
         )
 
     # -- writing ----------------------------------------------------------------------
@@ -157,14 +153,7 @@ class System(Changes):
         )
 
     async def scale(self, name: str, replicas: int) -> None:
-        await self.client.set_scale(MACHINE_POOLS, name, self.namespace, replicas)
-
-
-def _node_ready(node: Obj) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
+        await scale_pool(self.client, self.namespace, name, replicas)
 
 
 @pytest.fixture
@@ -183,13 +172,6 @@ def kubelet_options() -> KubeletOptions:
     return KubeletOptions(
         kubelet_heartbeat_seconds=20.0, node_monitor_grace_seconds=5.0, kubelet_tls_bootstrap=True
     )
-
-
-@pytest.fixture
-def pool_node_taints() -> bool:
-    """The core's ``MachinePoolNodeTaints`` gate for ``system``: off, as by default; a test
-    turns it on with ``@pytest.mark.parametrize("pool_node_taints", [True])``."""
-    return False
 
 
 @pytest_asyncio.fixture(loop_scope="session")

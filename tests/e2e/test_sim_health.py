@@ -21,6 +21,7 @@ from typing import Any
 import pytest_asyncio
 from tests.e2e.conftest import System
 from tests.support import eventually
+from tests.support.conditions import condition
 from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS
 
 from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
@@ -38,13 +39,6 @@ QUIET_WINDOW = 8.0
 Node, Machine and MachineHealthCheck write wakes the pool)."""
 
 
-def _condition(obj: Obj | None, type_: str) -> Obj | None:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
 @dataclass
 class Journal:
     """Everything the informers showed: Machine conditions, pool Remediating, deletions."""
@@ -58,8 +52,8 @@ class Journal:
         name = machine["metadata"]["name"]
         self.pools[name] = (machine["metadata"].get("labels") or {}).get(POOL_NAME_LABEL, "")
         for type_ in ("HealthCheckSucceeded", "OwnerRemediated"):
-            cond = _condition(machine, type_)
-            if cond is not None:
+            cond = condition(machine, type_)
+            if cond:
                 entry = (name, type_, str(cond["status"]), str(cond.get("reason")))
                 if entry not in self.machine_conditions:
                     self.machine_conditions.append(entry)
@@ -67,8 +61,8 @@ class Journal:
             self.deleting.append(name)
 
     def on_pool(self, mp: Obj) -> None:
-        cond = _condition(mp, "Remediating")
-        if cond is not None:
+        cond = condition(mp, "Remediating")
+        if cond:
             entry = (str(cond["status"]), str(cond.get("message")))
             if entry not in self.remediating:
                 self.remediating.append(entry)
@@ -167,9 +161,7 @@ async def test_not_ready_node_is_replaced(system: System, journal: Journal) -> N
     assert journal.saw(victim, "OwnerRemediated", "False")
     assert any(s == "True" and victim in m for s, m in journal.remediating), journal.remediating
     await system.until(
-        lambda: (
-            (_condition(system.machine_pool("heal"), "Remediating") or {}).get("status") == "False"
-        ),
+        lambda: condition(system.machine_pool("heal"), "Remediating").get("status") == "False",
         "Remediating back to False",
     )
     assert system.nodes.get(victim_node["metadata"]["name"]) is None
@@ -226,13 +218,13 @@ async def test_three_of_five_unhealthy_at_forty_percent_remediates_none(
         await system.cloud.stop_kubelet(system.namespace, name)
 
     def braked() -> bool:
-        cond = _condition(_mhc(system, "brake"), "RemediationAllowed") or {}
+        cond = condition(_mhc(system, "brake"), "RemediationAllowed")
         return cond.get("status") == "False" and all(
             journal.saw(v, "HealthCheckSucceeded", "False") for v in victims
         )
 
     await system.until(braked, "RemediationAllowed=False with 3 unhealthy")
-    cond = _condition(_mhc(system, "brake"), "RemediationAllowed") or {}
+    cond = condition(_mhc(system, "brake"), "RemediationAllowed")
     assert cond["reason"] == "TooManyUnhealthy"
     assert "(total: 5, unhealthy: 3, maxUnhealthy: 40%)" in cond["message"]
     events = await system.client.list(CORE_EVENTS, system.namespace)
@@ -273,7 +265,7 @@ async def test_paused_pool_remediates_nothing(
         system.namespace,
     )
     await system.until(
-        lambda: (_condition(system.machine_pool("still"), "Paused") or {}).get("status") == "True",
+        lambda: condition(system.machine_pool("still"), "Paused").get("status") == "True",
         "pool Paused",
     )
     victim = sorted(m["metadata"]["name"] for m in system.machines("still"))[0]

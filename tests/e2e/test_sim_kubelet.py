@@ -16,6 +16,7 @@ import pytest
 from tests.e2e.clients.harness import kubectl
 from tests.e2e.conftest import System
 from tests.support.builders import pool_objects
+from tests.support.conditions import condition_status
 
 from machinepool.runtime import LEASES, FuncHandler, Informer, Obj
 from machinepool.sim import InstanceRecord
@@ -167,9 +168,7 @@ async def test_a_node_lease_is_renewed_until_its_kubelet_stops(system: System) -
         stopped_at, healthy_at = renewed(stopped), renewed(healthy)
 
         def node_ready(name: str) -> str:
-            node = system.nodes.get(name) or {}
-            conditions = (node.get("status") or {}).get("conditions") or []
-            return next((str(c["status"]) for c in conditions if c["type"] == "Ready"), "")
+            return condition_status(system.nodes.get(name), "Ready")
 
         await system.until(
             lambda: renewed(healthy) >= healthy_at + 4 and node_ready(stopped) == "Unknown",

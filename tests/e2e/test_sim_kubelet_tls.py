@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 from tests.e2e.conftest import System
 from tests.support import eventually
+from tests.support.conditions import is_true
 
 from machinepool.controlplane import NodeAuth
 from machinepool.runtime import (
@@ -69,10 +70,7 @@ def _subject(cert_pem: bytes) -> tuple[str, list[str]]:
 
 
 def _approved(csr: Obj) -> bool:
-    return any(
-        c.get("type") == "Approved" and c.get("status") == "True"
-        for c in (csr.get("status") or {}).get("conditions") or []
-    )
+    return is_true(csr, "Approved")
 
 
 def _audited(system: System, resource: str) -> list[Obj]:

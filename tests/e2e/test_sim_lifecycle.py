@@ -7,18 +7,15 @@ from typing import Any
 import pytest
 from tests.e2e.conftest import System
 from tests.support import eventually
+from tests.support.conditions import condition, is_true
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.runtime import FuncHandler, Invalid, Obj
 
 
-def _pool_condition(system: System, name: str, type_: str) -> dict[str, Any] | None:
-    pool = system.watched["simmachinepools"].get(name, system.namespace)
-    for cond in ((pool or {}).get("status") or {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return dict(cond)
-    return None
+def _pool_condition(system: System, name: str, type_: str) -> dict[str, Any]:
+    return condition(system.watched["simmachinepools"].get(name, system.namespace), type_)
 
 
 async def test_version_change_rolls_without_dropping_below_replicas(system: System) -> None:
@@ -38,11 +35,7 @@ async def test_version_change_rolls_without_dropping_below_replicas(system: Syst
         ready = [
             m
             for m in system.machines("workers")
-            if not m["metadata"].get("deletionTimestamp")
-            and any(
-                x["type"] == c.READY_CONDITION and x["status"] == "True"
-                for x in (m.get("status") or {}).get("conditions") or []
-            )
+            if not m["metadata"].get("deletionTimestamp") and is_true(m, c.READY_CONDITION)
         ]
         lowest_ready_machines[0] = min(lowest_ready_machines[0], len(ready))
 
@@ -91,9 +84,8 @@ async def test_instances_that_fail_after_boot_are_replaced(system: System) -> No
     ran: set[str] = set()
 
     def seen(node: Obj) -> None:
-        for cond in (node.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "Ready" and cond.get("status") == "True":
-                ran.add(node["metadata"]["name"])
+        if is_true(node, "Ready"):
+            ran.add(node["metadata"]["name"])
 
     system.nodes.add_handler(FuncHandler(add=seen, update=lambda _old, new: seen(new)))
     fragile = {"failAfterBootRate": 1, "failAfterBootWithinSeconds": 2}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.e2e.conftest import System
 from tests.support import eventually
 from tests.support.builders import machine_pool, sim_machine_pool
+from tests.support.conditions import condition_status
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.api import constants as c
@@ -22,21 +23,12 @@ async def _annotate(system: System, name: str, key: str, value: str | None) -> N
     await system.client.patch(MACHINE_POOLS, name, patch, system.namespace)
 
 
-def _condition(obj: dict[str, object] | None, type_: str) -> str | None:
-    status = (obj or {}).get("status") or {}
-    assert isinstance(status, dict)
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == type_:
-            return str(cond.get("status"))
-    return None
-
-
 async def test_paused_pool_stands_still_until_unpaused(system: System) -> None:
     await system.create_pool("frozen", 2)
     await system.until(lambda: system.pool_running("frozen", 2), "2 Ready nodes")
     await _annotate(system, "frozen", c.PAUSED_ANNOTATION, "true")
     await system.until(
-        lambda: _condition(system.machine_pool("frozen"), c.PAUSED_CONDITION) == "True",
+        lambda: condition_status(system.machine_pool("frozen"), c.PAUSED_CONDITION) == "True",
         "Paused=True on the MachinePool",
     )
     await system.scale("frozen", 4)
@@ -59,7 +51,7 @@ async def test_paused_pool_stands_still_until_unpaused(system: System) -> None:
 
     await _annotate(system, "frozen", c.PAUSED_ANNOTATION, None)
     await system.until(lambda: system.pool_running("frozen", 4), "4 Ready nodes once unpaused")
-    assert _condition(system.machine_pool("frozen"), c.PAUSED_CONDITION) == "False"
+    assert condition_status(system.machine_pool("frozen"), c.PAUSED_CONDITION) == "False"
 
 
 async def test_external_owner_size_is_copied_back_and_never_changed(system: System) -> None:

@@ -9,6 +9,7 @@ from itertools import pairwise
 
 import pytest
 from tests.e2e.conftest import System
+from tests.support.conditions import condition_status
 from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS, SIM_MACHINES
 
 from machinepool.api import constants as c
@@ -193,9 +194,7 @@ async def test_a_node_turning_ready_outside_a_rollout_does_not_wake_its_pool(
     )
 
     def engine_sees(status: str) -> bool:
-        seen = engine_nodes.get(name)
-        conditions = (seen or {}).get("status", {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == status for c in conditions)
+        return condition_status(engine_nodes.get(name), "Ready") == status
 
     await system.settled(lambda: _pool_engine_adds(system), "the pool engine's queue", quiet=2.0)
     before = _pool_engine_adds(system)

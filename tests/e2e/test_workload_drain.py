@@ -26,6 +26,7 @@ from datetime import datetime
 import pytest
 from tests.e2e.conftest import System
 from tests.support import eventually
+from tests.support.conditions import is_true
 from tests.support.resources import DEPLOYMENTS, MACHINES
 
 from machinepool.api import constants as c
@@ -82,10 +83,7 @@ def _deployment() -> Obj:
 
 
 def _ready(pod: Obj) -> bool:
-    return any(
-        cond.get("type") == "Ready" and cond.get("status") == "True"
-        for cond in (pod.get("status") or {}).get("conditions") or []
-    )
+    return is_true(pod, "Ready")
 
 
 def _healthy(pod: Obj) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 from tests.e2e.conftest import System
+from tests.support.conditions import condition
 from tests.support.resources import MACHINE_HEALTH_CHECKS
 
 from machinepool.api.constants import POOL_NAME_LABEL
@@ -52,10 +53,7 @@ def kubelet_options() -> KubeletOptions:
 
 
 def _ready_condition(node: Obj) -> Obj:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return dict(cond)
-    return {}
+    return condition(node, "Ready")
 
 
 def _taint_keys(node: Obj) -> set[str]:

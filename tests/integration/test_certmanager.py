@@ -30,6 +30,7 @@ from tests.support.certmanager import (
     install_cert_manager,
     kubectl,
 )
+from tests.support.conditions import is_true
 
 from machinepool.controlplane import ControlPlane, RealNode
 from machinepool.runtime import (
@@ -78,8 +79,7 @@ async def cert_manager(cluster: ControlPlane) -> str:
 
 
 def ready(obj: Obj | None) -> bool:
-    conditions = (obj or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return is_true(obj, "Ready")
 
 
 async def test_its_three_pods_run_from_the_images_built_here(

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from tests.support import wait_for
+from tests.support.conditions import is_true
 
 from machinepool.controlplane import ControlPlane, Node, RealNode, optional_binary
 from machinepool.runtime.client import NAMESPACES, NODES, PODS, Client, Resource
@@ -94,8 +95,7 @@ def restricted_pod(name: str, image: str, script: str, restart: str = "Always") 
 
 
 def ready(node: dict[str, Any] | None) -> bool:
-    conditions = (node or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return is_true(node, "Ready")
 
 
 def phase(*phases: str) -> Any:

@@ -31,6 +31,8 @@ from typing import Any
 
 import aiohttp
 from tests.support import Changes
+from tests.support.conditions import is_true
+from tests.support.pools import reports_running
 from tests.support.resources import (
     KUBEADM_CONFIGS,
     MACHINE_POOLS,
@@ -300,19 +302,7 @@ async def chaos_kills(
 # -- objects -------------------------------------------------------------------------------
 
 
-async def roll(client: Client, name: str, namespace: str, version: str) -> None:
-    patch = {"spec": {"template": {"spec": {"version": version}}}}
-    await client.patch(MACHINE_POOLS, name, patch, namespace)
-
-
 # -- watching ------------------------------------------------------------------------------
-
-
-def node_ready(node: Obj) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
 
 
 def _version(node: Obj) -> str:
@@ -423,7 +413,9 @@ class World(Changes):
 
     def ready_nodes(self, version: str | None = None) -> list[Obj]:
         return [
-            n for n in self.nodes() if node_ready(n) and (version is None or _version(n) == version)
+            n
+            for n in self.nodes()
+            if is_true(n, "Ready") and (version is None or _version(n) == version)
         ]
 
     def records(self) -> list[InstanceRecord]:
@@ -451,35 +443,22 @@ class World(Changes):
     def pool_running(self, name: str, replicas: int, version: str) -> bool:
         """Like ``running`` for one of several pools sharing the workload cluster: its own
         status, its live instances, and Ready Nodes on ``version`` for each of them."""
-        mp = self.get("machinepools", name)
-        if mp is None:
+        if not reports_running(self.get("machinepools", name), replicas):
             return False
-        status = mp.get("status") or {}
         pids = {r.provider_id for r in self.live(name)}
         ready = [
             n
             for n in self.ready_nodes(version)
             if str((n.get("spec") or {}).get("providerID", "")) in pids
         ]
-        return (
-            status.get("phase") == "Running"
-            and status.get("readyReplicas", 0) == replicas
-            and len(status.get("nodeRefs") or []) == replicas
-            and len(pids) == replicas
-            and len(ready) == replicas
-        )
+        return len(pids) == replicas and len(ready) == replicas
 
     def running(self, name: str, replicas: int, version: str | None = None) -> bool:
         """The MachinePool reports ``replicas`` Ready and the workload agrees."""
         mp = self.get("machinepools", name)
-        if mp is None:
-            return False
-        status = mp.get("status") or {}
         return (
-            status.get("phase") == "Running"
-            and status.get("readyReplicas", 0) == replicas
-            and status.get("replicas", 0) == replicas
-            and len(status.get("nodeRefs") or []) == replicas
+            reports_running(mp, replicas)
+            and ((mp or {}).get("status") or {}).get("replicas", 0) == replicas
             and len(self.ready_nodes(version)) == replicas
             and len(self.nodes()) == replicas
             and len(self.live(name)) == replicas
@@ -531,7 +510,9 @@ def check_pools_converged(world: World, pools: dict[str, int], version: str) -> 
     node_pids = sorted(str((n.get("spec") or {}).get("providerID", "")) for n in nodes)
     if node_pids != all_pids:
         problems.append(f"Nodes {node_pids} != live instances {all_pids}")
-    stale = [n["metadata"]["name"] for n in nodes if _version(n) != version or not node_ready(n)]
+    stale = [
+        n["metadata"]["name"] for n in nodes if _version(n) != version or not is_true(n, "Ready")
+    ]
     if stale:
         problems.append(f"Nodes not Ready on {version}: {stale}")
     problems += _orphan_secrets(world)

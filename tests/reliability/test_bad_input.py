@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from tests.reliability.harness import ControllerProcess, Env
 from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool, machine_pool
+from tests.support.pools import scale_pool
 from tests.support.resources import MACHINE_POOLS, SIM_MACHINE_POOLS
 from tests.support.waiting import until_admission_answers
 
@@ -335,7 +336,7 @@ async def _canary(env: Env, stop: asyncio.Event, cycles: list[int]) -> None:
     replicas = 1
     while not stop.is_set():
         replicas = 3 - replicas
-        await env.client.set_scale(MACHINE_POOLS, "canary", env.namespace, replicas)
+        await scale_pool(env.client, env.namespace, "canary", replicas)
         await env.world.until(
             functools.partial(env.world.running, "canary", replicas, VERSION),
             f"canary at {replicas} during the barrage",

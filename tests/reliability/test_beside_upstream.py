@@ -31,10 +31,11 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
-from tests.reliability.harness import ControllerProcess, World, roll
+from tests.reliability.harness import ControllerProcess, World
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
 from tests.support.builders import CLUSTER, create_pool
+from tests.support.pools import roll_pool
 from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 from tests.support.upstream import (
     TEST_MACHINE_TEMPLATES,
@@ -499,7 +500,7 @@ async def test_side_by_side_with_a_machine_deployment(shared: Beside) -> None:
 
             # Roll to a new version while upstream's core (it drains and deletes the old
             # pool Machines) is killed -9 once mid-way.
-            await roll(client, pool, ns, "v1.34.1")
+            await roll_pool(client, ns, pool, "v1.34.1")
             await world.until(lambda: bool(world.deleted_nodes), "the rollout deletes a Node")
             upstream_core.crash_and_restart()
             await upstream_core.wait_ready(timeout=180)

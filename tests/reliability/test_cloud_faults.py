@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from tests.reliability.harness import Env, chaos_kills, check_converged, roll
+from tests.reliability.harness import Env, chaos_kills, check_converged
 from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.pools import roll_pool, scale_pool
 
 from machinepool.sim import Faults, SimCloud
 
@@ -37,8 +37,8 @@ async def test_flaky_cloud_converges_without_duplicates(
     steps: list[tuple[int, str]] = [(3, VERSION), (6, VERSION), (2, "v1.34.1"), (4, "v1.34.2")]
     steps += [(rng.randint(1, 4), f"v1.34.{3 + i}") for i in range(scale - 1)]
     for replicas, version in steps:
-        await env.client.set_scale(MACHINE_POOLS, name, env.namespace, replicas)
-        await roll(env.client, name, env.namespace, version)
+        await scale_pool(env.client, env.namespace, name, replicas)
+        await roll_pool(env.client, env.namespace, name, version)
         await chaos_kills(controller, 2, rng, max_delay=4.0)
         await world.until(
             world.steady(name, replicas, version),

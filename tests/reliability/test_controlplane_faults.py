@@ -26,12 +26,11 @@ from tests.reliability.harness import (
     check_converged,
     failure_streaks,
     judge_victims,
-    roll,
     storms,
 )
 from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.pools import roll_pool, scale_pool
 
 from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.register import register_workload_cluster
@@ -87,14 +86,14 @@ async def test_apiserver_etcd_and_workload_outages_during_rollout(
     await world.until(lambda: world.running(name, 3, VERSION), "3 Ready before the faults")
     deleted_before = len(world.deleted_nodes)
 
-    await roll(env.client, name, env.namespace, new)
+    await roll_pool(env.client, env.namespace, name, new)
     await world.until(lambda: len(world.ready_nodes(new)) >= 1, "rollout under way")
     await asyncio.to_thread(cp.restart_apiserver)
     await world.until(lambda: len(world.ready_nodes(new)) >= 2, "rollout resumed")
     await asyncio.to_thread(cp.restart_etcd)
     workload = cp.workloads["faults"]
     await asyncio.to_thread(workload.stop_apiserver)
-    await env.client.set_scale(MACHINE_POOLS, name, env.namespace, 4)
+    await scale_pool(env.client, env.namespace, name, 4)
     await asyncio.sleep(OUTAGE_SECONDS)  # the outage itself: nothing to watch for
     await asyncio.to_thread(workload.start_apiserver)
 

@@ -15,10 +15,10 @@ import math
 import random
 from dataclasses import dataclass
 
-from tests.reliability.harness import Env, chaos_kills, check_converged, judge_victims, roll
+from tests.reliability.harness import Env, chaos_kills, check_converged, judge_victims
 from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.pools import roll_pool, scale_pool
 
 KILLS_PER_CI_RUN = 52
 """At least 50 SIGKILLs at scale 1, spread over the phases below."""
@@ -60,9 +60,9 @@ async def test_kill_9_during_scale_and_rollout_loses_nothing(
             )
         else:
             if phase.version != version:
-                await roll(env.client, name, env.namespace, phase.version)
+                await roll_pool(env.client, env.namespace, name, phase.version)
             if phase.replicas != replicas:
-                await env.client.set_scale(MACHINE_POOLS, name, env.namespace, phase.replicas)
+                await scale_pool(env.client, env.namespace, name, phase.replicas)
         replicas, version = phase.replicas, phase.version
         await chaos_kills(controller, kills_per_phase, rng, max_delay=3.0)
         await world.until(

@@ -23,7 +23,7 @@ from tests.reliability.harness import ControllerProcess, Env, check_converged
 from tests.reliability.proxy import AuditProxy, Request, overlapping_writers
 from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.pools import scale_pool
 
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import LEASES
@@ -92,7 +92,7 @@ async def test_leader_killed_and_partitioned_never_two_writers(
         rounds = 3 * scale
         for round_ in range(rounds + 1):
             target = rng.choice([1, 2, 3])
-            await env.client.set_scale(MACHINE_POOLS, "le", env.namespace, target)
+            await scale_pool(env.client, env.namespace, "le", target)
             await world.until(
                 functools.partial(world.running, "le", target, VERSION),
                 f"round {round_}: {target} Ready",

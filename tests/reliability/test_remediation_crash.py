@@ -16,6 +16,7 @@ import random
 
 from tests.reliability.harness import Env, chaos_kills, check_converged
 from tests.support.builders import VERSION, create_pool
+from tests.support.conditions import condition_status
 from tests.support.resources import MACHINE_HEALTH_CHECKS
 
 from machinepool.api.constants import POOL_NAME_LABEL
@@ -27,13 +28,6 @@ KILLS = 6
 GRACE = 5.0
 """Seconds a stopped kubelet's Node keeps its status before the simulator marks it Unknown
 (the default 50 s of kube-controller-manager is a wait that proves nothing here)."""
-
-
-def _status(obj: Obj | None, type_: str) -> str:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return str(cond.get("status"))
-    return ""
 
 
 async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> None:
@@ -90,7 +84,7 @@ async def test_kill_9_mid_remediation_loses_nothing(env: Env, scale: int) -> Non
         assert victim_node is not None
         await SimCloud(env.client).stop_kubelet(env.namespace, victim)
         await world.until(
-            lambda: _status(world.node_of(victim), "Ready") == "Unknown",
+            lambda: condition_status(world.node_of(victim), "Ready") == "Unknown",
             f"{victim}'s Node Unknown after the grace period",
         )
         kills = asyncio.create_task(chaos_kills(controller, KILLS * scale, rng, max_delay=2.0))

@@ -47,12 +47,12 @@ from tests.reliability.harness import (
     check_pools_converged,
     failure_streaks,
     judge_victims,
-    roll,
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
 from tests.reliability.report import Recorder
 from tests.support.builders import CLUSTER, VERSION, create_pool
+from tests.support.pools import roll_pool
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
@@ -311,7 +311,7 @@ async def test_rollout_at_scale_under_kills_compaction_throttling_and_restarts(
             asyncio.create_task(_drop_watches_forever(proxy, drops)),
         ]
         for pool in pools:
-            await roll(env.client, pool, env.namespace, NEW_VERSION)
+            await roll_pool(env.client, env.namespace, pool, NEW_VERSION)
         await world.until(
             lambda: len(world.ready_nodes(NEW_VERSION)) >= nodes // 2,
             "half the Nodes on the new version",

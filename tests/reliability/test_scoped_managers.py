@@ -23,7 +23,8 @@ from urllib.parse import parse_qs
 
 from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
-from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.builders import pool_objects
+from tests.support.pools import reports_running
 from tests.support.resources import (
     CLUSTERS,
     KUBEADM_CONFIGS,
@@ -45,11 +46,7 @@ FILTERED_KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools
 async def _create_pool(
     client: Client, name: str, namespace: str, cluster: str, labels: dict[str, str]
 ) -> None:
-    for res, body in (
-        (KUBEADM_CONFIGS, kubeadm_config(namespace, name)),
-        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name)),
-        (MACHINE_POOLS, machine_pool(namespace, name, replicas=2, cluster=cluster)),
-    ):
+    for res, body in pool_objects(namespace, name, replicas=2, cluster=cluster):
         body["metadata"]["labels"] = dict(labels)
         await client.create(res, body, namespace)
 
@@ -57,9 +54,9 @@ async def _create_pool(
 async def _running(client: Client, name: str, namespace: str, replicas: int) -> None:
     async with asyncio.timeout(WAIT):
         while True:
-            mp = await client.get(MACHINE_POOLS, name, namespace)
-            status = mp.get("status") or {}
-            if status.get("phase") == "Running" and status.get("readyReplicas") == replicas:
+            if reports_running(
+                await client.get(MACHINE_POOLS, name, namespace), replicas, node_refs=False
+            ):
                 return
             await asyncio.sleep(0.5)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from tests.reliability.harness import Env, check_converged, scan_logs, secret_needles
 from tests.support.builders import VERSION, create_pool
+from tests.support.pools import scale_pool
 from tests.support.rbac import wait_aggregated
 from tests.support.resources import CLUSTER_ROLE_BINDINGS, MACHINE_POOLS
 
@@ -278,7 +279,7 @@ async def test_controllers_run_under_exactly_the_shipped_rights(
     world = env.world
     await create_pool(env.client, env.namespace, "least", replicas=2)
     await world.until(lambda: world.running("least", 2, VERSION), "2 Ready under shipped RBAC")
-    await env.client.set_scale(MACHINE_POOLS, "least", env.namespace, 1)
+    await scale_pool(env.client, env.namespace, "least", 1)
     await world.until(
         lambda: (
             world.running("least", 1, VERSION) and not check_converged(world, "least", 1, VERSION)

@@ -23,6 +23,7 @@ from tests.reliability.harness import WAIT, ControllerProcess, Env
 from tests.reliability.proxy import AuditProxy, Request
 from tests.reliability.report import Recorder
 from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
+from tests.support.pools import reports_running, scale_pool
 from tests.support.resources import (
     CLUSTERS,
     KUBEADM_CONFIGS,
@@ -167,8 +168,7 @@ async def _running(client: Client, namespace: str, pools: list[str], replicas: i
             while pending:
                 for name in list(pending):
                     mp = await client.get(MACHINE_POOLS, name, namespace)
-                    status = mp.get("status") or {}
-                    if status.get("phase") == "Running" and status.get("readyReplicas") == replicas:
+                    if reports_running(mp, replicas, node_refs=False):
                         pending.discard(name)
                 await asyncio.sleep(0.5)
     except TimeoutError:
@@ -260,7 +260,7 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
         assert {c for c in clusters if after_kill[c] != shards[c]} == set(moved)
         moved_pools = [f"pool-{c[1:]}" for c in moved]
         for pool in moved_pools:
-            await env.client.set_scale(MACHINE_POOLS, pool, ns, 2)
+            await scale_pool(env.client, ns, pool, 2)
         await _running(env.client, ns, moved_pools, 2)
 
         # A new replica takes about 1/N of the Clusters, and only from the others.
@@ -278,7 +278,7 @@ async def test_replicas_share_clusters_fail_over_and_rebalance(
         assert shifted == expected
         shifted_pools = [f"pool-{c[1:]}" for c in shifted]
         for pool in shifted_pools:
-            await env.client.set_scale(MACHINE_POOLS, pool, ns, 3)
+            await scale_pool(env.client, ns, pool, 3)
         await _running(env.client, ns, shifted_pools, 3)
 
         assert _overlaps(audit) == []

@@ -25,10 +25,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from tests.reliability.harness import Env, check_converged, judge_victims, roll
+from tests.reliability.harness import Env, check_converged, judge_victims
 from tests.reliability.proxy import AuditProxy
 from tests.support.builders import VERSION, create_pool
-from tests.support.resources import MACHINE_POOLS
+from tests.support.pools import roll_pool, scale_pool
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINES
@@ -95,7 +95,7 @@ async def test_a_rollout_with_the_instance_records_seen_late(
         await create_pool(env.client, env.namespace, "slow", replicas=REPLICAS, sim_spec=sim)
         await world.until(world.steady("slow", REPLICAS, VERSION), f"{REPLICAS} Ready")
         deleted_before = len(world.deleted_nodes)
-        await roll(env.client, "slow", env.namespace, NEW_VERSION)
+        await roll_pool(env.client, env.namespace, "slow", NEW_VERSION)
         await world.until(
             world.steady("slow", REPLICAS, NEW_VERSION),
             f"{REPLICAS} Ready on {NEW_VERSION} with the records seen late",
@@ -130,7 +130,7 @@ async def test_a_scale_down_with_the_marks_seen_late(
         (chosen,) = [m for m in world.objects("machines") if m["spec"]["providerID"] == newest]
         mark = {"metadata": {"annotations": {c.DELETE_MACHINE_ANNOTATION: "yes"}}}
         await env.client.patch(MACHINES, chosen["metadata"]["name"], mark, env.namespace)
-        await env.client.set_scale(MACHINE_POOLS, "marked", env.namespace, 2)
+        await scale_pool(env.client, env.namespace, "marked", 2)
         await world.until(world.steady("marked", 2, VERSION), "2 Ready, the marked one gone")
 
     assert check_converged(world, "marked", 2, VERSION) == []

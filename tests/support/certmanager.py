@@ -30,6 +30,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.support.conditions import is_true
 from tests.support.waiting import until_admission_answers, watch_until
 
 from machinepool.controlplane import ControlPlane, optional_binary
@@ -164,8 +165,7 @@ def load_images(cluster: ControlPlane, archives: Sequence[Path]) -> None:
 
 
 def _available(deployment: Obj | None) -> bool:
-    conditions = (deployment or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+    return is_true(deployment, "Available")
 
 
 async def install_cert_manager(

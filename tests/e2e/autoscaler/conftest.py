@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.support.conditions import is_true
 from tests.support.resources import MACHINE_POOLS
 from tests.support.waiting import until_admission_answers
 
@@ -71,8 +72,7 @@ async def machineset_crd(client: Client) -> str:
     name = str(MACHINESET_CRD["metadata"]["name"])
     for _ in range(300):
         crd = await client.get(CRDS, name)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+        if is_true(crd, "Established"):
             return name
         await asyncio.sleep(0.1)
     raise TimeoutError(f"CRD {name} never became Established")

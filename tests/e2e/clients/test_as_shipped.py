@@ -59,6 +59,7 @@ import pytest_asyncio
 import yaml
 from tests.reliability.report import command_line, git_revision
 from tests.support import certmanager, eventually, wait_for
+from tests.support.conditions import is_true
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.api.constants import POOL_NAME_LABEL
@@ -201,8 +202,7 @@ class Installed(AsUser):
 
 
 def ready(obj: Obj | None) -> bool:
-    conditions = (obj or {}).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return is_true(obj, "Ready")
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.launch_templates import LaunchTemplate, LaunchTemplateVersion
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from tests.support import eventually
+from tests.support.pools import scale_pool
 from tests.support.resources import AWSMACHINEPOOLS, AWSMACHINES, CLUSTERS, MACHINE_POOLS, MACHINES
 from werkzeug.serving import make_server
 
@@ -505,9 +506,7 @@ class AWSEnv:
         return await self.client.get(AWSMACHINEPOOLS, name, self.namespace)
 
     async def scale(self, name: str, replicas: int) -> None:
-        await self.client.patch(
-            MACHINE_POOLS, name, {"spec": {"replicas": replicas}}, self.namespace
-        )
+        await scale_pool(self.client, self.namespace, name, replicas)
 
     async def group(self, name: str) -> dict[str, Any] | None:
         return await in_thread(self.fake.group, name)  # type: ignore[no-any-return]

@@ -219,7 +219,7 @@ async def test_machine_pool_runs_on_aws_and_scales_down_through_drained_machines
     nodes.add_handler(FuncHandler(update=on_update))
     await nodes.start()
     try:
-        await aws_env.client.set_scale(MACHINE_POOLS, "e2e", aws_env.namespace, 1)
+        await aws_env.scale("e2e", 1)
         await aws_env.eventually(lambda: running(aws_env, "e2e", 1), within=120)
     finally:
         await nodes.stop()

@@ -16,7 +16,6 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import pytest
@@ -38,13 +37,6 @@ def b64(text: str | bytes) -> str:
 
 def unb64(text: str) -> str:
     return base64.b64decode(text).decode()
-
-
-def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
 
 
 def data_created(obj: Obj | None) -> bool:
@@ -113,9 +105,11 @@ class Env:
         }
         await self.client.create(SECRETS, secret, self.namespace)
 
-    async def create_pool(self, name: str, config: str) -> Obj:
+    async def create_pool(self, name: str, config: str, *, version: str | None = None) -> Obj:
+        """A MachinePool ``name`` whose bootstrap is the KubeadmConfig ``config`` (``version``
+        unset unless given: most bootstrap tests have no use for one)."""
         pool = machine_pool(
-            self.namespace, name, cluster=self.cluster, version=None, bootstrap=config
+            self.namespace, name, cluster=self.cluster, version=version, bootstrap=config
         )
         return await self.client.create(MACHINE_POOLS, pool, self.namespace)
 

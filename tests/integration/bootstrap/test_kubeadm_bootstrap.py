@@ -12,6 +12,7 @@ import pytest
 import yaml
 from tests.support import eventually, wait_for
 from tests.support.builders import kubeadm_config
+from tests.support.conditions import condition
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.api.meta import ADOPTION_GRACE_SECONDS, parse_time
@@ -31,7 +32,7 @@ from machinepool.runtime import (
 )
 from machinepool.runtime.pki import ca_public_key_hash
 
-from .conftest import Env, b64, condition, data_created, rejected_eventually, unb64, whoami
+from .conftest import Env, b64, data_created, rejected_eventually, unb64, whoami
 
 JINJA_NAME = '{{ ds.meta_data["local_hostname"] }}'
 JSON_BODY = json.dumps({"registry": {"mirrors": ["a", "b"]}, "note": "# not: yaml"}, indent=2)

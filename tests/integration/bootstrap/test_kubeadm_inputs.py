@@ -19,7 +19,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from tests.support import eventually, wait_for
-from tests.support.builders import machine_pool
+from tests.support.conditions import condition
+from tests.support.pools import roll_pool
 from tests.support.reads import recording, unnoticed
 from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS
 
@@ -30,20 +31,9 @@ from machinepool.bootstrap.kubeadm.data import RenderFailed
 from machinepool.bootstrap.kubeadm.scope import KubeadmOptions
 from machinepool.runtime import SECRETS, Client, ClusterCache, Manager, Obj, ObjectKey
 
-from .conftest import Env, condition, data_created
+from .conftest import Env, data_created
 
 RunController = Callable[..., Awaitable[Manager]]
-
-
-async def create_pool(env: Env, name: str, version: str) -> Obj:
-    pool = machine_pool(env.namespace, name, cluster=env.cluster, version=version, bootstrap=name)
-    return await env.client.create(MACHINE_POOLS, pool, env.namespace)
-
-
-async def set_version(env: Env, name: str, version: str) -> None:
-    """What ``kubectl patch mp <name> --type merge`` sends."""
-    patch = {"spec": {"template": {"spec": {"version": version}}}}
-    await env.client.patch(MACHINE_POOLS, name, patch, env.namespace)
 
 
 def failed_reconciles(mgr: Manager) -> float:
@@ -107,7 +97,7 @@ async def test_pool_events_pass_every_pool_field_a_reconcile_reads(
     bootstrap_env: Env, run_controller: RunController
 ) -> None:
     env = bootstrap_env
-    pool = await create_pool(env, "inputs", "v1.34.4")
+    pool = await env.create_pool("inputs", "inputs", version="v1.34.4")
     await env.create_config("inputs", {}, pool=pool)
     mgr = await run_controller()
     await env.wait_config("inputs", data_created)
@@ -138,7 +128,7 @@ async def test_pool_events_pass_every_pool_field_a_reconcile_reads(
         status = {"status": {"nodeRefs": [{"name": "node-1"}], "replicas": 1}}
         await env.client.patch(MACHINE_POOLS, "inputs", status, env.namespace, subresource="status")
         await reconcile_recorded(lambda p: bool(p.get("status", {}).get("nodeRefs")))
-        await set_version(env, "inputs", "v1.19.7")
+        await roll_pool(env.client, env.namespace, "inputs", "v1.19.7")
         await reconcile_recorded(
             lambda p: p["spec"]["template"]["spec"].get("version") == "v1.19.7"
         )
@@ -153,7 +143,7 @@ async def test_an_unsupported_version_is_retried_and_fixed_with_one_token(
     bootstrap_env: Env, run_controller: RunController
 ) -> None:
     env = bootstrap_env
-    pool = await create_pool(env, "old", "v1.19.7")
+    pool = await env.create_pool("old", "old", version="v1.19.7")
     config = await env.create_config("old", {}, pool=pool)
     async with TokenWatch(env.workload_client, config["metadata"]["uid"]) as tokens:
         mgr = await run_controller()
@@ -167,7 +157,7 @@ async def test_an_unsupported_version_is_retried_and_fixed_with_one_token(
         await retried_twice_more(mgr)
         assert tokens.made == [], "no token is made for a config that cannot render"
 
-        await set_version(env, "old", "v1.34.4")
+        await roll_pool(env.client, env.namespace, "old", "v1.34.4")
         fixed = await env.wait_config("old", data_created, within=15)
         assert condition(fixed, "DataSecretAvailable")["status"] == "True"
         secret = await env.client.get(SECRETS, "old", env.namespace)
@@ -182,7 +172,7 @@ async def test_a_failed_write_of_the_data_keeps_the_token_it_made(
     env = bootstrap_env
     squatter = {"metadata": {"name": "squat"}, "type": "Opaque", "data": {"x": "eA=="}}
     await env.client.create(SECRETS, squatter, env.namespace)
-    pool = await create_pool(env, "squat", "v1.34.4")
+    pool = await env.create_pool("squat", "squat", version="v1.34.4")
     config = await env.create_config("squat", {}, pool=pool)
     async with TokenWatch(env.workload_client, config["metadata"]["uid"]) as tokens:
         mgr = await run_controller()

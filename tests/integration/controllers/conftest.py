@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 import pytest_asyncio
 import yaml
 from tests.support import Changes
@@ -351,22 +350,6 @@ def _now() -> str:
     from machinepool.api.conditions import now_rfc3339
 
     return now_rfc3339()
-
-
-def cond(obj: Obj | None, type_: str, *, v1beta1: bool = False) -> Obj:
-    status = (obj or {}).get("status") or {}
-    if v1beta1:
-        conds = ((status.get("deprecated") or {}).get("v1beta1") or {}).get("conditions") or []
-    else:
-        conds = status.get("conditions") or []
-    return next((c for c in conds if c.get("type") == type_), {})
-
-
-@pytest.fixture
-def pool_node_taints() -> bool:
-    """The core's ``MachinePoolNodeTaints`` gate for ``env``: off, as by default; a test turns
-    it on with ``@pytest.mark.parametrize("pool_node_taints", [True])``."""
-    return False
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 
 from tests.support import eventually
+from tests.support.conditions import condition
 from tests.support.resources import CLUSTERS, MACHINE_POOLS
 
 from machinepool.api import constants as c
@@ -15,7 +16,7 @@ from machinepool.api.views import MachinePoolView
 from machinepool.controllers.machinepool.delete import node_deletion_timed_out
 from machinepool.runtime import NODES, SECRETS
 
-from .conftest import TEST_POOLS, Env, cond
+from .conftest import TEST_POOLS, Env
 
 AZ = "azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachineScaleSets"
 
@@ -24,8 +25,8 @@ async def test_missing_cluster_is_reported_then_converges(env: Env) -> None:
     await env.kubeadm_config("boot", ready=True)
     await env.infra_pool("pool")
     await env.machine_pool("pool", bootstrap="boot", cluster="late")
-    mp = await env.pool_until("pool", lambda o: bool(cond(o, "Ready", v1beta1=True)))
-    ready = cond(mp, "Ready", v1beta1=True)
+    mp = await env.pool_until("pool", lambda o: bool(condition(o, "Ready", v1beta1=True)))
+    ready = condition(mp, "Ready", v1beta1=True)
     assert ready["reason"] == "ClusterNotFound"
     assert f"Cluster {env.namespace}/late does not exist" in ready["message"]
     secret = await env.client.get(SECRETS, f"{env.cluster_name}-kubeconfig", env.namespace)
@@ -48,16 +49,16 @@ async def test_missing_cluster_is_reported_then_converges(env: Env) -> None:
 async def test_missing_references_are_reported_then_converge(env: Env) -> None:
     await env.machine_pool("pool", bootstrap="boot")
     mp = await env.pool_until(
-        "pool", lambda o: cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
+        "pool", lambda o: condition(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
     )
-    boot = cond(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)
+    boot = condition(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)
     assert (boot["reason"], boot["message"]) == (
         c.OBJECT_DOES_NOT_EXIST_REASON,
         "KubeadmConfig does not exist",
     )
-    infra = cond(mp, c.INFRASTRUCTURE_READY_CONDITION)
+    infra = condition(mp, c.INFRASTRUCTURE_READY_CONDITION)
     assert infra["reason"] == c.OBJECT_DOES_NOT_EXIST_REASON
-    v1 = cond(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    v1 = condition(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
     assert v1["reason"] == c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON
     assert "TestMachinePool" in v1["message"]
     await env.kubeadm_config("boot", ready=True)
@@ -68,11 +69,11 @@ async def test_missing_references_are_reported_then_converge(env: Env) -> None:
         "pool",
         lambda o: (
             o["status"].get("phase") == c.PHASE_PROVISIONING
-            and cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason")
+            and condition(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason")
             != c.OBJECT_DOES_NOT_EXIST_REASON
         ),
     )
-    assert cond(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "True"
+    assert condition(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "True"
     pool = await env.client.get(TEST_POOLS, "pool", env.namespace)
     assert pool["metadata"]["ownerReferences"][0]["name"] == "pool"
 
@@ -86,9 +87,11 @@ async def test_infra_pool_of_another_owner_is_refused_until_the_ref_is_fixed(env
     await env.machine_pool("second", bootstrap="boot2", infra="shared")
     mp = await env.pool_until(
         "second",
-        lambda o: cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == "InvalidReference",
+        lambda o: (
+            condition(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == "InvalidReference"
+        ),
     )
-    message = cond(mp, c.INFRASTRUCTURE_READY_CONDITION)["message"]
+    message = condition(mp, c.INFRASTRUCTURE_READY_CONDITION)["message"]
     assert f"TestMachinePool {env.namespace}/shared is already controlled by MachinePool first" in (
         message
     )
@@ -101,7 +104,9 @@ async def test_infra_pool_of_another_owner_is_refused_until_the_ref_is_fixed(env
     )
     mp = await env.pool_until(
         "second",
-        lambda o: cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == c.NOT_READY_REASON,
+        lambda o: (
+            condition(o, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == c.NOT_READY_REASON
+        ),
     )
     assert mp["status"]["phase"] == c.PHASE_PROVISIONING
 
@@ -157,7 +162,7 @@ async def test_a_listed_swap_whose_counters_were_not_written_still_retires_the_n
     # The Cluster paused holds every reconcile while both lists are written as that spec
     # patch would have left them.
     await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": True}}, env.namespace)
-    await env.pool_until("pool", lambda o: cond(o, c.PAUSED_CONDITION).get("status") == "True")
+    await env.pool_until("pool", lambda o: condition(o, c.PAUSED_CONDITION).get("status") == "True")
     await env.infra_provider_ids("pool", swapped)
     await env.client.patch(
         MACHINE_POOLS, "pool", {"spec": {"providerIDList": swapped}}, env.namespace
@@ -215,7 +220,7 @@ async def test_node_deletion_timeout_leaves_nodes_behind(env: Env) -> None:
     await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_RUNNING)
     await env.client.delete(MACHINE_POOLS, "pool", env.namespace)
     mp = await env.pool_until("pool", lambda o: o["status"].get("phase") == c.PHASE_DELETING)
-    assert "Waiting for" in cond(mp, c.DELETING_CONDITION)["message"]
+    assert "Waiting for" in condition(mp, c.DELETING_CONDITION)["message"]
     # Retire t0 (see the next test), so that only the timeout keeps it.
     await _retire_while_deleting(env, "pool", [])
     await eventually(
@@ -313,7 +318,7 @@ async def test_infra_pool_deleted_after_ready_is_reported_never_as_phase_failed(
         "pool",
         lambda o: (
             bool(o["status"]["deprecated"]["v1beta1"].get("failureReason"))
-            and cond(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
+            and condition(o, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "False"
         ),
     )
     # Upstream's phase rules, as upstream's v1beta2 API asks ("Failed" is deprecated there and
@@ -325,10 +330,10 @@ async def test_infra_pool_deleted_after_ready_is_reported_never_as_phase_failed(
         f"MachinePool infrastructure resource TestMachinePool {env.namespace}/pool"
         " has been deleted after being ready"
     )
-    infra = cond(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    infra = condition(mp, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
     assert (infra["status"], infra["reason"]) == ("False", c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON)
-    assert cond(mp, "Ready", v1beta1=True)["status"] == "False"
-    infra = cond(mp, c.INFRASTRUCTURE_READY_CONDITION)
+    assert condition(mp, "Ready", v1beta1=True)["status"] == "False"
+    infra = condition(mp, c.INFRASTRUCTURE_READY_CONDITION)
     assert (infra["reason"], infra["message"]) == (
         c.OBJECT_DELETED_REASON,
         "TestMachinePool has been deleted",

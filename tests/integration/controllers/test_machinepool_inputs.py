@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pprint import pformat
 
 import pytest
+from tests.support.conditions import condition
 from tests.support.reads import Path, recording, unnoticed
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 
@@ -31,7 +32,7 @@ from machinepool.controllers.machine.controller import pool_inputs as machine_po
 from machinepool.controllers.machinepool import watches
 from machinepool.runtime import NODES, Informer, Obj, ObjectKey
 
-from .conftest import TEST_MACHINES, TEST_POOLS, Env, _now, cond
+from .conftest import TEST_MACHINES, TEST_POOLS, Env, _now
 
 WRITTEN_BY_THE_POOL = "written by the MachinePool controller alone, which reads its own writes"
 EXEMPT: dict[str, dict[Path, str]] = {
@@ -89,7 +90,7 @@ async def test_every_watch_passes_what_a_pool_reconcile_reads(env: Env) -> None:
         lambda o: (
             o["status"].get("phase") == c.PHASE_RUNNING
             and o["status"].get("readyReplicas") == 1
-            and cond(o, c.MACHINES_READY_CONDITION).get("status") == "True"
+            and condition(o, c.MACHINES_READY_CONDITION).get("status") == "True"
         ),
     )
     reconciler = env.reconciler
@@ -203,7 +204,7 @@ async def test_every_watch_passes_what_a_machine_reconcile_reads(
         template=TAINTED_TEMPLATE if pool_node_taints else None,
     )
     await env.machines.until(
-        "m1", lambda m: m is not None and cond(m, c.READY_CONDITION).get("status") == "True"
+        "m1", lambda m: m is not None and condition(m, c.READY_CONDITION).get("status") == "True"
     )
     reconciler = env.machine_reconciler
     assert reconciler is not None
@@ -222,7 +223,8 @@ async def test_every_watch_passes_what_a_machine_reconcile_reads(
     await env.machines.until(
         "m1",
         lambda m: (
-            m is not None and cond(m, "HealthCheckSucceeded", v1beta1=True).get("status") == "True"
+            m is not None
+            and condition(m, "HealthCheckSucceeded", v1beta1=True).get("status") == "True"
         ),
     )
     cluster = ObjectKey(ns, env.cluster_name)

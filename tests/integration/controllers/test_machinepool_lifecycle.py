@@ -3,12 +3,13 @@ readiness of bootstrap and infrastructure, node matching and patching, deletion.
 
 from __future__ import annotations
 
+from tests.support.conditions import condition
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 
 from machinepool.api import constants as c
 from machinepool.runtime import NODES, FuncHandler, NotFound, Obj
 
-from .conftest import TEST_POOLS, Env, cond
+from .conftest import TEST_POOLS, Env
 
 
 async def test_a_new_pools_finalizer_comes_with_its_cluster_owner_in_one_write(
@@ -32,7 +33,7 @@ async def test_a_new_pools_finalizer_comes_with_its_cluster_owner_in_one_write(
     await env.machine_pool(
         "held", replicas=1, bootstrap="boot", annotations={c.PAUSED_ANNOTATION: ""}
     )
-    await env.pool_until("held", lambda o: cond(o, c.PAUSED_CONDITION).get("status") == "True")
+    await env.pool_until("held", lambda o: condition(o, c.PAUSED_CONDITION).get("status") == "True")
 
     def with_finalizer(name: str) -> list[Obj]:
         return [
@@ -63,8 +64,8 @@ async def test_happy_path_through_every_phase(env: Env) -> None:
     owner = mp["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "Cluster"
     assert not owner.get("controller")
-    assert cond(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "False"
-    boot_ready = cond(mp, c.V1BETA1_BOOTSTRAP_READY_CONDITION, v1beta1=True)
+    assert condition(mp, c.BOOTSTRAP_CONFIG_READY_CONDITION)["status"] == "False"
+    boot_ready = condition(mp, c.V1BETA1_BOOTSTRAP_READY_CONDITION, v1beta1=True)
     assert boot_ready.get("reason") == c.V1BETA1_WAITING_FOR_DATA_SECRET_FALLBACK_REASON, (
         __import__("json").dumps(mp["status"])
     )
@@ -106,9 +107,9 @@ async def test_happy_path_through_every_phase(env: Env) -> None:
     assert mp["status"]["readyReplicas"] == 2
     assert mp["status"]["versions"] == [{"version": "v1.31.0", "replicas": 2}]
     assert mp["status"]["observedGeneration"] == mp["metadata"]["generation"]
-    assert cond(mp, "Ready", v1beta1=True)["status"] == "True", mp["status"]["deprecated"]
-    assert cond(mp, c.AVAILABLE_CONDITION)["status"] == "True"
-    assert cond(mp, c.INFRASTRUCTURE_READY_CONDITION)["status"] == "True"
+    assert condition(mp, "Ready", v1beta1=True)["status"] == "True", mp["status"]["deprecated"]
+    assert condition(mp, c.AVAILABLE_CONDITION)["status"] == "True"
+    assert condition(mp, c.INFRASTRUCTURE_READY_CONDITION)["status"] == "True"
 
     n0 = await env.nodes.until(
         "n0",

@@ -16,6 +16,7 @@ import contextlib
 
 import pytest
 from tests.support import eventually
+from tests.support.conditions import condition
 from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES
 
 from machinepool.api import constants as c
@@ -39,7 +40,6 @@ from .conftest import (
     TEST_POOLS,
     Env,
     _now,
-    cond,
 )
 
 LONG = "workers-" + "x" * 70  # not a valid label value: the pool-name label is a hash
@@ -109,7 +109,7 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     )
 
     machine = await env.machines.until(
-        "m0", lambda m: m is not None and cond(m, c.READY_CONDITION).get("status") == "True"
+        "m0", lambda m: m is not None and condition(m, c.READY_CONDITION).get("status") == "True"
     )
     assert machine is not None
     owner = machine["metadata"]["ownerReferences"][0]
@@ -130,10 +130,10 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
         lambda o: (
             o["status"].get("phase") == c.PHASE_RUNNING
             and o["status"].get("readyReplicas") == 1
-            and cond(o, c.MACHINES_READY_CONDITION).get("status") == "True"
+            and condition(o, c.MACHINES_READY_CONDITION).get("status") == "True"
         ),
     )
-    assert cond(mp, c.MACHINES_UP_TO_DATE_CONDITION)["status"] == "True"
+    assert condition(mp, c.MACHINES_UP_TO_DATE_CONDITION)["status"] == "True"
     assert mp["status"]["upToDateReplicas"] == 1
     machine = env.machines.get("m0")
     assert machine is not None
@@ -146,11 +146,12 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     draining = await env.machines.until(
         "m0",
         lambda m: (
-            m is not None and cond(m, c.DELETING_CONDITION).get("reason") == c.DRAINING_NODE_REASON
+            m is not None
+            and condition(m, c.DELETING_CONDITION).get("reason") == c.DRAINING_NODE_REASON
         ),
     )
     assert draining is not None
-    assert "guarded" in cond(draining, c.DELETING_CONDITION)["message"]
+    assert "guarded" in condition(draining, c.DELETING_CONDITION)["message"]
     node = await env.nodes.until("n0", lambda n: n is not None and n["spec"].get("unschedulable"))
     assert node is not None
     # Past the drain timeout the Machine moves on: infra machine, Node, then the Machine.
@@ -182,7 +183,7 @@ async def _pool_machine(env: Env) -> None:
     await env.node("n0", pid)
     await env.machine_pool("workers", replicas=1, infra="infra", bootstrap="boot")
     await env.machines.until(
-        "m0", lambda m: m is not None and cond(m, c.READY_CONDITION).get("status") == "True"
+        "m0", lambda m: m is not None and condition(m, c.READY_CONDITION).get("status") == "True"
     )
 
 
@@ -202,7 +203,7 @@ def _deletion(env: Env) -> tuple[object, ...]:
     """What a deletion's progress shows: the Deleting condition, the drain's start and the
     cordon, whether the Node and the Machine are still there."""
     machine, node = env.machines.get("m0"), env.nodes.get("n0")
-    deleting = cond(machine, c.DELETING_CONDITION)
+    deleting = condition(machine, c.DELETING_CONDITION)
     return (
         machine is not None,
         deleting.get("reason"),
@@ -272,22 +273,24 @@ async def test_a_template_change_reaches_the_pools_machines(env: Env) -> None:
 async def test_paused_cluster_or_machine_holds_the_machine_and_says_so(env: Env) -> None:
     await _pool_machine(env)
     machine = await env.machines.until(
-        "m0", lambda m: cond(m, c.PAUSED_CONDITION).get("reason") == c.NOT_PAUSED_REASON
+        "m0", lambda m: condition(m, c.PAUSED_CONDITION).get("reason") == c.NOT_PAUSED_REASON
     )
-    assert cond(machine, c.PAUSED_CONDITION)["status"] == "False"
+    assert condition(machine, c.PAUSED_CONDITION)["status"] == "False"
 
     await env.client.patch(CLUSTERS, env.cluster_name, {"spec": {"paused": True}}, env.namespace)
     machine = await env.machines.until(
-        "m0", lambda m: cond(m, c.PAUSED_CONDITION).get("status") == "True"
+        "m0", lambda m: condition(m, c.PAUSED_CONDITION).get("status") == "True"
     )
-    paused = cond(machine, c.PAUSED_CONDITION)
+    paused = condition(machine, c.PAUSED_CONDITION)
     assert (paused["reason"], paused["message"]) == (
         c.PAUSED_REASON,
         "Cluster spec.paused is set to true",
     )
     await _annotate(env, {c.PAUSED_ANNOTATION: "true"})
     both = "Cluster spec.paused is set to true, Machine has the cluster.x-k8s.io/paused annotation"
-    await env.machines.until("m0", lambda m: cond(m, c.PAUSED_CONDITION).get("message") == both)
+    await env.machines.until(
+        "m0", lambda m: condition(m, c.PAUSED_CONDITION).get("message") == both
+    )
 
     await _delete_machine(env)
     await env.unchanged(lambda: _deletion(env), "a paused Machine's deletion", WINDOW)
@@ -296,11 +299,11 @@ async def test_paused_cluster_or_machine_holds_the_machine_and_says_so(env: Env)
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.PAUSED_CONDITION).get("message")
+            condition(m, c.PAUSED_CONDITION).get("message")
             == "Machine has the cluster.x-k8s.io/paused annotation"
         ),
     )
-    assert cond(machine, c.DELETING_CONDITION).get("status") != "True"
+    assert condition(machine, c.DELETING_CONDITION).get("status") != "True"
     await env.unchanged(lambda: _deletion(env), "a paused Machine's deletion", WINDOW)
 
     await _annotate(env, {c.PAUSED_ANNOTATION: None})
@@ -315,15 +318,15 @@ async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_DRAIN_HOOK_REASON
+            condition(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_DRAIN_HOOK_REASON
         ),
     )
-    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+    assert condition(machine, c.DELETING_CONDITION)["message"] == (
         f"Waiting for pre-drain hooks to succeed (hooks: {PRE_DRAIN_A},{PRE_DRAIN_B})"
     )
     assert machine is not None
     assert machine["status"]["deletion"]["waitForPreDrainHookStartTime"]
-    hook = cond(machine, c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION, v1beta1=True)
+    hook = condition(machine, c.V1BETA1_PRE_DRAIN_DELETE_HOOK_SUCCEEDED_CONDITION, v1beta1=True)
     assert (hook["status"], hook["reason"]) == ("False", c.V1BETA1_WAITING_EXTERNAL_HOOK_REASON)
     await env.unchanged(lambda: _deletion(env), "the drain held by pre-drain hooks", WINDOW)
 
@@ -331,10 +334,11 @@ async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON
+            condition(m, c.DELETING_CONDITION).get("reason")
+            == c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON
         ),
     )
-    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+    assert condition(machine, c.DELETING_CONDITION)["message"] == (
         f"Waiting for pre-terminate hooks to succeed (hooks: {PRE_TERMINATE})"
     )
     assert machine is not None
@@ -344,7 +348,7 @@ async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -
         (c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, "True"),
         (c.V1BETA1_PRE_TERMINATE_DELETE_HOOK_SUCCEEDED_CONDITION, "False"),
     ):
-        assert cond(machine, type_, v1beta1=True)["status"] == status, type_
+        assert condition(machine, type_, v1beta1=True)["status"] == status, type_
     node = env.nodes.get("n0")
     assert node is not None
     assert node["spec"].get("unschedulable"), "drained before the pre-terminate hook"
@@ -371,7 +375,7 @@ async def test_drain_of_an_unreachable_node_does_not_wait_for_terminating_pods(e
     await env.wclient.patch(
         NODES, "n0", {"status": {"conditions": [unknown]}}, subresource="status"
     )
-    await env.nodes.until("n0", lambda n: cond(n, "Ready").get("status") == "Unknown")
+    await env.nodes.until("n0", lambda n: condition(n, "Ready").get("status") == "Unknown")
 
     await _delete_machine(env)
     await _gone(env)
@@ -407,15 +411,17 @@ async def test_node_deletion_waits_for_its_volumes_to_be_detached(env: Env) -> N
 
     machine = await env.machines.until(
         "m0",
-        lambda m: cond(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_VOLUME_DETACH_REASON,
+        lambda m: (
+            condition(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_VOLUME_DETACH_REASON
+        ),
     )
     assert machine is not None
     started = machine["status"]["deletion"]["waitForNodeVolumeDetachStartTime"]
-    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+    assert condition(machine, c.DELETING_CONDITION)["message"] == (
         f"Waiting for Node volumes to be detached (started at {started})\n"
         "* PersistentVolumeClaims: default/data"
     )
-    detach = cond(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
+    detach = condition(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
     assert detach["status"] == "False"
     assert detach["reason"] == c.V1BETA1_WAITING_FOR_VOLUME_DETACH_REASON
     await env.unchanged(lambda: _deletion(env), "a Node with an attached volume", WINDOW)
@@ -446,8 +452,8 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
         "g0",
         lambda m: (
             m is not None
-            and cond(m, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "True"
-            and cond(m, c.READY_CONDITION).get("status") == "True"
+            and condition(m, c.INFRASTRUCTURE_READY_CONDITION).get("status") == "True"
+            and condition(m, c.READY_CONDITION).get("status") == "True"
         ),
     )
 
@@ -457,11 +463,12 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
         "g0",
         lambda m: (
             m is not None
-            and cond(m, c.INFRASTRUCTURE_READY_CONDITION).get("reason") == c.OBJECT_DELETED_REASON
+            and condition(m, c.INFRASTRUCTURE_READY_CONDITION).get("reason")
+            == c.OBJECT_DELETED_REASON
         ),
     )
     assert machine is not None
-    assert cond(machine, c.INFRASTRUCTURE_READY_CONDITION)["message"] == (
+    assert condition(machine, c.INFRASTRUCTURE_READY_CONDITION)["message"] == (
         "TestMachine has been deleted while the Machine still exists"
     )
     # A spec change is a reconcile the test can see finish (observedGeneration); the pool's
@@ -513,26 +520,28 @@ async def test_pool_machine_carries_upstreams_v1beta1_conditions(env: Env) -> No
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("status") == "True"
-            and cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "True"
+            condition(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("status") == "True"
+            and condition(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "True"
         ),
     )
-    assert cond(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)["status"] == (
+    assert condition(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)["status"] == (
         "True"
     )
 
     await env.node_ready("n0", False)
     machine = await env.machines.until(
         "m0",
-        lambda m: cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "False",
+        lambda m: (
+            condition(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("status") == "False"
+        ),
     )
-    healthy = cond(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
+    healthy = condition(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
     assert (healthy["reason"], healthy["severity"], healthy["message"]) == (
         c.V1BETA1_NODE_CONDITIONS_FAILED_REASON,
         c.SEVERITY_WARNING,
         "Node condition Ready is False",
     )
-    assert cond(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)["status"] == "True"
+    assert condition(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)["status"] == "True"
 
     broken = {"type": "Ready", "status": "False", "reason": "Broken", "message": "disk gone"}
     await env.client.patch(
@@ -543,11 +552,12 @@ async def test_pool_machine_carries_upstreams_v1beta1_conditions(env: Env) -> No
         subresource="status",
     )
     machine = await env.machines.until(
-        "m0", lambda m: cond(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("reason") == "Broken"
+        "m0",
+        lambda m: condition(m, c.V1BETA1_READY_CONDITION, v1beta1=True).get("reason") == "Broken",
     )
-    ready = cond(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)
+    ready = condition(machine, c.V1BETA1_READY_CONDITION, v1beta1=True)
     assert (ready["status"], ready["message"]) == ("False", "disk gone")
-    infra = cond(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
+    infra = condition(machine, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
     assert (infra["status"], infra["reason"]) == ("False", "Broken")
 
 
@@ -570,11 +580,11 @@ async def test_no_drain_once_the_infra_machine_is_being_deleted(env: Env) -> Non
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.DELETING_CONDITION).get("reason")
+            condition(m, c.DELETING_CONDITION).get("reason")
             == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
         ),
     )
-    assert not cond(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
+    assert not condition(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
     assert not ((machine or {}).get("status") or {}).get("deletion", {}).get("nodeDrainStartTime")
     node = env.nodes.get("n0")
     assert node is not None
@@ -596,11 +606,11 @@ async def test_no_volume_wait_once_the_infra_machine_is_being_deleted(env: Env) 
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.DELETING_CONDITION).get("reason")
+            condition(m, c.DELETING_CONDITION).get("reason")
             == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
         ),
     )
-    assert not cond(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
+    assert not condition(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
     await env.client.patch(TEST_MACHINES, "m0", {"metadata": {"finalizers": None}}, env.namespace)
     await _gone(env)
 
@@ -680,10 +690,10 @@ async def test_drain_label_skips_pods_or_waits_for_them_to_complete(env: Env) ->
         "m0",
         lambda m: (
             "waiting for completion: default/finishing"
-            in cond(m, c.DELETING_CONDITION).get("message", "")
+            in condition(m, c.DELETING_CONDITION).get("message", "")
         ),
     )
-    deleting = cond(machine, c.DELETING_CONDITION)
+    deleting = condition(machine, c.DELETING_CONDITION)
     assert (deleting["reason"], deleting["message"]) == (
         c.DRAINING_NODE_REASON,
         "Draining Node: 1 pods remaining, waiting for completion: default/finishing",
@@ -743,9 +753,9 @@ async def test_machine_drain_rules_skip_wait_for_and_order_pods(env: Env) -> Non
     await _delete_machine(env)
 
     machine = await env.machines.until(
-        "m0", lambda m: "after those" in cond(m, c.DELETING_CONDITION).get("message", "")
+        "m0", lambda m: "after those" in condition(m, c.DELETING_CONDITION).get("message", "")
     )
-    assert cond(machine, c.DELETING_CONDITION)["message"] == (
+    assert condition(machine, c.DELETING_CONDITION)["message"] == (
         "Draining Node: 3 pods remaining, waiting for completion: default/batch,"
         " evicted after those: default/db"
     )
@@ -818,14 +828,14 @@ async def test_a_drain_rule_it_cannot_apply_says_draining_failed(env: Env) -> No
     machine = await env.machines.until(
         "m0",
         lambda m: (
-            cond(m, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True).get("reason")
+            condition(m, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True).get("reason")
             == c.V1BETA1_DRAINING_FAILED_REASON
         ),
     )
-    failed = cond(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
+    failed = condition(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
     assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
     assert "MachineDrainRule bad" in failed["message"]
-    deleting = cond(machine, c.DELETING_CONDITION)
+    deleting = condition(machine, c.DELETING_CONDITION)
     assert (deleting["reason"], deleting["message"]) == (
         c.DRAINING_NODE_REASON,
         "Error draining Node, please check controller logs for errors",
@@ -896,13 +906,13 @@ async def test_a_node_deletion_refused_says_deletion_failed(env: Env) -> None:
         machine = await env.machines.until(
             "m0",
             lambda m: (
-                cond(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("reason")
+                condition(m, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True).get("reason")
                 == c.V1BETA1_DELETION_FAILED_REASON
             ),
         )
-        failed = cond(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
+        failed = condition(machine, c.V1BETA1_NODE_HEALTHY_CONDITION, v1beta1=True)
         assert (failed["status"], failed["severity"]) == ("False", c.SEVERITY_WARNING)
-        deleting = cond(machine, c.DELETING_CONDITION)
+        deleting = condition(machine, c.DELETING_CONDITION)
         assert (deleting["reason"], deleting["message"]) == (
             c.DELETING_NODE_REASON,
             "Error deleting Node, please check controller logs for errors",

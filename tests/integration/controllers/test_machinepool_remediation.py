@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from tests.support import Changes, eventually, watch_until
+from tests.support.conditions import condition
 from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINES
 
 from machinepool.api import constants as c
@@ -35,7 +36,7 @@ from machinepool.runtime import (
 )
 from machinepool.runtime.patch import Patcher
 
-from .conftest import Env, cond
+from .conftest import Env
 
 HOLD = "test.machinepool.dev/hold"
 """A finalizer of the test's: keeps a remediated Machine in flight until the test lets go."""
@@ -134,7 +135,7 @@ class InFlight(Changes):
             if machine["metadata"]["name"] not in self.started:
                 self.started.append(machine["metadata"]["name"])
         for machine in machines:
-            owner = cond(machine, c.OWNER_REMEDIATED_CONDITION)
+            owner = condition(machine, c.OWNER_REMEDIATED_CONDITION)
             if owner.get("reason") == c.REMEDIATION_DEFERRED_REASON:
                 self.deferred.add(machine["metadata"]["name"])
         self.changed()
@@ -162,9 +163,9 @@ async def test_marked_machines_beyond_the_bound_wait_their_turn(env: Env) -> Non
     await flight.until(two_in_flight_one_deferred, "two Machines in flight and the third deferred")
     (waiting,) = set(names) - flight.deleting()
     mp = await env.pool_until(
-        "pool", lambda o: cond(o, c.REMEDIATING_CONDITION).get("status") == "True"
+        "pool", lambda o: condition(o, c.REMEDIATING_CONDITION).get("status") == "True"
     )
-    assert "at most 2 at a time" in cond(mp, c.REMEDIATING_CONDITION)["message"]
+    assert "at most 2 at a time" in condition(mp, c.REMEDIATING_CONDITION)["message"]
 
     # One remediation ends: the waiting Machine takes its place.
     await _write(env.client, env.namespace, flight.started[0], _release)
@@ -208,18 +209,18 @@ async def test_health_check_with_a_remediation_template_is_reported_unsupported(
 
     machine = await env.machines.until(
         "x0",
-        lambda m: m is not None and bool(cond(m, c.EXTERNALLY_REMEDIATED_CONDITION)),
+        lambda m: m is not None and bool(condition(m, c.EXTERNALLY_REMEDIATED_CONDITION)),
     )
     assert machine is not None
-    external = cond(machine, c.EXTERNALLY_REMEDIATED_CONDITION)
+    external = condition(machine, c.EXTERNALLY_REMEDIATED_CONDITION)
     assert (external["status"], external["reason"]) == (
         "False",
         c.REMEDIATION_TEMPLATE_NOT_SUPPORTED_REASON,
     )
     assert "remove templateRef" in external["message"]
-    assert cond(machine, c.HEALTH_CHECK_SUCCEEDED_CONDITION)["status"] == "False"
+    assert condition(machine, c.HEALTH_CHECK_SUCCEEDED_CONDITION)["status"] == "False"
     # Only marked: not for the pool to remediate.
-    assert not cond(machine, c.OWNER_REMEDIATED_CONDITION)
+    assert not condition(machine, c.OWNER_REMEDIATED_CONDITION)
     events = await watch_until(
         env.client,
         CORE_EVENTS,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest_asyncio
 from tests.support import builders
+from tests.support.conditions import is_true
 from tests.support.resources import MACHINE_POOLS, MACHINE_POOLS_V1BETA1
 from tests.support.waiting import until_admission_answers
 
@@ -102,8 +103,7 @@ async def infra_crd(client: Client, crds: list[str]) -> str:
     await client.apply(CRDS, crd, field_manager="machinepool-tests")
     for _ in range(300):
         got = await client.get(CRDS, crd["metadata"]["name"])
-        conditions = (got.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+        if is_true(got, "Established"):
             return str(crd["metadata"]["name"])
         await asyncio.sleep(0.1)
     raise TimeoutError("test infrastructure CRD never became Established")
