@@ -35,6 +35,7 @@ from machinepool.api import constants as c
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
 from machinepool.controllers.common import WorkloadNodes
 from machinepool.controllers.machinepool.scope import Scope
+from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.observe import ensure_adoption_index, ensure_member_indexes
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
@@ -48,6 +49,7 @@ __all__ = [
     "cached",
     "cluster",
     "engine_scope",
+    "infra_machine",
     "instance",
     "machine",
     "node",
@@ -69,7 +71,7 @@ def cached(resource: Resource, objects: Iterable[Obj] = ()) -> Informer:
     """
     informer = Informer(None, resource)  # type: ignore[arg-type]
     for obj in objects:
-        informer._upsert(ObjectKey.of(obj), copy.deepcopy(obj))
+        informer._upsert(ObjectKey.of(obj), informer._prepare(copy.deepcopy(obj)))
     return informer
 
 
@@ -119,9 +121,10 @@ def machine(
     deleting: bool = False,
     annotations: Mapping[str, str] | None = None,
     resource_version: str = "1",
+    infra: str = "",
 ) -> Obj:
     """A pool Machine controlled by the MachinePool ``pool`` of ``pool_scope``, with
-    ``conditions`` (type -> status)."""
+    ``conditions`` (type -> status), owning the SimMachine ``infra`` when given."""
     meta: Obj = {
         "name": name,
         "namespace": NAMESPACE,
@@ -136,6 +139,12 @@ def machine(
     spec: Obj = {"clusterName": CLUSTER}
     if provider_id:
         spec["providerID"] = provider_id
+    if infra:
+        spec["infrastructureRef"] = {
+            "apiGroup": c.INFRASTRUCTURE_GROUP,
+            "kind": SIM_MACHINES.kind,
+            "name": infra,
+        }
     return {
         "apiVersion": MACHINES.api_version,
         "kind": MACHINES.kind,
@@ -199,6 +208,24 @@ def instance(
     )
 
 
+def infra_machine(name: str, *, pool: str = "pool", status: Obj | None = None) -> Obj:
+    """A SimMachine of the SimMachinePool ``pool``, as the engine creates one per instance."""
+    return {
+        "apiVersion": SIM_MACHINES.api_version,
+        "kind": SIM_MACHINES.kind,
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"{name}-uid",
+            "ownerReferences": [
+                {"apiVersion": SIM_MACHINES.api_version, "kind": "SimMachinePool", "name": pool}
+            ],
+        },
+        "spec": {"providerID": f"sim://{NAMESPACE}/{pool}/{name}", "instanceID": name},
+        "status": status or {},
+    }
+
+
 @dataclass
 class MemoryBackend:
     """A cloud in a dict: what the engine's ``Backend`` protocol asks, nothing more. It plays
@@ -207,6 +234,7 @@ class MemoryBackend:
     instances: dict[str, Instance] = field(default_factory=dict)
     zones: Mapping[str, int | None] = field(default_factory=lambda: dict.fromkeys(DEFAULT_ZONES))
     deleted: list[str] = field(default_factory=list)
+    purged: list[str] = field(default_factory=list)
 
     async def create(self, spec: InstanceSpec) -> Instance:
         made = Instance(
@@ -229,8 +257,16 @@ class MemoryBackend:
             gone = replace(self.instances[instance_id], state=InstanceState.TERMINATED)
             self.instances[instance_id] = gone
 
+    async def purge(self, instance_id: str) -> None:
+        self.purged.append(instance_id)
+        self.instances.pop(instance_id, None)
+
     def failure_domains(self) -> Mapping[str, int | None]:
         return self.zones
+
+    @classmethod
+    def of(cls, *instances: Instance, **kw: Any) -> MemoryBackend:
+        return cls({i.id: i for i in instances}, **kw)
 
 
 class _MemoryProvider(SimProvider):
@@ -257,13 +293,15 @@ def engine_scope(
     infra_machines: Iterable[Obj] = (),
     machines: Iterable[Obj] = (),
     backend: MemoryBackend | None = None,
+    shortages: ZoneShortages | None = None,
     **fields: Any,
 ) -> PoolScope:
     """The pool engine's scope for the SimMachinePool ``infra_pool`` (default:
     ``sim_machine_pool(NAMESPACE, "pool")``), controlled by the MachinePool ``mp`` unless not
     ``owned``; the env's informers hold ``mp``, ``clusters`` (default: its Cluster),
-    ``infra_machines`` and ``machines``. ``fields`` set any other field of ``PoolScope``
-    (``machine_pool`` is left for ``observe.load_owner`` to fill unless given)."""
+    ``infra_machines`` and ``machines``; ``shortages`` is its capacity memory. ``fields``
+    set any other field of ``PoolScope`` (``machine_pool`` is left for
+    ``observe.load_owner`` to fill unless given)."""
     mp_body = copy.deepcopy(mp if mp is not None else machine_pool(NAMESPACE, "pool"))
     mp_body["metadata"].setdefault("uid", UID)
     pool = copy.deepcopy(
@@ -298,5 +336,6 @@ def engine_scope(
         machines=machine_informer,
         machine_pools=pools_informer,
         clusters=cached(CLUSTERS, [cluster()] if clusters is None else clusters),
+        shortages=ZoneShortages() if shortages is None else shortages,
     )
     return PoolScope(env=env, key=ObjectKey.of(pool), pool=SimMachinePoolView(pool), **fields)
