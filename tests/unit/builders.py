@@ -6,10 +6,10 @@ its object. Nothing here talks to an apiserver:
 
 - ``pool_scope`` is the core MachinePool controller's ``Scope`` over a MachinePool body from
   ``tests.support.builders`` (a copy, as the reconciler's own), its Cluster, its Machines
-  and the workload's Nodes. It is built without the reconciler: a decision a unit test runs
-  reads none of it, and a path that would (a client call, a dynamic watch) fails here with
-  an ``AttributeError`` on ``None``, which says that the path belongs to the integration
-  tests, which run it against a real apiserver.
+  and the workload's Nodes. In the reconciler's place it holds ``CachedReads``, the
+  reconciler's caches and per-pool memory only: a path that reaches for more (a client call,
+  a dynamic watch) fails here with an ``AttributeError``, which says that the path belongs
+  to the integration tests, which run it against a real apiserver.
 - ``engine_scope`` is the pool engine's ``PoolScope`` over an ``EngineEnv`` whose informers
   hold the objects given (filled as a watch fills them, through the informer's own store),
   whose provider is the Sim provider (its pure parts: strategy, template, instance ids) and
@@ -34,6 +34,7 @@ from tests.support.resources import CLUSTERS, MACHINE_POOLS, MACHINES, SIM_MACHI
 from machinepool.api import constants as c
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
 from machinepool.controllers.common import WorkloadNodes
+from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.observe import ensure_adoption_index, ensure_member_indexes
@@ -45,6 +46,7 @@ from machinepool.sim import DEFAULT_ZONES, Faults
 
 __all__ = [
     "NAMESPACE",
+    "CachedReads",
     "MemoryBackend",
     "cached",
     "cluster",
@@ -164,21 +166,39 @@ def machine(
     }
 
 
+@dataclass
+class CachedReads:
+    """What the core phases read of their reconciler besides its client: the Machine cache
+    (indexed as the reconciler indexes it) and the per-pool memory it keeps between passes.
+    Anything else a phase reaches for (client, resolver, recorder, dynamic watches) is
+    missing, and the test fails there: that path is the integration tests'."""
+
+    machines: Informer
+    machines_up_to_date: bool = False
+    pool_node_taints: bool = False
+    machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = field(default_factory=dict)
+    machines_applied: dict[ObjectKey, dict[str, tuple[float, Obj]]] = field(default_factory=dict)
+
+
 def pool_scope(
     mp: Obj | None = None,
     *,
     cluster_obj: Obj | None = None,
     machines: Iterable[Obj] = (),
     nodes: Iterable[Obj] | None = None,
+    cached_machines: Iterable[Obj] = (),
     **fields: Any,
 ) -> Scope:
     """The core controller's scope for ``mp`` (default: ``machine_pool(NAMESPACE, "pool")``
     with a uid), its Cluster, its ``machines`` and, unless ``None``, the workload ``nodes``;
+    the Machine cache holds ``cached_machines`` (``scope.reconciler`` is a ``CachedReads``).
     ``fields`` set any other field of ``Scope`` (``infra_pool``, ``bootstrap_config``...)."""
     body = copy.deepcopy(mp if mp is not None else machine_pool(NAMESPACE, "pool"))
     body["metadata"].setdefault("uid", UID)
+    machine_cache = cached(MACHINES, cached_machines)
+    machine_cache.add_indexer(watches.BY_MEMBER_LABELS, watches.member_labels)
     return Scope(
-        reconciler=None,  # type: ignore[arg-type]
+        reconciler=CachedReads(machine_cache),  # type: ignore[arg-type]
         mp=MachinePoolView(body),
         cluster=ClusterView(cluster_obj or cluster()),
         machines=[MachineView(copy.deepcopy(m)) for m in machines],

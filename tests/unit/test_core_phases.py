@@ -6,6 +6,7 @@ one (adoption, Node patches, Machine applies, deletions) are the integration tes
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from machinepool.controllers.machinepool import (
     bootstrap,
     delete,
     infrastructure,
+    machines,
     noderefs,
     remediation,
     status,
@@ -106,6 +108,39 @@ def test_an_infra_pool_gone_after_being_provisioned_is_a_terminal_failure() -> N
     assert "has been deleted after being ready" in str(v1.failure_message)
     ready = condition(scope.mp.raw, c.V1BETA1_INFRASTRUCTURE_READY_CONDITION, v1beta1=True)
     assert (ready["status"], ready["reason"]) == ("False", c.V1BETA1_INCORRECT_EXTERNAL_REF_REASON)
+
+
+# -- machines -------------------------------------------------------------------------------
+
+
+async def test_a_pool_counts_its_machines_unless_another_pool_controls_them() -> None:
+    stolen = machine("stolen")
+    stolen["metadata"]["ownerReferences"][0]["uid"] = "another-pool"
+    loose = machine("loose")
+    loose["metadata"]["ownerReferences"] = []
+    elsewhere = machine("elsewhere", pool="other")
+    cache = [machine("m1"), stolen, loose, elsewhere]
+    scope = pool_scope(cached_machines=cache, infra_pool=_infra(1, []))
+    assert await machines.reconcile_machines(scope) == Result()
+    assert sorted(m.metadata.name for m in scope.machines) == ["loose", "m1"]
+
+
+async def test_a_machine_just_created_counts_before_the_cache_shows_it() -> None:
+    scope = pool_scope(cached_machines=[machine("m1")], infra_pool=_infra(2, []))
+    made = machine("m2")
+    scope.reconciler.machines_applied[scope.key] = {"m2": (time.monotonic(), made)}
+    await machines.reconcile_machines(scope)
+    assert sorted(m.metadata.name for m in scope.machines) == ["m1", "m2"]
+
+
+def test_nodes_of_live_machines_are_left_to_the_machine_controller() -> None:
+    live = machine("m1", provider_id="sim://a")
+    going = machine("m2", provider_id="sim://b", deleting=True)
+    paused = machine("m3", provider_id="sim://c", annotations={c.PAUSED_ANNOTATION: ""})
+    scope = pool_scope(machines=[live, going, paused])
+    assert noderefs._left_to_machines(scope) == {"sim://a"}
+    scope.reconciler.machines_up_to_date = True  # beside upstream: the pool marks them all
+    assert noderefs._left_to_machines(scope) == set()
 
 
 # -- node refs ------------------------------------------------------------------------------

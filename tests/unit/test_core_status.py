@@ -417,14 +417,13 @@ def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
     created, rather than as absent and to be applied again; once the cache shows the name, or
     after ``APPLIED_TTL_SECONDS``, the cache decides."""
     import time
-    from types import SimpleNamespace
 
-    from machinepool.runtime import ObjectKey
+    from tests.unit.builders import pool_scope
 
-    key = ObjectKey("ns", "p")
     made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
-    reconciler = SimpleNamespace(machines_applied={key: {"m1": (time.monotonic(), made)}})
-    scope: Any = SimpleNamespace(reconciler=reconciler, key=key, machines=[])
+    scope = pool_scope()
+    key, reconciler = scope.key, scope.reconciler
+    reconciler.machines_applied[key] = {"m1": (time.monotonic(), made)}
     assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
     long_ago = time.monotonic() - machines.APPLIED_TTL_SECONDS - 1
     reconciler.machines_applied[key]["m1"] = (long_ago, made)
