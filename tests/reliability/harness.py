@@ -23,14 +23,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from tests.conftest import install_crds
 from tests.support import Changes
+from tests.support.builders import CLUSTER
 from tests.support.conditions import is_true
 from tests.support.pools import reports_running
 from tests.support.resources import (
@@ -41,10 +44,13 @@ from tests.support.resources import (
     SIM_MACHINES,
 )
 
+from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.process import free_port
+from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import (
     CORE_EVENTS,
     EVENTS,
+    NAMESPACES,
     NODES,
     SECRETS,
     Client,
@@ -749,3 +755,37 @@ class Env:
         needles = secret_needles(kubeconfigs)
         findings = scan_logs((p.log for p in self.procs), needles)
         return findings + await scan_events(self.client, self.namespace, needles)
+
+
+@contextlib.asynccontextmanager
+async def private_env(
+    root: Path,
+    logs: Path,
+    workload: str,
+    *,
+    management_args: tuple[str, ...] = (),
+) -> AsyncIterator[tuple[ControlPlane, Env]]:
+    """A control plane of the test's own under ``root`` (for faults the session's must not
+    see: outages, load shedding with ``management_args``), its workload cluster ``workload``
+    registered in a fresh namespace, and an ``Env`` with a ``World`` over them."""
+    cp = ControlPlane(root / "cp", management_args=management_args)
+    await asyncio.to_thread(cp.start)
+    try:
+        cluster = await asyncio.to_thread(cp.start_workload, workload)
+        async with (
+            await Client.from_kubeconfig(cp.kubeconfig) as client,
+            await Client.from_kubeconfig(cluster.kubeconfig) as workload_client,
+        ):
+            await install_crds(client)
+            namespace = f"{workload[0]}-{uuid.uuid4().hex[:8]}"
+            await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+            await register_workload_cluster(client, CLUSTER, namespace, cluster)
+            world = await World.start(client, workload_client, namespace)
+            env = Env(client, namespace, cp.kubeconfig, cluster.kubeconfig, world, logs)
+            try:
+                yield cp, env
+            finally:
+                env.close()
+                await world.stop()
+    finally:
+        await asyncio.to_thread(cp.stop)

@@ -14,27 +14,23 @@ other test.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from tests.conftest import install_crds
 from tests.reliability.harness import (
     Env,
-    World,
     check_converged,
     failure_streaks,
     judge_victims,
+    private_env,
     storms,
 )
 from tests.reliability.report import Recorder
-from tests.support.builders import CLUSTER, VERSION, create_pool
+from tests.support.builders import VERSION, create_pool
 from tests.support.pools import roll_pool, scale_pool
 
 from machinepool.controlplane import ControlPlane
-from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NAMESPACES, Client
 
 OUTAGE_SECONDS = 8.0
 """How long the workload cluster stays unreachable (longer than a cluster-cache probe)."""
@@ -49,27 +45,8 @@ test_runtime_retry_storm counts it exactly)."""
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def own_env(tmp_path: Path, logs: Path) -> AsyncIterator[tuple[ControlPlane, Env]]:
-    cp = ControlPlane(tmp_path / "cp")
-    await asyncio.to_thread(cp.start)
-    try:
-        workload = await asyncio.to_thread(cp.start_workload, "faults")
-        async with (
-            await Client.from_kubeconfig(cp.kubeconfig) as client,
-            await Client.from_kubeconfig(workload.kubeconfig) as workload_client,
-        ):
-            await install_crds(client)
-            namespace = f"f-{uuid.uuid4().hex[:8]}"
-            await client.create(NAMESPACES, {"metadata": {"name": namespace}})
-            await register_workload_cluster(client, CLUSTER, namespace, workload)
-            world = await World.start(client, workload_client, namespace)
-            env = Env(client, namespace, cp.kubeconfig, workload.kubeconfig, world, logs)
-            try:
-                yield cp, env
-            finally:
-                env.close()
-                await world.stop()
-    finally:
-        await asyncio.to_thread(cp.stop)
+    async with private_env(tmp_path, logs, "faults") as made:
+        yield made
 
 
 async def test_apiserver_etcd_and_workload_outages_during_rollout(

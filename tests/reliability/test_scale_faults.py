@@ -31,7 +31,6 @@ import random
 import re
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 import yaml
-from tests.conftest import install_crds
 from tests.reliability.harness import (
     ControllerProcess,
     Env,
@@ -47,17 +45,17 @@ from tests.reliability.harness import (
     check_pools_converged,
     failure_streaks,
     judge_victims,
+    private_env,
     storms,
 )
 from tests.reliability.proxy import AuditProxy, Request
 from tests.reliability.report import Recorder
-from tests.support.builders import CLUSTER, VERSION, create_pool
+from tests.support.builders import VERSION, create_pool
 from tests.support.pools import roll_pool
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.controlplane import ControlPlane
-from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import CORE_EVENTS, NAMESPACES, SERVICE_ACCOUNTS, Client, FuncHandler
+from machinepool.runtime import CORE_EVENTS, SERVICE_ACCOUNTS, Client, FuncHandler
 
 NEW_VERSION = "v1.34.1"
 KILL_EVERY = (3.0, 6.0)
@@ -80,27 +78,8 @@ REQUESTS_PER_NODE_PER_10S = 40
 @pytest_asyncio.fixture(loop_scope="session")
 async def pushy_env(tmp_path: Path, logs: Path) -> AsyncIterator[tuple[ControlPlane, Env]]:
     """A private control plane whose management apiserver sheds load with 429s."""
-    cp = ControlPlane(tmp_path / "cp", management_args=MANAGEMENT_ARGS)
-    await asyncio.to_thread(cp.start)
-    try:
-        workload = await asyncio.to_thread(cp.start_workload, "scale")
-        async with (
-            await Client.from_kubeconfig(cp.kubeconfig) as client,
-            await Client.from_kubeconfig(workload.kubeconfig) as workload_client,
-        ):
-            await install_crds(client)
-            namespace = f"s-{uuid.uuid4().hex[:8]}"
-            await client.create(NAMESPACES, {"metadata": {"name": namespace}})
-            await register_workload_cluster(client, CLUSTER, namespace, workload)
-            world = await World.start(client, workload_client, namespace)
-            env = Env(client, namespace, cp.kubeconfig, workload.kubeconfig, world, logs)
-            try:
-                yield cp, env
-            finally:
-                env.close()
-                await world.stop()
-    finally:
-        await asyncio.to_thread(cp.stop)
+    async with private_env(tmp_path, logs, "scale", management_args=MANAGEMENT_ARGS) as made:
+        yield made
 
 
 async def _service_account_kubeconfig(

@@ -92,10 +92,11 @@ def node(
     provider_id: str,
     *,
     ready: bool = True,
-    since: str = "2026-01-01T00:00:00Z",
+    since: datetime = CREATED,
     version: str = "v1.34.0",
 ) -> Obj:
-    """A workload Node with its Ready condition, as its kubelet reports it."""
+    """A workload Node with its Ready condition (turned ``since``), as its kubelet reports
+    it."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -106,7 +107,7 @@ def node(
                 {
                     "type": "Ready",
                     "status": "True" if ready else "False",
-                    "lastTransitionTime": since,
+                    "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 }
             ],
             "nodeInfo": {"kubeletVersion": version},

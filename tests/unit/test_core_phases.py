@@ -166,7 +166,7 @@ def test_node_refs_stay_valid_only_while_each_names_the_same_listed_node() -> No
 
 
 def test_a_node_ready_for_less_than_min_ready_seconds_brings_the_pool_back_then() -> None:
-    since = (datetime.now(UTC) - timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = datetime.now(UTC) - timedelta(seconds=4)
     body = machine_pool(
         NAMESPACE, "pool", template={"minReadySeconds": 10}, spec={"providerIDList": ["sim://a"]}
     )

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests.unit import builders
 
 from machinepool.api import constants as c
 from machinepool.api.contract import InfraMachine, Referenced
@@ -29,21 +30,7 @@ def pool(**status_: Any) -> dict[str, Any]:
 
 
 def node(name: str, pid: str, *, ready: bool = True, since: datetime = NOW) -> dict[str, Any]:
-    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "metadata": {"name": name, "uid": f"uid-{name}"},
-        "spec": {"providerID": pid},
-        "status": {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True" if ready else "False",
-                    "lastTransitionTime": stamp,
-                }
-            ],
-            "nodeInfo": {"kubeletVersion": "v1.31.0"},
-        },
-    }
+    return builders.node(name, pid, ready=ready, since=since, version="v1.31.0")
 
 
 @pytest.mark.parametrize(
@@ -418,10 +405,8 @@ def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
     after ``APPLIED_TTL_SECONDS``, the cache decides."""
     import time
 
-    from tests.unit.builders import pool_scope
-
     made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
-    scope = pool_scope()
+    scope = builders.pool_scope()
     key, reconciler = scope.key, scope.reconciler
     reconciler.machines_applied[key] = {"m1": (time.monotonic(), made)}
     assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
