@@ -92,6 +92,13 @@ async def _blocking_pdb(wclient: Client) -> None:
     await wclient.patch(PDBS, "guard", {"status": status}, "default", subresource="status")
 
 
+async def _deleting_for(env: Env, reason: str) -> Obj | None:
+    """Machine m0 once its Deleting condition gives ``reason`` for what it waits on."""
+    return await env.machines.until(
+        "m0", lambda m: condition(m, c.DELETING_CONDITION).get("reason") == reason
+    )
+
+
 async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None:
     pid = "test:///mpm/0"
     await env.kubeadm_config("boot", ready=True)
@@ -143,13 +150,7 @@ async def test_machines_created_counted_and_drained_past_a_pdb(env: Env) -> None
     await _blocking_pdb(env.wclient)
     await env.client.delete(MACHINES, "m0", env.namespace)
 
-    draining = await env.machines.until(
-        "m0",
-        lambda m: (
-            m is not None
-            and condition(m, c.DELETING_CONDITION).get("reason") == c.DRAINING_NODE_REASON
-        ),
-    )
+    draining = await _deleting_for(env, c.DRAINING_NODE_REASON)
     assert draining is not None
     assert "guarded" in condition(draining, c.DELETING_CONDITION)["message"]
     node = await env.nodes.until("n0", lambda n: n is not None and n["spec"].get("unschedulable"))
@@ -315,12 +316,7 @@ async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -
     await _annotate(env, {PRE_DRAIN_B: "", PRE_DRAIN_A: "", PRE_TERMINATE: ""})
     await _delete_machine(env)
 
-    machine = await env.machines.until(
-        "m0",
-        lambda m: (
-            condition(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_PRE_DRAIN_HOOK_REASON
-        ),
-    )
+    machine = await _deleting_for(env, c.WAITING_FOR_PRE_DRAIN_HOOK_REASON)
     assert condition(machine, c.DELETING_CONDITION)["message"] == (
         f"Waiting for pre-drain hooks to succeed (hooks: {PRE_DRAIN_A},{PRE_DRAIN_B})"
     )
@@ -331,13 +327,7 @@ async def test_deletion_waits_for_pre_drain_then_pre_terminate_hooks(env: Env) -
     await env.unchanged(lambda: _deletion(env), "the drain held by pre-drain hooks", WINDOW)
 
     await _annotate(env, {PRE_DRAIN_A: None, PRE_DRAIN_B: None})
-    machine = await env.machines.until(
-        "m0",
-        lambda m: (
-            condition(m, c.DELETING_CONDITION).get("reason")
-            == c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON
-        ),
-    )
+    machine = await _deleting_for(env, c.WAITING_FOR_PRE_TERMINATE_HOOK_REASON)
     assert condition(machine, c.DELETING_CONDITION)["message"] == (
         f"Waiting for pre-terminate hooks to succeed (hooks: {PRE_TERMINATE})"
     )
@@ -409,12 +399,7 @@ async def test_node_deletion_waits_for_its_volumes_to_be_detached(env: Env) -> N
     await _attached_volume(env)
     await _delete_machine(env)
 
-    machine = await env.machines.until(
-        "m0",
-        lambda m: (
-            condition(m, c.DELETING_CONDITION).get("reason") == c.WAITING_FOR_VOLUME_DETACH_REASON
-        ),
-    )
+    machine = await _deleting_for(env, c.WAITING_FOR_VOLUME_DETACH_REASON)
     assert machine is not None
     started = machine["status"]["deletion"]["waitForNodeVolumeDetachStartTime"]
     assert condition(machine, c.DELETING_CONDITION)["message"] == (
@@ -577,13 +562,7 @@ async def test_no_drain_once_the_infra_machine_is_being_deleted(env: Env) -> Non
     await env.client.delete(TEST_MACHINES, "m0", env.namespace)
     await _delete_machine(env)
 
-    machine = await env.machines.until(
-        "m0",
-        lambda m: (
-            condition(m, c.DELETING_CONDITION).get("reason")
-            == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
-        ),
-    )
+    machine = await _deleting_for(env, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON)
     assert not condition(machine, c.V1BETA1_DRAINING_SUCCEEDED_CONDITION, v1beta1=True)
     assert not ((machine or {}).get("status") or {}).get("deletion", {}).get("nodeDrainStartTime")
     node = env.nodes.get("n0")
@@ -603,13 +582,7 @@ async def test_no_volume_wait_once_the_infra_machine_is_being_deleted(env: Env) 
     await env.client.delete(TEST_MACHINES, "m0", env.namespace)
     await _delete_machine(env)
 
-    machine = await env.machines.until(
-        "m0",
-        lambda m: (
-            condition(m, c.DELETING_CONDITION).get("reason")
-            == c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON
-        ),
-    )
+    machine = await _deleting_for(env, c.WAITING_FOR_INFRASTRUCTURE_DELETION_REASON)
     assert not condition(machine, c.V1BETA1_VOLUME_DETACH_SUCCEEDED_CONDITION, v1beta1=True)
     await env.client.patch(TEST_MACHINES, "m0", {"metadata": {"finalizers": None}}, env.namespace)
     await _gone(env)
