@@ -41,7 +41,7 @@ from machinepool.providers.pool.observe import ensure_adoption_index, ensure_mem
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
 from machinepool.providers.sim.provider import SimProvider
-from machinepool.runtime import NODES, Informer, Obj, ObjectKey, Resource
+from machinepool.runtime import NODES, SECRETS, Informer, Obj, ObjectKey, Resource
 from machinepool.sim import DEFAULT_ZONES, Faults
 
 __all__ = [
@@ -62,7 +62,6 @@ NAMESPACE = "ns"
 UID = "mp-uid"
 """The MachinePool's uid in every scope here: what owner references and adoption compare."""
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)
-_RECORDS = Resource("", "v1", "secrets", "Secret")
 
 
 def cached(resource: Resource, objects: Iterable[Obj] = ()) -> Informer:
@@ -298,7 +297,7 @@ class _MemoryProvider(SimProvider):
         async def no_faults(_namespace: str) -> Faults:
             return Faults()
 
-        super().__init__(None, cached(_RECORDS), DEFAULT_ZONES, faults=no_faults)  # type: ignore[arg-type]
+        super().__init__(None, cached(SECRETS), DEFAULT_ZONES, faults=no_faults)  # type: ignore[arg-type]
         self.memory = backend
 
     async def backend(self, pool: Obj) -> MemoryBackend:  # type: ignore[override]
