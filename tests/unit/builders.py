@@ -6,9 +6,9 @@ its object. Nothing here talks to an apiserver:
 
 - ``pool_scope`` is the core MachinePool controller's ``Scope`` over a MachinePool body from
   ``tests.support.builders`` (a copy, as the reconciler's own), its Cluster, its Machines
-  and the workload's Nodes. In the reconciler's place it holds ``CachedReads``, the
-  reconciler's caches and per-pool memory only: a path that reaches for more (a client call,
-  a dynamic watch) fails here with an ``AttributeError``, which says that the path belongs
+  and the workload's Nodes. Its ``Env`` holds the Machine cache and the gates only, and
+  its ``PoolMemory`` is empty: a path that reaches for more (a client call, a dynamic
+  watch) fails here with an ``AttributeError``, which says that the path belongs
   to the integration tests, which run it against a real apiserver.
 - ``engine_scope`` is the pool engine's ``PoolScope`` over an ``EngineEnv`` whose informers
   hold the objects given (filled as a watch fills them, through the informer's own store),
@@ -35,10 +35,11 @@ from machinepool.api import constants as c
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
 from machinepool.controllers.common import WorkloadNodes
 from machinepool.controllers.machinepool import watches
-from machinepool.controllers.machinepool.scope import Scope
+from machinepool.controllers.machinepool.scope import Env, PoolMemory, Scope
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.observe import ensure_adoption_index, ensure_member_indexes
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
+from machinepool.providers.pool.scope import PoolMemory as EngineMemory
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Informer, Obj, ObjectKey, Resource
@@ -46,7 +47,6 @@ from machinepool.sim import DEFAULT_ZONES, Faults
 
 __all__ = [
     "NAMESPACE",
-    "CachedReads",
     "MemoryBackend",
     "cached",
     "cluster",
@@ -166,20 +166,6 @@ def machine(
     }
 
 
-@dataclass
-class CachedReads:
-    """What the core phases read of their reconciler besides its client: the Machine cache
-    (indexed as the reconciler indexes it) and the per-pool memory it keeps between passes.
-    Anything else a phase reaches for (client, resolver, recorder, dynamic watches) is
-    missing, and the test fails there: that path is the integration tests'."""
-
-    machines: Informer
-    machines_up_to_date: bool = False
-    pool_node_taints: bool = False
-    machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = field(default_factory=dict)
-    machines_applied: dict[ObjectKey, dict[str, tuple[float, Obj]]] = field(default_factory=dict)
-
-
 def pool_scope(
     mp: Obj | None = None,
     *,
@@ -191,14 +177,28 @@ def pool_scope(
 ) -> Scope:
     """The core controller's scope for ``mp`` (default: ``machine_pool(NAMESPACE, "pool")``
     with a uid), its Cluster, its ``machines`` and, unless ``None``, the workload ``nodes``;
-    the Machine cache holds ``cached_machines`` (``scope.reconciler`` is a ``CachedReads``).
+    the Machine cache holds ``cached_machines`` (``scope.env``: it and the gates, no more).
     ``fields`` set any other field of ``Scope`` (``infra_pool``, ``bootstrap_config``...)."""
     body = copy.deepcopy(mp if mp is not None else machine_pool(NAMESPACE, "pool"))
     body["metadata"].setdefault("uid", UID)
     machine_cache = cached(MACHINES, cached_machines)
     machine_cache.add_indexer(watches.BY_MEMBER_LABELS, watches.member_labels)
+    # The Machine cache (indexed as the reconciler indexes it) and the gates only: anything
+    # else a phase reaches for (client, resolver, recorder, dynamic watches) is missing, and
+    # the test fails there: that path is the integration tests'.
+    env = Env(
+        client=None,  # type: ignore[arg-type]
+        cluster_cache=None,  # type: ignore[arg-type]
+        resolver=None,  # type: ignore[arg-type]
+        recorder=None,  # type: ignore[arg-type]
+        machines=machine_cache,
+        watches=None,  # type: ignore[arg-type]
+        machines_up_to_date=False,
+        pool_node_taints=False,
+    )
     return Scope(
-        reconciler=CachedReads(machine_cache),  # type: ignore[arg-type]
+        env=env,
+        memory=PoolMemory(),
         mp=MachinePoolView(body),
         cluster=ClusterView(cluster_obj or cluster()),
         machines=[MachineView(copy.deepcopy(m)) for m in machines],
@@ -358,4 +358,10 @@ def engine_scope(
         clusters=cached(CLUSTERS, [cluster()] if clusters is None else clusters),
         shortages=ZoneShortages() if shortages is None else shortages,
     )
-    return PoolScope(env=env, key=ObjectKey.of(pool), pool=SimMachinePoolView(pool), **fields)
+    return PoolScope(
+        env=env,
+        key=ObjectKey.of(pool),
+        pool=SimMachinePoolView(pool),
+        memory=EngineMemory(),
+        **fields,
+    )

@@ -8,7 +8,7 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.api.views import MachineView
 from machinepool.controllers.machinepool.facts import FactsCache, MachineFacts
-from machinepool.runtime import ObjectKey
+from machinepool.runtime import KeyMemory, ObjectKey
 
 POOL = ObjectKey("ns", "pool")
 
@@ -58,34 +58,35 @@ def test_facts_say_what_a_pass_reads() -> None:
 
 def test_a_pass_reuses_facts_of_the_same_version_only() -> None:
     cache = FactsCache()
-    first = cache.for_pass(POOL)(machine("m1", "1"))
+    first = cache.for_pass()(machine("m1", "1"))
 
-    same = cache.for_pass(POOL)(machine("m1", "1", ready="False"))
+    same = cache.for_pass()(machine("m1", "1", ready="False"))
     assert same is first, "an unchanged resourceVersion is not read again"
 
-    changed = cache.for_pass(POOL)(machine("m1", "2", ready="False"))
+    changed = cache.for_pass()(machine("m1", "2", ready="False"))
     assert changed is not first
     assert changed.condition_is("Ready", "False")
 
 
 def test_facts_a_pass_did_not_ask_for_are_dropped() -> None:
     cache = FactsCache()
-    one = cache.for_pass(POOL)
+    one = cache.for_pass()
     kept, gone = one(machine("m1", "1")), one(machine("m2", "1"))
 
-    two = cache.for_pass(POOL)
+    two = cache.for_pass()
     assert two(machine("m1", "1")) is kept
-    three = cache.for_pass(POOL)
+    three = cache.for_pass()
     assert three(machine("m2", "1")) is not gone, "not asked for in the pass between"
     assert three(machine("m1", "1")) is kept, "asked for in every pass"
 
-    cache.for_pass(POOL)(machine("m1", "1"))
-    cache.forget(POOL)
-    assert cache.for_pass(POOL)(machine("m1", "1")) is not kept
+    memory = KeyMemory(FactsCache)
+    kept = memory.of(POOL).for_pass()(machine("m1", "1"))
+    memory.forget(POOL)
+    assert memory.of(POOL).for_pass()(machine("m1", "1")) is not kept, "a pool gone is forgotten"
 
 
 def test_a_machine_without_a_version_is_never_taken_from_the_cache() -> None:
     cache = FactsCache()
-    facts = cache.for_pass(POOL)
+    facts = cache.for_pass()
     unstored = MachineView({"metadata": {"name": "m1", "uid": "u"}})
     assert facts(unstored) is not facts(unstored)

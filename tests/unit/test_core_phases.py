@@ -6,6 +6,7 @@ one (adoption, Node patches, Machine applies, deletions) are the integration tes
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -128,7 +129,7 @@ async def test_a_pool_counts_its_machines_unless_another_pool_controls_them() ->
 async def test_a_machine_just_created_counts_before_the_cache_shows_it() -> None:
     scope = pool_scope(cached_machines=[machine("m1")], infra_pool=_infra(2, []))
     made = machine("m2")
-    scope.reconciler.machines_applied[scope.key] = {"m2": (time.monotonic(), made)}
+    scope.memory.applied = {"m2": (time.monotonic(), made)}
     await machines.reconcile_machines(scope)
     assert sorted(m.metadata.name for m in scope.machines) == ["m1", "m2"]
 
@@ -139,7 +140,7 @@ def test_nodes_of_live_machines_are_left_to_the_machine_controller() -> None:
     paused = machine("m3", provider_id="sim://c", annotations={c.PAUSED_ANNOTATION: ""})
     scope = pool_scope(machines=[live, going, paused])
     assert noderefs._left_to_machines(scope) == {"sim://a"}
-    scope.reconciler.machines_up_to_date = True  # beside upstream: the pool marks them all
+    scope.env = dataclasses.replace(scope.env, machines_up_to_date=True)  # beside upstream
     assert noderefs._left_to_machines(scope) == set()
 
 

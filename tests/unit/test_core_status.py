@@ -404,19 +404,21 @@ def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
     created, rather than as absent and to be applied again; once the cache shows the name, or
     after ``APPLIED_TTL_SECONDS``, the cache decides."""
     import time
+    from types import SimpleNamespace
+
+    from machinepool.controllers.machinepool.scope import PoolMemory
 
     made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
-    scope = builders.pool_scope()
-    key, reconciler = scope.key, scope.reconciler
-    reconciler.machines_applied[key] = {"m1": (time.monotonic(), made)}
+    memory = PoolMemory(applied={"m1": (time.monotonic(), made)})
+    scope: Any = SimpleNamespace(memory=memory, machines=[])
     assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
     long_ago = time.monotonic() - machines.APPLIED_TTL_SECONDS - 1
-    reconciler.machines_applied[key]["m1"] = (long_ago, made)
+    memory.applied["m1"] = (long_ago, made)
     assert machines._created_not_cached(scope) == [], "waited long enough: the cache decides"
-    reconciler.machines_applied[key]["m1"] = (time.monotonic(), made)
+    memory.applied["m1"] = (time.monotonic(), made)
     scope.machines = [MachineView(dict(made))]
     assert machines._created_not_cached(scope) == [], "the cache shows it"
-    assert reconciler.machines_applied[key] == {}
+    assert memory.applied == {}
 
 
 def test_machine_controller_sets_up_to_date_in_its_own_status() -> None:

@@ -7,7 +7,6 @@ from typing import Any
 
 from machinepool.api.meta import format_time
 from machinepool.api.views import MachinePoolView, MachineView
-from machinepool.controllers.machinehealthcheck.selector import matches
 from machinepool.controllers.machinehealthcheck.targets import (
     Health,
     Target,
@@ -16,6 +15,7 @@ from machinepool.controllers.machinehealthcheck.targets import (
 )
 from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.controllers.machinepool.remediation import marked, max_in_flight
+from machinepool.controllers.selector import matches
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -28,14 +28,13 @@ from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import DeletePolicy
 from machinepool.providers.pool.types import InstanceState
-from machinepool.runtime import ObjectKey, Result
+from machinepool.runtime import ObjectKey, Result, Stop, Then
 
 KEY = ObjectKey(NAMESPACE, "pool")
 
 
 async def _owned(scope: PoolScope) -> PoolScope:
     assert await observe.load_owner(scope) == Result()
-    assert not scope.halt
     return scope
 
 
@@ -55,8 +54,7 @@ async def test_an_owned_pool_finds_its_machine_pool_cluster_and_backend() -> Non
 
 async def test_a_paused_cluster_stops_the_pool_at_its_paused_condition() -> None:
     scope = engine_scope(clusters=[cluster(paused=True)])
-    assert await observe.load_owner(scope) == Result()
-    assert scope.halt
+    assert await observe.load_owner(scope) == Stop()
     assert scope.backend is None, "no cloud call while paused"
     paused = condition(scope.pool.raw, c.PAUSED_CONDITION)
     assert (paused["status"], paused["reason"]) == ("True", c.PAUSED_REASON)
@@ -64,18 +62,16 @@ async def test_a_paused_cluster_stops_the_pool_at_its_paused_condition() -> None
 
 async def test_a_pool_a_machine_pool_names_waits_quietly_for_its_adoption() -> None:
     scope = engine_scope(owned=False)
-    assert await observe.load_owner(scope) == Result()
-    assert scope.quiet
-    assert scope.halt
+    stop = await observe.load_owner(scope)
+    assert isinstance(stop, Stop)
+    assert stop.then is Then.NOTHING
     assert scope.blocked == []
 
 
 async def test_a_pool_nothing_adopts_says_it_waits_for_an_owner() -> None:
     stranger = machine_pool(NAMESPACE, "pool", infrastructure="elsewhere")
     scope = engine_scope(owned=False, mp=stranger)
-    await observe.load_owner(scope)
-    assert scope.halt
-    assert not scope.quiet
+    assert await observe.load_owner(scope) == Stop()
     assert scope.blocked == [("WaitingForOwner", "waiting for a MachinePool to adopt this pool")]
 
 
@@ -233,7 +229,7 @@ async def test_infra_machines_in_step_with_their_instances_get_no_write() -> Non
     )
     await observe.list_instances(scope)
     assert await machines.sync_infra_machines(scope) == Result()
-    assert scope.env.statuses_sent[KEY] == {}
+    assert scope.memory.statuses_sent == {}
 
 
 async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_echo() -> None:
@@ -241,9 +237,9 @@ async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_ech
     scope = await _owned(engine_scope(backend=backend, infra_machines=[infra_machine("i-1")]))
     await observe.list_instances(scope)
     sent = (time.monotonic(), InstanceState.RUNNING)
-    scope.env.statuses_sent[KEY] = {"i-1": sent}
+    scope.memory.statuses_sent = {"i-1": sent}
     assert await machines.sync_infra_machines(scope) == Result()  # no client: nothing written
-    assert scope.env.statuses_sent[KEY] == {"i-1": sent}
+    assert scope.memory.statuses_sent == {"i-1": sent}
 
 
 def test_an_infra_machines_status_follows_its_instances_state() -> None:

@@ -28,7 +28,8 @@ EXPECTED = {
     "Controller", "Result", "TerminalError", "Reconciler", "ReconcileFunc", "Mapper", "Inputs",
     "EnqueueHandler", "object_key", "owner_key", "metadata_and_spec",
     # the reconcile skeleton
-    "Phase", "Outcome", "run_phases", "patch_on_exit",
+    "Phase", "Outcome", "run_phases", "patch_on_exit", "Steps", "Stop", "Then", "drive",
+    "KeyMemory",
     # big objects' progress writes, spaced out
     "ProgressSpacing", "reports_progress",
     # manager

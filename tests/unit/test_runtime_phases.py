@@ -1,9 +1,10 @@
-"""The reconcile skeleton: how phases run, how their errors are noted and raised, and the
-one patch on exit (``machinepool.runtime.phases``)."""
+"""The reconcile skeleton: how phases run, how their errors are noted and raised, the one
+patch on exit, and the driver that runs a kind's steps (``machinepool.runtime.phases``)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -13,12 +14,19 @@ from machinepool.runtime import (
     Client,
     Conflict,
     NotFound,
+    ObjectKey,
     Outcome,
+    OwnReader,
     Patcher,
+    Phase,
     Resource,
     Result,
+    Steps,
+    Stop,
     TerminalError,
+    Then,
     describe_error,
+    drive,
     patch_on_exit,
     run_phases,
 )
@@ -29,7 +37,6 @@ POOLS = Resource("example.io", "v1", "pools", "Pool")
 @dataclass
 class Scope:
     ran: list[str] = field(default_factory=list)
-    halt: bool = False
 
 
 async def find_nodes(scope: Scope) -> Result:
@@ -58,8 +65,7 @@ async def later(scope: Scope) -> Result:
 
 async def stop(scope: Scope) -> Result:
     scope.ran.append("stop")
-    scope.halt = True
-    return Result()
+    return Stop()
 
 
 def conflict() -> Conflict:
@@ -90,12 +96,15 @@ async def test_independent_phases_all_run_and_a_chain_stops_at_the_first_failure
     assert len(outcome.errors) == 1
 
 
-async def test_a_halting_phase_stops_the_phases_after_it() -> None:
-    scope = Scope()
-    outcome = await run_phases(scope, [soon, stop, later])
-    assert scope.ran == ["soon", "stop"]
-    assert outcome.ok
-    assert outcome.result == Result(requeue_after=5)
+async def test_a_phase_that_returns_stop_ends_the_run_chained_or_not() -> None:
+    for chain in (False, True):
+        scope = Scope()
+        outcome = await run_phases(scope, [soon, stop, later], chain=chain)
+        assert scope.ran == ["soon", "stop"]
+        assert outcome.ok
+        assert outcome.stop == Stop()
+        assert outcome.then is Then.REPORT
+        assert outcome.result == Result(requeue_after=5)
 
 
 async def test_the_soonest_requeue_wins_across_phases_and_runs() -> None:
@@ -237,3 +246,126 @@ async def test_a_status_write_that_lost_its_lock_keeps_the_other_writers_conditi
         "Ready",
     ]
     assert client.stored["status"]["observedGeneration"] == 3
+
+
+class Reader:
+    """What ``drive`` reads through: the object as stored, a private copy each time."""
+
+    def __init__(self, client: FakeClient, gone: bool = False) -> None:
+        self.client, self.gone = client, gone
+
+    async def get(self, key: ObjectKey) -> dict[str, Any] | None:
+        return None if self.gone else copy.deepcopy(self.client.stored)
+
+    def wrote(self, obj: dict[str, Any]) -> None:
+        pass
+
+
+@dataclass
+class PoolPass:
+    obj: dict[str, Any]
+    ran: list[str] = field(default_factory=list)
+
+
+class PoolSteps(Steps[PoolPass]):
+    """A kind whose guard adds a finalizer, whose phases are given, and whose report writes
+    a phase: enough to see what the driver does on each exit."""
+
+    kind = "Pool"
+
+    def __init__(self, *phases: Phase[PoolPass], hold: float = 0.0) -> None:
+        self._phases = phases
+        self._hold = hold
+        self.forgotten: list[ObjectKey] = []
+        self.reported = 0
+
+    def forget(self, key: ObjectKey) -> None:
+        self.forgotten.append(key)
+
+    def scope(self, key: ObjectKey, obj: dict[str, Any], patcher: Patcher) -> PoolPass | Stop:
+        return PoolPass(obj)
+
+    def guards(self, scope: PoolPass) -> Sequence[Phase[PoolPass]]:
+        return (add_finalizer,)
+
+    def phases(self, scope: PoolPass) -> Sequence[Phase[PoolPass]]:
+        return self._phases
+
+    async def report(self, scope: PoolPass, outcome: Outcome) -> Outcome:
+        self.reported += 1
+        scope.obj["status"]["phase"] = "Failed" if outcome.errors else "Running"
+        return Outcome()
+
+    def hold(self, scope: PoolPass, before: dict[str, Any], after: dict[str, Any]) -> float:
+        return self._hold
+
+
+async def add_finalizer(scope: PoolPass) -> Result:
+    """Add the finalizer."""
+    finalizers = scope.obj["metadata"].setdefault("finalizers", [])
+    if "ours" in finalizers:
+        return Result()
+    finalizers.append("ours")
+    return Stop(then=Then.WRITE)
+
+
+async def quiet(scope: PoolPass) -> Result:
+    scope.ran.append("quiet")
+    return Stop(requeue_after=2, then=Then.NOTHING)
+
+
+async def failing(scope: PoolPass) -> Result:
+    """Fail."""
+    raise KeyError("spec")
+
+
+KEY = ObjectKey("ns", "a")
+
+
+async def run(steps: PoolSteps, client: FakeClient, reader: Reader | None = None) -> Result:
+    return await drive(
+        steps, KEY, cast(OwnReader, reader or Reader(client)), cast(Client, client), POOLS
+    )
+
+
+async def test_a_guard_that_stops_writes_its_change_alone_and_claims_no_generation() -> None:
+    client = FakeClient(pool())
+    steps = PoolSteps(soon)
+    assert await run(steps, client) == Result()
+    assert [sub for sub, _ in client.patches] == [""], "one write: the finalizer"
+    assert client.patches[0][1]["metadata"]["finalizers"] == ["ours"]
+    assert steps.reported == 0, "no summary after a guard's stop"
+    assert client.stored["status"]["observedGeneration"] == 2
+
+
+async def test_the_phases_run_then_the_report_and_one_write_claiming_the_generation() -> None:
+    client = FakeClient(pool(finalizers=["ours"]))
+    steps = PoolSteps(soon, later)
+    assert await run(steps, client) == Result(requeue_after=5)
+    assert [sub for sub, _ in client.patches] == ["status"]
+    assert client.stored["status"] == {"observedGeneration": 3, "phase": "Running"}
+
+
+async def test_a_failure_is_written_reported_and_raised_after_the_write() -> None:
+    client = FakeClient(pool(finalizers=["ours"]))
+    with pytest.raises(KeyError):
+        await run(PoolSteps(failing, soon), client)
+    assert client.patches == [("status", {"status": {"phase": "Failed"}})], "no generation claimed"
+
+
+async def test_a_stop_that_says_nothing_writes_nothing_and_a_held_report_waits() -> None:
+    client = FakeClient(pool(finalizers=["ours"]))
+    steps = PoolSteps(quiet, soon)
+    assert await run(steps, client) == Result(requeue_after=2)
+    assert client.patches == []
+    assert steps.reported == 0
+    assert await run(PoolSteps(later, hold=1.5), client) == Result(requeue_after=1.5)
+    assert client.patches == [], "only progress: the write waits its turn"
+
+
+async def test_an_object_gone_is_forgotten() -> None:
+    client = FakeClient(pool())
+    steps = PoolSteps(soon)
+    assert await run(steps, client, Reader(client, gone=True)) == Result()
+    assert steps.forgotten == [KEY]
+    assert client.patches == []

@@ -9,9 +9,7 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.controllers.machinepool import status as core_status
 from machinepool.providers.pool import report
-from machinepool.runtime import ObjectKey, ProgressSpacing, reports_progress
-
-KEY = ObjectKey("ns", "big")
+from machinepool.runtime import ProgressSpacing, reports_progress
 
 
 class Clock:
@@ -31,16 +29,13 @@ def test_a_big_objects_progress_waits_its_size_and_a_small_one_a_second() -> Non
     assert spacing.interval(100) == 3.0
     assert spacing.interval(500) == 15.0
     assert spacing.interval(10_000) == 30.0  # the longest
-    assert spacing.wait(KEY, 500) == 0.0, "never written: it may go"
-    spacing.wrote(KEY)
+    assert spacing.wait(None, 500) == 0.0, "never written: it may go"
+    last = spacing.now()
     clock.now += 5
-    assert spacing.wait(KEY, 500) == 10.0
-    assert spacing.wait(KEY, 50) == 0.0, "a small object's second is over"
+    assert spacing.wait(last, 500) == 10.0
+    assert spacing.wait(last, 50) == 0.0, "a small object's second is over"
     clock.now += 10
-    assert spacing.wait(KEY, 500) == 0.0
-    spacing.wrote(KEY)
-    spacing.forget(KEY)
-    assert spacing.wait(KEY, 500) == 0.0
+    assert spacing.wait(last, 500) == 0.0
 
 
 def _settled(obj: dict[str, Any]) -> bool:
@@ -160,10 +155,10 @@ def test_a_write_is_held_only_when_it_reports_progress_and_it_is_not_its_turn() 
     clock = Clock()
     spacing = ProgressSpacing(clock)
     before, after = _obj(count=1), _obj(count=2)
-    assert spacing.hold(KEY, 500, before, after, _progress) == 0.0, "never written"
-    spacing.wrote(KEY)
+    assert spacing.hold(None, 500, before, after, _progress) == 0.0, "never written"
+    last = spacing.now()
     clock.now += 5
-    assert spacing.hold(KEY, 500, before, after, _progress) == 10.0
-    assert spacing.hold(KEY, 500, before, _obj(count=2, done=True), _progress) == 0.0, "news"
-    assert spacing.hold(KEY, 500, before, _obj(count=1), _progress) == 0.0, "nothing to write"
-    assert spacing.hold(KEY, 50, before, after, _progress) == 0.0, "a small object"
+    assert spacing.hold(last, 500, before, after, _progress) == 10.0
+    assert spacing.hold(last, 500, before, _obj(count=2, done=True), _progress) == 0.0, "news"
+    assert spacing.hold(last, 500, before, _obj(count=1), _progress) == 0.0, "nothing to write"
+    assert spacing.hold(last, 50, before, after, _progress) == 0.0, "a small object"

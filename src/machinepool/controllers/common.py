@@ -10,15 +10,25 @@ packages never import each other.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import Condition, set_condition
 from machinepool.api.meta import parse_time
 from machinepool.api.views import ClusterView, MachineView, NodeView, ObjectView
-from machinepool.runtime import Informer, Obj, ObjectKey
+from machinepool.runtime import (
+    Client,
+    ClusterCache,
+    ContractResolver,
+    EventRecorder,
+    Informer,
+    Obj,
+    ObjectKey,
+)
 
 __all__ = [
+    "CoreEnv",
     "WorkloadNodes",
     "ensure_cluster_owner",
     "group_of",
@@ -34,6 +44,18 @@ __all__ = [
     "ref_text",
     "set_paused_condition",
 ]
+
+
+@dataclass(frozen=True)
+class CoreEnv:
+    """What every reconcile of a core controller uses, the same for all of them: each
+    package's ``scope.Env`` adds its informers, watches and gates. A scope holds this, never
+    its reconciler."""
+
+    client: Client
+    cluster_cache: ClusterCache
+    resolver: ContractResolver
+    recorder: EventRecorder
 
 
 def now() -> datetime:

@@ -37,7 +37,13 @@ from machinepool.api import constants as c
 from machinepool.api.views import NodeView
 from machinepool.runtime import Obj
 
-__all__ = ["PoolNodeChanges", "is_managed_label", "pool_node_changes", "wanted_labels"]
+__all__ = [
+    "PoolNodeChanges",
+    "is_managed_label",
+    "is_uninitialized_taint",
+    "pool_node_changes",
+    "wanted_labels",
+]
 
 
 def _domain(key: str) -> str:
@@ -156,3 +162,14 @@ def pool_node_changes(
         # Not written empty on a Node that never had one: nothing to remember.
         changes.annotations[c.LABELS_FROM_POOL_ANNOTATION] = listed
     return changes
+
+
+def is_uninitialized_taint(taint: Any) -> bool:
+    """Whether ``taint`` is ``node.cluster.x-k8s.io/uninitialized:NoSchedule``, which kubeadm
+    registers a Node with until Cluster API has labelled it; both Node writers (the pool's
+    ``noderefs`` and the pool Machine's ``node``) drop it."""
+    return (
+        isinstance(taint, dict)
+        and taint.get("key") == c.UNINITIALIZED_TAINT_KEY
+        and taint.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
+    )

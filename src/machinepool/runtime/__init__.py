@@ -5,7 +5,7 @@ Reproduces controller-runtime's semantics in asyncio: a raw-JSON API ``Client``;
 de-duplicating, rate-limited priority ``WorkQueue``; ``Controller``s with the Result/error contract;
 a ``Manager`` with Lease leader election, probes and Prometheus metrics; an ``EventRecorder``;
 structured logging; a ``ClusterCache`` of workload-cluster clients and informers; and the
-one shape of a reconcile (``run_phases``, ``patch_on_exit``, ``Outcome.settle``).
+one shape of a reconcile (``drive`` over ``Steps``, ``run_phases``, ``Outcome.settle``).
 
 Import public names from here; the modules behind them are private.
 """
@@ -94,7 +94,17 @@ from machinepool.runtime.logging import KVLogger, configure_logging, get_logger
 from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
 from machinepool.runtime.metrics import RuntimeMetrics
 from machinepool.runtime.patch import Patcher, merge_patch
-from machinepool.runtime.phases import Outcome, Phase, patch_on_exit, run_phases
+from machinepool.runtime.phases import (
+    KeyMemory,
+    Outcome,
+    Phase,
+    Steps,
+    Stop,
+    Then,
+    drive,
+    patch_on_exit,
+    run_phases,
+)
 from machinepool.runtime.reader import OwnReader
 from machinepool.runtime.sharding import (
     DRAIN_ACKNOWLEDGED,
@@ -165,6 +175,7 @@ __all__ = [
     "Inputs",
     "Invalid",
     "KVLogger",
+    "KeyMemory",
     "LeaderElectionConfig",
     "LeaderElector",
     "LiveLeases",
@@ -194,7 +205,10 @@ __all__ = [
     "ServerError",
     "ServingCert",
     "ShardLabels",
+    "Steps",
+    "Stop",
     "TerminalError",
+    "Then",
     "TokenAuthorizer",
     "TooManyRequests",
     "Transform",
@@ -206,6 +220,7 @@ __all__ = [
     "controller_owner",
     "copy_obj",
     "describe_error",
+    "drive",
     "field_indexer",
     "gather_bounded",
     "get_logger",

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Iterable
 
 from machinepool.runtime.client import Obj
-from machinepool.runtime.keys import ObjectKey
 
 __all__ = ["ProgressSpacing", "reports_progress"]
 
@@ -46,7 +45,11 @@ class ProgressSpacing:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._written: dict[ObjectKey, float] = {}
+
+    def now(self) -> float:
+        """The clock's reading: what the caller keeps, per object, as when it last wrote it
+        (in its ``KeyMemory``), and hands back to ``wait`` and ``hold``."""
+        return self._clock()
 
     def interval(self, entries: int) -> float:
         """Seconds between progress writes of an object that lists ``entries``."""
@@ -56,38 +59,30 @@ class ProgressSpacing:
             return self.shortest
         return min(self.longest, entries * self.per_entry)
 
-    def wait(self, key: ObjectKey, entries: int) -> float:
-        """Seconds before ``key``'s next progress write may go; 0 when it may go now (never
-        written since this process started, or written long enough ago)."""
-        last = self._written.get(key)
+    def wait(self, last: float | None, entries: int) -> float:
+        """Seconds before the next progress write of an object last written at ``last`` may
+        go; 0 when it may go now (never written since this process started, or written long
+        enough ago)."""
         if last is None:
             return 0.0
         return max(0.0, last + self.interval(entries) - self._clock())
 
     def hold(
         self,
-        key: ObjectKey,
+        last: float | None,
         entries: int,
         before: Obj,
         after: Obj,
         progress_only: Callable[[Obj, Obj], bool],
     ) -> float:
         """Seconds to hold back writing ``after`` over the snapshot ``before`` of an object
-        listing ``entries``; 0 to write now: an object listing nothing, its turn, nothing to
-        write, or news (not ``progress_only``, the kind's own rule built on
-        ``reports_progress``)."""
-        wait = self.wait(key, entries)
+        listing ``entries``, last written at ``last``; 0 to write now: an object listing
+        nothing, its turn, nothing to write, or news (not ``progress_only``, the kind's own
+        rule built on ``reports_progress``)."""
+        wait = self.wait(last, entries)
         if not wait or before == after or not progress_only(before, after):
             return 0.0
         return wait
-
-    def wrote(self, key: ObjectKey) -> None:
-        """``key`` was just written, progress or news."""
-        self._written[key] = self._clock()
-
-    def forget(self, key: ObjectKey) -> None:
-        """``key`` is gone."""
-        self._written.pop(key, None)
 
 
 def reports_progress(

@@ -116,8 +116,7 @@ async def test_every_watch_passes_what_a_pool_reconcile_reads(env: Env) -> None:
         (await env.cluster_cache.get_informer(cluster, NODES), ObjectKey("", "n0"), node_inputs),
     ]
     # What a pass remembers lets the next one skip reads; without it, a pass reads all.
-    reconciler.facts.forget(key)
-    reconciler.machines_in_sync.pop(key, None)
+    reconciler.memory.forget(key)
     with contextlib.ExitStack() as stack:
         reads = [stack.enter_context(recording(inf, k)) for inf, k, _ in watched]
         await reconciler.reconcile(key)

@@ -22,7 +22,8 @@ from machinepool.controllers import machinehealthcheck
 from machinepool.controllers.machinehealthcheck.controller import EVENT_TEMPLATE_NOT_SUPPORTED
 from machinepool.controllers.machinepool import MachinePoolReconciler
 from machinepool.controllers.machinepool.remediation import reconcile_remediation
-from machinepool.controllers.machinepool.scope import Scope
+from machinepool.controllers.machinepool.scope import Env as PoolEnv
+from machinepool.controllers.machinepool.scope import PoolMemory, Scope
 from machinepool.runtime import (
     CORE_EVENTS,
     Client,
@@ -266,9 +267,20 @@ async def test_a_mark_that_loses_an_optimistic_lock_is_retried(
     mgr = Manager(client, bind_address=None)
     cache = ClusterCache(client)
     reconciler = MachinePoolReconciler(mgr, cache)
+    env = PoolEnv(
+        client=client,
+        cluster_cache=cache,
+        resolver=reconciler.resolver,
+        recorder=reconciler.recorder,
+        machines=Informer(client, MACHINES),  # not read: the phase is handed its Machines
+        watches=reconciler,
+        machines_up_to_date=False,
+        pool_node_taints=False,
+    )
     mp = {"metadata": {"name": "pool", "namespace": namespace, "uid": "u"}, "spec": {}}
     scope = Scope(
-        reconciler,
+        env,
+        PoolMemory(),
         MachinePoolView(mp),
         ClusterView({}),
         infra_pool=InfraMachinePool({"status": {"infrastructureMachineKind": "X"}}),

@@ -8,14 +8,15 @@ joined, which switches refresh to rotation), not on every scale or status write 
 ``tests/integration/bootstrap/test_kubeadm_inputs.py`` holds ``pool_inputs`` to what a
 reconcile reads from the pool.
 
-One reconcile: read the config (from the informer, or this controller's newer write of it),
-snapshot it, run the phases as a chain (each needs what the ones before it found: the owner,
-the Cluster, the certificates, the token) until one halts or fails, write the Ready summary,
-and patch once (status, only what changed). An error means a retry with backoff, otherwise
-the shortest requeue wins (``runtime.phases``). Before the phases, a config that a
-MachinePool names but has not adopted yet, or that is paused and has no owner, is left as it
-is: the adoption brings it back; one no pool names yet is left so for a few seconds after its
-creation, as its pool usually follows it (``prerequisites.awaiting_adoption``).
+One reconcile, ``runtime.drive`` over the reconciler's steps: read the config (from the
+informer, or this controller's newer write of it), snapshot it, run the phases as a chain (each
+needs what the ones before it found: the owner, the Cluster, the certificates, the token) until
+one stops or fails, write the Ready summary, and patch once (status, only what changed). An
+error means a retry with backoff, otherwise the shortest requeue wins (``runtime.phases``).
+Before the phases, a config that a MachinePool names but has not adopted yet, or that is paused
+and has no owner, is left as it is: the adoption brings it back; one no pool names yet is left
+so for a few seconds after its creation, as its pool usually follows it
+(``prerequisites.awaiting_adoption``).
 
 A config carries no finalizer, as upstream's does not: it goes the moment it is deleted, and
 this controller deletes its bootstrap tokens and data Secret afterwards, from the last state
@@ -31,7 +32,8 @@ after the cleanup of one already being deleted.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -66,26 +68,50 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     ObjectKey,
+    Outcome,
     OwnReader,
     Patcher,
     Phase,
     Result,
+    Steps,
+    Stop,
     TerminalError,
+    Then,
     copy_obj,
+    drive,
     get_logger,
-    patch_on_exit,
     run_phases,
 )
 
-RECONCILE_PHASES: tuple[Phase[Scope], ...] = (
-    resolve_owner,
-    resolve_cluster,
-    check_paused,
-    validate_spec,
-    check_cluster_ready,
-    load_certificates,
-    reconcile_token,
-    write_data,
+
+def _stops(phase: Phase[Scope]) -> Phase[Scope]:
+    """``phase``, ending the reconcile with a ``Stop`` (the summary and the write follow) when
+    it set ``scope.halt``: the helpers deep in a phase (``Scope.wait``, the render) say that
+    the config waits for something by setting it, and this is where it becomes the driver's
+    one way to stop."""
+
+    @functools.wraps(phase)
+    async def run(scope: Scope) -> Result:
+        result = await phase(scope)
+        return Stop(requeue_after=result.requeue_after) if scope.halt else result
+
+    return run
+
+
+RECONCILE_PHASES: tuple[Phase[Scope], ...] = tuple(
+    map(
+        _stops,
+        (
+            resolve_owner,
+            resolve_cluster,
+            check_paused,
+            validate_spec,
+            check_cluster_ready,
+            load_certificates,
+            reconcile_token,
+            write_data,
+        ),
+    )
 )
 
 
@@ -98,6 +124,14 @@ async def _owner_for_delete(scope: Scope) -> Result:
 
 
 DELETE_PHASES: tuple[Phase[Scope], ...] = (_owner_for_delete, delete)
+
+
+async def _release_old_finalizer(scope: Scope) -> Result:
+    """Release the finalizer an earlier version set: one write, once, for such a config."""
+    release_finalizer(scope)
+    return Result()
+
+
 CLUSTER_INDEX = "kubeadm-bootstrap/cluster"
 CONTROLLER_NAME = "kubeadmconfig"
 
@@ -110,8 +144,12 @@ class Departed:
     seen_at: datetime
 
 
-class KubeadmConfigReconciler:
-    """Reconciles one KubeadmConfig per call (see the module docstring)."""
+class KubeadmConfigReconciler(Steps[Scope]):
+    """Reconciles one KubeadmConfig per call (see the module docstring): ``runtime.drive``
+    over these steps, a chain."""
+
+    kind = "KubeadmConfig"
+    chain = True
 
     def __init__(
         self,
@@ -141,31 +179,39 @@ class KubeadmConfigReconciler:
         queued by the controller's own handler."""
         self.gone[ObjectKey.of(config)] = Departed(config, datetime.now(UTC))
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
-        config = await self.reader.get(key)
+    async def reconcile(self, key: ObjectKey) -> Result:
+        return await drive(self, key, self.reader, self.client, r.KUBEADM_CONFIGS)
+
+    async def before(self, key: ObjectKey, obj: Obj | None) -> Result | None:
+        """A departed config's cleanup, unless the config is back under the same UID."""
         departed = self.gone.get(key)
-        if departed is not None and (config is None or _uid(config) != _uid(departed.config)):
-            cleaned = await self._clean_up(key, departed)
-            if cleaned is not None:
-                return cleaned
-        if config is None:
-            return None
-        scope = self._scope(key, config)
-        patcher = Patcher(self.client, r.KUBEADM_CONFIGS, config, on_patched=self.reader.wrote)
+        if departed is not None and (obj is None or _uid(obj) != _uid(departed.config)):
+            return await self._clean_up(key, departed)
+        return None
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:
+        scope = self._scope(key, obj)
         if scope.config.deleting:
             if r.FINALIZER not in (scope.config.metadata.finalizers or []):
-                return None  # another finalizer holds it; the cleanup follows its delete event
+                # Another finalizer holds it; the cleanup follows its delete event.
+                return Stop(then=Then.NOTHING)
             # An earlier version's finalizer: the cleanup releases it.
             scope.deleted_at = parse_time(str(scope.config.metadata.deletion_timestamp))
-            outcome = await run_phases(scope, DELETE_PHASES, chain=True)
         elif (waiting := awaiting_adoption(scope)) is not None:
-            return waiting  # a status now would be one more write per new pool, soon replaced
-        else:
-            release_finalizer(scope)  # one write, once, for a config an earlier version made
-            outcome = await run_phases(scope, RECONCILE_PHASES, chain=True)
+            # A status now would be one more write per new pool, soon replaced.
+            return Stop(requeue_after=waiting.requeue_after, then=Then.NOTHING)
+        return scope
+
+    def guards(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return () if scope.config.deleting else (_release_old_finalizer,)
+
+    def phases(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return DELETE_PHASES if scope.config.deleting else RECONCILE_PHASES
+
+    async def report(self, scope: Scope, outcome: Outcome) -> Outcome:
+        if not scope.config.deleting:
             summarize(scope)
-        await patch_on_exit(patcher, config, outcome)
-        return outcome.settle(f"KubeadmConfig {key}")
+        return Outcome()
 
     async def _clean_up(self, key: ObjectKey, departed: Departed) -> Result | None:
         """Delete a departed config's tokens and data Secret; a ``Result`` to come back.

@@ -2,8 +2,9 @@
 the pause state, the Cluster's readiness, and the workload CA.
 
 Called in order by ``controller.py``; each sets ``scope.halt`` (with a condition saying why)
-when the reconcile cannot go on yet. MachinePool owners and Clusters come from the informers
-(their changes queue the config); a Machine owner and the Secrets are read from the API server.
+when the reconcile cannot go on yet, which ends it with a ``runtime.Stop``. MachinePool
+owners and Clusters come from the informers (their changes queue the config); a Machine owner
+and the Secrets are read from the API server.
 Waiting on things that send no event we watch (Secrets) requeues after ``POLL_SECONDS``.
 """
 

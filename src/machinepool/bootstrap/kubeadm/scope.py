@@ -91,8 +91,9 @@ class Scope:
     """For the delete phase: when the config's deletion was seen (or its deletionTimestamp,
     on a config an earlier version's finalizer holds)."""
     halt: bool = False
-    """Set by a phase that must stop the reconcile (waiting, paused, invalid input):
-    ``runtime.phases.Halting``, so the phases after it do not run."""
+    """Set by a phase, or a helper of one, that must stop the reconcile (waiting, paused,
+    invalid input); the phase then returns a ``runtime.Stop`` (``controller._stops``), so the
+    phases after it do not run."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

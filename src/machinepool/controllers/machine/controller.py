@@ -22,6 +22,7 @@ v1beta1 conditions go in ``status.deprecated.v1beta1`` beside the v1beta2 ones.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -49,7 +50,7 @@ from machinepool.controllers.common import (
 )
 from machinepool.controllers.machine import drain, status, volumes
 from machinepool.controllers.machine.node import node_patch
-from machinepool.controllers.machine.scope import Scope
+from machinepool.controllers.machine.scope import Env, Scope
 from machinepool.runtime import (
     NODES,
     Client,
@@ -65,16 +66,19 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     ObjectKey,
+    Outcome,
     OwnReader,
     Patcher,
     Phase,
     Resource,
     Result,
+    Steps,
+    Stop,
+    Then,
     controller_owner,
+    drive,
     get_logger,
     metadata_and_spec,
-    patch_on_exit,
-    run_phases,
 )
 
 log = get_logger(__name__)
@@ -234,6 +238,7 @@ class MachineReconciler:
         self.pools: Informer | None = None
         """The MachinePools, read for their template taints (gate on only)."""
         self.reader: OwnReader
+        self.steps: MachineSteps
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
         self._lock = asyncio.Lock()
@@ -258,6 +263,15 @@ class MachineReconciler:
             # A change of a pool's template taints reaches its Machines' Nodes at once.
             self.pools = await self.cache.get_informer(MACHINE_POOLS)
             self.controller.watch(self.pools, self._pool_mapper, pool_inputs)
+        env = Env(
+            client=self.client,
+            cluster_cache=self.cluster_cache,
+            resolver=self.resolver,
+            recorder=self.recorder,
+            drain_rules=self.drain_rules,
+            watches=self,
+        )
+        self.steps = MachineSteps(env, self.clusters)
 
     def _pool_mapper(self, pool: Obj) -> list[ObjectKey]:
         key = f"{ObjectView(pool).metadata.namespace}/{ObjectView(pool).metadata.name}"
@@ -321,9 +335,27 @@ class MachineReconciler:
     async def reconcile(self, key: ObjectKey) -> Result:
         # From the cache, never older than our own last write (the patch on exit diffs
         # against this copy; see runtime.OwnReader).
-        obj = await self.reader.get(key)
-        if obj is None or not _pool_owned(obj):
-            return Result()
+        return await drive(self.steps, key, self.reader, self.client, MACHINES)
+
+
+class MachineSteps(Steps[Scope]):
+    """One pool-Machine reconcile, as ``runtime.drive`` runs it: a chain (the deletion and
+    the Node bookkeeping both need what observe found), then the conditions and phase.
+
+    A MachineHealthCheck and the pool's remediation write conditions here too: a status
+    patch that loses its lock to them (or to the pool's apply of the Machine's version) is
+    rebased onto their write, keeping their conditions (runtime.patch)."""
+
+    kind = "Machine"
+    chain = True
+
+    def __init__(self, env: Env, clusters: Informer) -> None:
+        self.env = env
+        self.clusters = clusters
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:
+        if not _pool_owned(obj):
+            return Stop(then=Then.NOTHING)  # left to whoever owns it
         machine = MachineView(obj)
         cluster_name = str(machine.spec.cluster_name or "")
         found = self.clusters.get(cluster_name, key.namespace)
@@ -331,45 +363,54 @@ class MachineReconciler:
             raise ClusterNotFound(
                 f"Cluster {key.namespace}/{cluster_name} of Machine {key} does not exist"
             )
-        # A MachineHealthCheck and the pool's remediation write conditions here too: a status
-        # patch that loses its lock to them (or to the pool's apply of the Machine's version)
-        # is rebased onto their write, keeping their conditions (runtime.patch).
-        patcher = Patcher(self.client, MACHINES, obj, on_patched=self.reader.wrote)
-        finalizers = machine.metadata.finalizers or []
-        if not machine.deleting and c.MACHINE_FINALIZER not in finalizers:
-            machine.metadata.finalizers = [*finalizers, c.MACHINE_FINALIZER]
-            await patch_on_exit(patcher, obj)
-            return Result()
-        cluster = ClusterView(found)
-        if set_paused_condition(machine, machine.status.edit_conditions(), cluster, "Machine"):
-            # Paused: nothing but the condition. Not paused, the condition goes out with the
-            # rest of the status on exit.
-            await patch_on_exit(patcher, obj)
-            return Result()
-        scope = Scope(self, machine, cluster)
-        # A chain: the deletion and the Node bookkeeping both need what observe found.
-        phases = DELETE_PHASES if machine.deleting else NORMAL_PHASES
-        outcome = await run_phases(scope, phases, chain=True)
+        return Scope(self.env, machine, ClusterView(found))
+
+    def guards(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return (add_finalizer, stop_if_paused)
+
+    def phases(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return DELETE_PHASES if scope.machine.deleting else NORMAL_PHASES
+
+    async def report(self, scope: Scope, outcome: Outcome) -> Outcome:
+        machine = scope.machine
         if machine.deleting:
             status.set_deleting_conditions(machine, scope.infra_machine, scope.node, now())
         set_up_to_date(machine)
         status.set_phase(machine)
         status.set_v1beta1_ready(machine)
-        await patch_on_exit(patcher, obj, outcome)
-        return outcome.settle(scope.text)
+        return Outcome()
+
+
+async def add_finalizer(scope: Scope) -> Result:
+    """Add the ``machine.cluster.x-k8s.io`` finalizer to a live Machine, alone in its write."""
+    machine = scope.machine
+    finalizers = machine.metadata.finalizers or []
+    if machine.deleting or c.MACHINE_FINALIZER in finalizers:
+        return Result()
+    machine.metadata.finalizers = [*finalizers, c.MACHINE_FINALIZER]
+    return Stop(then=Then.WRITE)
+
+
+async def stop_if_paused(scope: Scope) -> Result:
+    """Set the Paused condition; paused, nothing else. Not paused, the condition goes out
+    with the rest of the status."""
+    machine = scope.machine
+    if set_paused_condition(machine, machine.status.edit_conditions(), scope.cluster, "Machine"):
+        return Stop(then=Then.WRITE)
+    return Result()
 
 
 async def observe(scope: Scope) -> Result:
     """Find the infra machine and the Node; fill ``spec.providerID`` from the former."""
-    machine, reconciler = scope.machine, scope.reconciler
+    machine, env = scope.machine, scope.env
     ref = machine.spec.infrastructure_ref
     if ref.kind and ref.name:
         try:
-            resource = await reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
+            resource = await env.resolver.resolve(str(ref.api_group), str(ref.kind))
         except NotFound:
             resource = None
         if resource is not None:
-            informer = await reconciler.infra_informer(resource)
+            informer = await env.watches.infra_informer(resource)
             scope.infra_machine = informer.get(str(ref.name), scope.key.namespace)
         scope.infra_machine_not_found = scope.infra_machine is None
     infra_pid = InfraMachine(scope.infra_machine).provider_id if scope.infra_machine else ""
@@ -377,7 +418,7 @@ async def observe(scope: Scope) -> Result:
         machine.spec.provider_id = infra_pid
     if infra_pid:
         _copy_placement(machine, scope.infra_machine)
-    nodes = WorkloadNodes(await reconciler.nodes(scope.cluster_key))
+    nodes = WorkloadNodes(await env.watches.nodes(scope.cluster_key))
     node_name = machine.status.node_ref.name
     node = nodes.by_name(str(node_name)) if node_name else None
     pid = machine.spec.provider_id
@@ -461,7 +502,7 @@ async def reconcile_normal(scope: Scope) -> Result:
         version = NodeView(node).status.node_info.kubelet_version
         if version and machine.spec.version != version:
             machine.spec.version = str(version)
-        patch = node_patch(machine, node, scope.reconciler.pool_taints(machine))
+        patch = node_patch(machine, node, scope.env.watches.pool_taints(machine))
         if patch is not None:
             await _patch_node(scope, node, patch)
     status.set_infrastructure_provisioned(machine, scope.infra_machine)
@@ -477,13 +518,13 @@ async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
     """Patch the Node (once for this view of it: ``ClusterCache.patch_once``); when its taints
     changed since our copy (the lock of a patch that drops the uninitialized taint), re-read
     it once and send what is still due."""
-    cache = scope.reconciler.cluster_cache
+    cache = scope.env.cluster_cache
     try:
         await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
         wclient = await cache.get_client(scope.cluster_key)
         name = str(NodeView(node).metadata.name)
-        pool_taints = scope.reconciler.pool_taints(scope.machine)
+        pool_taints = scope.env.watches.pool_taints(scope.machine)
         again = node_patch(scope.machine, await wclient.get(NODES, name), pool_taints)
         if again is not None:
             await wclient.patch(NODES, name, again)
@@ -588,11 +629,11 @@ async def _node_left_alone(scope: Scope) -> str | None:
     ref = scope.cluster.spec.control_plane_ref
     if not (ref.kind and ref.name):
         return None
-    reconciler, namespace = scope.reconciler, scope.key.namespace
+    env, namespace = scope.env, scope.key.namespace
     control_plane: Obj | None = None
     try:
-        resource = await reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
-        control_plane = await reconciler.client.get(resource, str(ref.name), namespace)
+        resource = await env.resolver.resolve(str(ref.api_group), str(ref.kind))
+        control_plane = await env.client.get(resource, str(ref.name), namespace)
     except NotFound:
         log.info(
             "the control-plane object of the Cluster does not exist",
@@ -604,7 +645,7 @@ async def _node_left_alone(scope: Scope) -> str | None:
         if dig(control_plane, "status", "externalManagedControlPlane") is True:
             return None
     selector = f"{c.CLUSTER_NAME_LABEL}={scope.cluster_key.name},{c.CONTROL_PLANE_LABEL}"
-    found = await reconciler.client.list(MACHINES, namespace, label_selector=selector)
+    found = await env.client.list(MACHINES, namespace, label_selector=selector)
     if not any(not ObjectView(m).metadata.deletion_timestamp for m in found.items):
         return "its Cluster has no control-plane Machine left"
     return None
@@ -620,7 +661,7 @@ async def reconcile_delete(scope: Scope) -> Result:
         _drop_finalizer(machine)
         _deleting(scope, c.DELETION_COMPLETED_REASON, "moved by clusterctl")
         return Result()
-    wclient = await scope.reconciler.cluster_cache.get_client(scope.cluster_key)
+    wclient = await scope.env.cluster_cache.get_client(scope.cluster_key)
     why = await _node_left_alone(scope)
     node_allowed = why is None
     if why is not None and scope.node is not None:
@@ -684,7 +725,7 @@ async def _drain(scope: Scope, wclient: Client, node: Obj) -> Result | None:
     if not passed:
         try:
             rules = drain.machine_rules(
-                scope.reconciler.drain_rules.list(scope.key.namespace),
+                scope.env.drain_rules.list(scope.key.namespace),
                 machine.raw,
                 scope.cluster.raw,
             )
@@ -726,7 +767,7 @@ async def _drain_failed(scope: Scope, node: Obj, exc: Exception) -> None:
     message = "Error draining Node, please check controller logs for errors"
     _deleting(scope, c.DRAINING_NODE_REASON, message)
     why = f"error draining Machine's node {NodeView(node).metadata.name}: {exc}"
-    await scope.reconciler.recorder.event(scope.machine.raw, "Warning", "FailedDrainNode", why)
+    await scope.env.recorder.event(scope.machine.raw, "Warning", "FailedDrainNode", why)
 
 
 def _volume_detach_allowed(machine: MachineView, infra_machine: Obj | None) -> bool:
@@ -784,8 +825,8 @@ async def _delete_infra_machine(scope: Scope) -> None:
     )
     if scope.infra_machine is None or InfraMachine(scope.infra_machine).deleting:
         return
-    resource = await scope.reconciler.resolver.resolve(str(ref.api_group), str(ref.kind))
-    await scope.reconciler.client.delete(
+    resource = await scope.env.resolver.resolve(str(ref.api_group), str(ref.kind))
+    await scope.env.client.delete(
         resource,
         str(ref.name),
         scope.key.namespace,
@@ -804,7 +845,7 @@ async def _delete_node(scope: Scope) -> None:
     name = str(NodeView(node).metadata.name)
     _deleting(scope, c.DELETING_NODE_REASON, f"Deleting Node {name}")
     try:
-        deleted = await scope.reconciler.cluster_cache.delete_once(scope.cluster_key, NODES, node)
+        deleted = await scope.env.cluster_cache.delete_once(scope.cluster_key, NODES, node)
     except NotFound:
         return
     except Exception as exc:
@@ -821,7 +862,7 @@ async def _delete_node(scope: Scope) -> None:
         message = "Error deleting Node, please check controller logs for errors"
         _deleting(scope, c.DELETING_NODE_REASON, message)
         why = f"error deleting Machine's Node: {exc}"
-        await scope.reconciler.recorder.event(machine.raw, "Warning", "FailedDeleteNode", why)
+        await scope.env.recorder.event(machine.raw, "Warning", "FailedDeleteNode", why)
         raise
     if deleted:
         log.info("deleted the Node of a deleted Machine", node=name, machine=str(scope.key))

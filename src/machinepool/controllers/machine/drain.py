@@ -29,7 +29,7 @@ from datetime import datetime
 from machinepool.api import constants as c
 from machinepool.api.meta import parse_time
 from machinepool.api.views import MachineDrainRuleView, NodeView, ObjectView
-from machinepool.controllers.machinehealthcheck.selector import matches
+from machinepool.controllers.selector import matches
 from machinepool.runtime import (
     NAMESPACES,
     NODES,

@@ -15,7 +15,11 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.views import MachineView, NodeView
-from machinepool.controllers.poolnode import pool_node_changes, wanted_labels
+from machinepool.controllers.poolnode import (
+    is_uninitialized_taint,
+    pool_node_changes,
+    wanted_labels,
+)
 from machinepool.runtime import Obj, controller_owner
 
 BOOKKEEPING = (
@@ -113,13 +117,3 @@ def node_patch(machine: MachineView, node: Obj, pool_taints: list[Obj] | None = 
         meta["resourceVersion"] = NodeView(node).metadata.resource_version
         patch["spec"] = {"taints": kept}
     return patch if meta else None
-
-
-def is_uninitialized_taint(taint: Any) -> bool:
-    """Whether ``taint`` is ``node.cluster.x-k8s.io/uninitialized:NoSchedule``, which kubeadm
-    registers a Node with until Cluster API has labelled it."""
-    return (
-        isinstance(taint, dict)
-        and taint.get("key") == c.UNINITIALIZED_TAINT_KEY
-        and taint.get("effect") == c.UNINITIALIZED_TAINT_EFFECT
-    )

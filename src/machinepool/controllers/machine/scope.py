@@ -1,21 +1,45 @@
 """The per-reconcile ``Scope`` of a pool-owned Machine, shared by ``controller``, ``status``
-and ``drain``."""
+and ``drain``; what every reconcile uses is the frozen ``Env`` (not the reconciler, which no
+phase module imports)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from machinepool.api.views import ClusterView, MachineView
-from machinepool.runtime import Obj, ObjectKey
+from machinepool.controllers.common import CoreEnv
+from machinepool.runtime import (
+    Informer,
+    Obj,
+    ObjectKey,
+    Resource,
+)
 
-if TYPE_CHECKING:
-    from machinepool.controllers.machine.controller import MachineReconciler
+
+class MachineWatches(Protocol):
+    """What a reconcile starts watching as it meets it, and the pool taints it reads (the
+    reconciler's: ``controller.MachineReconciler``)."""
+
+    async def infra_informer(self, resource: Resource) -> Informer: ...
+
+    async def nodes(self, cluster: ObjectKey) -> Informer: ...
+
+    def pool_taints(self, machine: MachineView) -> list[Obj] | None: ...
+
+
+@dataclass(frozen=True)
+class Env(CoreEnv):
+    """What every pool-Machine reconcile uses, the same for all of them."""
+
+    drain_rules: Informer
+    """MachineDrainRules, read by each drain round."""
+    watches: MachineWatches
 
 
 @dataclass
 class Scope:
-    reconciler: MachineReconciler
+    env: Env
     """Client, caches, recorder, dynamic watches."""
     machine: MachineView
     """The Machine (a private copy; phases mutate it through the view, and the patch on exit

@@ -1,9 +1,10 @@
 """The MachinePool reconciler: one reconcile per MachinePool key, phases over a shared Scope.
 
-Built by ``machinepool.controllers.machinepool.setup``. A reconcile reads the MachinePool and
-its Cluster from the informer cache, adds the finalizer, honours pause, runs the phases
-(every phase runs even if an earlier one failed), computes status and phase, and patches once
-(spec and status separately, only what changed), as ``runtime.phases`` lays out. Problems with
+Built by ``machinepool.controllers.machinepool.setup``. A reconcile is ``runtime.drive`` over
+``PoolSteps``: it reads the MachinePool and its Cluster from the informer cache, adds the
+finalizer, honours pause (the guards), runs the phases (every phase runs even if an earlier one
+failed), computes status and phase (``update_status``), and patches once (spec and status
+separately, only what changed), as ``runtime.phases`` lays out. Problems with
 references (missing Cluster, config or infra pool, an infra pool controlled by someone else)
 become conditions and wait for a watch, not a backoff (``ReferenceProblem`` is terminal).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_v1beta1_condition
@@ -27,14 +29,13 @@ from machinepool.controllers.common import (
 from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
-from machinepool.controllers.machinepool.facts import FactsCache
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
 from machinepool.controllers.machinepool.machines import (
     reconcile_machines,
     set_machines_up_to_date,
 )
 from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
-from machinepool.controllers.machinepool.scope import Scope
+from machinepool.controllers.machinepool.scope import Env, PoolMemory, Scope
 from machinepool.runtime import (
     NODES,
     ClusterCache,
@@ -43,6 +44,7 @@ from machinepool.runtime import (
     Controller,
     IndexFunc,
     Informer,
+    KeyMemory,
     Manager,
     Obj,
     ObjectKey,
@@ -53,9 +55,11 @@ from machinepool.runtime import (
     ProgressSpacing,
     Resource,
     Result,
+    Steps,
+    Stop,
+    Then,
+    drive,
     get_logger,
-    patch_on_exit,
-    run_phases,
 )
 
 CONTROLLER_NAME = "machinepool"
@@ -78,10 +82,6 @@ class MachinePoolReconciler:
     ) -> None:
         self.machines_up_to_date = machines_up_to_date
         self.pool_node_taints = pool_node_taints
-        """Gate ``MachinePoolNodeTaints``: keep the template's taints and managed labels on the
-        Nodes this controller patches (``poolnode``)."""
-        """Write UpToDate on pool Machines here, as upstream's MachinePool controller does: only
-        when no Machine controller of ours writes it (beside upstream)."""
         self.client = mgr.client
         self.cache = mgr.cache
         self.cluster_cache = cluster_cache
@@ -99,16 +99,9 @@ class MachinePoolReconciler:
         """Informers of referenced kinds (bootstrap configs, infra pools), for Node mapping."""
         self._watched_clusters: set[ObjectKey] = set()
         self._lock = asyncio.Lock()
-        self.machines_in_sync: dict[ObjectKey, dict[str, tuple[object, ...]]] = {}
-        """Pool -> its Machines found in sync with their infra machines, by name, with what
-        that was decided from (``machines.reconcile_machines``)."""
-        self.machines_applied: dict[ObjectKey, dict[str, tuple[float, Obj]]] = {}
-        """Pool -> the Machines it created that the Machine cache may not show yet, by name,
-        with when and as the server answered (``machines.reconcile_machines``)."""
-        self.spacing = ProgressSpacing()
-        """When each pool was last written: its progress reports are spaced out."""
-        self.facts = FactsCache()
-        """Each pool's Machines' facts, kept from one pass to the next (``facts``)."""
+        self.memory = KeyMemory(PoolMemory)
+        """What is kept about each pool from one pass to the next."""
+        self.steps: PoolSteps
 
     async def start_watches(self) -> None:
         """Informers and watches known up front: MachinePools, Clusters, Machines."""
@@ -132,6 +125,17 @@ class MachinePoolReconciler:
         self.controller.watch(
             self.machines, watches.machine_to_pool(self.pools), watches.machine_inputs, paced=True
         )
+        env = Env(
+            client=self.client,
+            cluster_cache=self.cluster_cache,
+            resolver=self.resolver,
+            recorder=self.recorder,
+            machines=self.machines,
+            watches=self,
+            machines_up_to_date=self.machines_up_to_date,
+            pool_node_taints=self.pool_node_taints,
+        )
+        self.steps = PoolSteps(env, self.clusters, self.memory)
 
     # -- dynamic watches ------------------------------------------------------------------
 
@@ -168,12 +172,12 @@ class MachinePoolReconciler:
                 )
         return informer
 
-    async def workload_nodes(self, scope: Scope) -> WorkloadNodes | None:
+    async def workload_nodes(self, cluster: ObjectKey) -> WorkloadNodes | None:
         """The workload cluster's Nodes, watched (once per cluster) for this controller.
 
         ``None`` when the workload cluster cannot be reached; the caller reports it.
         """
-        key = scope.cluster_key
+        key = cluster
         try:
             nodes = await self.cluster_cache.get_informer(key, NODES)
             if key not in self._watched_clusters:
@@ -192,52 +196,76 @@ class MachinePoolReconciler:
     async def reconcile(self, key: ObjectKey) -> Result:
         # From the cache, as upstream reads, but never older than our own last write: the
         # patch on exit is a diff against this copy (see runtime.OwnReader).
-        obj = await self.reader.get(key)
-        if obj is None:
-            self.machines_in_sync.pop(key, None)
-            self.machines_applied.pop(key, None)
-            self.spacing.forget(key)
-            self.facts.forget(key)
-            return Result()
+        return await drive(self.steps, key, self.reader, self.client, MACHINE_POOLS)
+
+
+class PoolSteps(Steps[Scope]):
+    """One MachinePool reconcile, as ``runtime.drive`` runs it: independent phases (a missing
+    bootstrap config does not keep Nodes from being counted, so every phase runs and every
+    condition is current), the status summed up, progress reports spaced out."""
+
+    kind = "MachinePool"
+
+    def __init__(self, env: Env, clusters: Informer, memory: KeyMemory[PoolMemory]) -> None:
+        self.env = env
+        self.clusters = clusters
+        self.memory = memory
+        self.spacing = ProgressSpacing()
+
+    def forget(self, key: ObjectKey) -> None:
+        self.memory.forget(key)
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:
         obj.setdefault("status", {})
-        patcher = Patcher(self.client, MACHINE_POOLS, obj, on_patched=self.reader.wrote)
         mp = MachinePoolView(obj)
         cluster_name = mp.spec.cluster_name or ""
         cluster = self.clusters.get(cluster_name, key.namespace)
         if cluster is None:
             _report_missing_cluster(mp, key.namespace, cluster_name)
-            await patch_on_exit(patcher, obj)
-            return Result()  # the Cluster watch brings us back when it appears
-        cluster_view = ClusterView(cluster)
-        finalizers = mp.metadata.finalizers or []
-        if not mp.deleting and c.MACHINE_POOL_FINALIZER not in finalizers:
-            # The finalizer first, before anything is made for the pool, as upstream adds it.
-            # The Cluster owner and label (metadata; nothing is made) go in the same patch,
-            # so a new pool's metadata costs one write, not two; but not while paused, where
-            # upstream's reconcile stops before it sets them.
-            mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
-            if not is_paused(mp, cluster_view):
-                ensure_cluster_owner(mp, cluster_name, cluster_view)
-            await patch_on_exit(patcher, obj)
-            return Result()
-        if _set_paused(mp, cluster_view):
-            await patch_on_exit(patcher, obj)
-            return Result()
-        scope = Scope(self, mp, cluster_view, facts=self.facts.for_pass(key))
-        # Independent phases: a missing bootstrap config does not keep Nodes from being
-        # counted, so every phase runs and every condition is current.
-        outcome = await run_phases(scope, _phases(mp, self.machines_up_to_date))
+            return Stop(then=Then.WRITE)  # the Cluster watch brings us back when it appears
+        return Scope(self.env, self.memory.of(key), mp, ClusterView(cluster))
+
+    def guards(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return (add_finalizer, stop_if_paused)
+
+    def phases(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return _phases(scope.mp, self.env.machines_up_to_date)
+
+    async def report(self, scope: Scope, outcome: Outcome) -> Outcome:
         update_status(scope)
-        entries = len(mp.spec.provider_id_list or [])
-        if outcome.ok and (
-            wait := self.spacing.hold(key, entries, patcher.snapshot, obj, status.progress_only)
-        ):
-            # Everything the phases did in the world is done; only the report waits, and the
-            # next reconcile computes it afresh.
-            return (outcome + Outcome(Result(requeue_after=wait))).settle(scope.text)
-        if await patch_on_exit(patcher, obj, outcome) is not obj:
-            self.spacing.wrote(key)
-        return outcome.settle(scope.text)
+        return Outcome()
+
+    def hold(self, scope: Scope, before: Obj, after: Obj) -> float:
+        entries = len(scope.mp.spec.provider_id_list or [])
+        last = scope.memory.written_at
+        return self.spacing.hold(last, entries, before, after, status.progress_only)
+
+    def wrote(self, scope: Scope) -> None:
+        scope.memory.written_at = self.spacing.now()
+
+
+async def add_finalizer(scope: Scope) -> Result:
+    """Add the finalizer, before anything is made for the pool, as upstream adds it."""
+    mp = scope.mp
+    finalizers = mp.metadata.finalizers or []
+    if mp.deleting or c.MACHINE_POOL_FINALIZER in finalizers:
+        return Result()
+    # The Cluster owner and label (metadata; nothing is made) go in the same patch, so a new
+    # pool's metadata costs one write, not two; but not while paused, where upstream's
+    # reconcile stops before it sets them.
+    mp.metadata.finalizers = [*finalizers, c.MACHINE_POOL_FINALIZER]
+    if not is_paused(mp, scope.cluster):
+        ensure_cluster_owner(mp, mp.spec.cluster_name or "", scope.cluster)
+    return Stop(then=Then.WRITE)
+
+
+async def stop_if_paused(scope: Scope) -> Result:
+    """Set the Paused condition; paused, stop with it alone. Not paused, the condition is
+    written with the rest of the status (see ``set_paused_condition``)."""
+    mp = scope.mp
+    if set_paused_condition(mp, mp.status.edit_conditions(), scope.cluster, "MachinePool"):
+        return Stop(then=Then.WRITE)
+    return Result()
 
 
 def _index(informer: Informer, name: str, fn: IndexFunc) -> None:
@@ -264,13 +292,6 @@ async def set_owner_and_labels(scope: Scope) -> Result:
     """Label the MachinePool with its Cluster's name and make the Cluster an owner."""
     ensure_cluster_owner(scope.mp, scope.mp.spec.cluster_name, scope.cluster)
     return Result()
-
-
-def _set_paused(mp: MachinePoolView, cluster: ClusterView) -> bool:
-    """Set the Paused condition; True when the reconcile must stop here (paused). Not
-    paused, the condition is written with the rest of the status (see
-    ``set_paused_condition``)."""
-    return set_paused_condition(mp, mp.status.edit_conditions(), cluster, "MachinePool")
 
 
 def _report_missing_cluster(mp: MachinePoolView, namespace: str, name: str) -> None:

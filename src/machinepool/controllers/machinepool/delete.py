@@ -80,7 +80,7 @@ async def _delete_ref(scope: Scope, ref: ReferenceView, is_infra: bool) -> bool:
         resource = await external.resolve(scope, ref)
     except ReferenceProblem:
         return False  # its kind is not served, so no such object can exist
-    informer = await scope.reconciler.watch_referenced_kind(resource)
+    informer = await scope.env.watches.watch_referenced_kind(resource)
     obj = informer.get(ref.name, scope.namespace)
     if obj is None:
         if is_infra:
@@ -95,7 +95,7 @@ async def _delete_ref(scope: Scope, ref: ReferenceView, is_infra: bool) -> bool:
     else:
         scope.bootstrap_config = BootstrapConfig(obj)
     if not ObjectView(obj).metadata.deletion_timestamp:
-        await scope.reconciler.client.delete(
+        await scope.env.client.delete(
             resource, ref.name, scope.namespace, uid=ObjectView(obj).metadata.uid
         )
     return True

@@ -21,7 +21,7 @@ async def resolve(scope: Scope, ref: ReferenceView) -> Resource:
     """The served resource of a ``{apiGroup, kind}`` reference; a ReferenceProblem if none."""
     group, kind = ref.api_group or "", ref.kind or ""
     try:
-        return await scope.reconciler.resolver.resolve(group, kind)
+        return await scope.env.resolver.resolve(group, kind)
     except NotFound as exc:
         raise ReferenceProblem(
             f"kind {kind} in API group {group or '<empty>'} is not served: install its CRD or"
@@ -36,7 +36,7 @@ async def get_and_adopt(scope: Scope, ref: ReferenceView) -> Obj:
     (kind not served, or controlled by another owner).
     """
     resource = await resolve(scope, ref)
-    informer = await scope.reconciler.watch_referenced_kind(resource)
+    informer = await scope.env.watches.watch_referenced_kind(resource)
     name = ref.name or ""
     text = ref_text(resource.kind, scope.namespace, name)
     obj = informer.get(name, scope.namespace)
@@ -86,9 +86,7 @@ async def _adopt(scope: Scope, resource: Resource, obj: Obj) -> Obj:
     if len(patch["metadata"]) == 1:
         return obj
     try:
-        return await scope.reconciler.client.patch(
-            resource, str(meta.get("name")), patch, scope.namespace
-        )
+        return await scope.env.client.patch(resource, str(meta.get("name")), patch, scope.namespace)
     except Conflict:
         # The cache was behind; the next reconcile (triggered by that newer version) adopts.
         return obj

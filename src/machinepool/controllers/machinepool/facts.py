@@ -19,7 +19,7 @@ from typing import Any
 from machinepool.api import constants as c
 from machinepool.api.views import MachineView
 from machinepool.controllers.common import is_paused
-from machinepool.runtime import ObjectKey, controller_owner
+from machinepool.runtime import controller_owner
 
 COUNTED_CONDITIONS = (
     c.READY_CONDITION,
@@ -112,17 +112,13 @@ class PassFacts:
 
 
 class FactsCache:
-    """``MachineFacts`` of each pool's Machines, from one pass to the next."""
+    """``MachineFacts`` of one pool's Machines, from one pass to the next (kept in the pool's
+    ``PoolMemory``, so it goes with the rest of what is kept about the pool)."""
 
     def __init__(self) -> None:
-        self._pools: dict[ObjectKey, dict[str, tuple[str, MachineFacts]]] = {}
+        self._kept: dict[str, tuple[str, MachineFacts]] = {}
 
-    def for_pass(self, pool: ObjectKey) -> PassFacts:
+    def for_pass(self) -> PassFacts:
         kept: dict[str, tuple[str, MachineFacts]] = {}
-        before = self._pools.get(pool, {})
-        self._pools[pool] = kept
+        before, self._kept = self._kept, kept
         return PassFacts(before, kept)
-
-    def forget(self, pool: ObjectKey) -> None:
-        """``pool`` is gone."""
-        self._pools.pop(pool, None)

@@ -52,7 +52,7 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
         ready,
         c.V1BETA1_WAITING_FOR_INFRASTRUCTURE_FALLBACK_REASON,
     )
-    scope.nodes = await scope.reconciler.workload_nodes(scope)
+    scope.nodes = await scope.env.watches.workload_nodes(scope.cluster_key)
     if not ready:
         return Result()
     _copy_from_provider(scope, infra)

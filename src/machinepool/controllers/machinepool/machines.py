@@ -160,7 +160,7 @@ def _contains(have: _JSON, want: _JSON) -> bool:
 
 async def reconcile_machines(scope: Scope) -> Result:
     """Keep one pool Machine per infrastructure machine the provider reports."""
-    r = scope.reconciler
+    r = scope.env
     # The member index is keyed by namespace and the pool and cluster labels: what it
     # returns is the pool's, by those, without a second look at each one.
     member_key = watches.pool_member_key(scope.mp)
@@ -176,12 +176,12 @@ async def reconcile_machines(scope: Scope) -> Result:
     if not kind or infra_pool is None or scope.mp.deleting:
         return Result()
     resource = await r.client.resource(str(infra_pool.raw.get("apiVersion", "")), kind)
-    informer = await r.watch_infra_machine_kind(resource)
+    informer = await r.watches.watch_infra_machine_kind(resource)
     infra_machines = informer.by_index(watches.BY_MEMBER_LABELS, member_key)
     by_name = {m.metadata.name: m for m in scope.machines}
     wanted: list[tuple[MachineView | None, Obj]] = []
     template = template_mark(scope.mp)
-    seen = r.machines_in_sync.get(scope.key, {})
+    seen = scope.memory.in_sync
     in_sync: dict[str, tuple[object, ...]] = {}
     for obj in infra_machines:
         infra_machine = InfraMachine(obj)
@@ -220,7 +220,7 @@ async def reconcile_machines(scope: Scope) -> Result:
             wanted.append((existing, want))
         elif mark is not None:
             in_sync[infra_machine.name] = mark
-    r.machines_in_sync[scope.key] = in_sync
+    scope.memory.in_sync = in_sync
     # Independent writes: sent together, so a pool of new instances costs one round trip.
     outcomes = await asyncio.gather(
         *(r.client.apply(MACHINES, want, field_manager=FIELD_MANAGER) for _, want in wanted),
@@ -228,7 +228,7 @@ async def reconcile_machines(scope: Scope) -> Result:
     )
     errors: list[str] = []
     causes: list[Exception] = []
-    created = r.machines_applied.setdefault(scope.key, {})
+    created = scope.memory.applied
     for (existing, want), applied in zip(wanted, outcomes, strict=True):
         if isinstance(applied, Exception):
             errors.append(f"failed to apply Machine {want['metadata']['name']}: {applied}")
@@ -255,7 +255,7 @@ def _created_not_cached(scope: Scope) -> list[MachineView]:
     applied again, a write the apiserver handles in full. Once the cache shows the name,
     or after ``APPLIED_TTL_SECONDS`` (a watch that far behind is a fault of its own), the
     cache decides, as the pool engine's expectations do."""
-    created = scope.reconciler.machines_applied.get(scope.key)
+    created = scope.memory.applied
     if not created:
         return []
     cached = {m.metadata.name for m in scope.machines}
@@ -270,7 +270,7 @@ def _created_not_cached(scope: Scope) -> list[MachineView]:
 async def set_machines_up_to_date(scope: Scope) -> Result:
     """UpToDate on every pool Machine, as upstream's MachinePool controller writes it; only
     beside upstream, whose Machine controller does not (ours writes it in its own status)."""
-    client = scope.reconciler.client
+    client = scope.env.client
     stale = []
     for i, view in enumerate(scope.machines):
         machine = view.raw

@@ -23,9 +23,8 @@ from machinepool.controllers.common import (
     node_ready_since,
     now,
 )
-from machinepool.controllers.machine.node import is_uninitialized_taint
 from machinepool.controllers.machinepool.scope import Scope, set_v1beta1_counters
-from machinepool.controllers.poolnode import pool_node_changes
+from machinepool.controllers.poolnode import is_uninitialized_taint, pool_node_changes
 from machinepool.runtime import (
     NODES,
     Conflict,
@@ -176,7 +175,7 @@ async def reconcile_node_refs(scope: Scope) -> Result:
         mp.status.node_refs = found.refs or None
         names = ", ".join(str(r["name"]) for r in found.refs[:10])
         more = f" and {len(found.refs) - 10} more" if len(found.refs) > 10 else ""
-        await scope.reconciler.recorder.event(
+        await scope.env.recorder.event(
             mp.raw,
             "Normal",
             "SuccessfulSetNodeRefs",
@@ -227,7 +226,7 @@ async def delete_retired_nodes(scope: Scope, node_refs: list[Obj], provider_ids:
     refs = [r for r in node_refs if isinstance(r, dict) and r.get("name")]
     if not refs:
         return
-    r = scope.reconciler
+    r = scope.env
     nodes = await r.cluster_cache.get_informer(scope.cluster_key, NODES)
     for ref in refs:
         node = nodes.get(str(ref["name"]))
@@ -251,7 +250,7 @@ def _left_to_machines(scope: Scope) -> set[str]:
     It writes everything the pool would there, and drops the taint too, in one patch per
     Node; the pool writing its share as well would be a second patch, or a lost lock when
     both read the Node before either wrote."""
-    if scope.reconciler.machines_up_to_date:
+    if scope.env.machines_up_to_date:
         return set()
     uid = scope.mp.metadata.uid
     return {
@@ -262,7 +261,7 @@ def _left_to_machines(scope: Scope) -> set[str]:
 
 
 async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
-    r = scope.reconciler
+    r = scope.env
     left = _left_to_machines(scope)
     due: list[tuple[Obj, Obj]] = []
     for ref in refs:
@@ -294,14 +293,14 @@ async def patch_nodes(scope: Scope, refs: list[Obj]) -> None:
 async def _patch_node(scope: Scope, node: Obj, patch: Obj) -> None:
     """Patch a Node (once for this view of it: ``ClusterCache.patch_once``); on a stale
     resourceVersion re-read it once and patch what is still due."""
-    cache = scope.reconciler.cluster_cache
+    cache = scope.env.cluster_cache
     try:
         await cache.patch_once(scope.cluster_key, NODES, node, patch)
     except Conflict:
         client = await cache.get_client(scope.cluster_key)
         name = str(NodeView(node).metadata.name)
         again = desired_node_patch(
-            await client.get(NODES, name), scope.mp, scope.reconciler.pool_node_taints
+            await client.get(NODES, name), scope.mp, scope.env.pool_node_taints
         )
         if again is not None:
             await client.patch(NODES, name, again)

@@ -126,7 +126,7 @@ async def _set_owner_remediated(
     ):
         return view
     # Not rebased: a newer copy may no longer be marked, and the deletion rests on this read.
-    patcher = Patcher(scope.reconciler.client, MACHINES, machine, rebase=False)
+    patcher = Patcher(scope.env.client, MACHINES, machine, rebase=False)
     return MachineView(await patcher.patch(updated))
 
 
@@ -140,8 +140,8 @@ async def _remediate(scope: Scope, machine: MachineView) -> None:
     machine = await _set_owner_remediated(
         scope, machine, c.MACHINE_DELETING_REASON, "Machine is deleting"
     )
-    await scope.reconciler.client.delete(MACHINES, name, scope.namespace, uid=machine.metadata.uid)
-    await scope.reconciler.recorder.event(
+    await scope.env.client.delete(MACHINES, name, scope.namespace, uid=machine.metadata.uid)
+    await scope.env.recorder.event(
         scope.mp.raw,
         "Normal",
         "RemediatingMachine",

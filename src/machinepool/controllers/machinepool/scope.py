@@ -1,23 +1,31 @@
 """The per-reconcile ``Scope``: what the phases of one MachinePool reconcile share.
 
-Built by ``controller.MachinePoolReconciler.reconcile``; each phase module reads and fills it.
-Every field says which phase fills it. A phase reports a failure by raising: the others still
-run (``runtime.run_phases``).
+Built by ``controller.PoolSteps.scope`` (run by ``runtime.drive``); each phase module reads
+and fills it. Every field says which phase fills it. A phase reports a failure by raising: the
+others still run (``runtime.run_phases``). What every reconcile uses (client, caches, the
+dynamic watches, gates) is the frozen ``Env``; what is kept about one pool from one pass to
+the next is its ``PoolMemory``. Neither points back at the reconciler, so no phase module
+imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import Protocol
 
 from machinepool.api.contract import BootstrapConfig, InfraMachinePool
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView
-from machinepool.controllers.common import WorkloadNodes
-from machinepool.controllers.machinepool.facts import MachineFacts, PassFacts
-from machinepool.runtime import ExpectedError, ObjectKey, TerminalError
-
-if TYPE_CHECKING:
-    from machinepool.controllers.machinepool.controller import MachinePoolReconciler
+from machinepool.controllers.common import CoreEnv, WorkloadNodes
+from machinepool.controllers.machinepool.facts import FactsCache, MachineFacts, PassFacts
+from machinepool.runtime import (
+    ExpectedError,
+    Informer,
+    Obj,
+    ObjectKey,
+    Resource,
+    TerminalError,
+)
 
 
 class ReferenceProblem(TerminalError, ExpectedError):
@@ -28,17 +36,62 @@ class ReferenceProblem(TerminalError, ExpectedError):
     """
 
 
+class PoolWatches(Protocol):
+    """The watches a reconcile starts as it meets a kind or a workload cluster (the
+    reconciler's: ``controller.MachinePoolReconciler``)."""
+
+    async def watch_referenced_kind(self, resource: Resource) -> Informer: ...
+
+    async def watch_infra_machine_kind(self, resource: Resource) -> Informer: ...
+
+    async def workload_nodes(self, cluster: ObjectKey) -> WorkloadNodes | None: ...
+
+
+@dataclass(frozen=True)
+class Env(CoreEnv):
+    """What every MachinePool reconcile uses, the same for all of them."""
+
+    machines: Informer
+    """Machines, indexed by the pool-member labels (``watches.BY_MEMBER_LABELS``)."""
+    watches: PoolWatches
+    machines_up_to_date: bool
+    """Write UpToDate on pool Machines here, as upstream's MachinePool controller does: only
+    when no Machine controller of ours writes it (beside upstream)."""
+    pool_node_taints: bool
+    """Gate ``MachinePoolNodeTaints``: keep the template's taints and managed labels on the
+    Nodes this controller patches (``poolnode``)."""
+
+
+@dataclass
+class PoolMemory:
+    """What is kept about one MachinePool from one pass to the next (``runtime.KeyMemory``:
+    forgotten, all of it, when the pool is gone)."""
+
+    in_sync: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    """Its Machines found in sync with their infra machines, by name, with what that was
+    decided from (``machines.reconcile_machines``)."""
+    applied: dict[str, tuple[float, Obj]] = field(default_factory=dict)
+    """The Machines it created that the Machine cache may not show yet, by name, with when
+    and as the server answered (``machines.reconcile_machines``)."""
+    facts: FactsCache = field(default_factory=FactsCache)
+    """Its Machines' facts (``facts``)."""
+    written_at: float | None = None
+    """When it was last written: its progress reports are spaced out (``runtime.spacing``)."""
+
+
 @dataclass
 class Scope:
     """State shared by the phases of one reconcile."""
 
-    reconciler: MachinePoolReconciler
-    """The reconciler: client, caches, event recorder and dynamic watches."""
+    env: Env
+    """Client, caches, event recorder, dynamic watches, gates."""
+    memory: PoolMemory
+    """What was kept about this pool from the passes before."""
     mp: MachinePoolView
     """The MachinePool being reconciled (a private copy; phases mutate it through the view,
     and the patch on exit diffs ``mp.raw``). Set by controller."""
     cluster: ClusterView
-    """Its Cluster. Set by controller."""
+    """Its Cluster. Set by controller (its absence stops the reconcile before the scope)."""
     bootstrap_config: BootstrapConfig | None = None
     """The bootstrap config once fetched and adopted. Set by bootstrap."""
     bootstrap_config_not_found: bool = False
@@ -59,9 +112,12 @@ class Scope:
     """MachinePool Machines (pool and cluster labels, ours or uncontrolled). Set by machines."""
     deleting_message: str = ""
     """What deletion waits for, for the Deleting condition. Set by delete."""
-    facts: PassFacts = field(default_factory=lambda: PassFacts({}, {}))
-    """This pass's ``MachineFacts``, kept by the reconciler from the pass before. Set by
-    controller."""
+
+    @cached_property
+    def facts(self) -> PassFacts:
+        """This pass's ``MachineFacts``, kept in ``memory`` from the pass before (begun on
+        first use: a pass a guard stops asks for none, and keeps those of the pass before)."""
+        return self.memory.facts.for_pass()
 
     def machine_facts(self) -> list[MachineFacts]:
         """The facts of ``machines``, in order."""

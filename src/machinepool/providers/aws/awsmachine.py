@@ -15,7 +15,7 @@ group launches a replacement. An instance that is already gone needs nothing.
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from machinepool.api import constants as c
@@ -31,11 +31,17 @@ from machinepool.runtime import (
     Informer,
     KVLogger,
     NotFound,
+    Obj,
     ObjectKey,
+    OwnReader,
+    Patcher,
+    Phase,
     Result,
-    copy_obj,
+    Steps,
+    Stop,
+    Then,
+    drive,
 )
-from machinepool.runtime.patch import Patcher
 
 __all__ = ["AWSMachineReconciler"]
 
@@ -54,8 +60,15 @@ def _gone(exc: AWSError) -> bool:
     return exc.not_found or "not found" in text or "not part of" in text or "terminated" in text
 
 
-class AWSMachineReconciler:
-    """Reconciles AWSMachines: only deletion does anything (instances belong to the group)."""
+class AWSMachineReconciler(Steps[AWSMachineView]):
+    """Reconciles AWSMachines: only deletion does anything (instances belong to the group).
+
+    ``runtime.drive`` over these steps, a chain over the AWSMachine itself (its view is the
+    scope): terminate the instance, then release the finalizer, written on exit (locked to the
+    copy's resourceVersion, a list: a stale copy cannot undo a change)."""
+
+    kind = "AWSMachine"
+    chain = True
 
     def __init__(
         self,
@@ -73,27 +86,32 @@ class AWSMachineReconciler:
         self.aws_machines = aws_machines
         self.machines = machines
         """Indexed by infrastructureRef (``pool.observe.INFRA_REF_INDEX``)."""
+        self.reader = OwnReader(client, AWSMACHINES, aws_machines)
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        # From the informer: a copy that does not show the deletion yet does nothing, and the
-        # watch event of the deletion comes next; the finalizer's removal is locked to the
-        # copy's resourceVersion (``Patcher``: a list), so a stale copy cannot undo a change.
-        cached = self.aws_machines.get_key(key)
-        if cached is None:
-            return Result()
-        obj = copy_obj(cached)
+        return await drive(self, key, self.reader, self.client, AWSMACHINES)
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> AWSMachineView | Stop:
+        # A copy that does not show the deletion yet does nothing: the watch event of the
+        # deletion comes next.
         aws_machine = AWSMachineView(obj)
-        meta = aws_machine.metadata
-        if not aws_machine.deleting or AWS_MACHINE_FINALIZER not in (meta.finalizers or []):
-            return Result()
+        finalizers = aws_machine.metadata.finalizers or []
+        if not aws_machine.deleting or AWS_MACHINE_FINALIZER not in finalizers:
+            return Stop(then=Then.NOTHING)
+        return aws_machine
+
+    def phases(self, scope: AWSMachineView) -> Sequence[Phase[AWSMachineView]]:
+        return (self.terminate_instance, release_finalizer)
+
+    def observed(self, scope: AWSMachineView) -> bool:
+        return False  # nothing in the status is computed here
+
+    async def terminate_instance(self, aws_machine: AWSMachineView) -> Result:
+        """Terminate the AWSMachine's instance, shrinking the group unless remediated."""
         instance = _instance_id(aws_machine)
         if instance is not None:
             remediated = await self._remediated(aws_machine)
-            await self._terminate(obj, instance, decrement=not remediated)
-        patcher = Patcher(self.client, AWSMACHINES, obj)
-        meta.finalizers = [f for f in meta.finalizers or [] if f != AWS_MACHINE_FINALIZER]
-        with contextlib.suppress(NotFound):  # gone already: nothing left to release
-            await patcher.patch(obj)
+            await self._terminate(aws_machine.raw, instance, decrement=not remediated)
         return Result()
 
     async def _remediated(self, aws_machine: AWSMachineView) -> bool:
@@ -161,3 +179,10 @@ class AWSMachineReconciler:
                 raise
             return False
         return True
+
+
+async def release_finalizer(aws_machine: AWSMachineView) -> Result:
+    """Let the AWSMachine go: its instance is terminated or was gone."""
+    meta = aws_machine.metadata
+    meta.finalizers = [f for f in meta.finalizers or [] if f != AWS_MACHINE_FINALIZER]
+    return Result()

@@ -1,20 +1,26 @@
 """The AWSMachinePool reconcile: read, run the phases, summarise, patch once.
 
 ``AWSMachinePoolReconciler.reconcile`` is the controller's entry point (wired by ``setup`` in
-this package's ``__init__``). It reads the pool (through an ``OwnReader``), its owning
-MachinePool and Cluster from the manager's informers (``PoolInformers``), builds a ``Scope``,
-and runs, in order: ``asg.observe``, then for a live pool ``launchtemplate``,
-``asg.reconcile_group``, ``refresh``, ``groupsettings`` and ``machines``; for a deleted pool
-``delete``. Every phase after ``observe`` runs even when an earlier one failed (they skip what
-they cannot do); errors are raised after the single patch (``runtime.phases``), so the
-controller backs off while conditions already say what failed, and each AWS failure is also a
-``ReconcileFailed`` Event. Invalid specs (``webhook.validate``) are reported as
+this package's ``__init__``): ``runtime.drive`` over the reconciler's steps. It reads the pool
+(through an ``OwnReader``), its owning MachinePool and Cluster from the manager's informers
+(``PoolInformers``), builds a ``Scope`` (none while no MachinePool owns the pool, or while it
+or its Cluster is paused: nothing is written then, as upstream's provider leaves a paused pool
+alone), and runs as a chain the guards: for a live pool the finalizer (written at once: a
+``checkpoint``, before anything is made in AWS) and what building needs (a valid spec, the
+Cluster's infrastructure, the bootstrap data: without them the pass stops and reports), then
+``asg.observe``; after them, for a live pool ``launchtemplate``, ``asg.reconcile_group``,
+``refresh``, ``groupsettings`` and ``machines``; for a deleted pool ``delete``. Every phase
+after ``observe`` runs even when an earlier one failed (they skip what they cannot do); errors
+are raised after the single patch (``runtime.phases``), so the controller backs off while
+conditions already say what failed, and each AWS failure is also a ``ReconcileFailed``
+Event. Invalid specs (``webhook.validate``) are reported as
 ``ASGReady=False, InvalidConfiguration`` and not retried until the spec changes.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +45,18 @@ from machinepool.runtime import (
     Informer,
     KVLogger,
     NotFound,
+    Obj,
     ObjectKey,
     Outcome,
     OwnReader,
     Patcher,
     Phase,
     Result,
+    Steps,
+    Stop,
+    Then,
     copy_obj,
-    patch_on_exit,
-    run_phases,
+    drive,
 )
 
 __all__ = ["AWSMachinePoolReconciler", "PoolInformers"]
@@ -102,8 +111,10 @@ class PoolInformers:
     """Indexed by infrastructureRef (``pool.observe.INFRA_REF_INDEX``)."""
 
 
-class AWSMachinePoolReconciler:
+class AWSMachinePoolReconciler(Steps[Scope]):
     """Reconciles AWSMachinePools against EC2 Auto Scaling."""
+
+    kind = "AWSMachinePool"
 
     def __init__(
         self,
@@ -125,25 +136,42 @@ class AWSMachinePoolReconciler:
         self.reader = OwnReader(client, AWSMACHINEPOOLS, informers.pools)
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        pool = await self.reader.get(key)
-        if pool is None:
-            return Result()
-        scope = await self._scope(pool)
-        if scope is None or await self._paused(scope):
-            return Result()
+        return await drive(self, key, self.reader, self.client, AWSMACHINEPOOLS)
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:
+        scope = self._scope(obj, patcher)
+        if scope is None or self._paused(scope):
+            return Stop(then=Then.NOTHING)
+        return scope
+
+    def guards(self, scope: Scope) -> Sequence[Phase[Scope]]:
         if scope.deleting:
-            return await self._run(scope, (delete.reconcile_delete,))
-        if not scope.has_finalizer:
-            meta = scope.view.metadata
-            meta.finalizers = [*(meta.finalizers or []), AWS_MACHINE_POOL_FINALIZER]
-            await scope.checkpoint()
-        if not await self._ready_to_build(scope):
-            return await self._finish(scope, Outcome())
-        return await self._run(scope, _LIVE_PHASES)
+            return (asg.observe,)
+        return (_add_finalizer, self._ready_to_build, asg.observe)
+
+    def phases(self, scope: Scope) -> Sequence[Phase[Scope]]:
+        return (delete.reconcile_delete,) if scope.deleting else _LIVE_PHASES
+
+    async def report(self, scope: Scope, outcome: Outcome) -> Outcome:
+        if not scope.deleting:
+            summarise(scope.status.edit_conditions())
+        return Outcome()
+
+    def observed(self, scope: Scope) -> bool:
+        return False  # AWSMachinePool's status has no observedGeneration.
+
+    async def finish(self, scope: Scope, outcome: Outcome) -> Outcome:
+        for exc in outcome.errors:
+            if isinstance(exc, AWSError):
+                await self.recorder.event(scope.pool, "Warning", "ReconcileFailed", str(exc))
+        interval = (
+            self.options.aws_busy_poll_interval if scope.busy else self.options.aws_poll_interval
+        )
+        return Outcome(Result(requeue_after=interval), outcome.errors)
 
     # -- building the scope ----------------------------------------------------------------
 
-    async def _scope(self, pool: dict[str, Any]) -> Scope | None:
+    def _scope(self, pool: dict[str, Any], patcher: Patcher) -> Scope | None:
         view = AWSMachinePoolView(pool)
         meta = view.metadata
         name, namespace = meta.name, meta.namespace
@@ -170,7 +198,7 @@ class AWSMachinePoolReconciler:
             log=self.log.bind(pool=f"{namespace}/{name}"),
             options=self.options,
             pool=pool,
-            patcher=Patcher(self.client, AWSMACHINEPOOLS, pool, on_patched=self.reader.wrote),
+            patcher=patcher,
             machine_pool=machine_pool,
             cluster_name=cluster,
             aws_machines=[
@@ -184,24 +212,25 @@ class AWSMachinePoolReconciler:
         cluster = self.informers.clusters.get(scope.cluster_name, scope.namespace)
         return ClusterView(cluster) if cluster is not None else None
 
-    async def _paused(self, scope: Scope) -> bool:
+    def _paused(self, scope: Scope) -> bool:
         """The pool or its Cluster is paused: touch nothing, not even status."""
         if c.PAUSED_ANNOTATION in (scope.view.metadata.annotations or {}):
             return True
         cluster = self._cluster(scope)
         return cluster is not None and bool(cluster.spec.paused)
 
-    async def _ready_to_build(self, scope: Scope) -> bool:
-        """Spec valid, cluster infrastructure provisioned, bootstrap data present."""
+    async def _ready_to_build(self, scope: Scope) -> Result:
+        """Check what building needs: a valid spec, the Cluster's infrastructure provisioned,
+        the bootstrap data present; stop and report what is missing."""
         problems = validate(scope.pool)
         if problems:
             scope.mark(
                 ASG_READY, False, "InvalidConfiguration", "; ".join(problems), c.SEVERITY_ERROR
             )
-            return False
-        if not await self._cluster_ready(scope):
-            return False
-        return await self._load_user_data(scope)
+            return Stop()
+        if not await self._cluster_ready(scope) or not await self._load_user_data(scope):
+            return Stop()
+        return Result()
 
     async def _cluster_ready(self, scope: Scope) -> bool:
         cluster = self._cluster(scope)
@@ -251,25 +280,11 @@ class AWSMachinePoolReconciler:
         scope.user_data = str(value)
         return True
 
-    # -- running ---------------------------------------------------------------------------
 
-    async def _run(self, scope: Scope, phases: tuple[Phase[Scope], ...]) -> Result:
-        # Every phase acts on the group observe described; past that, they are independent.
-        outcome = await run_phases(scope, (asg.observe,))
-        if outcome.ok:
-            outcome += await run_phases(scope, phases)
-        return await self._finish(scope, outcome)
-
-    async def _finish(self, scope: Scope, outcome: Outcome) -> Result:
-        if not scope.deleting:
-            summarise(scope.status.edit_conditions())
-        # AWSMachinePool's status has no observedGeneration.
-        scope.pool = await patch_on_exit(scope.patcher, scope.pool, outcome, observed=False)
-        for exc in outcome.errors:
-            if isinstance(exc, AWSError):
-                await self.recorder.event(scope.pool, "Warning", "ReconcileFailed", str(exc))
-        outcome.settle(f"AWSMachinePool {scope.namespace}/{scope.name}")
-        interval = (
-            self.options.aws_busy_poll_interval if scope.busy else self.options.aws_poll_interval
-        )
-        return Result(requeue_after=interval)
+async def _add_finalizer(scope: Scope) -> Result:
+    """Add the finalizer, written at once: nothing is made in AWS for a pool without it."""
+    if not scope.has_finalizer:
+        meta = scope.view.metadata
+        meta.finalizers = [*(meta.finalizers or []), AWS_MACHINE_POOL_FINALIZER]
+        await scope.checkpoint()
+    return Result()

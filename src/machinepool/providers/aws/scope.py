@@ -63,7 +63,8 @@ class Scope:
     log: KVLogger
     options: AWSOptions
     pool: dict[str, Any]
-    """The AWSMachinePool, mutated by phases and patched once at the end."""
+    """The AWSMachinePool, mutated by phases and patched at the end (``runtime.drive``; and
+    at a ``checkpoint``)."""
     patcher: Patcher
     machine_pool: MachinePoolView
     """The owning MachinePool (read; spec.replicas written only when managed externally)."""
@@ -91,7 +92,7 @@ class Scope:
 
     @property
     def view(self) -> AWSMachinePoolView:
-        """``pool`` typed (a new view each time: ``checkpoint`` replaces ``pool``)."""
+        """``pool`` typed."""
         return AWSMachinePoolView(self.pool)
 
     @property
@@ -166,8 +167,14 @@ class Scope:
         return exc
 
     async def checkpoint(self) -> None:
-        """Write status now, before a step whose result must survive a crash."""
-        self.pool = await self.patcher.patch(self.pool)
+        """Write now, before a step whose result must survive a crash (the finalizer before
+        anything is made in AWS, the group's name before it is created, the template version
+        before the refresh it needs): the only writes that do not wait for the driver's one
+        on exit. ``pool`` keeps its identity, so that write diffs the same object."""
+        written = await self.patcher.patch(self.pool)
+        if written is not self.pool:
+            self.pool.clear()
+            self.pool.update(written)
 
     @property
     def has_finalizer(self) -> bool:

@@ -2,15 +2,18 @@
 
 ``start_engine(mgr, cluster_cache, provider)`` registers the informers, the pool controller
 (``PoolEngine``) and the infra machine controller (``InfraMachineReconciler``) for one provider;
-providers call it from their ``setup``. A pool reconcile reads the pool from the informer (or
-its own newer write of it, ``OwnReader``), snapshots it, runs the phases as a chain (observe,
-decide, act, sync infra machines: each needs what the ones before it found), always reports,
-and patches once: metadata+spec and status separately, only what changed. Errors are raised
-after the patch, the shortest requeue wins otherwise (``runtime.phases``).
+providers call it from their ``setup``. A pool reconcile is ``runtime.drive`` over
+``EngineSteps``: it reads the pool from the informer (or its own newer write of it,
+``OwnReader``), snapshots it, adds the finalizer (the guard), runs the phases as a chain
+(observe, decide, act, sync infra machines: each needs what the ones before it found; a phase
+ends the pass by returning a ``Stop``), reports, and patches once: metadata+spec and status
+separately, only what changed. Errors are raised after the patch, the shortest requeue wins
+otherwise (``runtime.phases``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
@@ -40,13 +43,14 @@ from machinepool.providers.pool.observe import (
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.report import progress_only, report
 from machinepool.providers.pool.scale import act, decide
-from machinepool.providers.pool.scope import EngineEnv, PoolScope
+from machinepool.providers.pool.scope import EngineEnv, PoolMemory, PoolScope
 from machinepool.providers.pool.types import CloudError
 from machinepool.runtime import (
     NODES,
     ClusterCache,
     ClusterNotConnected,
     Controller,
+    KeyMemory,
     Manager,
     Obj,
     ObjectKey,
@@ -56,10 +60,13 @@ from machinepool.runtime import (
     Phase,
     ProgressSpacing,
     Result,
+    Steps,
+    Stop,
+    Then,
     controller_owner,
     describe_error,
+    drive,
     metadata_and_spec,
-    patch_on_exit,
     run_phases,
 )
 
@@ -75,80 +82,76 @@ PHASES: tuple[Phase[PoolScope], ...] = (
     sync_infra_machines,
     prune_records,
 )
-"""A chain: run in order until one sets ``scope.halt`` or fails; ``report`` always follows."""
+"""A chain: run in order until one returns a ``Stop`` or fails; ``report`` follows (unless the
+``Stop`` says nothing is to be written)."""
 
 
-class PoolEngine:
-    """Reconciles one provider's infra pools."""
+class PoolEngine(Steps[PoolScope]):
+    """Reconciles one provider's infra pools (``runtime.drive`` over these steps)."""
+
+    chain = True
 
     def __init__(self, env: EngineEnv) -> None:
         self.env = env
+        self.kind = env.provider.pool_resource.kind
         self.controller: Controller | None = None
         self.reader = OwnReader(env.client, env.provider.pool_resource, env.pools)
         self._watched_clusters: set[ObjectKey] = set()
-        self._rolling: set[ObjectKey] = set()
-        """Pools whose last plan depended on Node readiness (``PoolScope.rolling``). Outside
-        a rollout, a Node that is Ready changes no step a pool would take, and waking a
-        1,000-instance pool for each of its Nodes' joins kept the engine busy re-reading it;
-        a scale-down reads readiness afresh when the MachinePool's spec wakes the pool. A
-        Node that is not Ready wakes its pool always: its instance may have failed."""
+        self.memory = KeyMemory(PoolMemory)
+        """What is kept about each pool from one pass to the next."""
         self.spacing = ProgressSpacing()
-        """When each pool was last written: its progress reports are spaced out."""
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
-        env = self.env
-        pool = await self.reader.get(key)
-        if pool is None:
-            self.spacing.forget(key)
-            env.statuses_sent.pop(key, None)
-            return None
-        patcher = Patcher(
-            env.client, env.provider.pool_resource, pool, on_patched=self.reader.wrote
-        )
-        scope = PoolScope(env=env, key=key, pool=SimMachinePoolView(pool))
-        meta = scope.pool.metadata
-        finalizers = meta.finalizers or []
+    async def reconcile(self, key: ObjectKey) -> Result:
+        return await drive(self, key, self.reader, self.env.client, self.env.provider.pool_resource)
+
+    def forget(self, key: ObjectKey) -> None:
+        self.memory.forget(key)
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> PoolScope | Stop:
+        pool = SimMachinePoolView(obj)
+        if pool.deleting:
+            self.memory.of(key).rolling = False
+            if self.env.provider.pool_finalizer not in (pool.metadata.finalizers or []):
+                return Stop(then=Then.NOTHING)
+        return PoolScope(env=self.env, key=key, pool=pool, memory=self.memory.of(key))
+
+    def guards(self, scope: PoolScope) -> Sequence[Phase[PoolScope]]:
+        return (release_moved,) if scope.pool.deleting else (add_finalizer,)
+
+    def phases(self, scope: PoolScope) -> Sequence[Phase[PoolScope]]:
+        return (delete_pool,) if scope.pool.deleting else PHASES
+
+    async def report(self, scope: PoolScope, outcome: Outcome) -> Outcome:
         if scope.pool.deleting:
-            self._rolling.discard(key)
-            if env.provider.pool_finalizer not in finalizers:
-                return None
-            if deleted_for_move(pool):
-                # clusterctl move: the pool and its instances live on in the target cluster.
-                meta.finalizers = [f for f in finalizers if f != env.provider.pool_finalizer]
-                await patch_on_exit(patcher, pool)
-                return None
-            outcome = await run_phases(scope, (delete_pool,))
-            await patch_on_exit(patcher, pool, outcome)
-            return outcome.settle(self._text(key))
-        if env.provider.pool_finalizer not in finalizers:
-            meta.finalizers = [*finalizers, env.provider.pool_finalizer]
-            await patch_on_exit(patcher, pool)
-            return None
-        outcome = await run_phases(scope, PHASES, chain=True)
-        if scope.plan is not None:
-            (self._rolling.add if scope.rolling else self._rolling.discard)(key)
-        if scope.quiet and not outcome.errors:
-            # Nothing was planned or learnt: a report now would only rewrite the last one.
-            return outcome.settle(self._text(key))
+            return Outcome()
         for exc in outcome.errors:
             if not isinstance(exc, CloudError):
                 scope.block("ReconcileError", describe_error(exc))
-        outcome += await run_phases(scope, (report,))
-        outcome += Outcome(errors=scope.errors)
-        entries = len(scope.status.instances or [])
-        if outcome.ok and (
-            wait := self.spacing.hold(key, entries, patcher.snapshot, pool, progress_only)
-        ):
-            # The instances are made or deleted; only the report waits, computed afresh then.
-            outcome += Outcome(Result(requeue_after=wait))
-        # A blocked pool has not acted on its spec: its status does not claim the generation.
-        elif await patch_on_exit(patcher, pool, outcome, observed=not scope.blocked) is not pool:
-            self.spacing.wrote(key)
-        await self._watch_nodes(scope)
-        return outcome.settle(self._text(key))
+        return await run_phases(scope, (report,)) + Outcome(errors=scope.errors)
 
-    def _text(self, key: ObjectKey) -> str:
-        return f"{self.env.provider.pool_resource.kind} {key}"
+    def observed(self, scope: PoolScope) -> bool:
+        # A blocked pool has not acted on its spec: its status does not claim the generation.
+        return not scope.blocked
+
+    def hold(self, scope: PoolScope, before: Obj, after: Obj) -> float:
+        # The instances are made or deleted; only the report waits, computed afresh then.
+        if scope.pool.deleting:
+            return 0.0
+        entries = len(scope.status.instances or [])
+        return self.spacing.hold(scope.memory.written_at, entries, before, after, progress_only)
+
+    def wrote(self, scope: PoolScope) -> None:
+        if not scope.pool.deleting:
+            scope.memory.written_at = self.spacing.now()
+
+    async def finish(self, scope: PoolScope, outcome: Outcome) -> Outcome:
+        if scope.pool.deleting:
+            return outcome
+        if scope.plan is not None:
+            scope.memory.rolling = scope.rolling
+        if outcome.then is Then.REPORT:
+            await self._watch_nodes(scope)
+        return outcome
 
     async def _watch_nodes(self, scope: PoolScope) -> None:
         """Have the workload cluster's Node events reach this pool's reconciles."""
@@ -188,7 +191,31 @@ class PoolEngine:
     def machine_turned_ready(self, machine: Obj) -> list[ObjectKey]:
         """The pools in a rollout that a Machine's Ready change concerns: its floor counts
         Ready Machines. Outside a rollout nothing a pool decides depends on it."""
-        return [k for k in _machine_to_pool(self.env, machine) if k in self._rolling]
+        return [
+            k
+            for k in _machine_to_pool(self.env, machine)
+            if (kept := self.memory.get(k)) is not None and kept.rolling
+        ]
+
+
+async def add_finalizer(scope: PoolScope) -> Result:
+    """Add the provider's pool finalizer, alone in its write, before anything is made."""
+    meta, finalizer = scope.pool.metadata, scope.env.provider.pool_finalizer
+    finalizers = meta.finalizers or []
+    if finalizer in finalizers:
+        return Result()
+    meta.finalizers = [*finalizers, finalizer]
+    return Stop(then=Then.WRITE)
+
+
+async def release_moved(scope: PoolScope) -> Result:
+    """Let a pool clusterctl move deleted go: it and its instances live on in the target
+    cluster."""
+    if not deleted_for_move(scope.pool.raw):
+        return Result()
+    meta, finalizer = scope.pool.metadata, scope.env.provider.pool_finalizer
+    meta.finalizers = [f for f in meta.finalizers or [] if f != finalizer]
+    return Stop(then=Then.WRITE)
 
 
 def infra_machine_to_pool(env: EngineEnv, machine: Obj) -> list[ObjectKey]:

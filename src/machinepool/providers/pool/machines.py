@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from machinepool.api import constants as c
@@ -25,8 +26,14 @@ from machinepool.runtime import (
     NotFound,
     Obj,
     ObjectKey,
-    PatchType,
+    OwnReader,
+    Patcher,
+    Phase,
     Result,
+    Steps,
+    Stop,
+    Then,
+    drive,
     gather_bounded,
 )
 
@@ -47,7 +54,7 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     # does not show yet is not written again: the next pass can come before the watch brings
     # the echo (a new instance's events queue the pool, and a big pool's report may wait).
     now = time.monotonic()
-    sent = scope.env.statuses_sent.get(scope.key, {})
+    sent = scope.memory.statuses_sent
     unseen: dict[str, tuple[float, str]] = {}
     stale: list[tuple[str, dict[str, Any]]] = []
     for name, m in scope.infra_machines.items():
@@ -72,7 +79,7 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
         if isinstance(failure, BaseException):
             raise failure
         unseen[name] = (now, live[name].state)
-    scope.env.statuses_sent[scope.key] = unseen
+    scope.memory.statuses_sent = unseen
     for name, machine in scope.infra_machines.items():
         if name not in live and not machine.deleting:
             await _release(scope, name, machine)
@@ -204,51 +211,53 @@ async def _release_orphan(scope: PoolScope, machine: MachineView) -> None:
     )
 
 
-class InfraMachineReconciler:
-    """Terminates an instance when its infra machine is deleted, then lets the object go."""
+class InfraMachineReconciler(Steps[SimMachineView]):
+    """Terminates an instance when its infra machine is deleted, then lets the object go:
+    ``runtime.drive`` over these steps, a chain over the infra machine itself (its view is the
+    scope), the finalizer's release written on exit (locked to the copy's resourceVersion, a
+    list, so a stale copy cannot undo a change)."""
+
+    chain = True
 
     def __init__(self, env: EngineEnv) -> None:
         self.env = env
+        self.kind = env.provider.machine_resource.kind
+        self.reader = OwnReader(env.client, env.provider.machine_resource, env.infra_machines)
 
-    async def reconcile(self, key: ObjectKey) -> Result | None:
+    async def reconcile(self, key: ObjectKey) -> Result:
         env = self.env
-        obj = env.infra_machines.get_key(key)
-        if obj is None:
-            return None
+        return await drive(self, key, self.reader, env.client, env.provider.machine_resource)
+
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> SimMachineView | Stop:
         machine = SimMachineView(obj)
-        if not machine.deleting:
-            return None
-        finalizers = list(machine.metadata.finalizers or [])
-        if env.provider.machine_finalizer not in finalizers:
-            return None
+        finalizers = machine.metadata.finalizers or []
+        if not machine.deleting or self.env.provider.machine_finalizer not in finalizers:
+            return Stop(then=Then.NOTHING)
+        return machine
+
+    def phases(self, scope: SimMachineView) -> Sequence[Phase[SimMachineView]]:
+        return (self.terminate_instance, self.release_finalizer)
+
+    def observed(self, scope: SimMachineView) -> bool:
+        return False  # nothing in the status is computed here
+
+    async def terminate_instance(self, machine: SimMachineView) -> Result:
+        """Terminate the infra machine's instance (not one clusterctl move deleted: it lives
+        on in the target cluster, and so does its instance)."""
+        env = self.env
         pool = _pool_of(env, machine)
-        instance_id = str(machine.spec.instance_id or key.name)
-        # An infra machine clusterctl move deletes lives on in the target cluster, and so
-        # does its instance.
-        if pool is not None and not deleted_for_move(obj):
+        instance_id = str(machine.spec.instance_id or machine.metadata.name)
+        if pool is not None and not deleted_for_move(machine.raw):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
             env.expectations.terminated(ObjectKey.of(pool), instance_id)
-        finalizers.remove(env.provider.machine_finalizer)
-        patch = [
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": machine.metadata.resource_version,
-            },
-            {"op": "replace", "path": "/metadata/finalizers", "value": finalizers},
-        ]
-        try:
-            await env.client.patch(
-                env.provider.machine_resource,
-                key.name,
-                patch,
-                key.namespace,
-                patch_type=PatchType.JSON,
-            )
-        except NotFound:
-            return None
-        return None
+        return Result()
+
+    async def release_finalizer(self, machine: SimMachineView) -> Result:
+        """Let the infra machine go: its instance is terminated."""
+        meta, finalizer = machine.metadata, self.env.provider.machine_finalizer
+        meta.finalizers = [f for f in meta.finalizers or [] if f != finalizer]
+        return Result()
 
 
 def _pool_of(env: EngineEnv, machine: SimMachineView) -> Obj | None:

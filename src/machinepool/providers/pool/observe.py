@@ -25,6 +25,8 @@ from machinepool.runtime import (
     Obj,
     ObjectKey,
     Result,
+    Stop,
+    Then,
     controller_owner,
     field_indexer,
 )
@@ -70,16 +72,13 @@ async def load_owner(scope: PoolScope) -> Result:
         named = bool(env.machine_pools.by_index(INFRA_REF_INDEX, key))
         left = adoption_grace_left(scope.pool.raw)
         if named or left > 0:
-            scope.quiet = scope.halt = True
-            return Result(requeue_after=None if named else left)
+            return Stop(requeue_after=None if named else left, then=Then.NOTHING)
         scope.block("WaitingForOwner", "waiting for a MachinePool to adopt this pool")
-        scope.halt = True
-        return Result()
+        return Stop()
     mp = env.machine_pools.get(str(ref.get("name", "")), scope.namespace)
     if mp is None:
         scope.block("WaitingForOwner", f"MachinePool {ref.get('name')} not found")
-        scope.halt = True
-        return Result()
+        return Stop()
     scope.machine_pool = MachinePoolView(mp)
     cluster_key = scope.cluster_key
     assert cluster_key is not None
@@ -89,8 +88,7 @@ async def load_owner(scope: PoolScope) -> Result:
     reason = c.PAUSED_REASON if paused else c.NOT_PAUSED_REASON
     set_condition(scope.status.edit_conditions(), c.PAUSED_CONDITION, paused, reason)
     if paused:
-        scope.halt = True
-        return Result()
+        return Stop()
     scope.backend = await env.provider.backend(scope.pool.raw)
     return Result()
 
@@ -142,8 +140,7 @@ async def await_own_writes(scope: PoolScope) -> Result:
     warm = {i.id for i in scope.warm}
     if not env.expectations.unmet(scope.key, machine=machine, instances=listed, warm=warm):
         return Result()
-    scope.quiet = scope.halt = True
-    return Result(requeue_after=_CACHE_REQUEUE)
+    return Stop(requeue_after=_CACHE_REQUEUE, then=Then.NOTHING)
 
 
 def pool_members(infra_machines: Informer, pool: ObjectKey) -> list[Obj]:

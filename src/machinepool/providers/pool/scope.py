@@ -24,7 +24,7 @@ from machinepool.providers.pool.strategy import RollingUpdate
 from machinepool.providers.pool.types import Backend, Instance
 from machinepool.runtime import Client, ClusterCache, EventRecorder, Informer, ObjectKey
 
-__all__ = ["EngineEnv", "PoolScope"]
+__all__ = ["EngineEnv", "PoolMemory", "PoolScope"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,24 @@ class EngineEnv:
     """Failure domains that refused a create for lack of capacity, per pool."""
     expectations: Expectations = field(default_factory=Expectations)
     """Per pool, what this engine wrote that the caches have yet to show."""
-    statuses_sent: dict[ObjectKey, dict[str, tuple[float, str]]] = field(default_factory=dict)
-    """Per pool, infra machine name -> when, and for which instance state, the engine last
-    wrote its status, until the cache shows it (``machines.sync_infra_machines``)."""
+
+
+@dataclass
+class PoolMemory:
+    """What the engine keeps about one pool from one pass to the next (``runtime.KeyMemory``:
+    forgotten, with the pool's ``expectations`` and ``shortages``, when the pool is gone)."""
+
+    statuses_sent: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Infra machine name -> when, and for which instance state, the engine last wrote its
+    status, until the cache shows it (``machines.sync_infra_machines``)."""
+    rolling: bool = False
+    """The last plan depended on Node readiness (``PoolScope.rolling``): outside a rollout, a
+    Node that is Ready changes no step a pool would take, and waking a 1,000-instance pool
+    for each of its Nodes' joins kept the engine busy re-reading it; a scale-down reads
+    readiness afresh when the MachinePool's spec wakes the pool. A Node that is not Ready
+    wakes its pool always: its instance may have failed."""
+    written_at: float | None = None
+    """When the pool was last written: its progress reports are spaced out."""
 
 
 @dataclass
@@ -56,6 +71,8 @@ class PoolScope:
     env: EngineEnv
     key: ObjectKey
     pool: SimMachinePoolView
+    memory: PoolMemory
+    """What was kept about this pool from the passes before."""
     """The infra pool, mutated by phases through the view; ``pool.raw`` is patched once on
     exit, and is what the provider's hooks are given."""
     machine_pool: MachinePoolView | None = None
@@ -79,10 +96,6 @@ class PoolScope:
     unbacked_machines: list[MachineView] = field(default_factory=list)
     """The MachinePool's Machines whose infra machine of this provider is not in the cache
     (observe.list_instances): new ones the cache has not caught up with, or orphans."""
-    quiet: bool = False
-    """The reconcile stops and writes nothing: the caches do not yet show this engine's
-    writes for the pool, so it comes back (observe.await_own_writes); or a new pool waits for
-    the MachinePool that will adopt it (observe.load_owner)."""
     ready_ids: set[str] | None = None
     """Provider IDs whose Node is Ready; None when Nodes could not be read (observe.nodes)."""
     replicas: int = 0
@@ -100,13 +113,12 @@ class PoolScope:
     (the availability floor of a rolling update): a Machine turning Ready wakes the pool only
     while this holds (scale.act)."""
     blocked: list[tuple[str, str]] = field(default_factory=list)
-    """(reason, message) of problems that keep the pool from converging (any phase)."""
-    halt: bool = False
-    """Set by a phase when later phases must not run (no owner, paused):
-    ``runtime.phases.Halting``."""
+    """(reason, message) of problems that keep the pool from converging (any phase): what
+    the report's Ready condition says, and why the status does not claim the generation.
+    Not a way to stop: a phase stops the pass by returning a ``runtime.Stop``."""
     errors: list[Exception] = field(default_factory=list)
-    """Failures a phase reports without stopping (an instance create the cloud refused),
-    raised with the phases' own errors after the patch."""
+    """Failures a phase reports without stopping the chain (an instance create the cloud
+    refused), raised with the phases' own errors after the patch."""
 
     @property
     def namespace(self) -> str:

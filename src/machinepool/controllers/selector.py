@@ -1,7 +1,8 @@
-"""Label selector matching (``metav1.LabelSelector``) for MachineHealthCheck targets.
+"""Label selector matching (``metav1.LabelSelector``), shared by two controller packages.
 
-Pure; used by ``controller`` to find targets and to map Machine events back to the
-MachineHealthChecks that select them. A selector the webhook would refuse (an unknown
+Pure; used by the MachineHealthCheck controller to find targets and to map Machine events
+back to the MachineHealthChecks that select them, and by the Machine controller's drain for
+the MachineDrainRules' Machine and Pod selectors. A selector the webhook would refuse (an unknown
 operator) matches nothing, so a stored bad object can never select every Machine.
 """
 
