@@ -32,7 +32,7 @@ stdout and bench/RESULTS.md (section ``node-watch``).
 ``--reads``: **batched** is our runtime as it runs once a Node watch has stayed busy (as the
 kubelets' reports keep it), where a Node watch busier than ``WATCH_BUSY_RATE`` events a second
 is left unread for up to ``WATCH_MAX_HOLD`` so the events that arrive meanwhile are read
-together (``machinepool.runtime.client``; the watcher sets ``WATCH_BUSY_FOR``, how long the
+together (``machinepool.runtime.kube.client``; the watcher sets ``WATCH_BUSY_FOR``, how long the
 watch's rate is averaged over, to one window rather than wait it out in each run); **each**
 sets that rate out of reach in the watcher's process, so every event is read the moment it
 arrives, as before. Both by default: what batching buys, in one invocation.
@@ -67,10 +67,10 @@ from mpbench.shapes import EPOCH, instance_record
 from machinepool.controllers.common import node_inputs
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import NODES, Client, FuncHandler, Informer, Obj
-from machinepool.runtime import client as client_module
-from machinepool.runtime.informer import field_indexer
-from machinepool.sim.kubelet.node import node_object, node_status
-from machinepool.sim.records import InstanceRecord
+from machinepool.runtime.kube import client as client_module
+from machinepool.runtime.kube.informer import field_indexer
+from machinepool.simworld.kubelet.node import node_object, node_status
+from machinepool.simworld.records import InstanceRecord
 
 KUBELET_REPORT_SECONDS = 300
 """Kubelet's default ``nodeStatusReportFrequency``."""

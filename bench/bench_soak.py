@@ -54,8 +54,8 @@ from mpbench.stats import prom_by_label, prom_sum, read_open_files
 from machinepool.api.infra_sim import SIM_MACHINES
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.runtime import ApiError, Client, Informer, NotFound
-from machinepool.sim import Faults
-from machinepool.sim.cloud import SimCloud
+from machinepool.simworld import Faults
+from machinepool.simworld.cloud import SimCloud
 
 CORE_USER, INFRA_USER, DRIVER_USER = "bench-core", "bench-infra", "bench-driver"
 

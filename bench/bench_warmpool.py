@@ -50,7 +50,7 @@ async def _run(mode: str, args: argparse.Namespace) -> dict[str, float]:
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinepool
     from machinepool.providers import sim
-    from machinepool.sim import kubelet
+    from machinepool.simworld import kubelet
 
     with tempfile.TemporaryDirectory(prefix=f"bench-warmpool-{mode}-") as workdir:
         env = BenchEnv(Path(workdir), audit=False)

@@ -71,11 +71,11 @@ from machinepool.api.kinds import MACHINES
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.bootstrap.kubeadm.cloudinit import NodeInput, render_node_cloud_config
 from machinepool.controllers.machine.node import node_patch
-from machinepool.controllers.machinepool.machines import FIELD_MANAGER, desired_machine
+from machinepool.controllers.machinepool.poolmachines import FIELD_MANAGER, desired_machine
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Client, Obj, Resource
-from machinepool.sim.kubelet.node import node_object, node_status
-from machinepool.sim.records import (
+from machinepool.simworld.kubelet.node import node_object, node_status
+from machinepool.simworld.records import (
     InstanceRecord,
     launch_entries,
     launch_name,
@@ -119,7 +119,7 @@ def record_for(pool: Obj, index: int, taken: set[str]) -> InstanceRecord:
 
 
 def sim_machine(record: InstanceRecord, pool: Obj) -> Obj:
-    """A SimMachine as the pool engine creates one (``providers.pool.machines._create``)."""
+    """A SimMachine as the pool engine creates one (``providers.pool.inframachines._create``)."""
     meta = pool["metadata"]
     return {
         "metadata": {

@@ -54,7 +54,7 @@ from machinepool.controlplane import (
     WorkloadCluster,
     missing_prerequisites,
 )
-from machinepool.runtime.client import CRDS, NAMESPACES, Client
+from machinepool.runtime.kube.client import CRDS, NAMESPACES, Client
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -47,7 +47,7 @@ def _setups(args: argparse.Namespace) -> list[Setup]:
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinepool
     from machinepool.providers import sim
-    from machinepool.sim import kubelet
+    from machinepool.simworld import kubelet
 
     def tuned(options: T, field: str) -> T:
         """``options`` with ``--concurrency`` in ``field`` when given, else as they are."""

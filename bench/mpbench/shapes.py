@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from machinepool.sim.records import InstanceRecord, allocate_address, hostname_of, provider_id
+from machinepool.simworld.records import InstanceRecord, allocate_address, hostname_of, provider_id
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 ZONE = "zone-a"

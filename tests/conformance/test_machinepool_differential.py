@@ -68,7 +68,7 @@ from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
 from machinepool.runtime import NAMESPACES, NODES, PODS, SECRETS, AlreadyExists, Client
-from machinepool.sim import SimCloud
+from machinepool.simworld import SimCloud
 from machinepool.webhooks.machinepool import default_machine_pool
 
 pytestmark = pytest.mark.timeout(1200)

@@ -39,8 +39,8 @@ from machinepool.runtime import (
     Manager,
     Obj,
 )
-from machinepool.sim import SimCloud
-from machinepool.sim.kubelet import KubeletOptions, KubeletSimulator
+from machinepool.simworld import SimCloud
+from machinepool.simworld.kubelet import KubeletOptions, KubeletSimulator
 
 WAIT = 120.0
 """Upper bound of any wait; a safety net so a broken system fails instead of hanging."""
@@ -187,7 +187,7 @@ async def system(
     from machinepool.bootstrap import kubeadm
     from machinepool.controllers import machine, machinehealthcheck, machinepool
     from machinepool.providers import sim
-    from machinepool.sim import kubelet
+    from machinepool.simworld import kubelet
 
     _ = (bootstrap, crds)
     cluster = "work"

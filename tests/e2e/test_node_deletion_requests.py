@@ -16,7 +16,7 @@ from tests.e2e.conftest import System
 from tests.support.resources import CLUSTERS
 
 from machinepool.runtime import FuncHandler, Obj
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.simworld.kubelet import KubeletOptions
 
 GRACE = KubeletOptions().node_deletion_grace_seconds
 

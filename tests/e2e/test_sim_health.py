@@ -28,7 +28,7 @@ from machinepool.api.constants import PAUSED_ANNOTATION, POOL_NAME_LABEL
 from machinepool.cli import timeline
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
-from machinepool.sim.records import records_in
+from machinepool.simworld.records import records_in
 
 UNHEALTHY_NODE = [
     {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},

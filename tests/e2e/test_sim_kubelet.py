@@ -19,8 +19,8 @@ from tests.support.builders import pool_objects
 from tests.support.conditions import condition_status
 
 from machinepool.runtime import LEASES, FuncHandler, Informer, Obj
-from machinepool.sim import InstanceRecord
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.simworld import InstanceRecord
+from machinepool.simworld.kubelet import KubeletOptions
 
 NODE_LEASES = "kube-node-lease"
 

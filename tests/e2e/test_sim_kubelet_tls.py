@@ -38,8 +38,8 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
-from machinepool.sim import kubelet
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.simworld import kubelet
+from machinepool.simworld.kubelet import KubeletOptions
 
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"

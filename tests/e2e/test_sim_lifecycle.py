@@ -219,7 +219,7 @@ async def test_bad_input_is_reported_in_conditions(system: System) -> None:
 
 
 async def test_cloud_errors_back_off_and_never_duplicate(system: System) -> None:
-    from machinepool.sim import Faults
+    from machinepool.simworld import Faults
 
     await system.watch_sim_pools()
     await system.cloud.set_faults(system.namespace, Faults(error_rate=1.0))
@@ -241,7 +241,7 @@ async def test_a_zone_out_of_capacity_is_left_to_the_others(system: System) -> N
     """The cloud refuses every create in zone-a; the pool still reaches its size, in zone-b,
     and says why (an Auto Scaling group launches in its other zones the same way)."""
     from machinepool.runtime import CORE_EVENTS
-    from machinepool.sim import Faults
+    from machinepool.simworld import Faults
 
     await system.cloud.set_faults(system.namespace, Faults(short_zones=frozenset({"zone-a"})))
     await system.create_pool("workers", 4, failure_domains=["zone-a", "zone-b"])
@@ -263,7 +263,7 @@ async def test_a_throttling_cloud_slows_the_pool_but_never_doubles_it(system: Sy
     """One create per second with a burst of two: the engine's parallel creates are refused
     beyond that, it backs off, and the pool still ends with exactly its replicas."""
     from machinepool.runtime import CORE_EVENTS
-    from machinepool.sim import Faults
+    from machinepool.simworld import Faults
 
     await system.cloud.set_faults(system.namespace, Faults(request_rate=1, request_burst=2))
     await system.create_pool("workers", 5)

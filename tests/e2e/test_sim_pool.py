@@ -26,7 +26,7 @@ from machinepool.runtime import (
     ProgressSpacing,
     Resource,
 )
-from machinepool.sim.records import INSTANCE_LABEL, records_in
+from machinepool.simworld.records import INSTANCE_LABEL, records_in
 
 
 async def test_pool_runs_three_ready_nodes_with_node_refs(system: System) -> None:

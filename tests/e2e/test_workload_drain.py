@@ -33,7 +33,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import get_condition
 from machinepool.controlplane import PodLifecycle
 from machinepool.runtime import PDBS, PODS, FuncHandler, Informer, Obj
-from machinepool.sim.kubelet.node import STOP_SECONDS_ANNOTATION
+from machinepool.simworld.kubelet.node import STOP_SECONDS_ANNOTATION
 
 APP = "web"
 REPLICAS = 6

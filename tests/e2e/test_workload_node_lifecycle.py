@@ -24,7 +24,7 @@ from tests.support.resources import MACHINE_HEALTH_CHECKS
 from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.controlplane import PodLifecycle
 from machinepool.runtime import FuncHandler, Obj
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.simworld.kubelet import KubeletOptions
 
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 LEASE_RENEW_SECONDS = 2.0

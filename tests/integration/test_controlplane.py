@@ -11,8 +11,8 @@ from tests.support import eventually, wait_established
 
 from machinepool.controlplane import ControlPlane, find_binaries
 from machinepool.controlplane.process import port_open
-from machinepool.runtime.client import CONFIGMAPS, CRDS, NODES, Client
-from machinepool.runtime.errors import NotFound
+from machinepool.runtime.kube.client import CONFIGMAPS, CRDS, NODES, Client
+from machinepool.runtime.kube.errors import NotFound
 
 WIDGET_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",

@@ -26,8 +26,8 @@ from tests.support import wait_for
 from tests.support.conditions import is_true
 
 from machinepool.controlplane import ControlPlane, Node, RealNode, optional_binary
-from machinepool.runtime.client import NAMESPACES, NODES, PODS, Client, Resource
-from machinepool.runtime.errors import ApiError
+from machinepool.runtime.kube.client import NAMESPACES, NODES, PODS, Client, Resource
+from machinepool.runtime.kube.errors import ApiError
 
 pytestmark = pytest.mark.realnode
 

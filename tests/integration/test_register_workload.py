@@ -9,7 +9,7 @@ from tests.support.resources import CLUSTERS
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime.client import NODES, SECRETS, Client
+from machinepool.runtime.kube.client import NODES, SECRETS, Client
 
 
 async def test_registered_cluster_is_initialized_and_its_kubeconfig_works(

@@ -9,7 +9,7 @@ import itertools
 import uuid
 
 from machinepool.runtime import NODES, Client
-from machinepool.runtime.client import WATCH_BATCH_WINDOW, WATCH_BUSY_RATE, ReadPacer
+from machinepool.runtime.kube.client import WATCH_BATCH_WINDOW, WATCH_BUSY_RATE, ReadPacer
 
 RATE = 4 * WATCH_BUSY_RATE
 """Updates a second the writer sends: a busy stream, as 10,000 kubelets' reports make one."""

@@ -10,8 +10,8 @@ from typing import Any
 
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import SECRETS, Client, pki
-from machinepool.sim.kubelet.join import JoinRejected, TokenClients, verify_join
-from machinepool.sim.kubelet.joinconfig import JoinInfo
+from machinepool.simworld.kubelet.join import JoinRejected, TokenClients, verify_join
+from machinepool.simworld.kubelet.joinconfig import JoinInfo
 
 _ALPHABET = string.ascii_lowercase + string.digits
 

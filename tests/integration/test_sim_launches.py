@@ -22,10 +22,10 @@ from tests.support import eventually
 from machinepool.api.views import SimSettingsView
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.records import OnePool, PoolRecords
+from machinepool.providers.sim.poolrecords import OnePool, PoolRecords
 from machinepool.runtime import CONFIGMAPS, SECRETS, Client, Informer, Obj, gather_bounded
-from machinepool.sim import Faults, SimCloud
-from machinepool.sim.records import (
+from machinepool.simworld import Faults, SimCloud
+from machinepool.simworld.records import (
     INSTANCE_LABEL,
     LAUNCH_SIZE,
     POOL_ANNOTATION,

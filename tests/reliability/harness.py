@@ -59,8 +59,8 @@ from machinepool.runtime import (
     NotFound,
     Obj,
 )
-from machinepool.sim import InstanceRecord
-from machinepool.sim.records import records_in
+from machinepool.simworld import InstanceRecord
+from machinepool.simworld.records import records_in
 
 WAIT = 300.0
 """Safety net for any single wait, so a broken system fails instead of hanging."""

@@ -57,7 +57,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
-from machinepool.sim import SimCloud
+from machinepool.simworld import SimCloud
 from machinepool.webhooks import beside
 
 pytestmark = pytest.mark.timeout(900)

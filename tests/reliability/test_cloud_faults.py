@@ -13,7 +13,7 @@ from tests.reliability.report import Recorder
 from tests.support.builders import VERSION, create_pool
 from tests.support.pools import roll_pool, scale_pool
 
-from machinepool.sim import Faults, SimCloud
+from machinepool.simworld import Faults, SimCloud
 
 FAULTS = Faults(error_rate=0.07, error_after_rate=0.07, stall_rate=0.06, stall_seconds=3.0)
 """20% of create/delete calls misbehave: fail before acting, fail after acting (a lost

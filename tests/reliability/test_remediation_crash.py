@@ -21,7 +21,7 @@ from tests.support.resources import MACHINE_HEALTH_CHECKS
 
 from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.runtime import FuncHandler, Informer, Obj
-from machinepool.sim import SimCloud
+from machinepool.simworld import SimCloud
 
 KILLS = 6
 """SIGKILLs per run at scale 1."""

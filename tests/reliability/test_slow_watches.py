@@ -34,7 +34,7 @@ from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINES
 from machinepool.controlplane import ControlPlane
 from machinepool.runtime import CORE_EVENTS, FuncHandler, Obj
-from machinepool.sim import SimCloud
+from machinepool.simworld import SimCloud
 
 NEW_VERSION = "v1.34.1"
 REPLICAS = 6

@@ -75,7 +75,7 @@ class Recorded(dict[str, Any]):
     ``in``); the dicts under it come back recorded, lists are read whole. Iterating it
     (``items``, ``keys``) records nothing: a view's field read records its path, and what the
     caller does with the value it got is part of that read, while a diff of the whole object
-    (``runtime.patch``) reads nothing a reconcile decides on. Copies (``copy_obj``,
+    (``runtime.kube.patch``) reads nothing a reconcile decides on. Copies (``copy_obj``,
     ``copy.deepcopy``) made while a ``recording`` is under way record into the same set: a
     reconciler reads its own copy of its object."""
 

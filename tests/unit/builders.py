@@ -43,7 +43,7 @@ from machinepool.providers.pool.scope import PoolMemory as EngineMemory
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Informer, Obj, ObjectKey, Resource
-from machinepool.sim import DEFAULT_ZONES, Faults
+from machinepool.simworld import DEFAULT_ZONES, Faults
 
 __all__ = [
     "NAMESPACE",

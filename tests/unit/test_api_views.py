@@ -33,7 +33,7 @@ from machinepool.api.views import (
     SimMachineView,
     View,
 )
-from machinepool.runtime.patch import merge_patch
+from machinepool.runtime.kube.patch import merge_patch
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,8 +20,8 @@ from bench_write_floor import (
 )
 from mpbench.scenario import TO_VERSION, pool_objects
 
-from machinepool.sim.kubelet.joinconfig import parse_join
-from machinepool.sim.records import launch_entries, launch_secret, records_in
+from machinepool.simworld.kubelet.joinconfig import parse_join
+from machinepool.simworld.records import launch_entries, launch_secret, records_in
 
 KUBEADM = next(
     body for _, body in pool_objects("pool-0000", 1, TO_VERSION) if body["kind"] == "KubeadmConfig"

@@ -16,8 +16,8 @@ from machinepool.api.conditions import (
     set_v1beta1_condition,
     v1beta1_summary,
 )
-from machinepool.runtime.client import copy_obj
-from machinepool.runtime.patch import (
+from machinepool.runtime.kube.client import copy_obj
+from machinepool.runtime.kube.patch import (
     _rebase_status,
     apply_merge_patch,
     merge_patch,

@@ -11,7 +11,11 @@ from tests.support.reads import Recorded, unnoticed
 
 from machinepool.api.contract import InfraMachine
 from machinepool.api.views import MachinePoolView
-from machinepool.controllers.machinepool.machines import desired_machine, node_mark, template_mark
+from machinepool.controllers.machinepool.poolmachines import (
+    desired_machine,
+    node_mark,
+    template_mark,
+)
 
 POOL: dict[str, Any] = {
     "apiVersion": "cluster.x-k8s.io/v1beta2",

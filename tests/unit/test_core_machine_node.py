@@ -6,7 +6,7 @@ from typing import Any
 
 from machinepool.api.views import MachineView
 from machinepool.controllers.machine.node import node_patch
-from machinepool.runtime.patch import apply_merge_patch
+from machinepool.runtime.kube.patch import apply_merge_patch
 
 OWNER = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool", "name": "workers"}
 

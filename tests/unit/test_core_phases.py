@@ -21,8 +21,8 @@ from machinepool.controllers.machinepool import (
     bootstrap,
     delete,
     infrastructure,
-    machines,
     noderefs,
+    poolmachines,
     remediation,
     status,
 )
@@ -122,7 +122,7 @@ async def test_a_pool_counts_its_machines_unless_another_pool_controls_them() ->
     elsewhere = machine("elsewhere", pool="other")
     cache = [machine("m1"), stolen, loose, elsewhere]
     scope = pool_scope(cached_machines=cache, infra_pool=_infra(1, []))
-    assert await machines.reconcile_machines(scope) == Result()
+    assert await poolmachines.reconcile_machines(scope) == Result()
     assert sorted(m.metadata.name for m in scope.machines) == ["loose", "m1"]
 
 
@@ -130,7 +130,7 @@ async def test_a_machine_just_created_counts_before_the_cache_shows_it() -> None
     scope = pool_scope(cached_machines=[machine("m1")], infra_pool=_infra(2, []))
     made = machine("m2")
     scope.memory.applied = {"m2": (time.monotonic(), made)}
-    await machines.reconcile_machines(scope)
+    await poolmachines.reconcile_machines(scope)
     assert sorted(m.metadata.name for m in scope.machines) == ["m1", "m2"]
 
 

@@ -11,7 +11,7 @@ from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.machine.node import node_patch
 from machinepool.controllers.machinepool.noderefs import desired_node_patch
 from machinepool.controllers.poolnode import is_managed_label, pool_node_changes
-from machinepool.runtime.patch import apply_merge_patch
+from machinepool.runtime.kube.patch import apply_merge_patch
 
 GPU = {"key": "gpu", "value": "a100", "effect": "NoSchedule", "propagation": "Always"}
 SETUP = {"key": "setup", "effect": "NoExecute", "propagation": "OnInitialization"}

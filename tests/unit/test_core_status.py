@@ -15,7 +15,7 @@ from machinepool.api.views import ClusterView, MachinePoolView, MachineView, Obj
 from machinepool.controllers import common
 from machinepool.controllers.machine import drain, volumes
 from machinepool.controllers.machine import status as machine_status
-from machinepool.controllers.machinepool import delete, machines, noderefs, status
+from machinepool.controllers.machinepool import delete, noderefs, poolmachines, status
 from machinepool.controllers.machinepool.facts import MachineFacts
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -261,7 +261,7 @@ def test_desired_machine_hashes_long_pool_names_and_copies_template() -> None:
     mp["spec"]["template"]["metadata"] = {"labels": {"team": "a"}, "annotations": {"note": "x"}}
     mp["spec"]["template"]["spec"]["deletion"] = {"nodeDrainTimeoutSeconds": 3}
     infra = {"apiVersion": "infra.example/v1", "kind": "FooMachine", "metadata": {"name": "m"}}
-    got = machines.desired_machine(MachinePoolView(mp), InfraMachine(infra), node("n", "x://n"))
+    got = poolmachines.desired_machine(MachinePoolView(mp), InfraMachine(infra), node("n", "x://n"))
     assert got["metadata"]["labels"][c.POOL_NAME_LABEL].startswith("hash_")
     assert got["metadata"]["labels"]["team"] == "a"
     assert got["metadata"]["annotations"] == {"note": "x"}
@@ -347,7 +347,7 @@ def test_machine_node_conditions_wait_for_min_ready_seconds() -> None:
 
 
 def test_an_absent_map_holds_an_empty_one_so_idle_machines_are_not_reapplied() -> None:
-    from machinepool.controllers.machinepool.machines import _contains
+    from machinepool.controllers.machinepool.poolmachines import _contains
 
     have = {"metadata": {"name": "m", "labels": {"a": "b"}}, "spec": {"version": "v1"}}
     want = {"metadata": {"name": "m", "labels": {"a": "b"}, "annotations": {}}, "spec": {}}
@@ -389,14 +389,16 @@ def test_new_machine_is_created_whole_with_finalizer_and_provider_id() -> None:
         "metadata": {"name": "m"},
         "spec": {"providerID": "x://m"},
     }
-    got = machines.desired_machine(MachinePoolView(pool()), InfraMachine(infra), None)
+    got = poolmachines.desired_machine(MachinePoolView(pool()), InfraMachine(infra), None)
     assert got["metadata"]["finalizers"] == [c.MACHINE_FINALIZER]
     assert got["spec"]["providerID"] == "x://m"
     assert "version" not in got["spec"], "no Node yet: no kubelet version"
     # Another controller's finalizer next to ours is not a difference worth an apply.
     have = {**got, "metadata": {**got["metadata"], "finalizers": ["other", c.MACHINE_FINALIZER]}}
-    assert machines._contains(have, got)
-    assert not machines._contains({**got, "metadata": {**got["metadata"], "finalizers": []}}, got)
+    assert poolmachines._contains(have, got)
+    assert not poolmachines._contains(
+        {**got, "metadata": {**got["metadata"], "finalizers": []}}, got
+    )
 
 
 def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out() -> None:
@@ -411,13 +413,13 @@ def test_a_created_machine_counts_until_the_cache_shows_it_or_its_wait_runs_out(
     made = {"metadata": {"name": "m1", "namespace": "ns", "resourceVersion": "7"}}
     memory = PoolMemory(applied={"m1": (time.monotonic(), made)})
     scope: Any = SimpleNamespace(memory=memory, machines=[])
-    assert [m.metadata.name for m in machines._created_not_cached(scope)] == ["m1"]
-    long_ago = time.monotonic() - machines.APPLIED_TTL_SECONDS - 1
+    assert [m.metadata.name for m in poolmachines._created_not_cached(scope)] == ["m1"]
+    long_ago = time.monotonic() - poolmachines.APPLIED_TTL_SECONDS - 1
     memory.applied["m1"] = (long_ago, made)
-    assert machines._created_not_cached(scope) == [], "waited long enough: the cache decides"
+    assert poolmachines._created_not_cached(scope) == [], "waited long enough: the cache decides"
     memory.applied["m1"] = (time.monotonic(), made)
     scope.machines = [MachineView(dict(made))]
-    assert machines._created_not_cached(scope) == [], "the cache shows it"
+    assert poolmachines._created_not_cached(scope) == [], "the cache shows it"
     assert memory.applied == {}
 
 

@@ -161,7 +161,7 @@ THROUGH_ROLE = {("coordination.k8s.io", "leases")}
 PACKAGES = {
     "core": ["machinepool.controllers", "machinepool.webhooks"],
     "bootstrap": ["machinepool.bootstrap"],
-    "sim": ["machinepool.providers.sim", "machinepool.providers.pool", "machinepool.sim"],
+    "sim": ["machinepool.providers.sim", "machinepool.providers.pool", "machinepool.simworld"],
     "aws": ["machinepool.providers.aws", "machinepool.providers.pool"],
 }
 

@@ -23,7 +23,7 @@ from tests.unit.builders import (
 )
 
 from machinepool.api import constants as c
-from machinepool.providers.pool import delete, machines, observe, scale
+from machinepool.providers.pool import delete, inframachines, observe, scale
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.strategy import DeletePolicy
@@ -223,12 +223,14 @@ async def test_a_zone_out_of_capacity_is_full_until_its_retry_time() -> None:
 
 async def test_infra_machines_in_step_with_their_instances_get_no_write() -> None:
     backend = MemoryBackend.of(instance(1))
-    current = machines._machine_status(observe.SimMachineView(infra_machine("i-1")), instance(1))
+    current = inframachines._machine_status(
+        observe.SimMachineView(infra_machine("i-1")), instance(1)
+    )
     scope = await _owned(
         engine_scope(backend=backend, infra_machines=[infra_machine("i-1", status=current)])
     )
     await observe.list_instances(scope)
-    assert await machines.sync_infra_machines(scope) == Result()
+    assert await inframachines.sync_infra_machines(scope) == Result()
     assert scope.memory.statuses_sent == {}
 
 
@@ -238,13 +240,13 @@ async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_ech
     await observe.list_instances(scope)
     sent = (time.monotonic(), InstanceState.RUNNING)
     scope.memory.statuses_sent = {"i-1": sent}
-    assert await machines.sync_infra_machines(scope) == Result()  # no client: nothing written
+    assert await inframachines.sync_infra_machines(scope) == Result()  # no client: nothing written
     assert scope.memory.statuses_sent == {"i-1": sent}
 
 
 def test_an_infra_machines_status_follows_its_instances_state() -> None:
     view = observe.SimMachineView(infra_machine("i-1"))
-    status = machines._machine_status(view, instance(1, state=InstanceState.PENDING))
+    status = inframachines._machine_status(view, instance(1, state=InstanceState.PENDING))
     assert status["ready"] is False
     assert status["instanceState"] == "pending"
     ready = condition({"status": status}, c.READY_CONDITION)
@@ -258,7 +260,7 @@ async def test_terminated_records_are_pruned_but_the_highest_ordinal_is_kept() -
     )
     scope = await _owned(engine_scope(backend=backend, infra_machines=[infra_machine("i-2")]))
     await observe.list_instances(scope)
-    assert await machines.prune_records(scope) == Result()
+    assert await inframachines.prune_records(scope) == Result()
     assert backend.purged == ["i-1"], "i-2 has its infra machine still, i-4 the top ordinal"
 
 

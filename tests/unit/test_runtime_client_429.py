@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from machinepool.runtime.client import _retryable_429
+from machinepool.runtime.kube.client import _retryable_429
 
 
 @pytest.mark.parametrize(

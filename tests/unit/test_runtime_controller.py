@@ -23,7 +23,7 @@ from machinepool.runtime import (
     ServerError,
     TerminalError,
 )
-from machinepool.runtime.ownwrites import note_write
+from machinepool.runtime.kube.ownwrites import note_write
 
 KEY = ObjectKey("ns", "a")
 
@@ -344,7 +344,7 @@ async def test_a_paced_watch_waits_in_proportion_to_the_slow_keys_last_reconcile
     ``PACE_FACTOR`` times the last reconciles of every slow key (here two: 0.1 s and 0.05 s),
     so more big keys do not take more of the loop; every event in the pause is read by one
     reconcile. A fast key and an unpaced watch queue at once."""
-    from machinepool.runtime.controller import PACE_FACTOR
+    from machinepool.runtime.reconcile.controller import PACE_FACTOR
 
     work = {"slow": 0.1, "other": 0.05, "fast": 0.0}
     started: list[tuple[str, float]] = []

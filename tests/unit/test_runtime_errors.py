@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from machinepool.runtime.errors import (
+from machinepool.runtime.kube.errors import (
     AlreadyExists,
     Conflict,
     Forbidden,

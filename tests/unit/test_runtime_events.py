@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 
 from machinepool.runtime import Client, EventRecorder
-from machinepool.runtime import events as events_module
+from machinepool.runtime.kube import events as events_module
 
 
 def test_spam_filter_allows_a_burst_per_object_then_one_per_refill(

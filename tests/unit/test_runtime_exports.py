@@ -40,7 +40,7 @@ EXPECTED = {
     "gather_bounded",
     "ClusterCache", "ClusterNotConnected", "ClusterUnhealthy",
     # TLS and secure diagnostics
-    "CertReloader", "ServingCert", "self_signed", "METRICS_READER_ROLE", "SecureServing",
+    "CertReloader", "ServingCert", "self_signed", "pki", "METRICS_READER_ROLE", "SecureServing",
     "TokenAuthorizer",
     # sharding
     "HashRing", "Handover", "LiveLeases", "ShardLabels", "labels_of", "DRAIN_REQUESTED",

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from machinepool.runtime import NODES, Client, InformerCache, Manager, Obj, ObjectList, Resource
-from machinepool.runtime.metrics import MANAGEMENT, RuntimeMetrics
+from machinepool.runtime.telemetry.metrics import MANAGEMENT, RuntimeMetrics
 
 
 class ListOnlyApi:

@@ -15,7 +15,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
-from machinepool.runtime.ownwrites import note_write
+from machinepool.runtime.kube.ownwrites import note_write
 
 
 def obj(uid: str, rv: str, kind: str = "Secret", **meta: Any) -> Obj:

@@ -1,5 +1,6 @@
 """The reconcile skeleton: how phases run, how their errors are noted and raised, the one
-patch on exit, and the driver that runs a kind's steps (``machinepool.runtime.phases``)."""
+patch on exit, and the driver that runs a kind's steps
+(``machinepool.runtime.reconcile.phases``)."""
 
 from __future__ import annotations
 

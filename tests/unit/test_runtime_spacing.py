@@ -1,4 +1,4 @@
-"""The spacing of big objects' progress writes (``runtime.spacing``), and what the core
+"""The spacing of big objects' progress writes (``runtime.reconcile.spacing``), and what the core
 MachinePool controller and the pool engine call progress and what news."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
 from machinepool.runtime import CONFIGMAPS, LEASES, NODES, pki
-from machinepool.runtime.client import (
+from machinepool.runtime.kube.client import (
     WATCH_BATCH_EVENTS,
     WATCH_BATCH_WINDOW,
     WATCH_BUSY_FOR,

@@ -16,7 +16,7 @@ from machinepool.runtime import (
     ObjectKey,
     WorkQueue,
 )
-from machinepool.runtime.controller import EnqueueHandler
+from machinepool.runtime.reconcile.controller import EnqueueHandler
 
 K = TypeVar("K")
 

@@ -19,7 +19,7 @@ from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
 from machinepool.providers.sim.backend import SimPoolSettings, _same_request
 from machinepool.runtime import ObjectKey
-from machinepool.sim import Faults, RequestLimits
+from machinepool.simworld import Faults, RequestLimits
 
 POOL = ObjectKey("ns", "pool")
 OTHER = ObjectKey("ns", "other")

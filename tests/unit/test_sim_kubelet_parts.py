@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from machinepool.api import constants as c
-from machinepool.sim.kubelet import InvalidBootstrapData, parse_join
-from machinepool.sim.kubelet.node import (
+from machinepool.simworld.kubelet import InvalidBootstrapData, parse_join
+from machinepool.simworld.kubelet.node import (
     STOP_SECONDS_ANNOTATION,
     lease_age,
     node_lease,
@@ -21,7 +21,7 @@ from machinepool.sim.kubelet.node import (
     pod_stopped_status,
     pod_stops_at,
 )
-from machinepool.sim.records import InstanceRecord
+from machinepool.simworld.records import InstanceRecord
 
 JOIN = """apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration

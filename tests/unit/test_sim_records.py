@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import machinepool.providers.sim as sim_provider
-import machinepool.sim as sim
+import machinepool.simworld as sim
 from machinepool.api import constants as c
 from machinepool.providers.pool.types import InstanceState
-from machinepool.sim import records as r
+from machinepool.simworld import records as r
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 OWNER = {"apiVersion": "v", "kind": "SimMachinePool", "name": "pool", "uid": "u-1"}
@@ -177,7 +177,7 @@ def test_cloud_states_are_the_engine_instance_states() -> None:
 
 
 def test_the_sim_provider_exports_only_its_controller_side() -> None:
-    """The cloud is ``machinepool.sim``'s; the provider package re-exports none of it."""
+    """The cloud is ``machinepool.simworld``'s; the provider package re-exports none of it."""
     assert set(sim_provider.__all__) == {
         "SimBackend",
         "SimOptions",

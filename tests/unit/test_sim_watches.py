@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.support import eventually
 
-from machinepool.providers.sim.records import PoolRecords
+from machinepool.providers.sim.poolrecords import PoolRecords
 from machinepool.runtime import (
     SECRETS,
     Informer,
@@ -23,11 +23,11 @@ from machinepool.runtime import (
     Resource,
     WatchEvent,
 )
-from machinepool.sim import Faults
-from machinepool.sim.cloud import FAULTS_CONFIGMAP
-from machinepool.sim.faults import FaultsWatch
-from machinepool.sim.instances import InstanceEvents
-from machinepool.sim.records import POOL_ANNOTATION, STATE_ANNOTATION
+from machinepool.simworld import Faults
+from machinepool.simworld.cloud import FAULTS_CONFIGMAP
+from machinepool.simworld.faults import FaultsWatch
+from machinepool.simworld.instances import InstanceEvents
+from machinepool.simworld.records import POOL_ANNOTATION, STATE_ANNOTATION
 
 
 class FakeApi:

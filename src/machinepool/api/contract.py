@@ -11,7 +11,7 @@ against someone else's schema, or none: every accessor checks the type it finds 
 wrong one as absent, so one provider's odd object cannot fail a reconcile. Nothing here
 writes: the provider owns these fields.
 
-Which version of a referenced kind speaks the contract is ``machinepool.runtime.contract``'s
+Which version of a referenced kind speaks the contract is ``machinepool.runtime.kube.resolver``'s
 concern (it needs the apiserver); this module only reads objects already fetched.
 """
 

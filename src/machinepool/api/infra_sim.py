@@ -7,7 +7,7 @@ of its instances (so core creates a MachinePool Machine for it). The CRDs carry 
 label ``cluster.x-k8s.io/v1beta2: v1beta2``. Failure domains come from the MachinePool's
 ``spec.failureDomains`` (as upstream providers read them), not from this object. The
 simulated cloud's own storage of instances is not an API kind: it is in
-``machinepool.sim.records``. A SimMachinePoolTemplate is what a ClusterClass's machinePools
+``machinepool.simworld.records``. A SimMachinePoolTemplate is what a ClusterClass's machinePools
 class names: upstream's topology controller makes a SimMachinePool from its
 ``spec.template.spec`` (docs/guide-clusterclass.md); no controller of ours reads it.
 """

@@ -26,7 +26,7 @@ from machinepool.bootstrap.kubeadm import setup as kubeadm_setup
 from machinepool.controllers import core
 from machinepool.providers import aws, sim
 from machinepool.runtime import ClusterCache, Manager
-from machinepool.sim import kubelet
+from machinepool.simworld import kubelet
 
 __all__ = ["COMPONENTS", "FLAGS", "Component", "Flag", "component_options"]
 

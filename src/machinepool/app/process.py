@@ -44,7 +44,7 @@ from machinepool.runtime import (
     configure_logging,
     get_logger,
 )
-from machinepool.sim.kubelet import KubeletOptions
+from machinepool.simworld.kubelet import KubeletOptions
 from machinepool.webhooks import WebhookServer, beside, register, register_validation, serve
 
 USER_AGENT = "machinepool-controller"

@@ -24,7 +24,7 @@ from machinepool.api.kinds import KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.cli.kube import CliError, Target, connect
 from machinepool.cli.pools import describe, follow
 from machinepool.cli.views import pool_table, problems, versions_text
-from machinepool.runtime.client import Client, Resource
+from machinepool.runtime.kube.client import Client, Resource
 
 Obj = dict[str, Any]
 

@@ -17,8 +17,8 @@ import aiohttp
 
 from machinepool.api.kinds import MACHINE_POOLS
 from machinepool.cli.local import default_home, running_state
-from machinepool.runtime.client import Client
-from machinepool.runtime.errors import ApiError, NotFound
+from machinepool.runtime.kube.client import Client
+from machinepool.runtime.kube.errors import ApiError, NotFound
 
 
 class CliError(Exception):

@@ -32,8 +32,8 @@ from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, NodeAuth
 from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime.client import CRDS, Client, Obj, wait_established
-from machinepool.runtime.errors import NotFound
+from machinepool.runtime.kube.client import CRDS, Client, Obj, wait_established
+from machinepool.runtime.kube.errors import NotFound
 
 _MANAGER = "machinepool-local"
 CLUSTER_NAME = "demo"

@@ -23,8 +23,8 @@ from machinepool.cli import history
 from machinepool.cli.kube import Target, connect, get_pool
 from machinepool.cli.views import describe_tree, pool_table
 from machinepool.runtime import contract_resource
-from machinepool.runtime.client import NODES, SECRETS, Client
-from machinepool.runtime.errors import ApiError, NotFound
+from machinepool.runtime.kube.client import NODES, SECRETS, Client
+from machinepool.runtime.kube.errors import ApiError, NotFound
 
 Obj = dict[str, Any]
 _POLL = 0.5

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 from machinepool.api.kinds import MACHINES
 from machinepool.cli import history
 from machinepool.cli.kube import CliError, Target, connect, get_pool
-from machinepool.runtime.client import CORE_EVENTS, Client
+from machinepool.runtime.kube.client import CORE_EVENTS, Client
 
 Obj = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """Helpers both core controllers share: resources of the core kinds, Node readiness, owner
 references and conditions. Our own kinds are read and written through their typed views
 (``machinepool.api.views``); Nodes and owner references, through ``machinepool.api.meta``'s
-``dig``. Reference resolution is ``machinepool.runtime.contract``'s.
+``dig``. Reference resolution is ``machinepool.runtime.kube.resolver``'s.
 
 Used by ``controllers.machinepool`` and ``controllers.machine``; kept here so those sibling
 packages never import each other.

@@ -17,8 +17,8 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import now_rfc3339
 from machinepool.api.kinds import CLUSTERS
 from machinepool.controlplane.cluster import WorkloadCluster
-from machinepool.runtime.client import SECRETS, Client, Obj, PatchType
-from machinepool.runtime.errors import AlreadyExists
+from machinepool.runtime.kube.client import SECRETS, Client, Obj, PatchType
+from machinepool.runtime.kube.errors import AlreadyExists
 
 _FIELD_MANAGER = "machinepool-local"
 

@@ -7,10 +7,15 @@ a ``Manager`` with Lease leader election, probes and Prometheus metrics; an ``Ev
 structured logging; a ``ClusterCache`` of workload-cluster clients and informers; and the
 one shape of a reconcile (``drive`` over ``Steps``, ``run_phases``, ``Outcome.settle``).
 
+Four rooms, each importing only the ones below it (an import-linter contract holds it):
+``services`` (manager, leader election, diagnostics, PKI and TLS); ``reconcile`` (controller,
+work queue, the reconcile driver, pacing, and sharding: which keys a replica owns); ``kube``
+(client, informers, caches, patches, events); ``telemetry`` (logging, metrics).
+
 Import public names from here; the modules behind them are private.
 """
 
-from machinepool.runtime.client import (
+from machinepool.runtime.kube.client import (
     CONFIGMAPS,
     CORE_EVENTS,
     CRDS,
@@ -35,27 +40,12 @@ from machinepool.runtime.client import (
     copy_obj,
     wait_established,
 )
-from machinepool.runtime.clustercache import (
+from machinepool.runtime.kube.clustercache import (
     ClusterCache,
     ClusterNotConnected,
     ClusterUnhealthy,
 )
-from machinepool.runtime.contract import ContractResolver, contract_resource
-from machinepool.runtime.controller import (
-    Controller,
-    EnqueueHandler,
-    Inputs,
-    Mapper,
-    ReconcileFunc,
-    Reconciler,
-    Result,
-    TerminalError,
-    metadata_and_spec,
-    object_key,
-    owner_key,
-)
-from machinepool.runtime.diagnostics import METRICS_READER_ROLE, SecureServing, TokenAuthorizer
-from machinepool.runtime.errors import (
+from machinepool.runtime.kube.errors import (
     AlreadyExists,
     ApiError,
     BadRequest,
@@ -72,9 +62,8 @@ from machinepool.runtime.errors import (
     describe_error,
     is_expected,
 )
-from machinepool.runtime.events import EventRecorder
-from machinepool.runtime.gather import gather_bounded
-from machinepool.runtime.informer import (
+from machinepool.runtime.kube.events import EventRecorder
+from machinepool.runtime.kube.informer import (
     CacheScope,
     EventHandler,
     FuncHandler,
@@ -88,13 +77,25 @@ from machinepool.runtime.informer import (
     owner_indexer,
     strip_managed_fields,
 )
-from machinepool.runtime.keys import ObjectKey
-from machinepool.runtime.leaderelection import LeaderElectionConfig, LeaderElector
-from machinepool.runtime.logging import KVLogger, configure_logging, get_logger
-from machinepool.runtime.manager import Manager, ManagerState, ManagerStateError
-from machinepool.runtime.metrics import RuntimeMetrics
-from machinepool.runtime.patch import Patcher, merge_patch
-from machinepool.runtime.phases import (
+from machinepool.runtime.kube.keys import ObjectKey
+from machinepool.runtime.kube.patch import Patcher, merge_patch
+from machinepool.runtime.kube.reader import OwnReader
+from machinepool.runtime.kube.resolver import ContractResolver, contract_resource
+from machinepool.runtime.reconcile.controller import (
+    Controller,
+    EnqueueHandler,
+    Inputs,
+    Mapper,
+    ReconcileFunc,
+    Reconciler,
+    Result,
+    TerminalError,
+    metadata_and_spec,
+    object_key,
+    owner_key,
+)
+from machinepool.runtime.reconcile.gather import gather_bounded
+from machinepool.runtime.reconcile.phases import (
     KeyMemory,
     Outcome,
     Phase,
@@ -105,8 +106,7 @@ from machinepool.runtime.phases import (
     patch_on_exit,
     run_phases,
 )
-from machinepool.runtime.reader import OwnReader
-from machinepool.runtime.sharding import (
+from machinepool.runtime.reconcile.sharding import (
     DRAIN_ACKNOWLEDGED,
     DRAIN_REQUESTED,
     Handover,
@@ -115,9 +115,8 @@ from machinepool.runtime.sharding import (
     ShardLabels,
     labels_of,
 )
-from machinepool.runtime.spacing import ProgressSpacing, reports_progress
-from machinepool.runtime.tls import CertReloader, ServingCert, self_signed
-from machinepool.runtime.workqueue import (
+from machinepool.runtime.reconcile.spacing import ProgressSpacing, reports_progress
+from machinepool.runtime.reconcile.workqueue import (
     LOW_PRIORITY,
     NORMAL_PRIORITY,
     ExponentialBackoff,
@@ -125,6 +124,17 @@ from machinepool.runtime.workqueue import (
     RateLimiter,
     WorkQueue,
 )
+from machinepool.runtime.services import pki
+from machinepool.runtime.services.diagnostics import (
+    METRICS_READER_ROLE,
+    SecureServing,
+    TokenAuthorizer,
+)
+from machinepool.runtime.services.leaderelection import LeaderElectionConfig, LeaderElector
+from machinepool.runtime.services.manager import Manager, ManagerState, ManagerStateError
+from machinepool.runtime.services.tls import CertReloader, ServingCert, self_signed
+from machinepool.runtime.telemetry.logging import KVLogger, configure_logging, get_logger
+from machinepool.runtime.telemetry.metrics import RuntimeMetrics
 
 __all__ = [
     "CONFIGMAPS",
@@ -233,6 +243,7 @@ __all__ = [
     "owner_indexer",
     "owner_key",
     "patch_on_exit",
+    "pki",
     "reports_progress",
     "run_phases",
     "self_signed",

@@ -75,7 +75,7 @@ from machinepool.runtime import (
     Obj,
     Resource,
 )
-from machinepool.sim.cloud import SimCloud
+from machinepool.simworld.cloud import SimCloud
 
 from .harness import (
     NAMESPACE,

@@ -34,7 +34,7 @@ import pytest_asyncio
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import NODES, Client
-from machinepool.sim.records import records_in
+from machinepool.simworld.records import records_in
 
 from .harness import (
     NAMESPACE,

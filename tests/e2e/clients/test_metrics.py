@@ -24,7 +24,7 @@ from tests.support.resources import KUBEADM_CONFIGS
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.controlplane.process import Process, free_port
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime.client import Client
+from machinepool.runtime.kube.client import Client
 
 from .harness import wait_ready
 

@@ -19,8 +19,8 @@ from tests.support.resources import AWSMACHINEPOOLS, KUBEADM_CONFIGS, MACHINE_PO
 from machinepool.api import constants as c
 from machinepool.providers import aws as aws_provider
 from machinepool.runtime import NODES, ClusterCache, FuncHandler, Informer, Manager
-from machinepool.sim.kubelet.join import verify_join
-from machinepool.sim.kubelet.joinconfig import parse_join
+from machinepool.simworld.kubelet.join import verify_join
+from machinepool.simworld.kubelet.joinconfig import parse_join
 
 VERSION = "v1.31.0"
 

@@ -26,7 +26,7 @@ from tests.support.resources import CLUSTERS, KUBEADM_CONFIGS, MACHINE_POOLS
 from machinepool.bootstrap.kubeadm import KubeadmOptions, setup
 from machinepool.controlplane import WorkloadCluster
 from machinepool.runtime import SECRETS, CacheScope, Client, ClusterCache, Manager, Obj
-from machinepool.runtime.logging import JSONFormatter
+from machinepool.runtime.telemetry.logging import JSONFormatter
 
 WITHIN = 60.0
 

@@ -30,7 +30,7 @@ from machinepool.runtime import (
     ObjectKey,
     Resource,
 )
-from machinepool.runtime.pki import ca_public_key_hash
+from machinepool.runtime.services.pki import ca_public_key_hash
 
 from .conftest import Env, b64, data_created, rejected_eventually, unb64, whoami
 

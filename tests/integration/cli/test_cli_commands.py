@@ -12,7 +12,7 @@ import pytest
 from tests.support.resources import MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane
-from machinepool.runtime.client import Client
+from machinepool.runtime.kube.client import Client
 
 
 def machinepool(*args: str, home: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -35,7 +35,7 @@ from machinepool.runtime import (
     NotFound,
     Obj,
 )
-from machinepool.runtime.patch import Patcher
+from machinepool.runtime.kube.patch import Patcher
 
 from .conftest import Env
 

@@ -1,6 +1,6 @@
 """The workload cluster's CA and API endpoint, read from the Secrets Cluster API writes.
 
-``data.py`` needs the CA, whose public-key pin (``runtime.pki.ca_public_key_hash``)
+``data.py`` needs the CA, whose public-key pin (``runtime.services.pki.ca_public_key_hash``)
 ``kubeadm join`` checks during bootstrap-token discovery, and an endpoint to join. Both come
 from the management cluster: ``<cluster>-ca`` (key ``tls.crt``) when a control plane provider
 wrote one, else the ``certificate-authority-data`` and ``server`` of ``<cluster>-kubeconfig``
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
-from machinepool.runtime.yamlio import load_yaml
+from machinepool.runtime.kube.yamlio import load_yaml
 
 __all__ = [
     "CAInfo",

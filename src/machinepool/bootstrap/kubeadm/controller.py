@@ -12,7 +12,8 @@ One reconcile, ``runtime.drive`` over the reconciler's steps: read the config (f
 informer, or this controller's newer write of it), snapshot it, run the phases as a chain (each
 needs what the ones before it found: the owner, the Cluster, the certificates, the token) until
 one stops or fails, write the Ready summary, and patch once (status, only what changed). An
-error means a retry with backoff, otherwise the shortest requeue wins (``runtime.phases``).
+error means a retry with backoff, otherwise the shortest requeue wins
+(``runtime.reconcile.phases``).
 Before the phases, a config that a MachinePool names but has not adopted yet, or that is paused
 and has no owner, is left as it is: the adoption brings it back; one no pool names yet is left
 so for a few seconds after its creation, as its pool usually follows it

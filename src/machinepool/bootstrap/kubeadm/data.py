@@ -45,7 +45,7 @@ from machinepool.runtime import (
     Result,
     controller_owner,
 )
-from machinepool.runtime.pki import ca_public_key_hash
+from machinepool.runtime.services.pki import ca_public_key_hash
 
 
 class MissingSecret(InvalidBootstrapInput):

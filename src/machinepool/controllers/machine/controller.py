@@ -344,7 +344,7 @@ class MachineSteps(Steps[Scope]):
 
     A MachineHealthCheck and the pool's remediation write conditions here too: a status
     patch that loses its lock to them (or to the pool's apply of the Machine's version) is
-    rebased onto their write, keeping their conditions (runtime.patch)."""
+    rebased onto their write, keeping their conditions (runtime.kube.patch)."""
 
     kind = "Machine"
     chain = True
@@ -495,7 +495,7 @@ async def reconcile_normal(scope: Scope) -> Result:
             ensure(machine.raw, "status")["nodeInfo"] = node["status"]["nodeInfo"]
         # The version the MachinePool controller gives its Machines (upstream's rule: the
         # Node's kubelet version), written here with the nodeRef the same Node brings: the
-        # spec patch and the status patch that observes it (runtime.patch) go out together,
+        # spec patch and the status patch that observes it (runtime.kube.patch) go out together,
         # where the pool's apply of the version would cost the status another write for the
         # new generation, and a lost lock when it lands mid-reconcile. The pool then finds
         # the version there and applies nothing.

@@ -4,7 +4,7 @@ Built by ``machinepool.controllers.machinepool.setup``. A reconcile is ``runtime
 ``PoolSteps``: it reads the MachinePool and its Cluster from the informer cache, adds the
 finalizer, honours pause (the guards), runs the phases (every phase runs even if an earlier one
 failed), computes status and phase (``update_status``), and patches once (spec and status
-separately, only what changed), as ``runtime.phases`` lays out. Problems with
+separately, only what changed), as ``runtime.reconcile.phases`` lays out. Problems with
 references (missing Cluster, config or infra pool, an infra pool controlled by someone else)
 become conditions and wait for a watch, not a backoff (``ReferenceProblem`` is terminal).
 """
@@ -30,11 +30,11 @@ from machinepool.controllers.machinepool import remediation, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
-from machinepool.controllers.machinepool.machines import (
+from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
+from machinepool.controllers.machinepool.poolmachines import (
     reconcile_machines,
     set_machines_up_to_date,
 )
-from machinepool.controllers.machinepool.noderefs import reconcile_node_refs
 from machinepool.controllers.machinepool.scope import Env, PoolMemory, Scope
 from machinepool.runtime import (
     NODES,

@@ -33,7 +33,7 @@ from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.machinepool.facts import MachineFacts
 from machinepool.controllers.machinepool.scope import Scope
 from machinepool.runtime import Conflict, NotFound, Result, copy_obj
-from machinepool.runtime.patch import Patcher
+from machinepool.runtime.kube.patch import Patcher
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",

@@ -76,7 +76,8 @@ class PoolMemory:
     facts: FactsCache = field(default_factory=FactsCache)
     """Its Machines' facts (``facts``)."""
     written_at: float | None = None
-    """When it was last written: its progress reports are spaced out (``runtime.spacing``)."""
+    """When it was last written: its progress reports are spaced out
+    (``runtime.reconcile.spacing``)."""
 
 
 @dataclass

@@ -4,7 +4,7 @@
 the ring's Lease: it labels each Cluster and everything of it (MachinePools, their bootstrap
 configs and infra pools, Machines, infra machines) with the shard that the consistent-hash
 ring of live shard Leases gives the Cluster, and moves a Cluster only after its old shard has
-acknowledged (``machinepool.runtime.sharding``). Wired by ``machinepool.app`` under
+acknowledged (``machinepool.runtime.reconcile.sharding``). Wired by ``machinepool.app`` under
 ``--sharding``.
 """
 

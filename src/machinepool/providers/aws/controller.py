@@ -11,7 +11,7 @@ Cluster's infrastructure, the bootstrap data: without them the pass stops and re
 ``asg.observe``; after them, for a live pool ``launchtemplate``, ``asg.reconcile_group``,
 ``refresh``, ``groupsettings`` and ``machines``; for a deleted pool ``delete``. Every phase
 after ``observe`` runs even when an earlier one failed (they skip what they cannot do); errors
-are raised after the single patch (``runtime.phases``), so the controller backs off while
+are raised after the single patch (``runtime.reconcile.phases``), so the controller backs off while
 conditions already say what failed, and each AWS failure is also a ``ReconcileFailed``
 Event. Invalid specs (``webhook.validate``) are reported as
 ``ASGReady=False, InvalidConfiguration`` and not retried until the spec changes.
@@ -33,7 +33,14 @@ from machinepool.api.views import (
     ClusterView,
     MachinePoolView,
 )
-from machinepool.providers.aws import asg, delete, groupsettings, launchtemplate, machines, refresh
+from machinepool.providers.aws import (
+    asg,
+    delete,
+    groupsettings,
+    launchtemplate,
+    membership,
+    refresh,
+)
 from machinepool.providers.aws.cloud import AWS, AWSError
 from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, AWSOptions, Scope
 from machinepool.providers.aws.webhook import validate
@@ -66,7 +73,7 @@ _LIVE_PHASES: tuple[Phase[Scope], ...] = (
     asg.reconcile_group,
     refresh.reconcile_refresh,
     groupsettings.reconcile_group_settings,
-    machines.reconcile_machines,
+    membership.reconcile_machines,
 )
 _SUMMARISED = (ASG_READY, LAUNCH_TEMPLATE_READY)
 

@@ -14,7 +14,7 @@ from machinepool.api.infra_aws import AWS_MACHINE_POOL_FINALIZER, AWSMACHINES
 from machinepool.api.kinds import MACHINES
 from machinepool.providers.aws.cloud import AWSError
 from machinepool.providers.aws.launchtemplate import find_template
-from machinepool.providers.aws.machines import owner_machine
+from machinepool.providers.aws.membership import owner_machine
 from machinepool.providers.aws.scope import ASG_READY, LAUNCH_TEMPLATE_READY, Scope
 from machinepool.runtime import NotFound, Result
 

@@ -22,7 +22,7 @@ from machinepool.api.views import (
 )
 from machinepool.providers.aws.cloud import AWS, AutoScalingGroup, AWSError
 from machinepool.runtime import Client, EventRecorder, Informer, KVLogger
-from machinepool.runtime.patch import Patcher
+from machinepool.runtime.kube.patch import Patcher
 
 __all__ = [
     "AWSOptions",

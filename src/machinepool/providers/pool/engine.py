@@ -8,7 +8,7 @@ providers call it from their ``setup``. A pool reconcile is ``runtime.drive`` ov
 (observe, decide, act, sync infra machines: each needs what the ones before it found; a phase
 ends the pass by returning a ``Stop``), reports, and patches once: metadata+spec and status
 separately, only what changed. Errors are raised after the patch, the shortest requeue wins
-otherwise (``runtime.phases``).
+otherwise (``runtime.reconcile.phases``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
 from machinepool.providers.pool.delete import delete_pool
-from machinepool.providers.pool.machines import (
+from machinepool.providers.pool.inframachines import (
     InfraMachineReconciler,
     prune_records,
     sync_infra_machines,

@@ -1,11 +1,12 @@
 """machinepool.providers.sim: SimMachinePool and SimMachine, the embedded default provider.
 
-The pool engine (``machinepool.providers.pool``) over the simulated cloud (``machinepool.sim``),
+The pool engine (``machinepool.providers.pool``) over the simulated cloud
+(``machinepool.simworld``),
 whose instances live in Secrets in the management cluster, so they survive controller restarts
-and the node simulator (``machinepool.sim.kubelet``) can join them to the workload cluster.
+and the node simulator (``machinepool.simworld.kubelet``) can join them to the workload cluster.
 This package is only the controller side: the engine's backend and provider for the Sim kinds.
 Wire it with ``await setup(mgr, cluster_cache, SimOptions(...))``; inject faults with
-``machinepool.sim.SimCloud`` (the provider watches them: ``machinepool.sim.FaultsWatch``).
+``machinepool.simworld.SimCloud`` (the provider watches them: ``machinepool.simworld.FaultsWatch``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from machinepool.providers.pool.engine import PoolEngine, start_engine
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import SECRETS, ClusterCache, Manager, Obj, ObjectKey
-from machinepool.sim import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch
-from machinepool.sim.records import POOL_ANNOTATION, records_in
+from machinepool.simworld import DEFAULT_ZONES, INSTANCE_LABEL, FaultsWatch
+from machinepool.simworld.records import POOL_ANNOTATION, records_in
 
 __all__ = [
     "SimBackend",

@@ -3,14 +3,14 @@
 Built per reconcile by the sim controller with that pool's settings and the namespace's
 current faults; the pool engine calls it. The engine creates single instances; the creates of
 one step, sent together, are written together, one request per launch block
-(``machinepool.sim.records.launch_name``, ``_Launches``). Each cloud call still meets the
+(``machinepool.simworld.records.launch_name``, ``_Launches``). Each cloud call still meets the
 injected faults on its own, as calls of one instance each. Creation is idempotent: the engine
 picks the instance id, its block is fixed by its ordinal, and a second create of the same id
 returns the existing instance (the "creation record" is the instance itself, written in one
 atomic request) when it asks for the same pool, zone and template, and fails otherwise. A
 zone listed short of capacity in the faults refuses creates with ``CapacityError``. Each new
 instance gets a private address free in its namespace and the hostname made from it
-(``machinepool.sim.records.allocate_address``), which its Node is named after. "Free" is as the
+(``machinepool.simworld.records.allocate_address``), which its Node is named after. "Free" is as the
 records informer shows it: two creates in flight at once could both pick one address only if
 their instances hash within a few addresses of each other in 16 million; should it happen, the
 second instance's kubelet finds its Node name taken and does not join (it says so), and a
@@ -37,8 +37,8 @@ from machinepool.providers.pool.types import (
     InstanceState,
 )
 from machinepool.runtime import SECRETS, Client, Conflict, NotFound, Obj, gather_bounded
-from machinepool.sim.cloud import Faults, RequestLimits, now_utc
-from machinepool.sim.records import (
+from machinepool.simworld.cloud import Faults, RequestLimits, now_utc
+from machinepool.simworld.records import (
     STOPPED,
     TERMINATED,
     InstanceRecord,

@@ -19,9 +19,9 @@ from machinepool.api.infra_sim import (
 from machinepool.api.views import SimMachinePoolView
 from machinepool.providers.pool import Backend, template_hash
 from machinepool.providers.sim.backend import SimBackend, SimPoolSettings
-from machinepool.providers.sim.records import PoolRecords
+from machinepool.providers.sim.poolrecords import PoolRecords
 from machinepool.runtime import Client, Informer, Obj
-from machinepool.sim import DEFAULT_ZONES, Faults, RequestLimits, SimCloud
+from machinepool.simworld import DEFAULT_ZONES, Faults, RequestLimits, SimCloud
 
 __all__ = ["SimProvider"]
 
