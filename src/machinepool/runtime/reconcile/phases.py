@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -261,7 +262,7 @@ class KeyMemory(Generic[M]):
         self._kept.pop(key, None)
 
 
-class Steps(Generic[S]):
+class Steps(ABC, Generic[S]):
     """One kind's reconcile, as ``drive`` runs it: a reconciler subclasses it and overrides
     what its kind has. Only ``scope`` and ``phases`` are required."""
 
@@ -278,19 +279,20 @@ class Steps(Generic[S]):
     def forget(self, key: ObjectKey) -> None:
         """``key``'s object is gone: drop what was kept about it."""
 
+    @abstractmethod
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> S | Stop:
         """The scope of one pass over ``obj`` (a private copy the phases may change, written
         on exit by ``patcher``, which a phase may also use for a write that must not wait:
         AWS's checkpoints); a ``Stop`` when there is none to build (no Cluster, not ours).
         Raising fails the reconcile, writing nothing."""
-        raise NotImplementedError
 
     def guards(self, scope: S) -> Sequence[Phase[S]]:
         """Run as a chain before the phases: a finalizer to add, the Paused condition."""
         return ()
 
+    @abstractmethod
     def phases(self, scope: S) -> Sequence[Phase[S]]:
-        raise NotImplementedError
+        """The phases of this pass, in order."""
 
     async def report(self, scope: S, outcome: Outcome) -> Outcome:
         """The status summary after the phases (not after a ``Stop`` that says else); what
