@@ -259,7 +259,7 @@ class Reader:
         return None if self.gone else copy.deepcopy(self.client.stored)
 
     def wrote(self, obj: dict[str, Any]) -> None:
-        pass
+        """Nothing to note: ``get`` always reads the store, never a cache behind it."""
 
 
 @dataclass
