@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from machinepool.providers.pool import (
@@ -456,6 +456,16 @@ def _simulate_warm(
     surge=st.integers(0, 3),
     unavailable=st.integers(0, 3),
     warm_size=st.integers(0, 5),
+)
+# A rollout its surge holds back keeps the up-to-date warm instance for its replacement,
+# rather than trimming it (warm size 0) and booting a new one a step later.
+@example(
+    start=[("a", False, False), ("a", False, False)],
+    warm_start=[("a", True, InstanceState.STOPPED)],
+    replicas=1,
+    surge=1,
+    unavailable=0,
+    warm_size=0,
 )
 def test_any_pool_with_a_warm_pool_converges_to_replicas_and_warm_size_up_to_date(
     start: list[tuple[str, bool, bool]],

@@ -27,7 +27,8 @@ safe, not complete. The rules:
 - **warm pool** (``warm_size`` above zero): instances booted ahead and kept stopped, outside
   the count, with no Machine and no Node. A step that needs new instances starts stopped
   up-to-date ones first (spread as creates are), and creates only the rest; then the warm
-  pool is topped up to ``warm_size`` with the burst left, or trimmed (oldest first). Warm
+  pool is topped up to ``warm_size`` with the burst left, or trimmed (oldest first) but for
+  those the pool itself still needs after this step (a rollout its surge holds back). Warm
   instances of an old template and failed ones are deleted at once, directly (no Node to
   drain), so a rollout refreshes the warm pool too.
 
@@ -190,7 +191,13 @@ def _warm_pool(inp: PlanInput, result: Plan) -> None:
     stale = [m for m in warm if not m.up_to_date or m.state is InstanceState.FAILED]
     result.delete_warm.extend(m.id for m in stale)
     keep = sorted((m for m in warm if m not in stale), key=lambda m: (m.created, m.id))
-    excess = len(keep) - inp.warm_size
+    # Warm instances the pool itself still needs after this step (a rollout held back by its
+    # surge, a scale-up beyond this burst) are kept for it, whatever the warm size: trimming
+    # one now would only boot a new instance in its place a step later.
+    gone = set(result.delete)
+    fresh = sum(1 for m in inp.members if m.active and m.up_to_date and m.id not in gone)
+    reserved = min(len(keep), max(0, inp.replicas - fresh - len(result.start) - len(result.create)))
+    excess = len(keep) - reserved - inp.warm_size
     if excess > 0:
         result.delete_warm.extend(m.id for m in keep[:excess])
         return
