@@ -398,7 +398,7 @@ def test_views_of_kubernetes_kinds_read_the_keys_the_kubernetes_api_spells() -> 
 @pytest.mark.parametrize(
     ("entry", "model"),
     [
-        (views.SimInstanceEntry, infra_sim.SimInstanceStatus),
+        (views.EngineInstanceEntry, infra_sim.SimInstanceStatus),
         (views.AWSInstanceEntry, infra_aws.AWSMachinePoolInstanceStatus),
     ],
     ids=lambda v: v.__name__,

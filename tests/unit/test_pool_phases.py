@@ -224,7 +224,7 @@ async def test_a_zone_out_of_capacity_is_full_until_its_retry_time() -> None:
 async def test_infra_machines_in_step_with_their_instances_get_no_write() -> None:
     backend = MemoryBackend.of(instance(1))
     current = inframachines._machine_status(
-        observe.SimMachineView(infra_machine("i-1")), instance(1)
+        observe.EngineMachineView(infra_machine("i-1")), instance(1)
     )
     scope = await _owned(
         engine_scope(backend=backend, infra_machines=[infra_machine("i-1", status=current)])
@@ -245,7 +245,7 @@ async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_ech
 
 
 def test_an_infra_machines_status_follows_its_instances_state() -> None:
-    view = observe.SimMachineView(infra_machine("i-1"))
+    view = observe.EngineMachineView(infra_machine("i-1"))
     status = inframachines._machine_status(view, instance(1, state=InstanceState.PENDING))
     assert status["ready"] is False
     assert status["instanceState"] == "pending"

@@ -57,6 +57,13 @@ __all__ = [
     "ClusterStatusView",
     "ClusterView",
     "ConditionsView",
+    "EngineInstanceEntry",
+    "EngineMachineSpecView",
+    "EngineMachineStatusView",
+    "EngineMachineView",
+    "EnginePoolSpecView",
+    "EnginePoolStatusView",
+    "EnginePoolView",
     "Field",
     "KubeadmConfigInitializationView",
     "KubeadmConfigStatusView",
@@ -101,7 +108,6 @@ __all__ = [
     "PodView",
     "ReferenceView",
     "RefreshPreferencesView",
-    "SimInstanceEntry",
     "SimMachinePoolSpecView",
     "SimMachinePoolStatusView",
     "SimMachinePoolView",
@@ -120,7 +126,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-_V = TypeVar("_V", bound="View")
+_V = TypeVar("_V", bound="View", covariant=True)
+"""Covariant: a kind's view may narrow an inherited sub-view (``SimMachinePoolView.spec``)."""
 _ABSENT: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -597,9 +604,76 @@ class KubeadmConfigView(ObjectView):
     status = Nested(KubeadmConfigStatusView)
 
 
-# --- the pool engine's infra pools and infra machines (SimMachinePool, SimMachine) -----------
-# The pool engine (providers/pool) writes these kinds; the sim provider plugging into it
-# (providers/sim) reads its settings (spec.template, spec.strategy, spec.sim) through them.
+# --- the pool engine's infra-pool contract, and the Sim kinds that implement it ---------------
+# The pool engine (providers/pool) reads and writes an infra pool and its infra machines only
+# through the Engine* views: the fields every engine-driven kind has (the Cluster API infra
+# pool contract's, plus the engine's instance list). A provider plugging into the engine
+# declares its kinds' views (``PoolProvider.pool_view`` and ``machine_view``), subclasses of
+# these that add its own settings; the Sim kinds are the one such provider here, and the Sim
+# provider (providers/sim) reads its settings (spec.template, spec.sim, spec.warmPool)
+# through them. Each subclass names its model, and the view test holds every inherited field
+# to that model, so a kind that lacks an engine field cannot declare the view.
+
+
+class EngineInstanceEntry(TypedDict, total=False):
+    """One entry of an engine-driven pool's ``status.instances`` (or ``warmInstances``), as
+    stored: for the Sim kinds, the JSON of ``infra_sim.SimInstanceStatus`` (the view test
+    holds the keys to it)."""
+
+    instanceID: str
+    providerID: str
+    failureDomain: str
+    state: str
+    version: str
+    upToDate: bool
+
+
+class EnginePoolSpecView(View):
+    """What the engine reads and writes of an infra pool's spec."""
+
+    provider_id_list = Field[list[str] | None]()
+    strategy = Field[dict[str, Any] | None]()
+    """As stored, for the pool engine's strategy parsing."""
+
+
+class EnginePoolStatusView(ConditionsView):
+    """What the engine reports in an infra pool's status."""
+
+    ready = Field[bool | None]()
+    replicas = Field[int | None]()
+    instances = Field[list[EngineInstanceEntry] | None]()
+    warm_instances = Field[list[EngineInstanceEntry] | None]()
+    infrastructure_machine_kind = Field[str | None]()
+    capacity = Field[dict[str, str] | None]()
+    initialization = Field[dict[str, bool] | None]()
+    """``{"provisioned": true}`` once provisioned: a free-form map in the model."""
+
+
+class EnginePoolView(ObjectView):
+    """An infra pool the pool engine drives, of whichever provider declared it."""
+
+    api_version = Field[str]()
+    spec = Nested(EnginePoolSpecView)
+    status = Nested(EnginePoolStatusView)
+
+
+class EngineMachineSpecView(View):
+    provider_id = Field[str | None]()
+    instance_id = Field[str | None]()
+    failure_domain = Field[str | None]()
+
+
+class EngineMachineStatusView(ConditionsView):
+    ready = Field[bool | None]()
+    instance_state = Field[str | None]()
+    initialization = Field[dict[str, bool] | None]()
+
+
+class EngineMachineView(ObjectView):
+    """An infra machine the pool engine keeps, one per instance."""
+
+    spec = Nested(EngineMachineSpecView)
+    status = Nested(EngineMachineStatusView)
 
 
 class SimTemplateView(View):
@@ -629,65 +703,35 @@ class SimWarmPoolView(View):
     max_group_prepared_capacity = Field[int | None]()
 
 
-class SimMachinePoolSpecView(View):
+class SimMachinePoolSpecView(EnginePoolSpecView):
     MODEL = infra_sim.SimMachinePoolSpec
-    provider_id_list = Field[list[str] | None]()
     template = Nested(SimTemplateView)
-    strategy = Field[dict[str, Any] | None]()
-    """As stored, for the pool engine's strategy parsing."""
     sim = Nested(SimSettingsView)
     warm_pool = Nested(SimWarmPoolView)
 
 
-class SimInstanceEntry(TypedDict, total=False):
-    """One entry of a SimMachinePool's ``status.instances`` (or ``warmInstances``), as stored:
-    the JSON of ``infra_sim.SimInstanceStatus`` (the view test holds the keys to it)."""
-
-    instanceID: str
-    providerID: str
-    failureDomain: str
-    state: str
-    version: str
-    upToDate: bool
-
-
-class SimMachinePoolStatusView(ConditionsView):
+class SimMachinePoolStatusView(EnginePoolStatusView):
     MODEL = infra_sim.SimMachinePoolStatus
-    ready = Field[bool | None]()
-    replicas = Field[int | None]()
-    instances = Field[list[SimInstanceEntry] | None]()
-    warm_instances = Field[list[SimInstanceEntry] | None]()
-    infrastructure_machine_kind = Field[str | None]()
-    capacity = Field[dict[str, str] | None]()
-    initialization = Field[dict[str, bool] | None]()
-    """``{"provisioned": true}`` once provisioned: a free-form map in the model."""
 
 
-class SimMachinePoolView(ObjectView):
-    """An infra pool of the pool engine: ``infrastructure.cluster.x-k8s.io`` SimMachinePool."""
+class SimMachinePoolView(EnginePoolView):
+    """The Sim provider's infra pool: ``infrastructure.cluster.x-k8s.io`` SimMachinePool."""
 
     MODEL = infra_sim.SimMachinePool
-    api_version = Field[str]()
     spec = Nested(SimMachinePoolSpecView)
     status = Nested(SimMachinePoolStatusView)
 
 
-class SimMachineSpecView(View):
+class SimMachineSpecView(EngineMachineSpecView):
     MODEL = infra_sim.SimMachineSpec
-    provider_id = Field[str | None]()
-    instance_id = Field[str | None]()
-    failure_domain = Field[str | None]()
 
 
-class SimMachineStatusView(ConditionsView):
+class SimMachineStatusView(EngineMachineStatusView):
     MODEL = infra_sim.SimMachineStatus
-    ready = Field[bool | None]()
-    instance_state = Field[str | None]()
-    initialization = Field[dict[str, bool] | None]()
 
 
-class SimMachineView(ObjectView):
-    """An infra machine of the pool engine (one per instance): SimMachine."""
+class SimMachineView(EngineMachineView):
+    """The Sim provider's infra machine (one per instance): SimMachine."""
 
     MODEL = infra_sim.SimMachine
     spec = Nested(SimMachineSpecView)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
-from machinepool.api.views import SimMachineView
+from machinepool.api.views import EngineMachineView
 from machinepool.providers.pool.observe import pool_members
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import PoolScope
@@ -33,7 +33,7 @@ async def delete_pool(scope: PoolScope) -> Result:
         if instance.state is not InstanceState.TERMINATED:
             await backend.delete(instance.id)
     remaining = 0
-    for machine in map(SimMachineView, pool_members(env.infra_machines, scope.key)):
+    for machine in map(EngineMachineView, pool_members(env.infra_machines, scope.key)):
         remaining += 1
         if not machine.deleting:
             await env.client.delete(

@@ -18,7 +18,7 @@ from functools import partial
 
 from machinepool.api.kinds import CLUSTERS, MACHINE_POOLS, MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.api.views import ClusterView, MachinePoolView, MachineView, SimMachinePoolView
+from machinepool.api.views import ClusterView, EnginePoolView, MachinePoolView, MachineView
 from machinepool.providers.pool.delete import delete_pool
 from machinepool.providers.pool.inframachines import (
     InfraMachineReconciler,
@@ -108,7 +108,7 @@ class PoolEngine(Steps[PoolScope]):
         self.memory.forget(key)
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> PoolScope | Stop:
-        pool = SimMachinePoolView(obj)
+        pool = EnginePoolView(obj)
         if pool.deleting:
             self.memory.of(key).rolling = False
             if self.env.provider.pool_finalizer not in (pool.metadata.finalizers or []):

@@ -17,7 +17,7 @@ from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move
-from machinepool.api.views import MachineView, SimMachineView
+from machinepool.api.views import EngineMachineView, MachineView
 from machinepool.providers.pool.provider import SupportsPurge
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -90,7 +90,7 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     return Result()
 
 
-async def _create(scope: PoolScope, instance: Instance) -> SimMachineView:
+async def _create(scope: PoolScope, instance: Instance) -> EngineMachineView:
     env = scope.env
     mp = scope.machine_pool
     assert mp is not None
@@ -129,13 +129,13 @@ async def _create(scope: PoolScope, instance: Instance) -> SimMachineView:
         created = await env.client.create(env.provider.machine_resource, body, scope.namespace)
     except AlreadyExists:
         created = await env.client.get(env.provider.machine_resource, instance.id, scope.namespace)
-    machine = SimMachineView(created)
+    machine = EngineMachineView(created)
     if (status := _outdated_status(machine, instance)) is not None:
         await _patch_status(scope, instance.id, status)
     return machine
 
 
-def _machine_status(machine: SimMachineView, instance: Instance) -> dict[str, Any]:
+def _machine_status(machine: EngineMachineView, instance: Instance) -> dict[str, Any]:
     """The whole status an infra machine of ``instance`` should have (sent as one patch)."""
     status: dict[str, Any] = {
         "ready": instance.state is InstanceState.RUNNING,
@@ -150,7 +150,7 @@ def _machine_status(machine: SimMachineView, instance: Instance) -> dict[str, An
     return status
 
 
-def _outdated_status(machine: SimMachineView, instance: Instance) -> dict[str, Any] | None:
+def _outdated_status(machine: EngineMachineView, instance: Instance) -> dict[str, Any] | None:
     """The status ``machine`` should have, or ``None`` when it has it already (pure)."""
     current = machine.status.raw or {}
     desired = _machine_status(machine, instance)
@@ -168,7 +168,7 @@ async def _patch_status(scope: PoolScope, name: str, status: dict[str, Any]) -> 
     )
 
 
-async def _release(scope: PoolScope, name: str, machine: SimMachineView) -> None:
+async def _release(scope: PoolScope, name: str, machine: EngineMachineView) -> None:
     """The instance is gone: delete its Machine (which drains and deletes the rest), or the
     infra machine itself when no Machine was ever made for it."""
     env = scope.env
@@ -211,7 +211,7 @@ async def _release_orphan(scope: PoolScope, machine: MachineView) -> None:
     )
 
 
-class InfraMachineReconciler(Steps[SimMachineView]):
+class InfraMachineReconciler(Steps[EngineMachineView]):
     """Terminates an instance when its infra machine is deleted, then lets the object go:
     ``runtime.drive`` over these steps, a chain over the infra machine itself (its view is the
     scope), the finalizer's release written on exit (locked to the copy's resourceVersion, a
@@ -228,20 +228,20 @@ class InfraMachineReconciler(Steps[SimMachineView]):
         env = self.env
         return await drive(self, key, self.reader, env.client, env.provider.machine_resource)
 
-    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> SimMachineView | Stop:
-        machine = SimMachineView(obj)
+    def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> EngineMachineView | Stop:
+        machine = EngineMachineView(obj)
         finalizers = machine.metadata.finalizers or []
         if not machine.deleting or self.env.provider.machine_finalizer not in finalizers:
             return Stop(then=Then.NOTHING)
         return machine
 
-    def phases(self, scope: SimMachineView) -> Sequence[Phase[SimMachineView]]:
+    def phases(self, scope: EngineMachineView) -> Sequence[Phase[EngineMachineView]]:
         return (self.terminate_instance, self.release_finalizer)
 
-    def observed(self, scope: SimMachineView) -> bool:
+    def observed(self, scope: EngineMachineView) -> bool:
         return False  # nothing in the status is computed here
 
-    async def terminate_instance(self, machine: SimMachineView) -> Result:
+    async def terminate_instance(self, machine: EngineMachineView) -> Result:
         """Terminate the infra machine's instance (not one clusterctl move deleted: it lives
         on in the target cluster, and so does its instance)."""
         env = self.env
@@ -253,14 +253,14 @@ class InfraMachineReconciler(Steps[SimMachineView]):
             env.expectations.terminated(ObjectKey.of(pool), instance_id)
         return Result()
 
-    async def release_finalizer(self, machine: SimMachineView) -> Result:
+    async def release_finalizer(self, machine: EngineMachineView) -> Result:
         """Let the infra machine go: its instance is terminated."""
         meta, finalizer = machine.metadata, self.env.provider.machine_finalizer
         meta.finalizers = [f for f in meta.finalizers or [] if f != finalizer]
         return Result()
 
 
-def _pool_of(env: EngineEnv, machine: SimMachineView) -> Obj | None:
+def _pool_of(env: EngineEnv, machine: EngineMachineView) -> Obj | None:
     kind = env.provider.pool_resource.kind
     namespace = machine.metadata.namespace or ""
     for ref in machine.metadata.owner_references or []:

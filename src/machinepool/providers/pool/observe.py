@@ -11,10 +11,10 @@ from machinepool.api.conditions import is_true, set_condition
 from machinepool.api.meta import adoption_grace_left
 from machinepool.api.views import (
     ClusterView,
+    EngineMachineView,
     MachinePoolView,
     MachineView,
     ReferenceView,
-    SimMachineView,
 )
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import InstanceState
@@ -107,7 +107,7 @@ async def list_instances(scope: PoolScope) -> Result:
     listed = await scope.backend.list(scope.key.name)
     scope.instances = [i for i in listed if not i.warm]
     scope.warm = [i for i in listed if i.warm]
-    members = [SimMachineView(m) for m in pool_members(env.infra_machines, scope.key)]
+    members = [EngineMachineView(m) for m in pool_members(env.infra_machines, scope.key)]
     scope.infra_machines = {m.metadata.name: m for m in members}
     infra_kind = env.provider.machine_resource.kind
     for name in scope.infra_machines:

@@ -1,7 +1,7 @@
 """What a provider plugs into the pool engine: its kinds, its backend, its template.
 
 ``machinepool.providers.sim`` implements ``PoolProvider``; the engine (``engine.py``) and the
-infra machine controller (``machines.py``) call it.
+infra machine controller (``inframachines.py``) call it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import set_condition, statuses
-from machinepool.api.views import SimInstanceEntry, SimMachinePoolView
+from machinepool.api.views import EngineInstanceEntry, EnginePoolView
 from machinepool.providers.pool.provider import SupportsCapacity
 from machinepool.providers.pool.scope import PoolScope
 from machinepool.providers.pool.types import Instance, InstanceState
@@ -50,7 +50,7 @@ async def report(scope: PoolScope) -> Result:
     return Result()
 
 
-def _entry(scope: PoolScope, i: Instance) -> SimInstanceEntry:
+def _entry(scope: PoolScope, i: Instance) -> EngineInstanceEntry:
     return {
         "instanceID": i.id,
         "providerID": i.provider_id,
@@ -134,7 +134,7 @@ _CHANGES = (c.SCALING_UP_CONDITION, c.SCALING_DOWN_CONDITION, c.ROLLING_OUT_COND
 def settled(pool: Obj) -> bool:
     """Whether the pool is Ready with no change under way: not scaling, not rolling out,
     every instance running."""
-    status = SimMachinePoolView(pool).status
+    status = EnginePoolView(pool).status
     have = statuses(status.conditions)
     return (
         have.get(c.READY_CONDITION) == "True"
@@ -156,5 +156,5 @@ def progress_only(before: Obj, after: Obj) -> bool:
             settled=settled,
             news=(c.READY_CONDITION, c.PAUSED_CONDITION),
         )
-        and SimMachinePoolView(before).status.capacity == SimMachinePoolView(after).status.capacity
+        and EnginePoolView(before).status.capacity == EnginePoolView(after).status.capacity
     )

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from machinepool.api.views import (
     ClusterView,
+    EngineMachineView,
+    EnginePoolStatusView,
+    EnginePoolView,
     MachinePoolView,
     MachineView,
-    SimMachinePoolStatusView,
-    SimMachinePoolView,
-    SimMachineView,
 )
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.expectations import Expectations
@@ -70,7 +70,7 @@ class PoolScope:
 
     env: EngineEnv
     key: ObjectKey
-    pool: SimMachinePoolView
+    pool: EnginePoolView
     memory: PoolMemory
     """What was kept about this pool from the passes before."""
     """The infra pool, mutated by phases through the view; ``pool.raw`` is patched once on
@@ -89,7 +89,7 @@ class PoolScope:
     providerIDList (observe.list_instances)."""
     warm_size: int = 0
     """Warm instances to keep (scale.decide)."""
-    infra_machines: dict[str, SimMachineView] = field(default_factory=dict)
+    infra_machines: dict[str, EngineMachineView] = field(default_factory=dict)
     """Infra machines of the pool by name (= instance id) (observe.list_instances)."""
     machines: dict[str, MachineView] = field(default_factory=dict)
     """Owner Machines by infra machine name (observe.list_instances)."""
@@ -125,7 +125,7 @@ class PoolScope:
         return self.key.namespace
 
     @property
-    def status(self) -> SimMachinePoolStatusView:
+    def status(self) -> EnginePoolStatusView:
         return self.pool.status
 
     @property
