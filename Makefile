@@ -55,9 +55,12 @@ image: setup
 	@bash hack/image/build.sh
 
 # Before the session, as for the clients: built when it can be, else one line says why, and the
-# session leaves the image's tests out with a note.
+# session leaves the image's tests out with a note. The previous release's image too (the one
+# `clusterctl upgrade` is tested from: deploy/releases.yaml).
 test-image: setup
-	@if bash hack/image/build.sh --check; then bash hack/image/build.sh; fi
+	@for name in machinepool machinepool-previous; do \
+	  if bash hack/image/build.sh --check $$name; then bash hack/image/build.sh $$name || exit 1; fi; \
+	done
 
 lint: setup
 	$(BIN)/ruff check src tests bench

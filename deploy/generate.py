@@ -244,13 +244,42 @@ def render_component(comp: Component, kubectl: str | None = None) -> str:
     return head + "".join("---\n" + _dump(o) for o in objects)
 
 
+@dataclass(frozen=True)
+class EarlierRelease:
+    """A release before this build, as deploy/releases.yaml names it."""
+
+    version: str
+    """``v0.1.0``."""
+    commit: str
+    """The commit it is (40 hex digits)."""
+
+
+def earlier_releases() -> list[EarlierRelease]:
+    """deploy/releases.yaml, newest first."""
+    listed = yaml.safe_load((DEPLOY / "releases.yaml").read_text()) or []
+    return [EarlierRelease(str(r["version"]), str(r["commit"])) for r in listed]
+
+
+def release_series() -> list[tuple[int, int]]:
+    """(major, minor) of this build and of every earlier release, oldest first, once each."""
+    versions = [version(), *(r.version.removeprefix("v") for r in earlier_releases())]
+    return sorted({(int(v.split(".")[0]), int(v.split(".")[1])) for v in versions})
+
+
 def metadata() -> str:
-    """clusterctl metadata: every release series of this project speaks contract v1beta2."""
-    major, minor, *_ = (int(p) for p in version().split("."))
+    """clusterctl metadata: every release series of this project speaks contract v1beta2.
+
+    The earlier series are listed too: ``clusterctl upgrade`` reads the newest release's
+    metadata to learn each installed version's contract, and refuses a version whose series
+    it does not find there.
+    """
     body = {
         "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
         "kind": "Metadata",
-        "releaseSeries": [{"major": major, "minor": minor, "contract": "v1beta2"}],
+        "releaseSeries": [
+            {"major": major, "minor": minor, "contract": "v1beta2"}
+            for major, minor in release_series()
+        ],
     }
     return HEADER + _dump(body)
 
@@ -468,7 +497,11 @@ def self_signed_overlay(directory: Path) -> Path:
 
 
 def clusterctl_repository(
-    directory: Path, *, external_cert_manager: bool = False, beside_upstream: bool = False
+    directory: Path,
+    *,
+    external_cert_manager: bool = False,
+    beside_upstream: bool = False,
+    earlier: Mapping[str, Path] | None = None,
 ) -> Path:
     """Lay out the committed release files as a clusterctl local repository.
 
@@ -486,8 +519,14 @@ def clusterctl_repository(
     looks the installed core provider up by name to read its contract, and ours has no
     release of upstream's version (``clusterctl init --addon`` would fail), nor should a
     later ``clusterctl upgrade`` of upstream's providers come here.
+
+    ``earlier``: earlier releases to lay out beside this build, by version (``v0.1.0``), each
+    the source tree of its commit: its own ``deploy/release`` and ``deploy/templates``, as
+    that release shipped them. clusterctl finds every version folder of a provider, so
+    ``clusterctl init --core cluster-api:v0.1.0`` installs the earlier one and ``clusterctl
+    upgrade apply`` moves it to this build.
     """
-    tag = f"v{version()}"
+    trees = {f"v{version()}": REPO, **(earlier or {})}
     lines = ["providers:"]
     for comp in COMPONENTS:
         kind = comp.provider.split("-", 1)[0]
@@ -499,21 +538,27 @@ def clusterctl_repository(
             "addon": "AddonProvider",
         }.get(kind, "InfrastructureProvider")
         name = comp.provider.split("-", 1)[1] if kind != "cluster" else "cluster-api"
-        folder = directory / comp.provider / tag
-        folder.mkdir(parents=True, exist_ok=True)
         target = (
             "infrastructure-components.yaml"
             if kind_name == "InfrastructureProvider"
             else comp.release_file
         )
-        shutil.copyfile(RELEASE / comp.release_file, folder / target)
-        shutil.copyfile(RELEASE / "metadata.yaml", folder / "metadata.yaml")
-        if kind_name == "InfrastructureProvider":
-            for template in comp.templates:
-                shutil.copyfile(TEMPLATES / template, folder / template)
+        for tag, tree in trees.items():
+            release, templates = tree / "deploy" / "release", tree / "deploy" / "templates"
+            if not (release / comp.release_file).exists():
+                continue  # a provider that release did not have
+            folder = directory / comp.provider / tag
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(release / comp.release_file, folder / target)
+            shutil.copyfile(release / "metadata.yaml", folder / "metadata.yaml")
+            if kind_name == "InfrastructureProvider":
+                for template in comp.templates:
+                    if (templates / template).exists():
+                        shutil.copyfile(templates / template, folder / template)
+        current = directory / comp.provider / f"v{version()}"
         lines += [
             f"- name: {name}",
-            f"  url: {folder.resolve() / target}",
+            f"  url: {current.resolve() / target}",
             f"  type: {kind_name}",
         ]
     if external_cert_manager:

@@ -17,7 +17,8 @@ built outside the repo (``hack/<tool>/build.sh``, or ``bench/upstream/build.sh c
 Cluster API Provider AWS's manager; ``make clients`` runs them before the session); tests
 marked ``capa_crds`` install CAPA's CRDs, fetched by ``hack/capa/crds.sh``; tests marked
 ``image`` build and run the controller image (``hack/image/build.sh``, run by
-``make test-image``). They are part of the default run whenever that binary (or image) can be
+``make test-image``), and ``previous_release`` the previous release's (``hack/image/build.sh
+machinepool-previous``). They are part of the default run whenever that binary (or image) can be
 had; when it cannot (no source, no binary, no Go; for the image, not root or no apt-get), the
 session leaves them out and says so in one line at the end, with what would include them.
 Selecting the marker with ``-m`` keeps them regardless, so a missing binary fails loudly; under
@@ -108,6 +109,14 @@ REAL_BINARIES = (
         "controller image",
         REPO / "hack" / "image" / "build.sh",
         "run as root on Debian (mmdebstrap, umoci, skopeo and runc come from apt-get)",
+    ),
+    RealBinary(
+        "previous_release",
+        "the previous release's image",
+        REPO / "hack" / "image" / "build.sh",
+        "run as root on Debian in a clone with the history (deploy/releases.yaml names the "
+        "commit it is built from)",
+        target="machinepool-previous",
     ),
     RealBinary(
         "certmanager",

@@ -6,7 +6,7 @@
 # it is keyed so that a second build is a no-op: src/machinepool/controlplane/images.py.
 #
 #   hack/image/build.sh [NAME]          build (default: machinepool), e.g. prints
-#       image machinepool:0.1.0: 270 MiB unpacked, 85 MiB compressed, 2 layer(s); ~/.cache/...
+#       image machinepool:0.2.0: 270 MiB unpacked, 85 MiB compressed, 2 layer(s); ~/.cache/...
 #   hack/image/build.sh --check [NAME]  exit 0 when the image is cached or can be built here
 #                                       (root; apt-get for the tools), else say why in one line
 #

@@ -127,6 +127,43 @@ def test_clusterctl_repository_layout(tmp_path: Path) -> None:
     ).exists()
 
 
+def test_clusterctl_repository_lays_out_an_earlier_release_beside_this_build(
+    tmp_path: Path,
+) -> None:
+    """The earlier release's own files in its version folder (what ``clusterctl init
+    --core cluster-api:v0.1.0`` installs), this build's in its own, the config pointing at
+    this build's; a component the earlier release did not ship gets no folder."""
+    earlier = tmp_path / "earlier"
+    (earlier / "deploy" / "release").mkdir(parents=True)
+    (earlier / "deploy" / "templates").mkdir()
+    (earlier / "deploy" / "release" / "core-components.yaml").write_text("# earlier core\n")
+    (earlier / "deploy" / "release" / "metadata.yaml").write_text("# earlier metadata\n")
+    repo = tmp_path / "repo"
+    config = yaml.safe_load(
+        gen.clusterctl_repository(repo, earlier={"v0.0.9": earlier}).read_text()
+    )
+    core = repo / "cluster-api"
+    assert (core / "v0.0.9" / "core-components.yaml").read_text() == "# earlier core\n"
+    assert (core / "v0.0.9" / "metadata.yaml").read_text() == "# earlier metadata\n"
+    assert (core / f"v{gen.version()}" / "core-components.yaml").read_text() == (
+        gen.RELEASE / "core-components.yaml"
+    ).read_text()
+    assert not (repo / "bootstrap-kubeadm" / "v0.0.9").exists()
+    by_name = {p["name"]: p for p in config["providers"]}
+    assert f"/v{gen.version()}/" in by_name["cluster-api"]["url"]
+
+
+def test_metadata_lists_the_series_of_every_earlier_release() -> None:
+    """``clusterctl upgrade`` reads the newest release's metadata for every installed
+    version's contract: the series of deploy/releases.yaml's versions must be in it."""
+    series = {(s["major"], s["minor"]) for s in yaml.safe_load(gen.metadata())["releaseSeries"]}
+    major, minor, _ = (int(p) for p in gen.version().split("."))
+    assert (major, minor) in series
+    for release in gen.earlier_releases():
+        major, minor, _ = (int(p) for p in release.version.removeprefix("v").split("."))
+        assert (major, minor) in series, release
+
+
 def test_clusterctl_repository_beside_upstream_leaves_upstreams_providers_alone(
     tmp_path: Path,
 ) -> None:

@@ -171,19 +171,28 @@ def test_key_follows_the_project_sources_not_their_bytecode(tmp_path: Path) -> N
     assert images.image_key(images.ImageSpec(**{**spec.__dict__, "user": "0"})) != first
 
 
-def test_prune_keeps_the_newest_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prune_keeps_the_newest_builds_of_each_tag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest builds of this version are kept, and an earlier release's one image with
+    the same name (the one ``clusterctl upgrade`` is tested from) is never pushed out."""
     monkeypatch.setenv("MACHINEPOOL_CACHE", str(tmp_path))
-    folders = []
-    for age, key in enumerate(["new", "mid", "old", "oldest"]):
+    spec = images.ImageSpec(name="pkg", tag="0.2.0")
+
+    def built(key: str, reference: str, age: int) -> Path:
         folder = images.cache_root() / "pkg" / key
         folder.mkdir(parents=True)
-        (folder / "image.json").write_text("{}")
+        (folder / "image.json").write_text(json.dumps({"reference": reference}))
         os.utime(folder / "image.json", (1000 - age, 1000 - age))
-        folders.append(folder)
+        return folder
+
+    folders = [built(key, "pkg:0.2.0", age) for age, key in enumerate(["new", "mid", "old"])]
+    built("earlier", "pkg:0.1.0", 10)
     half_built = images.cache_root() / "pkg" / ".tmp"
     half_built.mkdir()
-    assert images.prune("pkg", keep=2) == folders[2:]
-    assert sorted(p.name for p in (images.cache_root() / "pkg").iterdir()) == [".tmp", "mid", "new"]
+    assert images.prune(spec, keep=2) == folders[2:]
+    left = sorted(p.name for p in (images.cache_root() / "pkg").iterdir())
+    assert left == [".tmp", "earlier", "mid", "new"]
 
 
 def test_check_says_in_one_line_why_it_cannot_build(

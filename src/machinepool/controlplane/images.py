@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 BUILDER_VERSION = "1"
 """Part of every key: bump it when a change here changes what an image holds."""
 
@@ -227,6 +229,41 @@ def project_version(repo: Path) -> str:
 
     project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
     return str(project["version"])
+
+
+def previous_release(repo: Path) -> tuple[str, str]:
+    """The newest release before this build, as deploy/releases.yaml names it: its version
+    (``0.1.0``) and its commit."""
+    listed = yaml.safe_load((repo / "deploy" / "releases.yaml").read_text()) or []
+    if not listed:
+        raise ImageBuildUnavailable("deploy/releases.yaml names no earlier release")
+    newest = listed[0]
+    return str(newest["version"]).removeprefix("v"), str(newest["commit"])
+
+
+def release_tree(repo: Path, version: str, commit: str) -> Path:
+    """The source of an earlier release: ``git archive`` of its commit, unpacked once into the
+    cache (a commit's tree never changes, so the folder is named by it)."""
+    folder = cache_root().parent / "src" / f"machinepool-{version}-{commit[:12]}"
+    if (folder / "pyproject.toml").exists():
+        return folder
+    found = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
+                           capture_output=True, check=False)  # fmt: skip
+    if found.returncode != 0:
+        raise ImageBuildUnavailable(
+            f"release v{version}'s commit {commit[:12]} (deploy/releases.yaml) is not in this "
+            "checkout: clone the repository with its history (`git fetch --unshallow`)"
+        )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}.", dir=folder.parent) as tmp:
+        archive = Path(tmp) / "source.tar"
+        _run(["git", "-C", str(repo), "archive", "--output", str(archive), commit])
+        tree = Path(tmp) / "tree"
+        tree.mkdir()
+        _run(["tar", "-xf", str(archive), "-C", str(tree)])
+        shutil.rmtree(folder, ignore_errors=True)
+        tree.rename(folder)
+    return folder
 
 
 # -- keys -------------------------------------------------------------------------------------
@@ -444,14 +481,21 @@ def build(spec: ImageSpec, *, log: Log = print) -> BuiltImage:
         work.mkdir()  # for TemporaryDirectory's cleanup
     image = BuiltImage(spec, folder, key)
     log(f"built {image.describe()} in {time.monotonic() - started:.0f}s")
-    prune(spec.name)
+    prune(spec)
     return image
 
 
-def prune(name: str, keep: int = KEEP) -> list[Path]:
-    """Delete all but the ``keep`` newest builds of image ``name``; returns what it deleted."""
+def prune(spec: ImageSpec, keep: int = KEEP) -> list[Path]:
+    """Delete all but the ``keep`` newest builds of ``spec``'s name and tag; returns what it
+    deleted. Per tag, so that the builds of this version never push out the one image of an
+    earlier release (``machinepool-previous``) that shares the name."""
+
+    def same_tag(folder: Path) -> bool:
+        built = folder / "image.json"
+        return built.exists() and json.loads(built.read_text()).get("reference") == spec.reference
+
     builds = sorted(
-        (folder for folder in (cache_root() / name).glob("*") if (folder / "image.json").exists()),
+        (folder for folder in (cache_root() / spec.name).glob("*") if same_tag(folder)),
         key=lambda folder: (folder / "image.json").stat().st_mtime,
         reverse=True,
     )
@@ -680,7 +724,12 @@ def named(name: str) -> ImageSpec:
         raise ImageBuildUnavailable("images are built from a source checkout of machinepool")
     if name == "machinepool":
         return machinepool_image(repo, project_version(repo))
-    raise SystemExit(f"unknown image {name!r}: known: machinepool")
+    if name == "machinepool-previous":
+        # The previous release, built by this builder from its own source (what `clusterctl
+        # upgrade` is tested from): the image its components name, machinepool:<its version>.
+        version, commit = previous_release(repo)
+        return machinepool_image(release_tree(repo, version, commit), version)
+    raise SystemExit(f"unknown image {name!r}: known: machinepool, machinepool-previous")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -694,7 +743,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="exit 0 when the image is cached or can be built here; otherwise say why",
     )
     args = parser.parse_args(argv)
-    spec = named(args.name)
+    try:
+        spec = named(args.name)
+    except ImageBuildUnavailable as error:
+        print(f"{'' if args.check else 'error: '}{error}", file=sys.stderr)
+        return 1
     if args.check:
         # Root even for a cached image: running it (runc, umoci unpack) needs root too.
         reason = unavailable_reason(() if cached(spec) is not None else TOOLS)

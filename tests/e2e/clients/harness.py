@@ -35,6 +35,7 @@ from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.runtime import (
     CRDS,
     MUTATING_WEBHOOKS,
+    NODES,
     VALIDATING_WEBHOOKS,
     Client,
     Obj,
@@ -44,7 +45,7 @@ from machinepool.runtime import (
 
 REPO = Path(__file__).resolve().parents[3]
 CLUSTERCTL_BUILD = REPO / "hack" / "clusterctl" / "build.sh"
-VERSION = "v0.1.0"
+VERSION = f"v{deploy_generator().version()}"
 """The providers' release in the local clusterctl repository (pyproject's version)."""
 
 
@@ -243,3 +244,25 @@ def local_providers(name: str, kubeconfig: Path, log_dir: Path) -> Iterator[Loca
         yield providers
     finally:
         providers.stop()
+
+
+class NodeHistory:
+    """Every change to the workload's Nodes while something runs (a move, an upgrade), from a
+    watch: what a Node-level disruption would show."""
+
+    def __init__(self) -> None:
+        self.cordoned: set[str] = set()
+        self.deleted: set[str] = set()
+        self.added: set[str] = set()
+
+    async def follow(self, client: Client, resource_version: str) -> None:
+        async for event in client.watch(NODES, resource_version=resource_version):
+            if event.type not in ("ADDED", "MODIFIED", "DELETED"):
+                continue  # bookmarks
+            name = event.object["metadata"]["name"]
+            if event.type == "DELETED":
+                self.deleted.add(name)
+            elif event.type == "ADDED":
+                self.added.add(name)
+            if (event.object.get("spec") or {}).get("unschedulable"):
+                self.cordoned.add(name)

@@ -45,30 +45,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import yaml
-from tests.reliability.report import command_line, git_revision
-from tests.support import certmanager, eventually, wait_for
-from tests.support.conditions import is_true
+from tests.support import eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.api.constants import POOL_NAME_LABEL
 from machinepool.controlplane import ControlPlane, RealNode, WorkloadCluster, images
-from machinepool.controlplane.register import register_workload_cluster
 from machinepool.runtime import (
     LEASES,
     NAMESPACES,
-    NODES,
     PODS,
     SERVICE_ACCOUNTS,
     Client,
@@ -80,11 +73,25 @@ from machinepool.simworld.cloud import SimCloud
 from .harness import (
     NAMESPACE,
     VERSION,
-    AsUser,
     build_clusterctl,
     kubectl,
     load_generator,
     run,
+)
+from .shipped import (
+    CLUSTER,
+    INSTANCE_SELECTOR,
+    NO_VERSION_CHECK,
+    POOL,
+    PROVIDER_NAMESPACES,
+    READY,
+    Installed,
+    Report,
+    clusterctl_init,
+    generate_pool,
+    management_cluster,
+    ready,
+    wait_pool,
 )
 
 pytestmark = [
@@ -96,57 +103,25 @@ pytestmark = [
 
 NODE = RealNode(name="shipped-node", pod_subnet="10.244.61.0/24", routed_pods=True)
 """A pod subnet of its own: the host routes it to this node (other nodes keep the default)."""
-PROVIDER_NAMESPACES = {
-    "machinepool-system": "machinepool-controller-manager",
-    "machinepool-kubeadm-bootstrap-system": "machinepool-kubeadm-bootstrap-controller-manager",
-    "machinepool-sim-system": "machinepool-sim-controller-manager",
-}
-"""Each provider's namespace and its Deployment, as deploy/release names them."""
-CLUSTER = "demo"
-POOL = f"{CLUSTER}-mp-0"
-NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
-INSTANCE_SELECTOR = "sim.infrastructure.cluster.x-k8s.io/instance=true"
 SERVICES = Resource("", "v1", "services", "Service")
-READY = 240.0
-"""Seconds for the Pods to turn Ready: first sandboxes and a 450 MiB image on two busy cores."""
 KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools", "simmachines")
 """What a pool is made of in the management cluster."""
-REPORT_ENV = "MACHINEPOOL_AS_SHIPPED_REPORT"
-FIGURES: dict[str, str] = {}
+REPORT = Report(
+    env="MACHINEPOOL_AS_SHIPPED_REPORT",
+    title="machinepool as it ships",
+    about="The tier loads the controller image into a real node's containerd and installs our "
+    "providers with `clusterctl init`, as the user guide says (see the module's docstring for "
+    "what it checks).",
+    source="tests/e2e/clients/test_as_shipped.py",
+)
+FIGURES = REPORT.figures
 
 
 @pytest.fixture(scope="module", autouse=True)
 def report() -> Iterator[dict[str, str]]:
     """The tier's figures, written at the end when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names
     a file (docs/as-shipped.md), with the command and revision that measured them."""
-    revision = git_revision()
-    yield FIGURES
-    target = os.environ.get(REPORT_ENV)
-    if target and FIGURES:
-        Path(target).write_text(render(FIGURES, revision))
-
-
-def render(figures: dict[str, str], revision: str) -> str:
-    lines = [
-        "# machinepool as it ships (generated)",
-        "",
-        "Written by `tests/e2e/clients/test_as_shipped.py` itself; do not edit by hand: rerun",
-        "the command below to refresh it. The tier loads the controller image into a real",
-        "node's containerd and installs our providers with `clusterctl init`, as the user guide",
-        "says (see the module's docstring for what it checks).",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| command | `{REPORT_ENV}={os.environ.get(REPORT_ENV, '')} {command_line()}` |",
-        f"| revision | {revision} |",
-        f"| written | {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
-        f"| machine | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} |",
-        "",
-        "| figure | value |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in figures.items()),
-    ]
-    return "\n".join(lines) + "\n"
+    yield from REPORT.written()
 
 
 # -- the management cluster, the image and the providers ------------------------------------
@@ -163,46 +138,8 @@ def management(
     tmp_path_factory: pytest.TempPathFactory, image: images.BuiltImage
 ) -> Iterator[ControlPlane]:
     """A control plane with a real node whose containerd holds our image."""
-    cp = ControlPlane(tmp_path_factory.mktemp("as-shipped"), node=NODE)
-    cp.start()
-    try:
-        started = time.monotonic()
-        cp.node.load_image(image.archive)
-        FIGURES["image"] = image.describe().split(";")[0].removeprefix("image ")
-        FIGURES["image loaded into the node's containerd"] = f"{time.monotonic() - started:.0f} s"
+    with management_cluster(tmp_path_factory.mktemp("as-shipped"), NODE, [image], FIGURES) as cp:
         yield cp
-    finally:
-        cp.stop()
-
-
-@dataclass
-class Installed(AsUser):
-    """The management cluster after ``clusterctl init``, its Pods Ready."""
-
-    cp: ControlPlane
-    client: Client
-    init_output: str
-    pods: dict[str, Obj] = field(default_factory=dict)
-    """Our Pods by namespace, once Ready."""
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.cp.kubeconfig
-
-    def logs(self) -> str:
-        """The provider Pods and each one's last log lines (its previous container's, after a
-        restart), for a failure's message."""
-        out = [kubectl(self.kubeconfig, "get", "pods", "-A", "-o", "wide").stdout]
-        for namespace in PROVIDER_NAMESPACES:
-            for previous in ("--previous=false", "--previous=true"):
-                result = kubectl(self.kubeconfig, "logs", "-n", namespace, "--tail=30",
-                                 "-l", "control-plane", previous)  # fmt: skip
-                out.append(f"--- {namespace} {previous}\n{result.stdout}{result.stderr}")
-        return "\n".join(out)
-
-
-def ready(obj: Obj | None) -> bool:
-    return is_true(obj, "Ready")
 
 
 @pytest.fixture(scope="module")
@@ -224,44 +161,8 @@ async def installed(
     management: ControlPlane, clusterctl: Path, repository: Path
 ) -> AsyncIterator[Installed]:
     """``clusterctl init`` as the user guide has it, then every provider Pod Ready."""
-    config = repository
     async with await Client.from_kubeconfig(management.kubeconfig) as client:
-        await wait_for(client, NODES, None, NODE.name, ready, within=READY, what="Node Ready")
-        await certmanager.install_cert_manager(management, client)
-        started = time.monotonic()
-        init = await asyncio.to_thread(
-            run,
-            [
-                str(clusterctl),
-                "init",
-                f"--kubeconfig={management.kubeconfig}",
-                f"--config={config}",
-                f"--core=cluster-api:{VERSION}",
-                f"--bootstrap=kubeadm:{VERSION}",
-                f"--infrastructure=sim:{VERSION}",
-                "--control-plane=-",
-            ],
-            env=NO_VERSION_CHECK,
-        )
-        assert init.returncode == 0, init.stderr
-        FIGURES["`clusterctl init`"] = f"{time.monotonic() - started:.1f} s"
-        done = Installed(management, client, init.stdout + init.stderr)
-
-        async def all_ready() -> bool:
-            for namespace, deployment in PROVIDER_NAMESPACES.items():
-                selector = f"control-plane={deployment}"
-                pods = (await client.list(PODS, namespace, label_selector=selector)).items
-                if len(pods) != 1 or not ready(pods[0]):
-                    return False
-                done.pods[namespace] = pods[0]
-            return True
-
-        try:
-            await eventually(all_ready, "every provider Pod Ready", within=READY, interval=0.5)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{done.logs()}") from None
-        FIGURES["`clusterctl init` to every Pod Ready"] = f"{time.monotonic() - started:.1f} s"
-        yield done
+        yield await clusterctl_init(management, client, clusterctl, repository, FIGURES)
 
 
 async def test_init_runs_our_pods_ready_under_restricted_pod_security(
@@ -303,58 +204,9 @@ def workload(management: ControlPlane) -> Iterator[WorkloadCluster]:
 async def pool(
     installed: Installed, workload: WorkloadCluster, clusterctl: Path, repository: Path
 ) -> Installed:
-    """``clusterctl generate cluster ... | kubectl apply -f -``, its endpoint the workload
-    apiserver as the Pods reach it; then the pool Running with 2 Nodes."""
-    assert workload.pod_url is not None
-    host, port = workload.pod_url.removeprefix("https://").split(":")
-    generate = run(
-        [
-            str(clusterctl),
-            "generate",
-            "cluster",
-            CLUSTER,
-            f"--kubeconfig={installed.kubeconfig}",
-            f"--config={repository}",
-            f"--infrastructure=sim:{VERSION}",
-            "--flavor=machinepool-sim",
-            "--kubernetes-version=v1.34.4",
-            "--worker-machine-count=2",
-            f"--target-namespace={NAMESPACE}",
-        ],
-        env={
-            **NO_VERSION_CHECK,
-            "CONTROL_PLANE_ENDPOINT_HOST": host,
-            "CONTROL_PLANE_ENDPOINT_PORT": port,
-            "SIM_BOOT_DELAY_SECONDS": "1",
-        },
-    )
-    assert generate.returncode == 0, generate.stderr
-    installed.kubectl("create", "namespace", NAMESPACE)
-    applied = installed.kubectl("apply", "-f", "-", stdin=generate.stdout)
-    assert f"machinepool.cluster.x-k8s.io/{POOL} created" in applied
-    await register_workload_cluster(
-        installed.client, CLUSTER, NAMESPACE, workload, server=workload.pod_url
-    )
-    await asyncio.to_thread(wait_pool, installed, 2)
+    """The user guide's pool of 2, through the webhooks the Pods serve."""
+    await generate_pool(installed, workload, clusterctl, repository, 2)
     return installed
-
-
-def wait_pool(installed: Installed, replicas: int) -> None:
-    """``kubectl wait`` until the pool is Running with ``replicas`` ready."""
-    for condition in (
-        "jsonpath={.status.phase}=Running",
-        f"jsonpath={{.status.readyReplicas}}={replicas}",
-    ):
-        result = kubectl(
-            installed.kubeconfig,
-            "wait",
-            f"--for={condition}",
-            f"mp/{POOL}",
-            "-n",
-            NAMESPACE,
-            "--timeout=180s",
-        )
-        assert result.returncode == 0, f"{result.stderr}\n{installed.logs()}"
 
 
 def node_ids(workload: WorkloadCluster) -> list[str]:

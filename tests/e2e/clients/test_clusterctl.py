@@ -41,6 +41,7 @@ from .harness import (
     VERSION,
     AsUser,
     LocalProviders,
+    NodeHistory,
     build_clusterctl,
     kubectl,
     load_generator,
@@ -261,27 +262,6 @@ async def test_describe_shows_the_pool_with_its_machines_and_readiness(
         )
         assert index > pool_line
         assert line.split(",", 1)[1].split()[1:7] == ["1", "1", "1", "1", "True", "Ready"], line
-
-
-class NodeHistory:
-    """Every change to the workload's Nodes while a move runs, from a watch."""
-
-    def __init__(self) -> None:
-        self.cordoned: set[str] = set()
-        self.deleted: set[str] = set()
-        self.added: set[str] = set()
-
-    async def follow(self, client: Client, resource_version: str) -> None:
-        async for event in client.watch(NODES, resource_version=resource_version):
-            if event.type not in ("ADDED", "MODIFIED", "DELETED"):
-                continue  # bookmarks
-            name = event.object["metadata"]["name"]
-            if event.type == "DELETED":
-                self.deleted.add(name)
-            elif event.type == "ADDED":
-                self.added.add(name)
-            if (event.object.get("spec") or {}).get("unschedulable"):
-                self.cordoned.add(name)
 
 
 async def test_move_keeps_the_running_pool_and_its_instances(
