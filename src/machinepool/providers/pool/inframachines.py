@@ -250,7 +250,7 @@ class InfraMachineReconciler(Steps[EngineMachineView]):
         if pool is not None and not deleted_for_move(machine.raw):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
-            env.expectations.terminated(ObjectKey.of(pool), instance_id)
+            env.memory.of(ObjectKey.of(pool)).expected.terminated(instance_id)
         return Result()
 
     async def release_finalizer(self, machine: EngineMachineView) -> Result:
