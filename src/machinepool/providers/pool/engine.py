@@ -64,7 +64,6 @@ from machinepool.runtime import (
     Then,
     controller_owner,
     describe_error,
-    drive,
     metadata_and_spec,
     run_phases,
 )
@@ -97,9 +96,6 @@ class PoolEngine(Steps[PoolScope]):
         self.reader = OwnReader(env.client, env.provider.pool_resource, env.pools)
         self._watched_clusters: set[ObjectKey] = set()
         self.spacing = ProgressSpacing()
-
-    async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self, key, self.reader, self.env.client, self.env.provider.pool_resource)
 
     def forget(self, key: ObjectKey) -> None:
         self.env.memory.forget(key)

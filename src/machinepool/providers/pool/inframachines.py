@@ -33,7 +33,6 @@ from machinepool.runtime import (
     Steps,
     Stop,
     Then,
-    drive,
     gather_bounded,
 )
 
@@ -223,10 +222,6 @@ class InfraMachineReconciler(Steps[EngineMachineView]):
         self.env = env
         self.kind = env.provider.machine_resource.kind
         self.reader = OwnReader(env.client, env.provider.machine_resource, env.infra_machines)
-
-    async def reconcile(self, key: ObjectKey) -> Result:
-        env = self.env
-        return await drive(self, key, self.reader, env.client, env.provider.machine_resource)
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> EngineMachineView | Stop:
         machine = EngineMachineView(obj)
