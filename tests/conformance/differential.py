@@ -30,8 +30,9 @@ from typing import Any
 
 import yaml
 from tests.support import eventually
-from tests.support.builders import kubeadm_config, machine_pool, sim_machine_pool
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
+from tests.support.conditions import is_true
+from tests.support.pools import reports_running
+from tests.support.resources import MACHINE_POOLS, MACHINES, SIM_MACHINE_POOLS
 
 from machinepool.controlplane import ControlPlane, WorkloadCluster
 from machinepool.runtime import NAMESPACES, NODES, Client, NotFound, Obj, Resource, pki
@@ -72,6 +73,12 @@ class Side:
     """The infra pool name of each pool, as last read (``infra_of``)."""
     bootstrap_names: dict[str, str] = field(default_factory=dict)
     """The bootstrap config name of each pool, as last read (``bootstrap_of``)."""
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The label of every object this side's manager is to serve (its watch filter): a
+        pool's objects are ``builders.pool_objects(..., labels=side.labels)``."""
+        return {WATCH_FILTER: self.name}
 
     async def pool_objects(self, pool: str) -> dict[str, Any]:
         """The MachinePool, its Machines and its Nodes, as read now."""
@@ -201,50 +208,6 @@ async def let_upstream_write(client: Client, namespace: str) -> None:
         "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": UPSTREAM_USER}],
     }
     await client.create(_ROLE_BINDINGS, binding, namespace)
-
-
-# -- objects ---------------------------------------------------------------------------------
-
-
-def pool_objects(
-    side: Side,
-    name: str,
-    replicas: int | None,
-    *,
-    annotations: Mapping[str, str] | None = None,
-    sim: Mapping[str, Any] | None = None,
-) -> tuple[Obj, Obj, Obj]:
-    """KubeadmConfig, SimMachinePool (``sim``: its ``spec.sim``) and MachinePool ``name``,
-    labelled for ``side``'s manager (the MachinePool's template too, so its Machines carry the
-    label as well); ``replicas=None`` leaves the field to admission."""
-    label = {WATCH_FILTER: side.name}
-    config = kubeadm_config(side.namespace, name, labels=label)
-    infra = sim_machine_pool(side.namespace, name, labels=label)
-    if sim:
-        infra["spec"]["sim"] = dict(sim)
-    mp = machine_pool(side.namespace, name, replicas=replicas, labels=label)
-    mp["metadata"]["annotations"] = dict(annotations or {})
-    mp["spec"]["template"]["metadata"] = {"labels": dict(label)}
-    return config, infra, mp
-
-
-async def create_pool(
-    side: Side,
-    name: str,
-    replicas: int | None,
-    *,
-    infra: bool = True,
-    bootstrap: bool = True,
-    **kwargs: Any,
-) -> None:
-    """The pool's objects; without ``infra`` or ``bootstrap``, the MachinePool refers to a
-    SimMachinePool or KubeadmConfig that does not exist yet."""
-    config, infra_pool, mp = pool_objects(side, name, replicas, **kwargs)
-    if bootstrap:
-        await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
-    if infra:
-        await side.client.create(SIM_MACHINE_POOLS, infra_pool, side.namespace)
-    await side.client.create(MACHINE_POOLS, mp, side.namespace)
 
 
 # -- normalising and comparing ---------------------------------------------------------------
@@ -400,32 +363,18 @@ def status(objs: dict[str, Any]) -> dict[str, Any]:
     return dict(mp.get("status") or {})
 
 
-def condition(objs: dict[str, Any], kind: str) -> str | None:
-    for c in status(objs).get("conditions") or []:
-        if c.get("type") == kind:
-            return str(c.get("status"))
-    return None
-
-
 def running(replicas: int) -> Check:
-    """The pool reports ``replicas`` Ready replicas in phase Running, with its Nodes."""
+    """The pool reports ``replicas`` running (``reports_running``), with as many replicas,
+    Machines and Nodes, every Node Ready."""
 
     def check(objs: dict[str, Any]) -> bool:
-        s = status(objs)
-        ready_nodes = [
-            n
-            for n in objs["Nodes"]
-            if any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (n.get("status") or {}).get("conditions") or []
-            )
-        ]
+        nodes = objs["Nodes"]
         return (
-            s.get("phase") == "Running"
-            and s.get("readyReplicas", 0) == replicas
-            and s.get("replicas", 0) == replicas
+            reports_running(objs["MachinePool"], replicas, node_refs=False)
+            and status(objs).get("replicas", 0) == replicas
             and len(objs["Machines"]) == replicas
-            and len(ready_nodes) == replicas == len(objs["Nodes"])
+            and len(nodes) == replicas
+            and all(is_true(n, "Ready") for n in nodes)
         )
 
     return check

@@ -30,6 +30,7 @@ from tests.conformance.differential import allowed_differences, differences
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
 from tests.support.builders import CLUSTER, machine_pool
+from tests.support.conditions import is_true
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
 from tests.support.upstream import cluster_namespace
 
@@ -242,9 +243,7 @@ async def _established(client: Client, crds: list[Obj]) -> None:
 
     async def all_established() -> bool:
         for crd in crds:
-            got = await client.get(CRDS, crd["metadata"]["name"])
-            conditions = (got.get("status") or {}).get("conditions") or []
-            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            if not is_true(await client.get(CRDS, crd["metadata"]["name"]), "Established"):
                 return False
         return True
 

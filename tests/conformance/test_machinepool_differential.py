@@ -24,11 +24,8 @@ from tests.conformance.differential import (
     Step,
     allowed_differences,
     compare,
-    condition,
-    create_pool,
     let_upstream_write,
     normalise,
-    pool_objects,
     running,
     status,
     until,
@@ -36,7 +33,16 @@ from tests.conformance.differential import (
 )
 from tests.reliability.harness import ControllerProcess
 from tests.support import eventually
-from tests.support.builders import CLUSTER, machine_pool
+from tests.support.builders import (
+    CLUSTER,
+    create_pool,
+    kubeadm_config,
+    machine_pool,
+    pool_objects,
+    sim_machine_pool,
+)
+from tests.support.conditions import condition, is_true
+from tests.support.pools import scale_pool
 from tests.support.resources import (
     CLUSTERS,
     KUBEADM_CONFIGS,
@@ -80,8 +86,15 @@ STEP_TIMEOUT = 240.0
 """Upstream's MachinePool controller notices a Node's readiness on its 30 s requeue."""
 
 
+async def _create(side: Side, pool: str, replicas: int | None, **overrides: Any) -> None:
+    """The pool's objects (``builders.create_pool``), labelled for ``side``'s manager."""
+    await create_pool(
+        side.client, side.namespace, pool, replicas=replicas, labels=side.labels, **overrides
+    )
+
+
 async def _scale(replicas: int, side: Side, pool: str) -> None:
-    await side.client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, side.namespace)
+    await scale_pool(side.client, side.namespace, pool, replicas)
 
 
 def scale(replicas: int) -> Step:
@@ -92,10 +105,10 @@ def scale(replicas: int) -> Step:
     )
 
 
-def create(replicas: int, **kwargs: object) -> Step:
+def create(replicas: int) -> Step:
     return Step(
         f"create with {replicas}",
-        lambda side, pool: create_pool(side, pool, replicas, **kwargs),  # type: ignore[arg-type]
+        lambda side, pool: _create(side, pool, replicas),
         running(replicas),
     )
 
@@ -111,12 +124,12 @@ async def _unpause_pool(side: Side, pool: str) -> None:
 
 
 async def _create_infra(side: Side, pool: str) -> None:
-    _, infra, _ = pool_objects(side, pool, 0)
+    infra = sim_machine_pool(side.namespace, pool, labels=side.labels)
     await side.client.create(SIM_MACHINE_POOLS, infra, side.namespace)
 
 
 async def _create_config(side: Side, pool: str) -> None:
-    config, _, _ = pool_objects(side, pool, 0)
+    config = kubeadm_config(side.namespace, pool, labels=side.labels)
     await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
 
 
@@ -134,8 +147,8 @@ def _annotated(objs: dict[str, Any], key: str) -> bool:
     return key in (mp["metadata"].get("annotations") or {})
 
 
-def _paused(objs: dict[str, object]) -> bool:
-    return condition(objs, "Paused") == "True"  # type: ignore[arg-type]
+def _paused(objs: dict[str, Any]) -> bool:
+    return is_true(objs["MachinePool"], "Paused")
 
 
 async def _pause_config(paused: bool, side: Side, pool: str) -> None:
@@ -154,7 +167,9 @@ async def _config_status(side: Side, pool: str, status: dict[str, Any]) -> None:
 
 async def _create_without_secret_name(side: Side, pool: str) -> None:
     """The pool, its bootstrap config reporting its data secret created but naming none."""
-    config, infra, mp = pool_objects(side, pool, 1)
+    (_, config), (_, infra), (_, mp) = pool_objects(
+        side.namespace, pool, replicas=1, labels=side.labels
+    )
     config["metadata"]["annotations"] = {PAUSED_ANNOTATION: "true"}
     await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
     await _config_status(side, pool, {"initialization": {"dataSecretCreated": True}})
@@ -214,7 +229,8 @@ async def _kubelet(side: Side, instance: str, value: str | None) -> None:
 async def _create_without_nodes(side: Side, pool: str) -> None:
     """The pool, its instances listed by the infra pool but their kubelets stopped while they
     boot, so their Nodes do not register."""
-    await create_pool(side, pool, 2, sim={"bootDelaySeconds": LATE_BOOT})
+    sim_spec = {"template": {"instanceType": "sim.small"}, "sim": {"bootDelaySeconds": LATE_BOOT}}
+    await _create(side, pool, 2, sim_spec=sim_spec)
     cloud = SimCloud(side.client)
     stopped: set[str] = set()
 
@@ -239,7 +255,7 @@ async def _create_machineless(side: Side, pool: str) -> None:
     """A pool whose infra provider makes no MachinePool Machines: a ``TestMachinePool``
     (no controller runs for it) whose spec and status the test writes as a provider would,
     without ``status.infrastructureMachineKind``, and the Node of its one instance, Ready."""
-    config, _, mp = pool_objects(side, pool, 1)
+    (_, config), _, (_, mp) = pool_objects(side.namespace, pool, replicas=1, labels=side.labels)
     mp["spec"]["template"]["spec"]["infrastructureRef"]["kind"] = TEST_MACHINE_POOLS.kind
     provider_id = f"test:///{pool}-0"
     infra = {
@@ -248,7 +264,7 @@ async def _create_machineless(side: Side, pool: str) -> None:
         "metadata": {
             "name": pool,
             "namespace": side.namespace,
-            "labels": dict(config["metadata"]["labels"]),
+            "labels": side.labels,
         },
         "spec": {"providerIDList": [provider_id]},
     }
@@ -370,7 +386,7 @@ async def _create_with_drain_rules(side: Side, pool: str) -> None:
     await _control_plane_machine(side)
     for rule in DRAIN_RULES:
         await side.client.create(MACHINE_DRAIN_RULES, rule, side.namespace)
-    await create_pool(side, pool, 1)
+    await _create(side, pool, 1)
 
 
 async def _pods(side: Side, pool: str) -> dict[str, dict[str, Any]]:
@@ -441,10 +457,7 @@ async def _complete_batch(side: Side, pool: str) -> None:
 
 def _draining(objs: dict[str, Any]) -> bool:
     (machine,) = objs["Machines"] or [{}]
-    conditions = (machine.get("status") or {}).get("conditions") or []
-    return any(
-        c.get("type") == "Deleting" and c.get("reason") == "DrainingNode" for c in conditions
-    )
+    return condition(machine, "Deleting").get("reason") == "DrainingNode"
 
 
 SCENARIOS = [
@@ -456,9 +469,7 @@ SCENARIOS = [
         [
             Step(
                 "create paused by annotation",
-                lambda side, pool: create_pool(
-                    side, pool, 2, annotations={PAUSED_ANNOTATION: "true"}
-                ),
+                lambda side, pool: _create(side, pool, 2, annotations={PAUSED_ANNOTATION: "true"}),
                 _paused,
             ),
             Step("unpause", _unpause_pool, running(2)),
@@ -482,7 +493,7 @@ SCENARIOS = [
         [
             Step(
                 "create without the infra pool",
-                lambda side, pool: create_pool(side, pool, 2, infra=False),
+                lambda side, pool: _create(side, pool, 2, without={SIM_MACHINE_POOLS}),
                 lambda objs: bool(
                     (status(objs).get("initialization") or {}).get("bootstrapDataSecretCreated")
                 ),
@@ -495,7 +506,7 @@ SCENARIOS = [
         [
             Step(
                 "create without the bootstrap config",
-                lambda side, pool: create_pool(side, pool, 1, bootstrap=False),
+                lambda side, pool: _create(side, pool, 1, without={KUBEADM_CONFIGS}),
                 lambda objs: bool(status(objs).get("phase")),
             ),
             Step("create the bootstrap config", _create_config, running(1)),
@@ -592,7 +603,7 @@ SCENARIOS = [
         [
             Step(
                 "create with autoscaler sizes and no replicas",
-                lambda side, pool: create_pool(side, pool, None, annotations=AUTOSCALER_SIZES),
+                lambda side, pool: _create(side, pool, None, annotations=AUTOSCALER_SIZES),
                 running(2),
             ),
         ],

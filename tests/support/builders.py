@@ -10,7 +10,7 @@ only what it is about with keywords.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
@@ -126,18 +126,39 @@ def machine_pool(
 
 
 def pool_objects(
-    namespace: str, name: str, *, sim_spec: Obj | None = None, **pool: Any
+    namespace: str,
+    name: str,
+    *,
+    sim_spec: Obj | None = None,
+    labels: Mapping[str, str] | None = None,
+    **pool: Any,
 ) -> list[tuple[Resource, Obj]]:
     """KubeadmConfig, SimMachinePool (``sim_spec``) and MachinePool (``pool``: the keywords of
-    ``machine_pool``) named ``name``, with their Resources, in the order to create them."""
+    ``machine_pool``) named ``name``, with their Resources, in the order to create them.
+
+    ``labels`` go on all three and on the MachinePool's Machine template, so the pool's
+    Machines carry them too: what a manager's ``--watch-filter`` needs to see the whole pool.
+    """
+    mp = machine_pool(namespace, name, labels=labels, **pool)
+    if labels is not None:
+        mp["spec"]["template"]["metadata"] = {"labels": dict(labels)}
     return [
-        (KUBEADM_CONFIGS, kubeadm_config(namespace, name)),
-        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, spec=sim_spec)),
-        (MACHINE_POOLS, machine_pool(namespace, name, **pool)),
+        (KUBEADM_CONFIGS, kubeadm_config(namespace, name, labels=labels)),
+        (SIM_MACHINE_POOLS, sim_machine_pool(namespace, name, labels=labels, spec=sim_spec)),
+        (MACHINE_POOLS, mp),
     ]
 
 
-async def create_pool(client: Client, namespace: str, name: str, **overrides: Any) -> None:
-    """Create ``pool_objects(namespace, name, **overrides)``."""
+async def create_pool(
+    client: Client,
+    namespace: str,
+    name: str,
+    *,
+    without: Collection[Resource] = (),
+    **overrides: Any,
+) -> None:
+    """Create ``pool_objects(namespace, name, **overrides)`` but those of ``without``: a
+    MachinePool whose infra pool or bootstrap config is to come later."""
     for res, body in pool_objects(namespace, name, **overrides):
-        await client.create(res, body, namespace)
+        if res not in without:
+            await client.create(res, body, namespace)

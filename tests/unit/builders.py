@@ -36,10 +36,8 @@ from machinepool.api.views import ClusterView, MachinePoolView, MachineView, Sim
 from machinepool.controllers.common import WorkloadNodes
 from machinepool.controllers.machinepool import watches
 from machinepool.controllers.machinepool.scope import Env, PoolMemory, Scope
-from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.observe import ensure_adoption_index, ensure_member_indexes
 from machinepool.providers.pool.scope import EngineEnv, PoolScope
-from machinepool.providers.pool.scope import PoolMemory as EngineMemory
 from machinepool.providers.pool.types import Instance, InstanceSpec, InstanceState
 from machinepool.providers.sim.provider import SimProvider
 from machinepool.runtime import NODES, SECRETS, Informer, Obj, ObjectKey, Resource
@@ -313,15 +311,14 @@ def engine_scope(
     infra_machines: Iterable[Obj] = (),
     machines: Iterable[Obj] = (),
     backend: MemoryBackend | None = None,
-    shortages: ZoneShortages | None = None,
     **fields: Any,
 ) -> PoolScope:
     """The pool engine's scope for the SimMachinePool ``infra_pool`` (default:
     ``sim_machine_pool(NAMESPACE, "pool")``), controlled by the MachinePool ``mp`` unless not
     ``owned``; the env's informers hold ``mp``, ``clusters`` (default: its Cluster),
-    ``infra_machines`` and ``machines``; ``shortages`` is its capacity memory. ``fields``
-    set any other field of ``PoolScope`` (``machine_pool`` is left for
-    ``observe.load_owner`` to fill unless given)."""
+    ``infra_machines`` and ``machines``; the scope's ``memory`` is the env's for the pool
+    (``env.memory.of(key)``), empty. ``fields`` set any other field of ``PoolScope``
+    (``machine_pool`` is left for ``observe.load_owner`` to fill unless given)."""
     mp_body = copy.deepcopy(mp if mp is not None else machine_pool(NAMESPACE, "pool"))
     mp_body["metadata"].setdefault("uid", UID)
     pool = copy.deepcopy(
@@ -356,12 +353,8 @@ def engine_scope(
         machines=machine_informer,
         machine_pools=pools_informer,
         clusters=cached(CLUSTERS, [cluster()] if clusters is None else clusters),
-        shortages=ZoneShortages() if shortages is None else shortages,
     )
+    key = ObjectKey.of(pool)
     return PoolScope(
-        env=env,
-        key=ObjectKey.of(pool),
-        pool=SimMachinePoolView(pool),
-        memory=EngineMemory(),
-        **fields,
+        env=env, key=key, pool=SimMachinePoolView(pool), memory=env.memory.of(key), **fields
     )

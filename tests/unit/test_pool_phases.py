@@ -7,6 +7,7 @@ here they are fed from a scope as ``scale.act`` feeds them."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -25,7 +26,9 @@ from tests.unit.builders import (
 from machinepool.api import constants as c
 from machinepool.providers.pool import delete, inframachines, observe, scale
 from machinepool.providers.pool.capacity import ZoneShortages
-from machinepool.providers.pool.scope import PoolScope
+from machinepool.providers.pool.engine import PoolEngine
+from machinepool.providers.pool.inframachines import InfraMachineReconciler
+from machinepool.providers.pool.scope import PoolMemory, PoolScope
 from machinepool.providers.pool.strategy import DeletePolicy
 from machinepool.providers.pool.types import InstanceState
 from machinepool.runtime import ObjectKey, Result, Stop, Then
@@ -203,19 +206,53 @@ def test_step_messages_name_what_they_did() -> None:
 
 async def test_a_zone_out_of_capacity_is_full_until_its_retry_time() -> None:
     clock = [100.0]
-    shortages = ZoneShortages(retry_after=60.0, clock=lambda: clock[0])
     backend = MemoryBackend.of(instance(1, zone="zone-b"), zones={"zone-a": None, "zone-b": 1})
-    scope = await _owned(engine_scope(backend=backend, shortages=shortages))
+    scope = await _owned(engine_scope(backend=backend))
+    scope.memory.shortages = ZoneShortages(retry_after=60.0, clock=lambda: clock[0])
     await observe.list_instances(scope)
     members = scale._members(scope)
     assert scale._full_domains(scope, members) == {"zone-b"}, "its declared capacity"
-    shortages.record(KEY, "zone-a")
+    scope.memory.shortages.record("zone-a")
     assert scale._full_domains(scope, members) == {"zone-a", "zone-b"}
     clock[0] += 61
     assert scale._full_domains(scope, members) == {"zone-b"}, "tried again"
-    shortages.record(KEY, "zone-a")
-    shortages.forget(KEY)
-    assert len(shortages) == 0
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+async def test_forgetting_a_pool_drops_everything_kept_about_it() -> None:
+    """What the engine keeps about a pool, its infra machine controller's record of an
+    instance it terminated included, goes with the one ``forget``: a scope made afterwards for
+    the same key remembers nothing (a map kept beside ``EngineEnv.memory`` would)."""
+    backend = MemoryBackend.of(instance(1, zone="zone-a"), zones={"zone-a": None})
+    scope = await _owned(engine_scope(backend=backend))
+    engine = PoolEngine(scope.env)
+    kept = scope.memory
+    await InfraMachineReconciler(scope.env).terminate_instance(
+        observe.EngineMachineView(infra_machine("i-1"))
+    )
+    backend.instances["i-1"] = instance(1, zone="zone-a")  # the records cache is behind
+    kept.expected.created(["i-2"])
+    kept.shortages.record("zone-a")
+    kept.statuses_sent["i-1"] = (time.monotonic(), InstanceState.RUNNING)
+    kept.rolling = True
+    kept.written_at = time.monotonic()
+    filled = {"expected", "shortages", "statuses_sent", "rolling", "written_at"}
+    assert {f.name for f in dataclasses.fields(PoolMemory)} == filled, "fill each field above"
+    await observe.list_instances(scope)
+    assert await observe.await_own_writes(scope) == Stop(requeue_after=1.0, then=Then.NOTHING)
+    assert scale._full_domains(scope, scale._members(scope)) == {"zone-a"}
+
+    engine.forget(KEY)
+    fresh = engine.scope(KEY, scope.pool.raw, None)  # type: ignore[arg-type]
+    assert isinstance(fresh, PoolScope)
+    fresh = await _owned(fresh)
+    await observe.list_instances(fresh)
+    assert await observe.await_own_writes(fresh) == Result(), "nothing expected"
+    assert scale._full_domains(fresh, scale._members(fresh)) == frozenset(), "no zone short"
+    assert fresh.memory.statuses_sent == {}
+    assert (fresh.memory.rolling, fresh.memory.written_at) == (False, None)
 
 
 # -- machines -------------------------------------------------------------------------------
@@ -270,12 +307,12 @@ async def test_terminated_records_are_pruned_but_the_highest_ordinal_is_kept() -
 async def test_deleting_a_pool_ends_its_instances_then_drops_the_finalizer() -> None:
     backend = MemoryBackend.of(instance(1), instance(2, state=InstanceState.TERMINATED))
     scope = engine_scope(backend=backend)
-    scope.env.shortages.record(KEY, "zone-a")
+    scope.memory.shortages.record("zone-a")
     assert await delete.delete_pool(scope) == Result()
     assert backend.deleted == ["i-1"]
     assert sorted(backend.purged) == ["i-1", "i-2"]
     assert scope.pool.metadata.finalizers == []
-    assert scope.env.shortages.current(KEY) == frozenset()
+    assert KEY not in scope.env.memory, "all it kept about the pool forgotten with its finalizer"
     ready = condition(scope.pool.raw, c.READY_CONDITION)
     assert (ready["status"], ready["reason"]) == ("False", c.DELETING_REASON)
 

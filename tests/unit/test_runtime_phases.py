@@ -252,6 +252,8 @@ async def test_a_status_write_that_lost_its_lock_keeps_the_other_writers_conditi
 class Reader:
     """What ``drive`` reads through: the object as stored, a private copy each time."""
 
+    resource = POOLS
+
     def __init__(self, client: FakeClient, gone: bool = False) -> None:
         self.client, self.gone = client, gone
 
@@ -324,9 +326,8 @@ KEY = ObjectKey("ns", "a")
 
 
 async def run(steps: PoolSteps, client: FakeClient, reader: Reader | None = None) -> Result:
-    return await drive(
-        steps, KEY, cast(OwnReader, reader or Reader(client)), cast(Client, client), POOLS
-    )
+    steps.reader = cast(OwnReader, reader or Reader(client))
+    return await drive(steps, KEY)
 
 
 async def test_a_guard_that_stops_writes_its_change_alone_and_claims_no_generation() -> None:

@@ -18,35 +18,20 @@ from machinepool.api.views import SimSettingsView
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.types import CloudError, InstanceSpec
 from machinepool.providers.sim.backend import SimPoolSettings, _same_request
-from machinepool.runtime import ObjectKey
 from machinepool.simworld import Faults, RequestLimits
-
-POOL = ObjectKey("ns", "pool")
-OTHER = ObjectKey("ns", "other")
 
 
 def test_a_short_zone_is_skipped_until_its_time_is_up_then_forgotten() -> None:
     clock = ManualClock(1000.0)
     shortages = ZoneShortages(retry_after=120, clock=clock)
-    shortages.record(POOL, "zone-a")
+    shortages.record("zone-a")
     clock.now += 60
-    shortages.record(POOL, "zone-b")
-    assert shortages.current(POOL) == {"zone-a", "zone-b"}
-    assert shortages.current(OTHER) == frozenset()
+    shortages.record("zone-b")
+    assert shortages.current() == {"zone-a", "zone-b"}
     clock.now += 61
-    assert shortages.current(POOL) == {"zone-b"}
+    assert shortages.current() == {"zone-b"}
     clock.now += 60
-    assert shortages.current(POOL) == frozenset()
-    assert len(shortages) == 0
-
-
-def test_a_deleted_pool_leaves_nothing_behind() -> None:
-    shortages = ZoneShortages()
-    for i in range(50):
-        shortages.record(ObjectKey("ns", f"pool-{i}"), "zone-a")
-    for i in range(50):
-        shortages.forget(ObjectKey("ns", f"pool-{i}"))
-    assert len(shortages) == 0
+    assert shortages.current() == frozenset()
 
 
 def test_short_zones_round_trip_through_the_faults_configmap() -> None:

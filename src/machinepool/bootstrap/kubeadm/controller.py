@@ -79,7 +79,6 @@ from machinepool.runtime import (
     TerminalError,
     Then,
     copy_obj,
-    drive,
     get_logger,
     run_phases,
 )
@@ -179,9 +178,6 @@ class KubeadmConfigReconciler(Steps[Scope]):
         """The configs informer's delete handler: remember what the cleanup needs. Its key is
         queued by the controller's own handler."""
         self.gone[ObjectKey.of(config)] = Departed(config, datetime.now(UTC))
-
-    async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self, key, self.reader, self.client, r.KUBEADM_CONFIGS)
 
     async def before(self, key: ObjectKey, obj: Obj | None) -> Result | None:
         """A departed config's cleanup, unless the config is back under the same UID."""

@@ -76,7 +76,6 @@ from machinepool.runtime import (
     Stop,
     Then,
     controller_owner,
-    drive,
     get_logger,
     metadata_and_spec,
 )
@@ -237,7 +236,6 @@ class MachineReconciler:
         self.drain_rules: Informer
         self.pools: Informer | None = None
         """The MachinePools, read for their template taints (gate on only)."""
-        self.reader: OwnReader
         self.steps: MachineSteps
         self._watched: set[Resource] = set()
         self._watched_clusters: set[ObjectKey] = set()
@@ -247,7 +245,6 @@ class MachineReconciler:
         self.machines = await self.cache.get_informer(MACHINES)
         for name, fn in INDEXERS.items():
             self.machines.add_indexer(name, fn)
-        self.reader = OwnReader(self.client, MACHINES, self.machines)
         # This controller writes a pool Machine's status, but for a health check's marks.
         self.controller.watch(self.machines, inputs=machine_inputs)
         # Pausing, resuming or deleting a Cluster wakes its pool Machines: the Paused
@@ -271,7 +268,10 @@ class MachineReconciler:
             drain_rules=self.drain_rules,
             watches=self,
         )
-        self.steps = MachineSteps(env, self.clusters)
+        # From the cache, never older than our own last write (the patch on exit diffs
+        # against this copy; see runtime.OwnReader).
+        reader = OwnReader(self.client, MACHINES, self.machines)
+        self.steps = MachineSteps(env, reader, self.clusters)
 
     def _pool_mapper(self, pool: Obj) -> list[ObjectKey]:
         key = f"{ObjectView(pool).metadata.namespace}/{ObjectView(pool).metadata.name}"
@@ -333,9 +333,7 @@ class MachineReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        # From the cache, never older than our own last write (the patch on exit diffs
-        # against this copy; see runtime.OwnReader).
-        return await drive(self.steps, key, self.reader, self.client, MACHINES)
+        return await self.steps.reconcile(key)
 
 
 class MachineSteps(Steps[Scope]):
@@ -349,8 +347,9 @@ class MachineSteps(Steps[Scope]):
     kind = "Machine"
     chain = True
 
-    def __init__(self, env: Env, clusters: Informer) -> None:
+    def __init__(self, env: Env, reader: OwnReader, clusters: Informer) -> None:
         self.env = env
+        self.reader = reader
         self.clusters = clusters
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:

@@ -70,7 +70,6 @@ from machinepool.runtime import (
     Stop,
     Then,
     copy_obj,
-    drive,
     get_logger,
 )
 
@@ -124,7 +123,6 @@ class MachineHealthCheckReconciler:
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
         )
         self.checks: Informer
-        self.reader: OwnReader
         self.clusters: Informer
         self.machines: Informer
         self.steps: HealthCheckSteps
@@ -134,7 +132,6 @@ class MachineHealthCheckReconciler:
         self.checks = await self.cache.get_informer(MACHINE_HEALTH_CHECKS)
         with contextlib.suppress(ValueError):
             self.checks.add_indexer(BY_CLUSTER, _by_cluster)
-        self.reader = OwnReader(self.client, MACHINE_HEALTH_CHECKS, self.checks)
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         for name, index in (
@@ -144,7 +141,9 @@ class MachineHealthCheckReconciler:
             with contextlib.suppress(ValueError):
                 self.machines.add_indexer(name, index)
         self.steps = HealthCheckSteps(
-            Env(self.client, self.recorder, self.machines, watches=self), self.clusters
+            Env(self.client, self.recorder, self.machines, watches=self),
+            OwnReader(self.client, MACHINE_HEALTH_CHECKS, self.checks),
+            self.clusters,
         )
         self.controller.watch(self.checks)
         self.controller.watch(self.clusters, self._cluster_to_checks)
@@ -193,7 +192,7 @@ class MachineHealthCheckReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self.steps, key, self.reader, self.client, MACHINE_HEALTH_CHECKS)
+        return await self.steps.reconcile(key)
 
 
 class HealthCheckWatches(Protocol):
@@ -235,8 +234,9 @@ class HealthCheckSteps(Steps[Scope]):
     kind = "MachineHealthCheck"
     chain = True
 
-    def __init__(self, env: Env, clusters: Informer) -> None:
+    def __init__(self, env: Env, reader: OwnReader, clusters: Informer) -> None:
         self.env = env
+        self.reader = reader
         self.clusters = clusters
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:

@@ -58,7 +58,6 @@ from machinepool.runtime import (
     Steps,
     Stop,
     Then,
-    drive,
     get_logger,
 )
 
@@ -91,7 +90,6 @@ class MachinePoolReconciler:
             CONTROLLER_NAME, self.reconcile, concurrency=concurrency
         )
         self.pools: Informer
-        self.reader: OwnReader
         self.clusters: Informer
         self.machines: Informer
         self._watched: set[Resource] = set()
@@ -108,7 +106,6 @@ class MachinePoolReconciler:
         self.pools = await self.cache.get_informer(MACHINE_POOLS)
         for name, fn in watches.POOL_INDEXERS.items():
             self.pools.add_indexer(name, fn)
-        self.reader = OwnReader(self.client, MACHINE_POOLS, self.pools)
         self.clusters = await self.cache.get_informer(CLUSTERS)
         self.machines = await self.cache.get_informer(MACHINES)
         _index(self.machines, watches.BY_MEMBER_LABELS, watches.member_labels)
@@ -135,7 +132,10 @@ class MachinePoolReconciler:
             machines_up_to_date=self.machines_up_to_date,
             pool_node_taints=self.pool_node_taints,
         )
-        self.steps = PoolSteps(env, self.clusters, self.memory)
+        # From the cache, as upstream reads, but never older than our own last write: the
+        # patch on exit is a diff against this copy (see runtime.OwnReader).
+        reader = OwnReader(self.client, MACHINE_POOLS, self.pools)
+        self.steps = PoolSteps(env, reader, self.clusters, self.memory)
 
     # -- dynamic watches ------------------------------------------------------------------
 
@@ -194,9 +194,7 @@ class MachinePoolReconciler:
     # -- reconcile ------------------------------------------------------------------------
 
     async def reconcile(self, key: ObjectKey) -> Result:
-        # From the cache, as upstream reads, but never older than our own last write: the
-        # patch on exit is a diff against this copy (see runtime.OwnReader).
-        return await drive(self.steps, key, self.reader, self.client, MACHINE_POOLS)
+        return await self.steps.reconcile(key)
 
 
 class PoolSteps(Steps[Scope]):
@@ -206,8 +204,11 @@ class PoolSteps(Steps[Scope]):
 
     kind = "MachinePool"
 
-    def __init__(self, env: Env, clusters: Informer, memory: KeyMemory[PoolMemory]) -> None:
+    def __init__(
+        self, env: Env, reader: OwnReader, clusters: Informer, memory: KeyMemory[PoolMemory]
+    ) -> None:
         self.env = env
+        self.reader = reader
         self.clusters = clusters
         self.memory = memory
         self.spacing = ProgressSpacing()

@@ -40,7 +40,6 @@ from machinepool.runtime import (
     Steps,
     Stop,
     Then,
-    drive,
 )
 
 __all__ = ["AWSMachineReconciler"]
@@ -87,9 +86,6 @@ class AWSMachineReconciler(Steps[AWSMachineView]):
         self.machines = machines
         """Indexed by infrastructureRef (``pool.observe.INFRA_REF_INDEX``)."""
         self.reader = OwnReader(client, AWSMACHINES, aws_machines)
-
-    async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self, key, self.reader, self.client, AWSMACHINES)
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> AWSMachineView | Stop:
         # A copy that does not show the deletion yet does nothing: the watch event of the

@@ -63,7 +63,6 @@ from machinepool.runtime import (
     Stop,
     Then,
     copy_obj,
-    drive,
 )
 
 __all__ = ["AWSMachinePoolReconciler", "PoolInformers"]
@@ -141,9 +140,6 @@ class AWSMachinePoolReconciler(Steps[Scope]):
         # The pool from the informer, or this controller's own newer write of it: a diff
         # computed against a copy older than the last patch would resend or undo it.
         self.reader = OwnReader(client, AWSMACHINEPOOLS, informers.pools)
-
-    async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self, key, self.reader, self.client, AWSMACHINEPOOLS)
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> Scope | Stop:
         scope = self._scope(obj, patcher)

@@ -7,16 +7,16 @@ then launches in its other zones; the pool engine does the same: a create that f
 elsewhere until ``retry_after`` seconds have passed, when the domain is tried again (shortages
 end without notice, and spreading wants the domain back).
 
-The memory lives in the engine's process, not in the pool's status: losing it on a restart
-costs one more refused create, which is how it was learnt in the first place.
+The memory lives in the engine's process, one ``ZoneShortages`` in each pool's
+``PoolMemory.shortages`` (dropped with the rest of the pool's memory by its one
+``KeyMemory.forget``), not in the pool's status: losing it on a restart costs one more refused
+create, which is how it was learnt in the first place.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-
-from machinepool.runtime import ObjectKey
 
 __all__ = ["SHORTAGE_RETRY_SECONDS", "ZoneShortages"]
 
@@ -25,11 +25,11 @@ SHORTAGE_RETRY_SECONDS = 120.0
 
 
 class ZoneShortages:
-    """Per pool, the failure domains whose last create failed for lack of capacity.
+    """One pool's failure domains whose last create failed for lack of capacity.
 
     >>> shortages = ZoneShortages()
-    >>> shortages.record(ObjectKey("ns", "pool"), "zone-a")
-    >>> shortages.current(ObjectKey("ns", "pool"))
+    >>> shortages.record("zone-a")
+    >>> shortages.current()
     frozenset({'zone-a'})
     """
 
@@ -40,29 +40,17 @@ class ZoneShortages:
     ) -> None:
         self.retry_after = retry_after
         self._clock = clock
-        self._until: dict[ObjectKey, dict[str, float]] = {}
+        self._until: dict[str, float] = {}
+        """Failure domain -> when it is tried again."""
 
-    def __len__(self) -> int:
-        """Pools with a shortage remembered (expired ones go on the pool's next read)."""
-        return len(self._until)
+    def record(self, failure_domain: str) -> None:
+        """``failure_domain`` refused a create just now."""
+        self._until[failure_domain] = self._clock() + self.retry_after
 
-    def record(self, pool: ObjectKey, failure_domain: str) -> None:
-        """``failure_domain`` refused a create of ``pool`` just now."""
-        self._until.setdefault(pool, {})[failure_domain] = self._clock() + self.retry_after
-
-    def current(self, pool: ObjectKey) -> frozenset[str]:
-        """The domains of ``pool`` still short; forgets the ones whose time is up."""
-        until = self._until.get(pool)
-        if until is None:
+    def current(self) -> frozenset[str]:
+        """The domains still short; forgets the ones whose time is up."""
+        if not self._until:
             return frozenset()
         now = self._clock()
-        short = {fd: t for fd, t in until.items() if t > now}
-        if short:
-            self._until[pool] = short
-        else:
-            del self._until[pool]
-        return frozenset(short)
-
-    def forget(self, pool: ObjectKey) -> None:
-        """``pool`` is gone."""
-        self._until.pop(pool, None)
+        self._until = {fd: t for fd, t in self._until.items() if t > now}
+        return frozenset(self._until)

@@ -49,6 +49,7 @@ async def delete_pool(scope: PoolScope) -> Result:
             await backend.purge(instance.id)
     meta = scope.pool.metadata
     meta.finalizers = [f for f in meta.finalizers or [] if f != env.provider.pool_finalizer]
-    env.shortages.forget(scope.key)
-    env.expectations.forget(scope.key)
+    # Now, not when the pool is gone: a pool made again under its name before this engine
+    # sees the deletion must not inherit what was kept about this one.
+    env.memory.forget(scope.key)
     return Result()

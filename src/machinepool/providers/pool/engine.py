@@ -43,14 +43,13 @@ from machinepool.providers.pool.observe import (
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.report import progress_only, report
 from machinepool.providers.pool.scale import act, decide
-from machinepool.providers.pool.scope import EngineEnv, PoolMemory, PoolScope
+from machinepool.providers.pool.scope import EngineEnv, PoolScope
 from machinepool.providers.pool.types import CloudError
 from machinepool.runtime import (
     NODES,
     ClusterCache,
     ClusterNotConnected,
     Controller,
-    KeyMemory,
     Manager,
     Obj,
     ObjectKey,
@@ -65,7 +64,6 @@ from machinepool.runtime import (
     Then,
     controller_owner,
     describe_error,
-    drive,
     metadata_and_spec,
     run_phases,
 )
@@ -97,23 +95,18 @@ class PoolEngine(Steps[PoolScope]):
         self.controller: Controller | None = None
         self.reader = OwnReader(env.client, env.provider.pool_resource, env.pools)
         self._watched_clusters: set[ObjectKey] = set()
-        self.memory = KeyMemory(PoolMemory)
-        """What is kept about each pool from one pass to the next."""
         self.spacing = ProgressSpacing()
 
-    async def reconcile(self, key: ObjectKey) -> Result:
-        return await drive(self, key, self.reader, self.env.client, self.env.provider.pool_resource)
-
     def forget(self, key: ObjectKey) -> None:
-        self.memory.forget(key)
+        self.env.memory.forget(key)
 
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> PoolScope | Stop:
         pool = EnginePoolView(obj)
         if pool.deleting:
-            self.memory.of(key).rolling = False
+            self.env.memory.of(key).rolling = False
             if self.env.provider.pool_finalizer not in (pool.metadata.finalizers or []):
                 return Stop(then=Then.NOTHING)
-        return PoolScope(env=self.env, key=key, pool=pool, memory=self.memory.of(key))
+        return PoolScope(env=self.env, key=key, pool=pool, memory=self.env.memory.of(key))
 
     def guards(self, scope: PoolScope) -> Sequence[Phase[PoolScope]]:
         return (release_moved,) if scope.pool.deleting else (add_finalizer,)
@@ -194,7 +187,7 @@ class PoolEngine(Steps[PoolScope]):
         return [
             k
             for k in _machine_to_pool(self.env, machine)
-            if (kept := self.memory.get(k)) is not None and kept.rolling
+            if (kept := self.env.memory.get(k)) is not None and kept.rolling
         ]
 
 

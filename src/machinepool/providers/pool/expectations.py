@@ -18,18 +18,17 @@ passed (a cache that far behind is a fault of its own; nothing is held forever).
 a deleted Machine is gone from the cache, replaced by another of its name, or has its
 deletionTimestamp; a created instance is listed; a terminated one is not listed as live.
 
-The memory lives in the engine's process: after a restart the informers start from a fresh
-list, which shows every write made before it.
+The memory lives in the engine's process, one ``Expectations`` in each pool's
+``PoolMemory.expected`` (so the one ``KeyMemory.forget`` of the pool drops it with the rest):
+after a restart the informers start from a fresh list, which shows every write made before it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from machinepool.api.views import MachineView
-from machinepool.runtime import ObjectKey
 
 __all__ = ["EXPECTATION_TTL_SECONDS", "Expectations"]
 
@@ -37,30 +36,16 @@ EXPECTATION_TTL_SECONDS = 60.0
 """How long a pool waits for its caches to show what was written before going on regardless."""
 
 
-@dataclass
-class _Step:
-    deleted: dict[str, str] = field(default_factory=dict)
-    """Machine name -> uid of the Machine deleted."""
-    created: set[str] = field(default_factory=set)
-    """Instance ids created."""
-    terminated: set[str] = field(default_factory=set)
-    """Instance ids terminated."""
-    started: set[str] = field(default_factory=set)
-    """Warm instance ids started into the pool."""
-    until: float = 0.0
-
-
 class Expectations:
-    """Per pool, the Machine deletions, instance creations and terminations its caches have
-    yet to show.
+    """One pool's Machine deletions, instance creations, terminations and starts its caches
+    have yet to show; each write gives them all ``ttl`` seconds more.
 
     >>> clock = iter([0.0, 1.0, 2.0]).__next__
     >>> expect = Expectations(ttl=60, clock=clock)
-    >>> pool = ObjectKey("ns", "pool")
-    >>> expect.created(pool, ["i-1"])
-    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0": True})
+    >>> expect.created(["i-1"])
+    >>> expect.unmet(machine=lambda name: None, instances={"i-0": True})
     ['instance i-1 to be listed']
-    >>> expect.unmet(pool, machine=lambda name: None, instances={"i-0": True, "i-1": True})
+    >>> expect.unmet(machine=lambda name: None, instances={"i-0": True, "i-1": True})
     []
     """
 
@@ -71,69 +56,76 @@ class Expectations:
     ) -> None:
         self.ttl = ttl
         self._clock = clock
-        self._steps: dict[ObjectKey, _Step] = {}
+        self._deleted: dict[str, str] = {}
+        """Machine name -> uid of the Machine deleted."""
+        self._created: set[str] = set()
+        """Instance ids created."""
+        self._terminated: set[str] = set()
+        """Instance ids terminated."""
+        self._started: set[str] = set()
+        """Warm instance ids started into the pool."""
+        self._until = 0.0
 
-    def __len__(self) -> int:
-        """Pools with writes their caches have not shown yet (as of their last check)."""
-        return len(self._steps)
+    @property
+    def pending(self) -> bool:
+        """Writes the caches had not shown yet at the last ``unmet``."""
+        return bool(self._deleted or self._created or self._terminated or self._started)
 
-    def deleted(self, pool: ObjectKey, machine: str, uid: str) -> None:
-        """The engine just deleted ``machine`` (of ``uid``) for ``pool``."""
-        self._step(pool).deleted[machine] = uid
+    def deleted(self, machine: str, uid: str) -> None:
+        """The engine just deleted ``machine`` (of ``uid``)."""
+        self._deleted[machine] = uid
+        self._extend()
 
-    def created(self, pool: ObjectKey, instance_ids: Iterable[str]) -> None:
-        """The engine just created ``instance_ids`` for ``pool``."""
-        self._step(pool).created.update(instance_ids)
+    def created(self, instance_ids: Iterable[str]) -> None:
+        """The engine just created ``instance_ids``."""
+        self._created.update(instance_ids)
+        self._extend()
 
-    def terminated(self, pool: ObjectKey, instance_id: str) -> None:
-        """The infra machine controller just terminated ``instance_id`` of ``pool``."""
-        self._step(pool).terminated.add(instance_id)
+    def terminated(self, instance_id: str) -> None:
+        """The infra machine controller just terminated ``instance_id``."""
+        self._terminated.add(instance_id)
+        self._extend()
 
-    def started(self, pool: ObjectKey, instance_ids: Iterable[str]) -> None:
-        """The engine just started the warm instances ``instance_ids`` of ``pool``."""
-        self._step(pool).started.update(instance_ids)
+    def started(self, instance_ids: Iterable[str]) -> None:
+        """The engine just started the warm instances ``instance_ids``."""
+        self._started.update(instance_ids)
+        self._extend()
 
     def unmet(
         self,
-        pool: ObjectKey,
         *,
         machine: Callable[[str], MachineView | None],
         instances: Mapping[str, bool],
         warm: Collection[str] = frozenset(),
     ) -> list[str]:
-        """What of ``pool``'s writes the caches do not show yet, in words:
+        """What of the pool's writes the caches do not show yet, in words:
         ``machine(name)`` is the Machine cache's copy, ``instances`` maps each listed
         instance id to whether it is live (not terminated), ``warm`` holds the ids of those
-        still in the warm pool. Forgets what they show, and
-        everything once its time is up."""
-        step = self._steps.get(pool)
-        if step is None:
+        still in the warm pool. Forgets what they show, and everything once its time is up."""
+        if not self.pending:
             return []
-        if self._clock() >= step.until:
-            del self._steps[pool]
+        if self._clock() >= self._until:
+            self._clear()
             return []
-        for name, uid in list(step.deleted.items()):
+        for name, uid in list(self._deleted.items()):
             seen = machine(name)
             if seen is None or seen.metadata.uid != uid or seen.deleting:
-                del step.deleted[name]
-        step.created -= instances.keys()
-        step.terminated = {i for i in step.terminated if instances.get(i, False)}
-        step.started &= set(warm)
-        if not (step.deleted or step.created or step.terminated or step.started):
-            del self._steps[pool]
-            return []
+                del self._deleted[name]
+        self._created -= instances.keys()
+        self._terminated = {i for i in self._terminated if instances.get(i, False)}
+        self._started &= set(warm)
         return (
-            [f"Machine {name} to be deleted" for name in sorted(step.deleted)]
-            + [f"instance {iid} to be listed" for iid in sorted(step.created)]
-            + [f"instance {iid} to be listed as terminated" for iid in sorted(step.terminated)]
-            + [f"instance {iid} to be listed as started" for iid in sorted(step.started)]
+            [f"Machine {name} to be deleted" for name in sorted(self._deleted)]
+            + [f"instance {iid} to be listed" for iid in sorted(self._created)]
+            + [f"instance {iid} to be listed as terminated" for iid in sorted(self._terminated)]
+            + [f"instance {iid} to be listed as started" for iid in sorted(self._started)]
         )
 
-    def forget(self, pool: ObjectKey) -> None:
-        """``pool`` is gone."""
-        self._steps.pop(pool, None)
+    def _extend(self) -> None:
+        self._until = self._clock() + self.ttl
 
-    def _step(self, pool: ObjectKey) -> _Step:
-        step = self._steps.setdefault(pool, _Step())
-        step.until = self._clock() + self.ttl
-        return step
+    def _clear(self) -> None:
+        self._deleted.clear()
+        self._created.clear()
+        self._terminated.clear()
+        self._started.clear()

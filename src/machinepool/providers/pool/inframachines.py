@@ -33,7 +33,6 @@ from machinepool.runtime import (
     Steps,
     Stop,
     Then,
-    drive,
     gather_bounded,
 )
 
@@ -224,10 +223,6 @@ class InfraMachineReconciler(Steps[EngineMachineView]):
         self.kind = env.provider.machine_resource.kind
         self.reader = OwnReader(env.client, env.provider.machine_resource, env.infra_machines)
 
-    async def reconcile(self, key: ObjectKey) -> Result:
-        env = self.env
-        return await drive(self, key, self.reader, env.client, env.provider.machine_resource)
-
     def scope(self, key: ObjectKey, obj: Obj, patcher: Patcher) -> EngineMachineView | Stop:
         machine = EngineMachineView(obj)
         finalizers = machine.metadata.finalizers or []
@@ -250,7 +245,7 @@ class InfraMachineReconciler(Steps[EngineMachineView]):
         if pool is not None and not deleted_for_move(machine.raw):
             backend = await env.provider.backend(pool)
             await backend.delete(instance_id)
-            env.expectations.terminated(ObjectKey.of(pool), instance_id)
+            env.memory.of(ObjectKey.of(pool)).expected.terminated(instance_id)
         return Result()
 
     async def release_finalizer(self, machine: EngineMachineView) -> Result:

@@ -125,7 +125,7 @@ async def list_instances(scope: PoolScope) -> Result:
 
 async def await_own_writes(scope: PoolScope) -> Result:
     """Stop here while the caches do not yet show what this engine wrote for the pool
-    (``expectations``): a plan, or an infra machine made for a listed instance, is only as
+    (``PoolMemory.expected``): a plan, or an infra machine made for a listed instance, is only as
     good as the view it is made from. The events that show the writes queue the pool; the
     requeue is for a watch that loses them."""
     env = scope.env
@@ -138,7 +138,7 @@ async def await_own_writes(scope: PoolScope) -> Result:
         i.id: i.state is not InstanceState.TERMINATED for i in [*scope.instances, *scope.warm]
     }
     warm = {i.id for i in scope.warm}
-    if not env.expectations.unmet(scope.key, machine=machine, instances=listed, warm=warm):
+    if not scope.memory.expected.unmet(machine=machine, instances=listed, warm=warm):
         return Result()
     return Stop(requeue_after=_CACHE_REQUEUE, then=Then.NOTHING)
 

@@ -160,7 +160,7 @@ def _full_domains(scope: PoolScope, members: list[Member]) -> frozenset[str]:
         for fd, capacity in scope.backend.failure_domains().items()
         if capacity is not None and counts.get(fd, 0) >= capacity
     }
-    return frozenset(declared | scope.env.shortages.current(scope.key))
+    return frozenset(declared | scope.memory.shortages.current())
 
 
 async def act(scope: PoolScope) -> Result:
@@ -319,7 +319,7 @@ async def _delete_machine(scope: PoolScope, name: str) -> None:
     machine = scope.machines[name]
     uid = machine.metadata.uid or ""
     await scope.env.client.delete(MACHINES, name, scope.namespace, uid=uid)
-    scope.env.expectations.deleted(scope.key, name, uid)
+    scope.memory.expected.deleted(name, uid)
 
 
 async def _bootstrap_data(scope: PoolScope) -> tuple[bytes, str] | None:
@@ -383,7 +383,7 @@ async def _start_instances(scope: PoolScope, ids: list[str], data: tuple[bytes, 
         else:
             started.append(instance_id)
     if started:
-        scope.env.expectations.started(scope.key, started)
+        scope.memory.expected.started(started)
         await scope.env.recorder.event(
             scope.pool.raw,
             "Normal",
@@ -402,7 +402,7 @@ async def _delete_warm(scope: PoolScope, ids: list[str]) -> None:
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
-            scope.env.expectations.terminated(scope.key, instance_id)
+            scope.memory.expected.terminated(instance_id)
 
 
 async def _create_instances(scope: PoolScope, specs: list[InstanceSpec]) -> None:
@@ -424,10 +424,10 @@ async def _create_instances(scope: PoolScope, specs: list[InstanceSpec]) -> None
             elsewhere = ""
             if isinstance(outcome, CapacityError):
                 # As an Auto Scaling group does: launch in the other zones for a while.
-                scope.env.shortages.record(scope.key, outcome.failure_domain)
+                scope.memory.shortages.record(outcome.failure_domain)
                 elsewhere = (
                     "; new instances go to other failure domains for"
-                    f" {scope.env.shortages.retry_after:.0f} s"
+                    f" {scope.memory.shortages.retry_after:.0f} s"
                 )
             refused.setdefault(f"{outcome}{elsewhere}", []).append(spec.instance_id)
             scope.errors.append(outcome)
@@ -436,7 +436,7 @@ async def _create_instances(scope: PoolScope, specs: list[InstanceSpec]) -> None
             unexpected = unexpected or outcome
         else:
             (scope.warm if outcome.warm else scope.instances).append(outcome)
-            scope.env.expectations.created(scope.key, [outcome.id])
+            scope.memory.expected.created([outcome.id])
             created.append(spec)
     for error, ids in refused.items():
         message = failed_message(ids, error)

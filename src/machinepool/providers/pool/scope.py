@@ -22,9 +22,41 @@ from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
 from machinepool.providers.pool.strategy import RollingUpdate
 from machinepool.providers.pool.types import Backend, Instance
-from machinepool.runtime import Client, ClusterCache, EventRecorder, Informer, ObjectKey
+from machinepool.runtime import (
+    Client,
+    ClusterCache,
+    EventRecorder,
+    Informer,
+    KeyMemory,
+    ObjectKey,
+)
 
 __all__ = ["EngineEnv", "PoolMemory", "PoolScope"]
+
+
+@dataclass
+class PoolMemory:
+    """What the engine keeps about one pool from one pass to the next, all of it: one
+    ``runtime.KeyMemory`` (``EngineEnv.memory``) holds it, and its one ``forget`` drops it when
+    the pool lets go of its finalizer (``delete.delete_pool``) or is gone."""
+
+    statuses_sent: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Infra machine name -> when, and for which instance state, the engine last wrote its
+    status, until the cache shows it (``inframachines.sync_infra_machines``)."""
+    rolling: bool = False
+    """The last plan depended on Node readiness (``PoolScope.rolling``): outside a rollout, a
+    Node that is Ready changes no step a pool would take, and waking a 1,000-instance pool
+    for each of its Nodes' joins kept the engine busy re-reading it; a scale-down reads
+    readiness afresh when the MachinePool's spec wakes the pool. A Node that is not Ready
+    wakes its pool always: its instance may have failed."""
+    written_at: float | None = None
+    """When the pool was last written: its progress reports are spaced out."""
+    expected: Expectations = field(default_factory=Expectations)
+    """What this engine (and its infra machine controller) wrote for the pool that the caches
+    have yet to show (``observe.await_own_writes``)."""
+    shortages: ZoneShortages = field(default_factory=ZoneShortages)
+    """Failure domains that refused the pool a create for lack of capacity
+    (``scale._full_domains``)."""
 
 
 @dataclass(frozen=True)
@@ -40,28 +72,9 @@ class EngineEnv:
     machines: Informer
     machine_pools: Informer
     clusters: Informer
-    shortages: ZoneShortages = field(default_factory=ZoneShortages)
-    """Failure domains that refused a create for lack of capacity, per pool."""
-    expectations: Expectations = field(default_factory=Expectations)
-    """Per pool, what this engine wrote that the caches have yet to show."""
-
-
-@dataclass
-class PoolMemory:
-    """What the engine keeps about one pool from one pass to the next (``runtime.KeyMemory``:
-    forgotten, with the pool's ``expectations`` and ``shortages``, when the pool is gone)."""
-
-    statuses_sent: dict[str, tuple[float, str]] = field(default_factory=dict)
-    """Infra machine name -> when, and for which instance state, the engine last wrote its
-    status, until the cache shows it (``machines.sync_infra_machines``)."""
-    rolling: bool = False
-    """The last plan depended on Node readiness (``PoolScope.rolling``): outside a rollout, a
-    Node that is Ready changes no step a pool would take, and waking a 1,000-instance pool
-    for each of its Nodes' joins kept the engine busy re-reading it; a scale-down reads
-    readiness afresh when the MachinePool's spec wakes the pool. A Node that is not Ready
-    wakes its pool always: its instance may have failed."""
-    written_at: float | None = None
-    """When the pool was last written: its progress reports are spaced out."""
+    memory: KeyMemory[PoolMemory] = field(default_factory=lambda: KeyMemory(PoolMemory))
+    """What is kept about each pool from one pass to the next: the pool controller's and the
+    infra machine controller's, which records the instances it terminates."""
 
 
 @dataclass
@@ -71,10 +84,10 @@ class PoolScope:
     env: EngineEnv
     key: ObjectKey
     pool: EnginePoolView
-    memory: PoolMemory
-    """What was kept about this pool from the passes before."""
     """The infra pool, mutated by phases through the view; ``pool.raw`` is patched once on
     exit, and is what the provider's hooks are given."""
+    memory: PoolMemory
+    """What was kept about this pool from the passes before (``env.memory.of(key)``)."""
     machine_pool: MachinePoolView | None = None
     """The owning MachinePool (observe.load_owner)."""
     cluster: ClusterView | None = None

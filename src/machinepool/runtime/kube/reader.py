@@ -38,8 +38,11 @@ class OwnReader:
     """The informer's copy of an object, or this reconciler's newer write of it."""
 
     def __init__(self, client: Client, resource: Resource, informer: Informer) -> None:
-        self._client = client
-        self._resource = resource
+        self.client = client
+        """The live GET when the informer's copy cannot be ordered; ``runtime.drive`` writes
+        the object through it too."""
+        self.resource = resource
+        """The kind read (and written by ``runtime.drive``)."""
         self._informer = informer
         self._written: dict[ObjectKey, Obj] = {}
 
@@ -75,6 +78,6 @@ class OwnReader:
 
     async def _live(self, key: ObjectKey) -> Obj | None:
         try:
-            return await self._client.get(self._resource, key.name, key.namespace)
+            return await self.client.get(self.resource, key.name, key.namespace)
         except NotFound:
             return None

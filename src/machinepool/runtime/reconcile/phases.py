@@ -2,10 +2,11 @@
 scope, sums up and writes once on the way out, whatever the exit.
 
 Every reconciler here (the core MachinePool, Machine and MachineHealthCheck controllers, the
-kubeadm bootstrap, the pool engine) is a ``Steps`` that ``drive`` runs, so a failure is noted,
-written and retried the same way whichever controller met it::
+kubeadm bootstrap, the pool engine, the AWS provider's) is a ``Steps`` that ``drive`` runs
+(``Steps.reconcile``: what its controller calls), so a failure is noted, written and retried
+the same way whichever controller met it::
 
-    obj = await reader.get(key)
+    obj = await steps.reader.get(key)         # its OwnReader: also whom the write goes to
     steps.before(key, obj)                    # e.g. a cleanup; None: steps.forget(key), done
     scope = steps.scope(key, obj)             # a Stop: no Cluster, not ours (the guards
                                               # that need no scope)
@@ -51,7 +52,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from machinepool.runtime.kube.client import Client, Obj, Resource
+from machinepool.runtime.kube.client import Obj
 from machinepool.runtime.kube.errors import Conflict, NotFound, describe_error
 from machinepool.runtime.kube.keys import ObjectKey
 from machinepool.runtime.kube.patch import Patcher
@@ -270,6 +271,14 @@ class Steps(ABC, Generic[S]):
     """How messages name the kind (``MachinePool``)."""
     chain: bool = False
     """Each phase needs what the ones before it found: the first failure ends the run."""
+    reader: OwnReader
+    """Where the object is read from, and (its client, its resource) written to: set by the
+    subclass's ``__init__``, or by the reconciler that builds the steps once its informer is
+    there."""
+
+    async def reconcile(self, key: ObjectKey) -> Result:
+        """One reconcile of ``key`` (``drive`` over these steps): what a controller runs."""
+        return await drive(self, key)
 
     async def before(self, key: ObjectKey, obj: Obj | None) -> Result | None:
         """The kind's work on ``key`` before its object (``None``: gone), such as the
@@ -320,19 +329,19 @@ class Steps(ABC, Generic[S]):
         return f"{self.kind} {key}"
 
 
-async def drive(
-    steps: Steps[S], key: ObjectKey, reader: OwnReader, client: Client, resource: Resource
-) -> Result:
+async def drive(steps: Steps[S], key: ObjectKey) -> Result:
     """One reconcile of ``key``: read, build the scope, guard, run the phases, report, write
-    once, settle (the module docstring has the rules). ``reader``: the cache, never older
-    than our own last write, since the write is a diff against this copy."""
+    once, settle (the module docstring has the rules). Read through ``steps.reader``: the
+    cache, never older than our own last write, since the write is a diff against this copy;
+    written through its client, to its resource."""
+    reader = steps.reader
     obj = await reader.get(key)
     if (done := await steps.before(key, obj)) is not None:
         return done
     if obj is None:
         steps.forget(key)
         return Result()
-    patcher = Patcher(client, resource, obj, on_patched=reader.wrote)
+    patcher = Patcher(reader.client, reader.resource, obj, on_patched=reader.wrote)
     built = steps.scope(key, obj, patcher)
     if isinstance(built, Stop):
         if built.then is Then.NOTHING:
