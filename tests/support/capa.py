@@ -302,6 +302,16 @@ class Network:
     def create(cls, moto: MotoServer) -> Network:
         ec2 = moto.client("ec2")
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        # The DHCP options an AWS account gives every VPC; moto leaves a VPC without any (its
+        # DescribeVpcs says "default", an id DescribeDhcpOptions refuses), and CAPA's AWSMachine
+        # reads them for the domain of an instance's private DNS name.
+        options = ec2.create_dhcp_options(
+            DhcpConfigurations=[
+                {"Key": "domain-name", "Values": [f"{REGION}.compute.internal"]},
+                {"Key": "domain-name-servers", "Values": ["AmazonProvidedDNS"]},
+            ]
+        )["DhcpOptions"]["DhcpOptionsId"]
+        ec2.associate_dhcp_options(DhcpOptionsId=options, VpcId=vpc)
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20", AvailabilityZone=ZONE)
         groups = [
             ec2.create_security_group(GroupName=name, Description=name, VpcId=vpc)["GroupId"]
