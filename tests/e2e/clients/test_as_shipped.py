@@ -45,21 +45,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import yaml
-from tests.reliability.report import command_line, git_revision
+from tests.reliability.report import git_revision
 from tests.support import certmanager, eventually, wait_for
-from tests.support.conditions import is_true
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
 from machinepool.api.constants import POOL_NAME_LABEL
@@ -79,12 +75,15 @@ from machinepool.simworld.cloud import SimCloud
 
 from .harness import (
     NAMESPACE,
+    NO_VERSION_CHECK,
     VERSION,
-    AsUser,
+    Installed,
     build_clusterctl,
     kubectl,
     load_generator,
+    ready,
     run,
+    write_report,
 )
 
 pytestmark = [
@@ -104,49 +103,28 @@ PROVIDER_NAMESPACES = {
 """Each provider's namespace and its Deployment, as deploy/release names them."""
 CLUSTER = "demo"
 POOL = f"{CLUSTER}-mp-0"
-NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
 INSTANCE_SELECTOR = "sim.infrastructure.cluster.x-k8s.io/instance=true"
 SERVICES = Resource("", "v1", "services", "Service")
 READY = 240.0
 """Seconds for the Pods to turn Ready: first sandboxes and a 450 MiB image on two busy cores."""
 KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools", "simmachines")
 """What a pool is made of in the management cluster."""
-REPORT_ENV = "MACHINEPOOL_AS_SHIPPED_REPORT"
 FIGURES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report() -> Iterator[dict[str, str]]:
-    """The tier's figures, written at the end when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names
-    a file (docs/as-shipped.md), with the command and revision that measured them."""
+def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The module's figures, written at the end into its section of the as-shipped report
+    when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names it (docs/as-shipped.md)."""
     revision = git_revision()
     yield FIGURES
-    target = os.environ.get(REPORT_ENV)
-    if target and FIGURES:
-        Path(target).write_text(render(FIGURES, revision))
+    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
 
 
-def render(figures: dict[str, str], revision: str) -> str:
-    lines = [
-        "# machinepool as it ships (generated)",
-        "",
-        "Written by `tests/e2e/clients/test_as_shipped.py` itself; do not edit by hand: rerun",
-        "the command below to refresh it. The tier loads the controller image into a real",
-        "node's containerd and installs our providers with `clusterctl init`, as the user guide",
-        "says (see the module's docstring for what it checks).",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| command | `{REPORT_ENV}={os.environ.get(REPORT_ENV, '')} {command_line()}` |",
-        f"| revision | {revision} |",
-        f"| written | {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
-        f"| machine | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} |",
-        "",
-        "| figure | value |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in figures.items()),
-    ]
-    return "\n".join(lines) + "\n"
+ABOUT = (
+    "Our image loaded into a real node's containerd and our providers installed by\n"
+    "`clusterctl init`, as the user guide says."
+)
 
 
 # -- the management cluster, the image and the providers ------------------------------------
@@ -173,36 +151,6 @@ def management(
         yield cp
     finally:
         cp.stop()
-
-
-@dataclass
-class Installed(AsUser):
-    """The management cluster after ``clusterctl init``, its Pods Ready."""
-
-    cp: ControlPlane
-    client: Client
-    init_output: str
-    pods: dict[str, Obj] = field(default_factory=dict)
-    """Our Pods by namespace, once Ready."""
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.cp.kubeconfig
-
-    def logs(self) -> str:
-        """The provider Pods and each one's last log lines (its previous container's, after a
-        restart), for a failure's message."""
-        out = [kubectl(self.kubeconfig, "get", "pods", "-A", "-o", "wide").stdout]
-        for namespace in PROVIDER_NAMESPACES:
-            for previous in ("--previous=false", "--previous=true"):
-                result = kubectl(self.kubeconfig, "logs", "-n", namespace, "--tail=30",
-                                 "-l", "control-plane", previous)  # fmt: skip
-                out.append(f"--- {namespace} {previous}\n{result.stdout}{result.stderr}")
-        return "\n".join(out)
-
-
-def ready(obj: Obj | None) -> bool:
-    return is_true(obj, "Ready")
 
 
 @pytest.fixture(scope="module")
@@ -246,20 +194,8 @@ async def installed(
         assert init.returncode == 0, init.stderr
         FIGURES["`clusterctl init`"] = f"{time.monotonic() - started:.1f} s"
         done = Installed(management, client, init.stdout + init.stderr)
-
-        async def all_ready() -> bool:
-            for namespace, deployment in PROVIDER_NAMESPACES.items():
-                selector = f"control-plane={deployment}"
-                pods = (await client.list(PODS, namespace, label_selector=selector)).items
-                if len(pods) != 1 or not ready(pods[0]):
-                    return False
-                done.pods[namespace] = pods[0]
-            return True
-
-        try:
-            await eventually(all_ready, "every provider Pod Ready", within=READY, interval=0.5)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{done.logs()}") from None
+        selectors = {ns: f"control-plane={d}" for ns, d in PROVIDER_NAMESPACES.items()}
+        await done.wait_pods(selectors, within=READY)
         FIGURES["`clusterctl init` to every Pod Ready"] = f"{time.monotonic() - started:.1f} s"
         yield done
 
