@@ -127,20 +127,8 @@ class Provider:
     workload: WorkloadCluster
 
 
-def _ca_secret(workload: WorkloadCluster) -> Obj:
-    """The cluster CA as a control-plane provider stores it (upstream reads the key too)."""
-    pem = {"tls.crt": workload.ca_cert_pem, "tls.key": workload.ca_key_pem}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": f"{CLUSTER}-ca", "namespace": NAMESPACE},
-        "data": {k: base64.b64encode(v).decode() for k, v in pem.items()},
-    }
-
-
 async def _cluster(client: Client, workload: WorkloadCluster) -> None:
-    await cluster_namespace(client, NAMESPACE, workload, test_cluster=False)
-    await client.create(SECRETS, _ca_secret(workload), NAMESPACE)
+    await cluster_namespace(client, NAMESPACE, workload, test_cluster=False, ca=True)
 
 
 def _pool(name: str, version: str) -> Obj:

@@ -20,6 +20,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,10 +124,11 @@ def git_revision() -> str:
     return f"git {sha}" + (" (modified)" if dirty else "")
 
 
-def command_line() -> str:
-    """The command that ran this session, as typed from the repository root."""
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that ran this session (``argv``, else this process's), as typed from the
+    repository root."""
     env = [f"{k}={shlex.quote(os.environ[k])}" for k in _ENV_SHOWN if k in os.environ]
-    argv = list(sys.argv)
+    argv = list(sys.argv if argv is None else argv)
     program = Path(argv[0])
     if program.is_absolute() and program.is_relative_to(REPO):
         argv[0] = str(program.relative_to(REPO))

@@ -36,7 +36,12 @@ from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
 from tests.support.builders import CLUSTER, create_pool
 from tests.support.pools import roll_pool
-from tests.support.resources import MACHINE_HEALTH_CHECKS, MACHINE_POOLS, MACHINE_POOLS_V1BETA1
+from tests.support.resources import (
+    MACHINE_DEPLOYMENTS,
+    MACHINE_HEALTH_CHECKS,
+    MACHINE_POOLS,
+    MACHINE_POOLS_V1BETA1,
+)
 from tests.support.upstream import (
     TEST_MACHINE_TEMPLATES,
     UpstreamProcess,
@@ -69,9 +74,6 @@ UPSTREAM_CONFIGS = (
     (VALIDATING_WEBHOOKS, "capi-validating-webhook-configuration"),
 )
 MP_CRD = "machinepools.cluster.x-k8s.io"
-MACHINE_DEPLOYMENTS = Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
-)
 MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
 
 

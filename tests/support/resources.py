@@ -51,3 +51,7 @@ CLUSTER_ROLE_BINDINGS = Resource(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+MACHINE_DEPLOYMENTS = Resource(
+    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
+)
+"""Upstream's kind (we serve none): for the tests that run its core beside ours."""

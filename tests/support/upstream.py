@@ -8,13 +8,15 @@ run upstream's real core manager (beside us, or against us in the conformance su
   webhook)``.
 - ``UpstreamProcess``: upstream's core manager, killable and restartable like ours.
 - ``cluster_namespace``: a namespace with a provisioned Cluster on a workload cluster.
-- ``clusterctl_mirror``: a local clusterctl repository of upstream's core provider release,
-  for ``clusterctl init`` offline (GitHub, where clusterctl fetches it, is out of reach).
+- ``clusterctl_mirror``: a local clusterctl repository of upstream's core (and kubeadm
+  bootstrap) provider release, for ``clusterctl init`` offline (GitHub, where clusterctl
+  fetches it, is out of reach).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import shutil
 import subprocess
@@ -52,6 +54,7 @@ __all__ = [
     "TEST_CONTROL_PLANES",
     "TEST_CONTROL_PLANE_TEMPLATES",
     "TEST_CRDS",
+    "TEST_MACHINES",
     "TEST_MACHINE_POOLS",
     "TEST_MACHINE_TEMPLATES",
     "UpstreamProcess",
@@ -65,6 +68,9 @@ TEST_CLUSTERS = Resource(
 )
 TEST_MACHINE_TEMPLATES = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinetemplates", "TestMachineTemplate"
+)
+TEST_MACHINES = Resource(
+    "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachines", "TestMachine"
 )
 TEST_MACHINE_POOLS = Resource(
     "infrastructure.cluster.x-k8s.io", "v1beta2", "testmachinepools", "TestMachinePool"
@@ -197,14 +203,20 @@ async def cluster_namespace(
     labels: Mapping[str, str] | None = None,
     test_cluster: bool = True,
     infrastructure_ref: Obj | None = None,
+    server: str | None = None,
+    ca: bool = False,
 ) -> None:
     """Namespace ``name`` with Cluster ``work`` (labelled ``labels``) on ``workload``: its
     infrastructure a provisioned ``TestCluster`` (unless ``test_cluster`` is False: no
     upstream Cluster webhook asks for one), or ``infrastructure_ref`` (an infra cluster the
-    caller made), its status initialized, its kubeconfig Secret beside it."""
+    caller made), its status initialized, its kubeconfig Secret beside it. ``server``: the
+    URL controllers reach the workload apiserver at, if not ``workload.url``
+    (``workload.pod_url`` for Pods on a real node). ``ca``: its ``work-ca`` Secret too, the
+    cluster CA as a control-plane provider stores it (upstream's kubeadm bootstrap provider
+    reads it, the key too, for a join's CA pin)."""
     with contextlib.suppress(AlreadyExists):  # made beforehand, e.g. to grant access in it
         await client.create(NAMESPACES, {"metadata": {"name": name}})
-    cluster = cluster_object(CLUSTER, name, workload)
+    cluster = cluster_object(CLUSTER, name, workload, server)
     cluster["metadata"].setdefault("labels", {}).update(labels or {})
     if infrastructure_ref is not None:
         cluster["spec"]["infrastructureRef"] = infrastructure_ref
@@ -224,31 +236,52 @@ async def cluster_namespace(
             "kind": "TestCluster",
             "name": CLUSTER,
         }
-    await client.create(SECRETS, kubeconfig_secret(CLUSTER, name, workload), name)
+    await client.create(SECRETS, kubeconfig_secret(CLUSTER, name, workload, server), name)
+    if ca:
+        pem = {"tls.crt": workload.ca_cert_pem, "tls.key": workload.ca_key_pem}
+        secret = {
+            "metadata": {"name": f"{CLUSTER}-ca", "namespace": name},
+            "data": {k: base64.b64encode(v).decode() for k, v in pem.items()},
+        }
+        await client.create(SECRETS, secret, name)
     await client.create(CLUSTERS, cluster, name)
     await client.patch(
         CLUSTERS, CLUSTER, cluster_status(), name, subresource="status", patch_type=PatchType.MERGE
     )
 
 
-def clusterctl_mirror(directory: Path) -> Obj:
-    """Upstream's core provider release as a clusterctl local repository under ``directory``:
+def clusterctl_mirror(directory: Path, *, bootstrap: bool = False) -> list[Obj]:
+    """Upstream's core provider release (and, with ``bootstrap``, its kubeadm bootstrap
+    provider's) as a clusterctl local repository under ``directory``:
     ``cluster-api/<version>/core-components.yaml`` rendered from the pinned module's
-    ``core/config/default`` (what its release runs kustomize on) and its ``metadata.yaml``.
-    Returns the ``providers:`` entry of a clusterctl.yaml that points at it, as a user
-    without GitHub (an air-gapped mirror) writes one."""
+    ``core/config/default`` as its release renders it (``upstream.as_released``: its image
+    in the release registry, pulled if not present), and its ``metadata.yaml``; likewise
+    ``bootstrap-kubeadm/<version>/bootstrap-components.yaml`` from
+    ``bootstrap/kubeadm/config/default``. Returns the ``providers:`` entries of a
+    clusterctl.yaml that point at them, as a user without GitHub (an air-gapped mirror)
+    writes them."""
     module = upstream.module_dir()
-    folder = directory / "cluster-api" / upstream.version()
-    folder.mkdir(parents=True, exist_ok=True)
     kubectl = optional_binary("kubectl")
     assert kubectl is not None, "kubectl is missing: run `make controlplane`"
-    rendered = subprocess.run(
-        [str(kubectl), "kustomize", str(module / "core" / "config" / "default")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    components = folder / "core-components.yaml"
-    components.write_text(rendered.stdout)
-    shutil.copyfile(module / "metadata.yaml", folder / "metadata.yaml")
-    return {"name": "cluster-api", "url": str(components), "type": "CoreProvider"}
+    releases = [("cluster-api", "CoreProvider", "core", "core-components.yaml", "manager")]
+    if bootstrap:
+        releases.append(
+            ("kubeadm", "BootstrapProvider", "bootstrap/kubeadm", "bootstrap-components.yaml",
+             "bootstrap")
+        )  # fmt: skip
+    entries = []
+    for name, kind, source, file, target in releases:
+        folder = directory / ("bootstrap-kubeadm" if target == "bootstrap" else name)
+        folder /= upstream.version()
+        folder.mkdir(parents=True, exist_ok=True)
+        rendered = subprocess.run(
+            [str(kubectl), "kustomize", str(module / source / "config" / "default")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        components = folder / file
+        components.write_text(upstream.as_released(rendered.stdout, target))
+        shutil.copyfile(module / "metadata.yaml", folder / "metadata.yaml")
+        entries.append({"name": name, "url": str(components), "type": kind})
+    return entries

@@ -9,6 +9,10 @@ comparison runs and the tests that run us beside upstream.
   (``capi-`` name prefix, conversion through its webhook server), pointed at a local URL.
 - ``UpstreamWebhook.create`` makes the serving certificate and port once, so restarts of the
   manager keep the configurations valid; ``manager_argv`` is the command line.
+- ``manager_image(target, binary)`` and ``as_released(components, target)``: a manager in an
+  image named as upstream's release names it, and a provider's rendered components as its
+  release publishes them (that image, pulled only if not present), for running upstream's
+  providers as Pods on a real node.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ from typing import Any
 
 import yaml
 
+from machinepool.controlplane import images
 from machinepool.controlplane.process import free_port
 from machinepool.runtime import copy_obj, pki
 
 __all__ = [
+    "RELEASE_IMAGES",
     "UpstreamWebhook",
+    "as_released",
     "build",
     "crds",
     "manager_argv",
+    "manager_image",
     "module_dir",
     "source_dir",
     "version",
@@ -39,6 +47,14 @@ NAME_PREFIX = "capi-"
 """What upstream's core kustomization prefixes names with (capi-system, capi-... configs)."""
 
 Obj = dict[str, Any]
+
+RELEASE_REGISTRY = "registry.k8s.io/cluster-api"
+STAGING_REGISTRY = "gcr.io/k8s-staging-cluster-api"
+"""Where upstream's release names its images, and where its source's manifests name them
+(its Makefile's ``PROD_REGISTRY`` and ``STAGING_REGISTRY``)."""
+RELEASE_IMAGES = {"manager": "cluster-api-controller", "bootstrap": "kubeadm-bootstrap-controller"}
+"""``build`` target -> the name of its image (the Makefile's ``IMAGE_NAME`` and
+``KUBEADM_BOOTSTRAP_IMAGE_NAME``)."""
 
 
 def source_dir() -> Path:
@@ -60,6 +76,44 @@ def build(target: str) -> Path:
     if out.returncode != 0:
         raise RuntimeError(f"bench/upstream/build.sh {target} failed:\n{out.stderr.strip()}")
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def manager_image(target: str, binary: Path) -> images.ImageSpec:
+    """Upstream's manager ``target`` (``build(target)``'s ``binary``) as its release image holds
+    it: the static binary at ``/manager``, run as the non-root user 65532, and nothing else.
+    Its Dockerfile's base (distroless ``static:nonroot``) adds a CA bundle and an
+    ``/etc/passwd``, which the manager does not read: it reaches API servers with the CAs of
+    its ServiceAccount and of the clusters' kubeconfigs, and the Pod names its user by number.
+
+    Named as the release's manifests name it (``as_released``), so that its components install
+    unchanged: imported into a node's containerd under that name, the kubelet finds it present
+    and pulls nothing.
+    """
+    return images.ImageSpec(
+        name=f"{RELEASE_REGISTRY}/{RELEASE_IMAGES[target]}",
+        tag=version(),
+        debian=None,
+        files=(images.AddFile(binary, "/manager"),),
+        entrypoint=("/manager",),
+        user="65532:65532",
+        env=(("PATH", images.DEFAULT_PATH),),
+    )
+
+
+def as_released(components: str, target: str) -> str:
+    """A provider's components rendered from its source (``kustomize build
+    <provider>/config/default``) as its release publishes them: the manager's image named in
+    the release registry with the release's tag, pulled only if not present. That is what its
+    Makefile's ``manifest-modification`` sets (with ``sed``, in the kustomize patches) before
+    ``release-manifests`` renders the same folder."""
+    staging = f"image: {STAGING_REGISTRY}/{RELEASE_IMAGES[target]}:main"
+    released = f"image: {RELEASE_REGISTRY}/{RELEASE_IMAGES[target]}:{version()}"
+    for old in (staging, "imagePullPolicy: Always"):
+        if components.count(old) != 1:
+            raise RuntimeError(f"upstream's {target} components name {old!r} not once")
+    return components.replace(staging, released).replace(
+        "imagePullPolicy: Always", "imagePullPolicy: IfNotPresent"
+    )
 
 
 def module_dir() -> Path:

@@ -5,8 +5,10 @@ A management cluster here is a kube-apiserver of the session's control plane (st
 It has no kubelet, so the provider Deployments ``clusterctl init`` installs cannot run: the
 tests run the same ``machinepool run`` processes on this machine instead (``LocalProviders``)
 and point the installed webhook configurations and CRD conversion at them, which is what the
-Service in front of the pods and cert-manager's CA injector do in a cluster. The one tier that
-runs the Pods themselves, on a real node, with real cert-manager, is test_as_shipped.py.
+Service in front of the pods and cert-manager's CA injector do in a cluster. The tier that
+runs the Pods themselves, on a real node, with real cert-manager, is test_as_shipped.py and
+test_as_shipped_beside_upstream.py; what they share is here too (``Installed``,
+``write_report``).
 
 The binaries are built, never downloaded: kubectl by ``hack/controlplane/build.sh`` and
 clusterctl by ``hack/clusterctl/build.sh``.
@@ -17,25 +19,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+from tests.reliability.report import command_line
+from tests.support import eventually
+from tests.support.conditions import is_true
 from tests.support.scripts import deploy_generator
 
+from machinepool.controlplane import ControlPlane
 from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import Process, free_port, stop_all
 from machinepool.runtime import (
     CRDS,
     MUTATING_WEBHOOKS,
     NODES,
+    PODS,
     VALIDATING_WEBHOOKS,
     Client,
     Obj,
@@ -47,6 +58,8 @@ REPO = Path(__file__).resolve().parents[3]
 CLUSTERCTL_BUILD = REPO / "hack" / "clusterctl" / "build.sh"
 VERSION = f"v{deploy_generator().version()}"
 """The providers' release in the local clusterctl repository (pyproject's version)."""
+NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
+"""clusterctl's environment here: its check for a newer release would reach GitHub."""
 
 
 def load_generator() -> ModuleType:
@@ -113,6 +126,121 @@ class AsUser:
             self.kubectl("get", kind, "-n", NAMESPACE, "-o", "json", *extra)
         )["items"]
         return items
+
+
+def ready(obj: Obj | None) -> bool:
+    return is_true(obj, "Ready")
+
+
+@dataclass
+class Installed(AsUser):
+    """A management cluster on a real node after ``clusterctl init``, as the as-shipped tier
+    drives it: kubectl as the user, and the providers' Pods."""
+
+    cp: ControlPlane
+    client: Client
+    init_output: str
+    pods: dict[str, Obj] = field(default_factory=dict)
+    """The providers' Pods by namespace, once Ready (``wait_pods``)."""
+    namespaces: list[str] = field(default_factory=list)
+    """Every namespace ``wait_pods`` waited in, for ``logs``."""
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.cp.kubeconfig
+
+    async def wait_pods(
+        self, selectors: Mapping[str, str], within: float, image: str | None = None
+    ) -> None:
+        """Until each namespace of ``selectors`` holds one Pod of its label selector, Ready
+        (and running ``image``, when given), and no other, not even one being deleted; on a
+        timeout, fail with ``logs``."""
+        self.namespaces += [ns for ns in selectors if ns not in self.namespaces]
+
+        async def all_ready() -> bool:
+            for namespace, selector in selectors.items():
+                listed = await self.client.list(PODS, namespace, label_selector=selector)
+                if len(listed.items) != 1 or not ready(listed.items[0]):
+                    return False
+                (pod,) = listed.items
+                if image is not None and pod["spec"]["containers"][0]["image"] != image:
+                    return False
+                self.pods[namespace] = pod
+            return True
+
+        what = f"one Pod Ready in each of {', '.join(selectors)}"
+        try:
+            await eventually(all_ready, what, within=within, interval=0.5)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{self.logs()}") from None
+
+    def logs(self) -> str:
+        """The provider Pods and each one's last log lines (its previous container's, after a
+        restart), for a failure's message."""
+        out = [kubectl(self.kubeconfig, "get", "pods", "-A", "-o", "wide").stdout]
+        for namespace in self.namespaces:
+            for previous in ("--previous=false", "--previous=true"):
+                result = kubectl(self.kubeconfig, "logs", "-n", namespace, "--tail=30",
+                                 "-l", "control-plane", previous)  # fmt: skip
+                out.append(f"--- {namespace} {previous}\n{result.stdout}{result.stderr}")
+        return "\n".join(out)
+
+
+REPORT_ENV = "MACHINEPOOL_AS_SHIPPED_REPORT"
+"""Names the as-shipped report (docs/as-shipped.md) for the tier's modules to write."""
+_SECTION = re.compile(r"<!-- section: (\S+) -->\n.*?<!-- end: \1 -->\n", re.DOTALL)
+
+
+def write_report(
+    config: pytest.Config, module: str, about: str, figures: Mapping[str, str], revision: str
+) -> None:
+    """Write ``module``'s figures into its own section of ``$MACHINEPOOL_AS_SHIPPED_REPORT``
+    (when set, and there are figures), with the command and revision that measured them.
+
+    The tier's modules may run at once (pytest-xdist workers), so each rewrites only its
+    section, under a lock on the file, and keeps the others' as they are. The command is
+    the session's: on a worker, the one its controller was started with."""
+    target = os.environ.get(REPORT_ENV)
+    if not target or not figures:
+        return
+    argv = getattr(config, "workerinput", {}).get("mainargv")
+    lines = [
+        f"<!-- section: {module} -->",
+        f"## `tests/e2e/clients/{module}`",
+        "",
+        about,
+        "",
+        "| | |",
+        "|---|---|",
+        f"| command | `{REPORT_ENV}={target} {command_line(argv)}` |",
+        f"| revision | {revision} |",
+        f"| written | {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
+        f"| machine | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} |",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in figures.items()),
+        "",
+        f"<!-- end: {module} -->",
+    ]
+    section = "\n".join(lines) + "\n"
+    with open(target, "a+") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        sections = {m.group(1): m.group(0) for m in _SECTION.finditer(file.read())}
+        sections[module] = section
+        file.seek(0)
+        file.truncate()
+        file.write(_REPORT_HEADER + "\n" + "\n".join(sections.values()))
+
+
+_REPORT_HEADER = """# machinepool as it ships (generated)
+
+Written by the as-shipped tier's modules themselves, each into its own section; do not edit by
+hand: rerun a section's command to refresh it. The tier loads images into a real node's
+containerd and installs providers with `clusterctl init`, as the user and operator guides say
+(each module's docstring says what it checks).
+"""
 
 
 async def route_webhooks(

@@ -1,28 +1,24 @@
-"""What the tiers that run our Pods share (test_as_shipped.py, test_upgrade.py): a management
-cluster with a real node holding our images, ``clusterctl init`` as the user guide has it with
-every provider Pod Ready, and a pool made by ``clusterctl generate cluster``, waited on with
-``kubectl wait``."""
+"""What the tiers that run our providers' Pods share (test_as_shipped.py, test_upgrade.py): a
+management cluster with a real node holding our images, ``clusterctl init`` of our three
+providers as the user guide has it with every Pod Ready, and a pool made by ``clusterctl
+generate cluster``, waited on with ``kubectl wait``. (``Installed``, ``write_report`` and what
+the beside-upstream module needs too are in harness.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.reliability.report import command_line, git_revision
-from tests.support import certmanager, eventually, wait_for
-from tests.support.conditions import is_true
+from tests.support import certmanager, wait_for
 
 from machinepool.controlplane import ControlPlane, RealNode, WorkloadCluster, images
 from machinepool.controlplane.register import register_workload_cluster
-from machinepool.runtime import NODES, PODS, Client, Obj
+from machinepool.runtime import NODES, Client
 
-from .harness import NAMESPACE, VERSION, AsUser, kubectl, run
+from .harness import NAMESPACE, NO_VERSION_CHECK, VERSION, Installed, kubectl, ready, run
 
 PROVIDER_NAMESPACES = {
     "machinepool-system": "machinepool-controller-manager",
@@ -32,7 +28,6 @@ PROVIDER_NAMESPACES = {
 """Each provider's namespace and its Deployment, as deploy/release names them."""
 CLUSTER = "demo"
 POOL = f"{CLUSTER}-mp-0"
-NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
 INSTANCE_SELECTOR = "sim.infrastructure.cluster.x-k8s.io/instance=true"
 READY = 240.0
 """Seconds for the Pods to turn Ready: first sandboxes and a 450 MiB image on two busy cores."""
@@ -56,95 +51,8 @@ def management_cluster(
         cp.stop()
 
 
-@dataclass
-class Report:
-    """A tier's figures, written at the end of its module when ``$env`` names a file (a page
-    of docs/), with the command and revision that measured them."""
-
-    env: str
-    title: str
-    about: str
-    source: str
-    """The test module that writes it."""
-    figures: dict[str, str] = field(default_factory=dict)
-
-    def written(self) -> Iterator[dict[str, str]]:
-        """A module fixture's body: yields the figures, then writes them if asked to."""
-        revision = git_revision()
-        yield self.figures
-        target = os.environ.get(self.env)
-        if target and self.figures:
-            Path(target).write_text(self.render(revision))
-
-    def render(self, revision: str) -> str:
-        lines = [
-            f"# {self.title} (generated)",
-            "",
-            f"Written by `{self.source}` itself; do not edit by hand: rerun the command below to",
-            f"refresh it. {self.about}",
-            "",
-            "| | |",
-            "|---|---|",
-            f"| command | `{self.env}={os.environ.get(self.env, '')} {command_line()}` |",
-            f"| revision | {revision} |",
-            f"| written | {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} |",
-            f"| machine | {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} |",
-            "",
-            "| figure | value |",
-            "|---|---|",
-            *(f"| {name} | {value} |" for name, value in self.figures.items()),
-        ]
-        return "\n".join(lines) + "\n"
-
-
-def ready(obj: Obj | None) -> bool:
-    return is_true(obj, "Ready")
-
-
-@dataclass
-class Installed(AsUser):
-    """The management cluster after ``clusterctl init``, its Pods Ready."""
-
-    cp: ControlPlane
-    client: Client
-    init_output: str
-    pods: dict[str, Obj] = field(default_factory=dict)
-    """Our Pods by namespace, once Ready."""
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.cp.kubeconfig
-
-    def logs(self) -> str:
-        """The provider Pods and each one's last log lines (its previous container's, after a
-        restart), for a failure's message."""
-        out = [kubectl(self.kubeconfig, "get", "pods", "-A", "-o", "wide").stdout]
-        for namespace in PROVIDER_NAMESPACES:
-            for previous in ("--previous=false", "--previous=true"):
-                result = kubectl(self.kubeconfig, "logs", "-n", namespace, "--tail=30",
-                                 "-l", "control-plane", previous)  # fmt: skip
-                out.append(f"--- {namespace} {previous}\n{result.stdout}{result.stderr}")
-        return "\n".join(out)
-
-    async def pods_ready(self, within: float = READY, image: str | None = None) -> None:
-        """Every provider's one Pod Ready (running ``image``, when given), kept in ``pods``."""
-
-        async def all_ready() -> bool:
-            for namespace, deployment in PROVIDER_NAMESPACES.items():
-                selector = f"control-plane={deployment}"
-                pods = (await self.client.list(PODS, namespace, label_selector=selector)).items
-                live = [p for p in pods if "deletionTimestamp" not in p["metadata"]]
-                if len(live) != 1 or not ready(live[0]):
-                    return False
-                if image is not None and live[0]["spec"]["containers"][0]["image"] != image:
-                    return False
-                self.pods[namespace] = live[0]
-            return True
-
-        try:
-            await eventually(all_ready, "every provider Pod Ready", within=within, interval=0.5)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}\n{self.logs()}") from None
+SELECTORS = {namespace: f"control-plane={d}" for namespace, d in PROVIDER_NAMESPACES.items()}
+"""Each provider's Pod, by namespace."""
 
 
 async def clusterctl_init(
@@ -179,7 +87,7 @@ async def clusterctl_init(
     assert init.returncode == 0, init.stderr
     figures["`clusterctl init`"] = f"{time.monotonic() - started:.1f} s"
     done = Installed(cp, client, init.stdout + init.stderr)
-    await done.pods_ready()
+    await done.wait_pods(SELECTORS, within=READY)
     figures["`clusterctl init` to every Pod Ready"] = f"{time.monotonic() - started:.1f} s"
     return done
 

@@ -54,6 +54,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import yaml
+from tests.reliability.report import git_revision
 from tests.support import eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
@@ -77,6 +78,7 @@ from .harness import (
     kubectl,
     load_generator,
     run,
+    write_report,
 )
 from .shipped import (
     CLUSTER,
@@ -86,7 +88,6 @@ from .shipped import (
     PROVIDER_NAMESPACES,
     READY,
     Installed,
-    Report,
     clusterctl_init,
     generate_pool,
     management_cluster,
@@ -106,22 +107,20 @@ NODE = RealNode(name="shipped-node", pod_subnet="10.244.61.0/24", routed_pods=Tr
 SERVICES = Resource("", "v1", "services", "Service")
 KINDS = ("machinepools", "machines", "kubeadmconfigs", "simmachinepools", "simmachines")
 """What a pool is made of in the management cluster."""
-REPORT = Report(
-    env="MACHINEPOOL_AS_SHIPPED_REPORT",
-    title="machinepool as it ships",
-    about="The tier loads the controller image into a real node's containerd and installs our "
-    "providers with `clusterctl init`, as the user guide says (see the module's docstring for "
-    "what it checks).",
-    source="tests/e2e/clients/test_as_shipped.py",
+FIGURES: dict[str, str] = {}
+ABOUT = (
+    "Our image loaded into a real node's containerd and our providers installed by\n"
+    "`clusterctl init`, as the user guide says."
 )
-FIGURES = REPORT.figures
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report() -> Iterator[dict[str, str]]:
-    """The tier's figures, written at the end when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names
-    a file (docs/as-shipped.md), with the command and revision that measured them."""
-    yield from REPORT.written()
+def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The module's figures, written at the end into its section of the as-shipped report
+    when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names it (docs/as-shipped.md)."""
+    revision = git_revision()
+    yield FIGURES
+    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
 
 
 # -- the management cluster, the image and the providers ------------------------------------

@@ -71,6 +71,7 @@ from machinepool.runtime import (
 from machinepool.webhooks import beside
 
 from .harness import (
+    NO_VERSION_CHECK,
     REPO,
     VERSION,
     build_clusterctl,
@@ -83,7 +84,6 @@ from .harness import (
 
 pytestmark = [pytest.mark.clusterctl, pytest.mark.timeout(600)]
 
-NO_VERSION_CHECK = {"CLUSTERCTL_DISABLE_VERSIONCHECK": "true"}
 ADDON_NAMESPACE = "machinepool-system"
 """Where clusterctl installs the addon, and so where its core keeps the take-over record."""
 ADDON_DEPLOYMENT = "machinepool-controller-manager"
@@ -219,15 +219,13 @@ async def test_installs_and_uninstalls_beside_upstream(
         mirror = clusterctl_mirror(tmp_path / "mirror")
         upstream_config = tmp_path / "upstream-clusterctl.yaml"
         upstream_config.write_text(
-            yaml.safe_dump(
-                {"providers": [mirror], "cert-manager": {"externallyProvisioned": "true"}}
-            )
+            yaml.safe_dump({"providers": mirror, "cert-manager": {"externallyProvisioned": "true"}})
         )
         config = load_generator().clusterctl_repository(
             tmp_path / "repo", external_cert_manager=True, beside_upstream=True
         )
         body = yaml.safe_load(config.read_text())
-        body["providers"].insert(0, mirror)
+        body["providers"][:0] = mirror
         config.write_text(yaml.safe_dump(body))
         ctl_config = f"--config={config}"
 

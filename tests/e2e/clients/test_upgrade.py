@@ -22,7 +22,7 @@ webhook, which is down between the old Pod's end and the new one's readiness (th
 the core's Service, as upstream's core does; its Pod is replaced, not rolled, by ``clusterctl
 upgrade``, which deletes a provider's Deployment before it creates the new one).
 
-``MACHINEPOOL_UPGRADE_REPORT=docs/upgrade.md`` writes the figures.
+``MACHINEPOOL_AS_SHIPPED_REPORT=docs/as-shipped.md`` writes the figures into its section.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from tests.reliability.report import git_revision
 from tests.support import wait_for
 from tests.support.resources import (
     MACHINE_POOLS,
@@ -49,14 +50,23 @@ from machinepool.controlplane import ControlPlane, RealNode, WorkloadCluster, im
 from machinepool.runtime import LEASES, NODES, SECRETS, ApiError, Client, Obj, PatchType, Resource
 from machinepool.simworld.records import records_in
 
-from .harness import NAMESPACE, REPO, VERSION, NodeHistory, build_clusterctl, load_generator, run
+from .harness import (
+    NAMESPACE,
+    NO_VERSION_CHECK,
+    REPO,
+    VERSION,
+    Installed,
+    NodeHistory,
+    build_clusterctl,
+    load_generator,
+    run,
+    write_report,
+)
 from .shipped import (
     INSTANCE_SELECTOR,
-    NO_VERSION_CHECK,
     POOL,
     READY,
-    Installed,
-    Report,
+    SELECTORS,
     clusterctl_init,
     generate_pool,
     management_cluster,
@@ -76,21 +86,19 @@ NODE = RealNode(name="upgrade-node", pod_subnet="10.244.62.0/24", routed_pods=Tr
 PREVIOUS_VERSION, PREVIOUS_COMMIT = images.previous_release(REPO)
 PREVIOUS = f"v{PREVIOUS_VERSION}"
 REPLICAS = 5
-REPORT = Report(
-    env="MACHINEPOOL_UPGRADE_REPORT",
-    title="clusterctl upgrade of machinepool",
-    about=f"The tier installs the previous release ({PREVIOUS}, commit {PREVIOUS_COMMIT[:12]}) "
-    "with `clusterctl init`, runs a pool of 5 and upgrades to this build with `clusterctl "
-    "upgrade apply` (see the module's docstring for what it checks).",
-    source="tests/e2e/clients/test_upgrade.py",
+FIGURES: dict[str, str] = {}
+ABOUT = (
+    f"The previous release ({PREVIOUS}, commit {PREVIOUS_COMMIT[:12]}, deploy/releases.yaml)\n"
+    "installed by `clusterctl init`, a pool of 5, then `clusterctl upgrade apply` to this build."
 )
-FIGURES = REPORT.figures
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report() -> Iterator[dict[str, str]]:
-    """The figures, written when ``$MACHINEPOOL_UPGRADE_REPORT`` names a file."""
-    yield from REPORT.written()
+def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The module's figures, in its section of the as-shipped report (docs/as-shipped.md)."""
+    revision = git_revision()
+    yield FIGURES
+    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +298,7 @@ async def test_upgrade_from_the_previous_release_keeps_the_running_pool(
             assert applied.returncode == 0, applied.stderr
             FIGURES["`clusterctl upgrade apply`"] = f"{time.monotonic() - started:.1f} s"
             new_image = f"docker.io/library/{built[0].spec.reference}"
-            await installed.pods_ready(image=new_image)
+            await installed.wait_pods(SELECTORS, within=READY, image=new_image)
             FIGURES["`clusterctl upgrade apply` to every Pod of this build Ready"] = (
                 f"{time.monotonic() - started:.1f} s"
             )
