@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tests.reliability.report import command_line
+from tests.reliability.report import command_line, git_revision
 from tests.support import eventually
 from tests.support.conditions import is_true
 from tests.support.scripts import deploy_generator
@@ -232,6 +232,17 @@ def write_report(
         file.seek(0)
         file.truncate()
         file.write(_REPORT_HEADER + "\n" + "\n".join(sections.values()))
+
+
+def reported(
+    request: pytest.FixtureRequest, about: str, figures: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """The body of a Pod tier's module fixture: yields its ``figures`` for the tests to fill,
+    then writes them into the module's section (``write_report``) with the revision they were
+    measured at (taken first: a section written meanwhile by another module modifies the tree)."""
+    revision = git_revision()
+    yield figures
+    write_report(request.config, Path(str(request.path)).name, about, figures, revision)
 
 
 _REPORT_HEADER = """# machinepool as it ships (generated)

@@ -54,7 +54,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import yaml
-from tests.reliability.report import git_revision
 from tests.support import eventually, wait_for
 from tests.support.resources import CLUSTER_ROLE_BINDINGS
 
@@ -77,8 +76,8 @@ from .harness import (
     build_clusterctl,
     kubectl,
     load_generator,
+    reported,
     run,
-    write_report,
 )
 from .shipped import (
     CLUSTER,
@@ -118,9 +117,7 @@ ABOUT = (
 def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The module's figures, written at the end into its section of the as-shipped report
     when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names it (docs/as-shipped.md)."""
-    revision = git_revision()
-    yield FIGURES
-    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
+    yield from reported(request, ABOUT, FIGURES)
 
 
 # -- the management cluster, the image and the providers ------------------------------------

@@ -66,7 +66,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import yaml
-from tests.reliability.report import git_revision
 from tests.support import certmanager, eventually, wait_established, wait_for
 from tests.support.builders import CLUSTER
 from tests.support.resources import MACHINE_DEPLOYMENTS, MACHINE_POOLS, MACHINES
@@ -92,8 +91,8 @@ from .harness import (
     kubectl,
     load_generator,
     ready,
+    reported,
     run,
-    write_report,
 )
 
 pytestmark = [
@@ -133,9 +132,7 @@ ABOUT = (
 def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The module's figures, written at the end into its section of the as-shipped report
     when ``$MACHINEPOOL_AS_SHIPPED_REPORT`` names it (docs/as-shipped.md)."""
-    revision = git_revision()
-    yield FIGURES
-    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
+    yield from reported(request, ABOUT, FIGURES)
 
 
 # -- the management cluster, the images and the providers -----------------------------------

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from tests.reliability.report import git_revision
 from tests.support import wait_for
 from tests.support.resources import (
     MACHINE_POOLS,
@@ -59,8 +58,8 @@ from .harness import (
     NodeHistory,
     build_clusterctl,
     load_generator,
+    reported,
     run,
-    write_report,
 )
 from .shipped import (
     INSTANCE_SELECTOR,
@@ -96,9 +95,7 @@ ABOUT = (
 @pytest.fixture(scope="module", autouse=True)
 def report(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The module's figures, in its section of the as-shipped report (docs/as-shipped.md)."""
-    revision = git_revision()
-    yield FIGURES
-    write_report(request.config, Path(__file__).name, ABOUT, FIGURES, revision)
+    yield from reported(request, ABOUT, FIGURES)
 
 
 @pytest.fixture(scope="module")
