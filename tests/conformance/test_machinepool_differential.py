@@ -58,6 +58,7 @@ from tests.support.topology import (
 from tests.support.upstream import (
     TEST_CLUSTERS,
     TEST_MACHINE_POOLS,
+    TEST_MACHINES,
     UpstreamProcess,
     cluster_namespace,
     upstream_management,
@@ -66,14 +67,16 @@ from tests.support.upstream import (
 from machinepool.api.constants import (
     AUTOSCALER_MAX_SIZE_ANNOTATION,
     AUTOSCALER_MIN_SIZE_ANNOTATION,
+    CLUSTER_NAME_LABEL,
     CONTROL_PLANE_LABEL,
     PAUSED_ANNOTATION,
+    POOL_NAME_LABEL,
     REPLICAS_MANAGED_BY_ANNOTATION,
 )
 from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
-from machinepool.runtime import NAMESPACES, NODES, PODS, SECRETS, AlreadyExists, Client
+from machinepool.runtime import NAMESPACES, NODES, PDBS, PODS, SECRETS, AlreadyExists, Client
 from machinepool.simworld import SimCloud
 from machinepool.webhooks.machinepool import default_machine_pool
 
@@ -251,10 +254,12 @@ async def _start_kubelets(side: Side, pool: str) -> None:
         await _kubelet(side, instance.id, None)
 
 
-async def _create_machineless(side: Side, pool: str) -> None:
-    """A pool whose infra provider makes no MachinePool Machines: a ``TestMachinePool``
-    (no controller runs for it) whose spec and status the test writes as a provider would,
-    without ``status.infrastructureMachineKind``, and the Node of its one instance, Ready."""
+async def _create_test_pool(side: Side, pool: str, *, machines: bool = False) -> None:
+    """A pool of one instance whose infra provider is the test: a ``TestMachinePool`` (no
+    controller runs for it) whose spec and status the test writes as a provider would, and
+    the Node of its instance, Ready. ``machines``: the provider opts into MachinePool Machines
+    (``status.infrastructureMachineKind``) and lists the instance as a provisioned
+    ``TestMachine``; else it makes none."""
     (_, config), _, (_, mp) = pool_objects(side.namespace, pool, replicas=1, labels=side.labels)
     mp["spec"]["template"]["spec"]["infrastructureRef"]["kind"] = TEST_MACHINE_POOLS.kind
     provider_id = f"test:///{pool}-0"
@@ -269,17 +274,62 @@ async def _create_machineless(side: Side, pool: str) -> None:
         "spec": {"providerIDList": [provider_id]},
     }
     await side.client.create(TEST_MACHINE_POOLS, infra, side.namespace)
-    ready = {"status": {"ready": True, "initialization": {"provisioned": True}, "replicas": 1}}
-    await side.client.patch(TEST_MACHINE_POOLS, pool, ready, side.namespace, subresource="status")
+    ready: dict[str, Any] = {"ready": True, "initialization": {"provisioned": True}, "replicas": 1}
+    if machines:
+        ready["infrastructureMachineKind"] = TEST_MACHINES.kind
+        await _test_machine(side, pool, provider_id)
+    await side.client.patch(
+        TEST_MACHINE_POOLS, pool, {"status": ready}, side.namespace, subresource="status"
+    )
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{pool}-0"}}
     node["spec"] = {"providerID": provider_id}
     await side.workload.create(NODES, node)
-    ready_condition = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    # Healthy as a kubelet reports it: Ready, and no pressure (a Machine's NodeHealthy waits
+    # for all four).
+    conditions = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+    conditions += [
+        {"type": f"{kind}Pressure", "status": "False", "reason": f"KubeletHasSufficient{kind}"}
+        for kind in ("Memory", "Disk", "PID")
+    ]
     await side.workload.patch(
-        NODES, f"{pool}-0", {"status": {"conditions": [ready_condition]}}, subresource="status"
+        NODES, f"{pool}-0", {"status": {"conditions": conditions}}, subresource="status"
     )
     await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
     await side.client.create(MACHINE_POOLS, mp, side.namespace)
+
+
+async def _test_machine(side: Side, pool: str, provider_id: str) -> None:
+    """The pool's one ``TestMachine``, labelled as a provider labels its infra machines (the
+    Cluster's and the pool's names), provisioned."""
+    body = {
+        "apiVersion": TEST_MACHINES.api_version,
+        "kind": TEST_MACHINES.kind,
+        "metadata": {
+            "name": f"{pool}-0",
+            "labels": {**side.labels, CLUSTER_NAME_LABEL: CLUSTER, POOL_NAME_LABEL: pool},
+        },
+        "spec": {"providerID": provider_id},
+    }
+    await side.client.create(TEST_MACHINES, body, side.namespace)
+    provisioned = {"status": {"initialization": {"provisioned": True}}}
+    await side.client.patch(
+        TEST_MACHINES, f"{pool}-0", provisioned, side.namespace, subresource="status"
+    )
+
+
+async def _fail_test_machine(side: Side, pool: str) -> None:
+    """The provider reports a terminal failure of the instance, as a v1beta1-contract
+    provider does: ``status.failureReason`` and ``failureMessage`` on the infra machine."""
+    failure = {"failureReason": "UpdateError", "failureMessage": "the instance was retired"}
+    await side.client.patch(
+        TEST_MACHINES, f"{pool}-0", {"status": failure}, side.namespace, subresource="status"
+    )
+
+
+def _machine_failed(objs: dict[str, Any]) -> bool:
+    (machine,) = objs["Machines"] or [{}]
+    v1beta1 = ((machine.get("status") or {}).get("deprecated") or {}).get("v1beta1") or {}
+    return bool(v1beta1.get("failureReason") and v1beta1.get("failureMessage"))
 
 
 def _running_without_machines(objs: dict[str, Any]) -> bool:
@@ -455,6 +505,55 @@ async def _complete_batch(side: Side, pool: str) -> None:
     await side.workload.delete(PODS, "batch", "default", grace_period_seconds=0)
 
 
+GUARDED_POD = "guarded"
+"""The pod of ``no-control-plane``, which a PodDisruptionBudget keeps from any eviction."""
+
+
+async def _guard_a_pod(side: Side, pool: str) -> None:
+    """A pod on the pool's Node and a PodDisruptionBudget that refuses its every eviction: a
+    drain of that Node could never end."""
+    (node,) = await side.pool_nodes(pool)
+    labels = {"app": GUARDED_POD}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": GUARDED_POD, "labels": labels},
+        "spec": {
+            "nodeName": node["metadata"]["name"],
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": "example.invalid/app:1"}],
+        },
+    }
+    await side.workload.create(PODS, pod, "default")
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": GUARDED_POD},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels}},
+    }
+    await side.workload.create(PDBS, budget, "default")
+
+
+async def _guarded_pod_kept(side: Side) -> bool:
+    pod = next(
+        (
+            p
+            for p in (await side.workload.list(PODS, "default")).items
+            if p["metadata"]["name"] == GUARDED_POD
+        ),
+        None,
+    )
+    return pod is not None and not pod["metadata"].get("deletionTimestamp")
+
+
+async def _guarded_pod_still_there(side: Side, _pool: str) -> None:
+    assert await _guarded_pod_kept(side), f"{side.name}: the guarded pod was evicted"
+
+
+def _cordoned(objs: dict[str, Any]) -> bool:
+    return any((node.get("spec") or {}).get("unschedulable") for node in objs["Nodes"])
+
+
 def _draining(objs: dict[str, Any]) -> bool:
     (machine,) = objs["Machines"] or [{}]
     return condition(machine, "Deleting").get("reason") == "DrainingNode"
@@ -573,10 +672,40 @@ SCENARIOS = [
         [
             Step(
                 "create without MachinePool Machines",
-                _create_machineless,
+                _create_test_pool,
                 _running_without_machines,
             ),
             Step("delete the pool", _delete, lambda objs: objs["MachinePool"] is None),
+        ],
+    ),
+    Scenario(
+        "infra-machine-failed",
+        [
+            Step(
+                "create with a TestMachine for the instance",
+                lambda side, pool: _create_test_pool(side, pool, machines=True),
+                running(1),
+            ),
+            Step(
+                "the TestMachine reports a terminal failure",
+                _fail_test_machine,
+                _machine_failed,
+            ),
+        ],
+    ),
+    Scenario(
+        "no-control-plane",
+        [
+            create(1),
+            Step("guard a pod on the Node with a budget", _guard_a_pod, running(1)),
+            # No control-plane Machine and no controlPlaneRef: the Machine goes without a
+            # drain, which the budget would hold forever, its Node never cordoned.
+            Step(
+                "scale to 0: no drain, the Machine goes",
+                lambda side, pool: _scale(0, side, pool),
+                lambda objs: not objs["Machines"] and not _cordoned(objs),
+            ),
+            Step("the guarded pod was never evicted", _guarded_pod_still_there, lambda _: True),
         ],
     ),
     Scenario(

@@ -281,6 +281,25 @@ def test_contract_bootstrap_config_and_failures() -> None:
     assert not contract.BootstrapConfig({"status": {"ready": "true"}}).data_secret_created
 
 
+def test_a_referenced_failure_is_described_in_upstreams_words() -> None:
+    machine = contract.InfraMachine(
+        {
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "TestMachine",
+            "metadata": {"name": "m-0"},
+            "status": {"failureReason": "CreateError", "failureMessage": "quota " * 3000},
+        }
+    )
+
+    text = machine.failure_detected()
+    assert text.startswith(
+        "Failure detected from referenced resource infrastructure.cluster.x-k8s.io/v1beta1,"
+        ' Kind=TestMachine with name "m-0": quota quota'
+    )
+    # The v1beta1 schemas' limit: a longer message would fail the whole status write.
+    assert len(text) == 10240
+
+
 def test_a_v1beta1_condition_in_status_conditions_is_not_the_ready_condition() -> None:
     ready = {"type": "Ready", "status": "False", "severity": "Error"}
     obj = contract.InfraMachinePool({"status": {"conditions": [ready]}})

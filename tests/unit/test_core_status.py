@@ -11,6 +11,7 @@ from tests.unit import builders
 
 from machinepool.api import constants as c
 from machinepool.api.contract import InfraMachine, Referenced
+from machinepool.api.meta import format_time
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView, ObjectView
 from machinepool.controllers import common
 from machinepool.controllers.machine import drain, volumes
@@ -735,3 +736,58 @@ def test_machine_v1beta1_ready_sums_up_infrastructure_and_counts_steps_without_p
     )
     machine_status.set_v1beta1_ready(MachineView(machine))
     assert _v1(machine, "Ready")["reason"] == "D", "a Warning outranks an Info"
+
+
+def _deleted_machine(deleted_ago: timedelta, drain_ago: timedelta | None = None) -> MachineView:
+    status_: dict[str, Any] = {}
+    if drain_ago is not None:
+        status_["deletion"] = {"nodeDrainStartTime": format_time(NOW - drain_ago)}
+    meta = {"generation": 2, "deletionTimestamp": format_time(NOW - deleted_ago)}
+    return MachineView({"metadata": meta, "spec": {}, "status": status_})
+
+
+@pytest.mark.parametrize(
+    ("deleted_ago", "drain_ago", "message", "want"),
+    [
+        (timedelta(minutes=3), timedelta(minutes=3), "", "in progress, stage: DrainingNode"),
+        (
+            timedelta(minutes=16),
+            timedelta(minutes=2),
+            "evictions refused: default/web: Cannot evict pod as it would violate the pod's"
+            " disruption budget.",
+            "in progress since more than 15m, stage: DrainingNode",
+        ),
+        (
+            timedelta(minutes=16),
+            timedelta(minutes=6),
+            "Draining Node: 2 pods remaining, waiting for completion: default/batch,"
+            " evictions refused: default/web: Cannot evict pod as it would violate the pod's"
+            " disruption budget.",
+            "in progress since more than 15m, stage: DrainingNode, delay likely due to"
+            " PodDisruptionBudgets, Pods not completed yet",
+        ),
+        (
+            timedelta(minutes=16),
+            timedelta(minutes=6),
+            "Draining Node: 1 pods remaining, waiting for deletion: default/db,"
+            " evictions refused: default/x: namespace is terminating",
+            "in progress since more than 15m, stage: DrainingNode, delay likely due to"
+            " Pods not terminating, Pod eviction errors",
+        ),
+    ],
+)
+def test_a_long_deletion_says_so_in_upstreams_words(
+    deleted_ago: timedelta, drain_ago: timedelta, message: str, want: str
+) -> None:
+    machine = _deleted_machine(deleted_ago, drain_ago)
+    deleting = {"type": "Deleting", "status": "True", "reason": "DrainingNode", "message": message}
+
+    got = machine_status.deletion_summary(machine, deleting, NOW)
+
+    assert got == f"Machine deletion in progress{want.removeprefix('in progress')}"
+    # Upstream's coarse threshold holds for any stage, not only a drain.
+    hooks = {"type": "Deleting", "reason": "WaitingForPreTerminateHook"}
+    long_ago = _deleted_machine(timedelta(hours=1))
+    assert machine_status.deletion_summary(long_ago, hooks, NOW) == (
+        "Machine deletion in progress since more than 15m, stage: WaitingForPreTerminateHook"
+    )

@@ -17,6 +17,7 @@ concern (it needs the apiserver); this module only reads objects already fetched
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -25,6 +26,9 @@ from machinepool.api.constants import READY_CONDITION
 from machinepool.api.views import Field, Nested, View
 
 __all__ = ["BootstrapConfig", "InfraMachine", "InfraMachinePool", "Referenced"]
+
+_FAILURE_MESSAGE_MAX = 10240
+"""The longest v1beta1 ``failureMessage`` upstream's schemas admit."""
 
 
 def _string(value: object) -> str:
@@ -82,6 +86,8 @@ class _Shape(View):
     """Where the contract puts each field. Typed ``object``: another provider's schema (or
     none) validated them, so each accessor checks the type it finds."""
 
+    api_version = Field[object]()
+    kind = Field[object]()
     metadata = Nested(_Metadata)
     spec = Nested(_Spec)
     status = Nested(_Status)
@@ -131,6 +137,17 @@ class Referenced:
         """The failure's description, from the same places as ``failure_reason``."""
         status = self._at.status
         return _text(status.failure_message) or _text(status.deprecated.v1beta1.failure_message)
+
+    def failure_detected(self) -> str:
+        """The v1beta1 ``failureMessage`` a referencing object carries for this object's
+        failure, in upstream's words (the object's group, version and kind as its Go type
+        prints them, the name quoted), cut to the length upstream's schemas admit."""
+        at = self._at
+        text = (
+            f"Failure detected from referenced resource {_text(at.api_version)},"
+            f" Kind={_text(at.kind)} with name {json.dumps(self.name)}: {self.failure_message}"
+        )
+        return text[:_FAILURE_MESSAGE_MAX]
 
 
 class InfraMachinePool(Referenced):

@@ -35,6 +35,11 @@ from machinepool.controllers import machinepool as machinepool_controller
 from machinepool.controllers.machine import MachineReconciler
 from machinepool.controllers.machinepool import MachinePoolReconciler
 from machinepool.controlplane import WorkloadCluster
+from machinepool.controlplane.register import (
+    control_plane_endpoint,
+    control_plane_ref,
+    register_local_control_plane,
+)
 from machinepool.runtime import (
     CRDS,
     NODES,
@@ -367,16 +372,21 @@ async def env(
         "type": "cluster.x-k8s.io/secret",
     }
     await client.create(SECRETS, secret, namespace)
-    await client.create(
+    # Its control plane is the environment's own, externally managed: Cluster API drains and
+    # deletes a deleted Machine's Node only in a Cluster with such a control plane or with a
+    # control-plane Machine (test_node_left_alone_without_a_control_plane tries the others).
+    cluster = await client.create(
         CLUSTERS,
         {
             "apiVersion": CLUSTERS.api_version,
             "kind": "Cluster",
             "metadata": {"name": cluster_name},
-            "spec": {},
+            "spec": {"controlPlaneRef": control_plane_ref(cluster_name)},
         },
         namespace,
     )
+    endpoint = control_plane_endpoint(workload)
+    await register_local_control_plane(client, cluster_name, namespace, endpoint, cluster)
     wclient = await Client.from_kubeconfig_dict(yaml.safe_load(workload.kubeconfig_yaml()))
     mgr = Manager(client, bind_address="127.0.0.1:0")
     cache = ClusterCache(client, connect_backoff=0.2)

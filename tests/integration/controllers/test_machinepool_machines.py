@@ -465,6 +465,38 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
     assert not kept["metadata"].get("deletionTimestamp"), "the pool deleted the Machine"
 
 
+async def test_an_infra_machines_terminal_failure_is_carried_to_its_machine(env: Env) -> None:
+    """A v1beta1-contract provider reports a terminal failure on the infra machine; the
+    Machine's v1beta1 status carries it, in the words upstream's Machine controller uses."""
+    pid = "test:///failed/0"
+    await env.kubeadm_config("boot", ready=True)
+    await env.infra_pool("infra")
+    await env.infra_provider_ids("infra", [pid])
+    await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
+    await env.infra_machine("f0", "pool", pid, provisioned=True)
+    await env.node("f0", pid)
+    await env.machine_pool("pool", replicas=1, infra="infra", bootstrap="boot")
+    await env.machines.until("f0", lambda m: m is not None)
+
+    failure = {"failureReason": "UpdateError", "failureMessage": "the instance was retired"}
+    await env.client.patch(
+        TEST_MACHINES, "f0", {"status": failure}, env.namespace, subresource="status"
+    )
+    machine = await env.machines.until(
+        "f0",
+        lambda m: bool(
+            m and (m["status"].get("deprecated") or {}).get("v1beta1", {}).get("failureReason")
+        ),
+    )
+    assert machine is not None
+    v1 = machine["status"]["deprecated"]["v1beta1"]
+    assert v1["failureReason"] == "UpdateError"
+    assert v1["failureMessage"] == (
+        f"Failure detected from referenced resource {TEST_MACHINES.api_version},"
+        ' Kind=TestMachine with name "f0": the instance was retired'
+    )
+
+
 async def test_no_machine_is_made_for_an_infra_machine_being_deleted(env: Env) -> None:
     """An infra machine on its way out gets no new Machine: its own may have gone while the
     pool's cache still shows it, and one made now would wait forever for a Node."""
@@ -752,33 +784,37 @@ async def test_machine_drain_rules_skip_wait_for_and_order_pods(env: Env) -> Non
     assert not await evicted("agent"), "the Skip rule's pod was evicted"
 
 
-@pytest.mark.parametrize("externally_managed", [False, True])
-async def test_node_left_alone_without_a_control_plane_machine(
-    env: Env, externally_managed: bool
-) -> None:
-    """A Cluster whose controlPlaneRef names a control plane that is not externally managed
-    and that has no control-plane Machine left: as upstream, a deleted pool Machine's Node is
-    neither drained (nor cordoned) nor deleted. An externally managed one (EKS, AKS, GKE) has
-    no such Machines to count: the Node is drained and deleted."""
-    control_plane = {
-        "apiVersion": TEST_CONTROL_PLANES.api_version,
-        "kind": TEST_CONTROL_PLANES.kind,
-        "metadata": {"name": "cp"},
-    }
-    await env.client.create(TEST_CONTROL_PLANES, control_plane, env.namespace)
-    if externally_managed:
+@pytest.mark.parametrize("named", ["none", "not-managed", "managed"])
+async def test_node_left_alone_without_a_control_plane_machine(env: Env, named: str) -> None:
+    """A Cluster with no control-plane Machine left, whose controlPlaneRef names none
+    (``none``) or a control plane that is not externally managed: as upstream, a deleted pool
+    Machine's Node is neither drained (nor cordoned) nor deleted. An externally managed one
+    (EKS, AKS, GKE) has no such Machines to count: the Node is drained and deleted."""
+    ref = None
+    if named != "none":
+        body = {
+            "apiVersion": TEST_CONTROL_PLANES.api_version,
+            "kind": TEST_CONTROL_PLANES.kind,
+            "metadata": {"name": "cp"},
+        }
+        await env.client.create(TEST_CONTROL_PLANES, body, env.namespace)
+        ref = {
+            "apiGroup": TEST_CONTROL_PLANES.group,
+            "kind": TEST_CONTROL_PLANES.kind,
+            "name": "cp",
+        }
+    if named == "managed":
         managed = {"status": {"externalManagedControlPlane": True}}
         await env.client.patch(
             TEST_CONTROL_PLANES, "cp", managed, env.namespace, subresource="status"
         )
-    ref = {"apiGroup": TEST_CONTROL_PLANES.group, "kind": TEST_CONTROL_PLANES.kind, "name": "cp"}
     await env.client.patch(
         CLUSTERS, env.cluster_name, {"spec": {"controlPlaneRef": ref}}, env.namespace
     )
     await _pool_machine(env)
     await _delete_machine(env)
 
-    if externally_managed:
+    if named == "managed":
         await _gone(env)
         return
     assert await env.machines.until("m0", lambda m: m is None) is None

@@ -9,9 +9,9 @@ detached (until ``nodeVolumeDetachTimeoutSeconds``), waits for its pre-terminate
 deletes the infra machine and waits for it, deletes the Node (unless
 ``nodeDeletionTimeoutSeconds`` passed) and drops the finalizer; as upstream, the drain and the
 volume wait are skipped once the infra machine is gone or going, and the Node is left alone
-(no pre-drain hooks, drain, volume wait or Node deletion) while the Cluster is being deleted
-and, for a Cluster with a controlPlaneRef, while its control plane is being deleted or when no
-control-plane Machine is left of a control plane that is not externally managed. The drain
+(no pre-drain hooks, drain, volume wait or Node deletion) while the Cluster or the object its
+controlPlaneRef names is being deleted, and when no control-plane Machine of the Cluster is
+left, unless that object says the control plane is externally managed. The drain
 follows the MachineDrainRules of the Machine's namespace.
 While its Cluster or the Machine itself is paused it only reports so (the Paused condition).
 A Machine whose Cluster does not exist is retried with backoff and left untouched, as upstream
@@ -429,13 +429,21 @@ async def observe(scope: Scope) -> Result:
 
 async def report_v1beta1(scope: Scope) -> Result:
     """Upstream's v1beta1 InfrastructureReady and NodeHealthy from what observe found, and
-    the v1beta1 failure fields of a live Machine whose provisioned infra machine is gone."""
+    the v1beta1 failure fields: the infra machine's own terminal failure (a v1beta1-contract
+    provider's ``status.failureReason``/``failureMessage``, kept once seen, as upstream keeps
+    it), or the loss of a live Machine's provisioned infra machine."""
     machine, infra_machine = scope.machine, scope.infra_machine
     status.set_v1beta1_infrastructure_ready(machine, infra_machine)
     status.set_v1beta1_node_healthy(machine, infra_machine, scope.node)
+    v1beta1 = machine.status.v1beta1
+    if infra_machine is not None:
+        failed = InfraMachine(infra_machine)
+        if failed.failure_reason:
+            v1beta1.failure_reason = failed.failure_reason
+        if failed.failure_message:
+            v1beta1.failure_message = failed.failure_detected()
     if _infra_machine_lost(scope):
         ref = machine.spec.infrastructure_ref
-        v1beta1 = machine.status.v1beta1
         v1beta1.failure_reason = c.INVALID_CONFIGURATION_ERROR
         v1beta1.failure_message = (
             f"Machine infrastructure resource {ref.kind} {scope.key.namespace}/{ref.name}"
@@ -616,28 +624,27 @@ async def _node_left_alone(scope: Scope) -> str | None:
     """Why the deletion must not touch the Node (its pre-drain hooks, drain, volume wait and
     the Node's deletion), as upstream's ``isDeleteNodeAllowed`` decides it for a pool
     Machine, or ``None`` when it may: not while the Cluster is being deleted (the workload
-    cluster goes as a whole), nor for a Machine that never had a Node; and for a Cluster with
-    a ``controlPlaneRef``, not while that control-plane object is being deleted, nor when the
-    control plane is not externally managed (``status.externalManagedControlPlane``) and no
-    control-plane Machine of the Cluster is left. A Cluster without a ``controlPlaneRef`` is
-    not held to that count (upstream's is): see docs/upstream-differences.md."""
+    cluster goes as a whole), nor for a Machine that never had a Node, nor while the
+    control-plane object of the Cluster's ``controlPlaneRef`` is being deleted; and unless
+    that control plane is externally managed (``status.externalManagedControlPlane``: EKS,
+    AKS, our local environments), not when no control-plane Machine of the Cluster is left,
+    whether or not the Cluster names a control plane."""
     if scope.cluster.deleting:
         return "its Cluster is being deleted"
     if scope.node is None and not scope.machine.status.node_ref.name:
         return "it has no Node"
     ref = scope.cluster.spec.control_plane_ref
-    if not (ref.kind and ref.name):
-        return None
     env, namespace = scope.env, scope.key.namespace
     control_plane: Obj | None = None
-    try:
-        resource = await env.resolver.resolve(str(ref.api_group), str(ref.kind))
-        control_plane = await env.client.get(resource, str(ref.name), namespace)
-    except NotFound:
-        log.info(
-            "the control-plane object of the Cluster does not exist",
-            control_plane=ref_text(str(ref.kind), namespace, str(ref.name)),
-        )
+    if ref.kind and ref.name:
+        try:
+            resource = await env.resolver.resolve(str(ref.api_group), str(ref.kind))
+            control_plane = await env.client.get(resource, str(ref.name), namespace)
+        except NotFound:
+            log.info(
+                "the control-plane object of the Cluster does not exist",
+                control_plane=ref_text(str(ref.kind), namespace, str(ref.name)),
+            )
     if control_plane is not None:
         if ObjectView(control_plane).metadata.deletion_timestamp:
             return "its control plane is being deleted"

@@ -10,7 +10,7 @@ controller counts these conditions for its ready and available replicas.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from machinepool.api import constants as c
 from machinepool.api.conditions import (
@@ -21,7 +21,7 @@ from machinepool.api.conditions import (
     set_v1beta1_summary,
 )
 from machinepool.api.contract import InfraMachine
-from machinepool.api.meta import dig
+from machinepool.api.meta import dig, parse_time
 from machinepool.api.views import MachineView, NodeView
 from machinepool.controllers.common import (
     node_available,
@@ -241,8 +241,7 @@ def set_deleting_conditions(
     if kept is not None:
         conditions[:] = [kept if x.get("type") == c.DELETING_CONDITION else x for x in conditions]
     generation = machine.metadata.generation
-    stage = f", stage: {kept.get('reason')}" if kept is not None else ""
-    lines = [f"* {c.DELETING_CONDITION}: Machine deletion in progress{stage}"]
+    lines = [f"* {c.DELETING_CONDITION}: {deletion_summary(machine, kept, at)}"]
     found = {x.get("type"): x for x in conditions if isinstance(x, dict)}
     for type_ in _READY_INPUTS:
         x = found.get(type_)
@@ -413,3 +412,43 @@ def set_v1beta1_ready(machine: MachineView) -> None:
         _V1BETA1_READY_INPUTS,
         steps=_V1BETA1_PROVISIONING_STEPS if counting else (),
     )
+
+
+LONG_DELETION = timedelta(minutes=15)
+"""How long a deletion runs before the Ready summary stresses it (upstream's threshold: a
+coarse "more than 15m", so that many Machines' summaries still read alike and aggregate)."""
+LONG_DRAIN = timedelta(minutes=5)
+"""How long a drain of such a deletion runs before the summary names what likely holds it."""
+
+
+def deletion_summary(machine: MachineView, deleting: Condition | None, at: datetime) -> str:
+    """The Deleting line of a deleted Machine's Ready summary, as upstream words it: the
+    stage (the Deleting condition's reason); past 15 minutes, that it has taken that long;
+    and for a drain running past 5 minutes of those, what likely delays it."""
+    if deleting is None:
+        return "Machine deletion in progress"
+    stage = deleting.get("reason")
+    since = machine.metadata.deletion_timestamp
+    if not since or at - parse_time(str(since)) <= LONG_DELETION:
+        return f"Machine deletion in progress, stage: {stage}"
+    text = f"Machine deletion in progress since more than 15m, stage: {stage}"
+    drain_start = machine.status.deletion.node_drain_start_time
+    if stage != c.DRAINING_NODE_REASON or not drain_start:
+        return text
+    if at - parse_time(str(drain_start)) <= LONG_DRAIN:
+        return text
+    # What the drain's message (drain.DrainResult.message) says holds it: refusals by a
+    # PodDisruptionBudget are named as such, other refusals as eviction errors.
+    said = str(deleting.get("message") or "").lower()
+    budgets = "disruption budget" in said
+    delays = [
+        delay
+        for delay, shown in (
+            ("PodDisruptionBudgets", budgets),
+            ("Pods not terminating", "waiting for deletion:" in said),
+            ("Pod eviction errors", "evictions refused:" in said and not budgets),
+            ("Pods not completed yet", "waiting for completion:" in said),
+        )
+        if shown
+    ]
+    return f"{text}, delay likely due to {', '.join(delays)}" if delays else text

@@ -44,7 +44,7 @@ async def reconcile_bootstrap(scope: Scope) -> Result:
         scope.bootstrap_problem = str(exc)
         raise
     scope.bootstrap_config = config
-    external.copy_failures(scope, config, str(ref.kind))
+    external.copy_failures(scope, config)
     if config.deleting:
         return Result()
     created = config.data_secret_created

@@ -92,17 +92,14 @@ async def _adopt(scope: Scope, resource: Resource, obj: Obj) -> Obj:
         return obj
 
 
-def copy_failures(scope: Scope, obj: Referenced, kind: str) -> None:
+def copy_failures(scope: Scope, obj: Referenced) -> None:
     """Carry a referenced object's terminal failure into the MachinePool's v1beta1 status.
 
     Upstream means to do this but its nil checks are inverted, so it never does; this does
-    what was intended.
+    what was intended, in the words its Machine controller uses for the same copy.
     """
-    reason, message = obj.failure_reason, obj.failure_message
     v1 = scope.mp.status.v1beta1
-    if reason:
-        v1.failure_reason = reason
-    if message:
-        v1.failure_message = (
-            f"Failure detected from referenced resource {kind} {obj.name!r}: {message}"
-        )[:10240]
+    if obj.failure_reason:
+        v1.failure_reason = obj.failure_reason
+    if obj.failure_message:
+        v1.failure_message = obj.failure_detected()

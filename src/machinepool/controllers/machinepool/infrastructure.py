@@ -40,7 +40,7 @@ async def reconcile_infrastructure(scope: Scope) -> Result:
         _incorrect_ref(scope, str(exc))
         raise
     scope.infra_pool = infra
-    external.copy_failures(scope, infra, str(ref.kind))
+    external.copy_failures(scope, infra)
     if infra.deleting:
         return Result()
     ready = infra.provisioned
