@@ -51,8 +51,13 @@ from tests.support.resources import (
     SIM_MACHINE_POOLS,
 )
 from tests.support.topology import (
+    CLASS,
+    CLUSTER_CLASSES,
+    MEDIUM,
     control_plane_at,
     create_class_and_cluster,
+    machine_pools_class,
+    patch_topology,
     provision_infra_cluster,
 )
 from tests.support.upstream import (
@@ -76,7 +81,16 @@ from machinepool.api.constants import (
 from machinepool.api.kinds import MACHINE_DRAIN_RULES
 from machinepool.controlplane import WorkloadCluster
 from machinepool.controlplane.process import free_port
-from machinepool.runtime import NAMESPACES, NODES, PDBS, PODS, SECRETS, AlreadyExists, Client
+from machinepool.runtime import (
+    NAMESPACES,
+    NODES,
+    PDBS,
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    Client,
+    PatchType,
+)
 from machinepool.simworld import SimCloud
 from machinepool.webhooks.machinepool import default_machine_pool
 
@@ -341,7 +355,8 @@ def _running_without_machines(objs: dict[str, Any]) -> bool:
 
 AUTOSCALER_SIZES = {AUTOSCALER_MIN_SIZE_ANNOTATION: "2", AUTOSCALER_MAX_SIZE_ANNOTATION: "4"}
 
-TOPOLOGY_VERSION = "v1.33.4"
+TOPOLOGY_VERSION, TOPOLOGY_NEXT = "v1.33.4", "v1.34.4"
+SKIP_VERSION_CHECK = "unsafe.topology.cluster.x-k8s.io/disable-update-version-check"
 TOPOLOGY_CLUSTER_FILTER = {"upstream": "upstream", "ours": "ours-topology"}
 """The watch-filter value of each side's Cluster and ClusterClass: on ours, that of the
 topology manager (``sides``), not of our core, whose Machines upstream's must not serve."""
@@ -366,6 +381,37 @@ async def _create_topology(side: Side, pool: str) -> None:
     )
     await provision_infra_cluster(side.client, side.namespace)
     await control_plane_at(side.client, side.namespace, TOPOLOGY_VERSION)
+
+
+async def _bump_topology_version(side: Side, pool: str) -> None:
+    """The topology's version to TOPOLOGY_NEXT: the topology asks the control plane first
+    (the test reports it upgraded, as its provider would), then the pool, which rolls.
+
+    Upstream's Cluster webhook (the one the management cluster calls, upstream's manager's)
+    checks that no MachinePool is upgrading through that manager's connections to workload
+    clusters, which its watch filter limits to upstream's side; on both sides the Cluster
+    carries upstream's annotation that skips the check, so both are bumped alike."""
+    skip = {"metadata": {"annotations": {SKIP_VERSION_CHECK: ""}}}
+    await side.client.patch(CLUSTERS, CLUSTER, skip, side.namespace, patch_type=PatchType.MERGE)
+    await patch_topology(side.client, side.namespace, {"version": TOPOLOGY_NEXT})
+    await control_plane_at(side.client, side.namespace, TOPOLOGY_NEXT)
+
+
+async def _rotate_topology_template(side: Side, pool: str) -> None:
+    """The ClusterClass names another SimMachinePoolTemplate (``sim.medium``): the topology
+    updates the pool's SimMachinePool in place and the pool replaces its instances."""
+    workers = {"machinePools": machine_pools_class(MEDIUM, naming=pool)}
+    patch = {"spec": {"workers": workers}}
+    await side.client.patch(
+        CLUSTER_CLASSES, CLASS, patch, side.namespace, patch_type=PatchType.MERGE
+    )
+
+
+def _instance_types(objs: dict[str, Any]) -> set[str]:
+    return {
+        ((n.get("metadata") or {}).get("labels") or {}).get("node.kubernetes.io/instance-type", "")
+        for n in objs["Nodes"]
+    }
 
 
 def _running_at(version: str) -> Check:
@@ -761,6 +807,18 @@ SCENARIOS = [
                 "create a Cluster of a ClusterClass with a pool of 2",
                 _create_topology,
                 _running_at(TOPOLOGY_VERSION),
+            ),
+            Step(
+                "bump the topology's version: the control plane, then the pool",
+                _bump_topology_version,
+                _running_at(TOPOLOGY_NEXT),
+            ),
+            Step(
+                "name a new infra template in the ClusterClass: the pool rotates",
+                _rotate_topology_template,
+                lambda objs: (
+                    _running_at(TOPOLOGY_NEXT)(objs) and _instance_types(objs) == {"sim.medium"}
+                ),
             ),
         ],
         cluster=False,
