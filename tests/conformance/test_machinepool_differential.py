@@ -36,6 +36,7 @@ from tests.support import eventually
 from tests.support.builders import (
     CLUSTER,
     create_pool,
+    healthy_node_conditions,
     kubeadm_config,
     machine_pool,
     pool_objects,
@@ -298,16 +299,8 @@ async def _create_test_pool(side: Side, pool: str, *, machines: bool = False) ->
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{pool}-0"}}
     node["spec"] = {"providerID": provider_id}
     await side.workload.create(NODES, node)
-    # Healthy as a kubelet reports it: Ready, and no pressure (a Machine's NodeHealthy waits
-    # for all four).
-    conditions = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
-    conditions += [
-        {"type": f"{kind}Pressure", "status": "False", "reason": f"KubeletHasSufficient{kind}"}
-        for kind in ("Memory", "Disk", "PID")
-    ]
-    await side.workload.patch(
-        NODES, f"{pool}-0", {"status": {"conditions": conditions}}, subresource="status"
-    )
+    conditions = {"status": {"conditions": healthy_node_conditions()}}
+    await side.workload.patch(NODES, f"{pool}-0", conditions, subresource="status")
     await side.client.create(KUBEADM_CONFIGS, config, side.namespace)
     await side.client.create(MACHINE_POOLS, mp, side.namespace)
 

@@ -18,6 +18,9 @@ once its instance is gone).
   with three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; deleted, and CAPA's
   Auto Scaling group with it. CAPA's webhook entries (``awsmachinepool`` among them) are
   left to CAPA by our take-over of MachinePool admission.
+- ``test_capa_pool_with_machinepool_machines[ours]``: CAPA restarted with its
+  MachinePoolMachines gate on: an AWSMachine per instance, a Ready Machine on each (created at
+  3, scaled to 1 and 2, deleted, the Machines with it).
 - ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
   not running), for the comparison in docs/upstream-differences.md.
 """
@@ -35,7 +38,8 @@ import pytest_asyncio
 from tests.reliability.harness import ControllerProcess
 from tests.support import capa, eventually
 from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS
+from tests.support.conditions import condition
+from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api import constants as c
@@ -201,9 +205,31 @@ def _running(mp: Obj, replicas: int) -> bool:
 
 
 async def test_capa_pool_create_scale_delete(env: Env) -> None:
-    client, ns, pool = env.client, "capa-pool", "pool"
-    capa_hooks = await _capa_hooks(client)
+    capa_hooks = await _capa_hooks(env.client)
     assert any("awsmachinepool" in n for hooks in capa_hooks.values() for n, _ in hooks)
+    await _create_scale_delete(env, "capa-pool", (3, 5, 0, 3))
+    assert await _capa_hooks(env.client) == capa_hooks, "CAPA's admission is its own"
+
+
+async def test_capa_pool_with_machinepool_machines(env: Env) -> None:
+    """CAPA's MachinePoolMachines gate on: an AWSMachine per instance of the group, and so a
+    Machine per instance, each on its Node and Ready; a scale-down takes the Machines of the
+    instances the group gave up, a scale-up makes Machines for the new ones."""
+    capa_process = env.procs["capa"]
+    capa_process.stop()
+    capa_process.gates = {**capa_process.gates, "MachinePoolMachines": True}
+    capa_process.start()
+    await capa_process.wait_ready(timeout=240)
+    await _create_scale_delete(env, "capa-machines", (3, 1, 2), machines=True)
+
+
+async def _create_scale_delete(
+    env: Env, ns: str, sizes: tuple[int, ...], *, machines: bool = False
+) -> None:
+    """An AWSMachinePool ``pool`` in ``ns`` under a MachinePool, scaled through ``sizes`` (the
+    first its creation), each Running with a Node per providerID (and, with ``machines``, a
+    Ready Machine on each), then deleted with its Auto Scaling group."""
+    client, pool = env.client, "pool"
     await client.create(NAMESPACES, {"metadata": {"name": ns}})
     endpoint = cluster_object(CLUSTER, ns, env.workload)["spec"]["controlPlaneEndpoint"]
     await client.create(capa.AWS_CLUSTERS, capa.aws_cluster(ns, CLUSTER, env.network, endpoint), ns)
@@ -218,14 +244,18 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
             await client.create(
                 capa.AWS_MACHINE_POOLS, _aws_machine_pool(ns, pool, env.network), ns
             )
-            mp = machine_pool(ns, pool, replicas=3, infrastructure_kind="AWSMachinePool")
+            mp = machine_pool(ns, pool, replicas=sizes[0], infrastructure_kind="AWSMachinePool")
             await client.create(MACHINE_POOLS, mp, ns)
 
             async def running(replicas: int) -> Obj | None:
                 mp = await _pool(client, ns, pool)
-                return mp if _running(mp, replicas) else None
+                if not _running(mp, replicas):
+                    return None
+                if machines and len(await _ready_machines(client, ns)) != replicas:
+                    return None
+                return mp
 
-            for replicas in (3, 5, 0, 3):
+            for replicas in sizes:
                 await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
                 try:
                     mp = await eventually(
@@ -241,6 +271,9 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 assert refs == {i.rsplit("/", 1)[-1] for i in ids}
                 group = await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
                 assert {f"aws:///{z}/{i}" for i, z in group.items()} == ids
+                if machines:
+                    on = {dig(m, "spec", "providerID") for m in await _ready_machines(client, ns)}
+                    assert on == ids, "a Ready Machine on each instance, none on another"
 
             await client.delete(MACHINE_POOLS, pool, ns)
 
@@ -248,13 +281,24 @@ async def test_capa_pool_create_scale_delete(env: Env) -> None:
                 with contextlib.suppress(NotFound):
                     await _pool(client, ns, pool)
                     return False
+                if (await client.list(MACHINES, ns)).items:
+                    return False
                 return not await asyncio.to_thread(
                     capa.NodeAgent(env.moto, workload, pool).instances
                 )
 
             await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
-            assert await _capa_hooks(client) == capa_hooks, "CAPA's admission is its own"
         finally:
             agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await agent
+
+
+async def _ready_machines(client: Client, ns: str) -> list[Obj]:
+    """The namespace's live Machines whose Ready condition is True."""
+    return [
+        m
+        for m in (await client.list(MACHINES, ns)).items
+        if not m["metadata"].get("deletionTimestamp")
+        and condition(m, "Ready").get("status") == "True"
+    ]

@@ -17,11 +17,13 @@ from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_
 
 from machinepool.api import constants as c
 from machinepool.runtime import Client, Obj, Resource
+from machinepool.simworld.kubelet.node import PRESSURE_CONDITIONS
 
 __all__ = [
     "CLUSTER",
     "VERSION",
     "create_pool",
+    "healthy_node_conditions",
     "kubeadm_config",
     "machine_pool",
     "pool_objects",
@@ -162,3 +164,12 @@ async def create_pool(
     for res, body in pool_objects(namespace, name, **overrides):
         if res not in without:
             await client.create(res, body, namespace)
+
+
+def healthy_node_conditions() -> list[Obj]:
+    """The conditions of a healthy kubelet's Node: Ready, and no memory, disk or PID pressure
+    (a Machine's NodeHealthy, upstream's and ours, is Unknown until all four are reported)."""
+    ready: Obj = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    return [ready] + [
+        {"type": kind, "status": "False", "reason": reason} for kind, reason in PRESSURE_CONDITIONS
+    ]

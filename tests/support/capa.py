@@ -36,6 +36,7 @@ import aiohttp
 import boto3
 import yaml
 from tests.reliability.harness import ControllerProcess
+from tests.support.builders import healthy_node_conditions
 from tests.support.scripts import REPO
 
 from machinepool.controlplane import upstream
@@ -393,7 +394,7 @@ class NodeAgent:
             await self.workload.create(NODES, node)
             ready = {
                 "status": {
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                    "conditions": healthy_node_conditions(),
                     "nodeInfo": {"kubeletVersion": "v1.34.0"},
                 }
             }

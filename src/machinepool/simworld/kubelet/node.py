@@ -22,6 +22,7 @@ from machinepool.simworld.records import InstanceRecord
 
 __all__ = [
     "NODE_LEASE_NAMESPACE",
+    "PRESSURE_CONDITIONS",
     "STOP_SECONDS_ANNOTATION",
     "lease_age",
     "node_lease",
@@ -122,7 +123,7 @@ def node_object(
     }
 
 
-_PRESSURE_CONDITIONS = (
+PRESSURE_CONDITIONS = (
     ("MemoryPressure", "KubeletHasSufficientMemory"),
     ("DiskPressure", "KubeletHasNoDiskPressure"),
     ("PIDPressure", "KubeletHasSufficientPID"),
@@ -184,7 +185,7 @@ def node_status(
             "lastHeartbeatTime": stamp,
             "lastTransitionTime": stamp,
         }
-        for kind, kind_reason in _PRESSURE_CONDITIONS
+        for kind, kind_reason in PRESSURE_CONDITIONS
     ]
     return {
         "status": {
