@@ -22,19 +22,22 @@ once its instance is gone).
   MachinePoolMachines gate on: an AWSMachine per instance, a Ready Machine on each (created at
   3, scaled to 1 and 2, deleted, the Machines with it).
 - ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
-  not running), for the comparison in docs/upstream-differences.md.
+  not running); each converged step is compared with ours' (``CONVERGED``) up to the
+  differences docs/upstream-differences.md lists, as the conformance suite compares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from tests.conformance.differential import allowed_differences, compare, normalise
 from tests.reliability.harness import ControllerProcess
 from tests.support import capa, eventually
 from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
@@ -69,6 +72,10 @@ CAPA_CONFIGS = (
 )
 WAIT = 240.0
 """Upper bound of one step; CAPA reconciles on watch events and moto answers at once."""
+
+CONVERGED: dict[tuple[str, str], list[dict[str, Any]]] = {}
+"""The pool's objects at each converged step, by core and namespace: the ``upstream`` run
+(the second) compares its steps with ours', as the conformance suite compares scenarios."""
 
 
 @dataclass
@@ -251,8 +258,12 @@ async def _create_scale_delete(
                 mp = await _pool(client, ns, pool)
                 if not _running(mp, replicas):
                     return None
+                if dig(mp, "status", "observedGeneration") != mp["metadata"]["generation"]:
+                    return None  # the step is converged once its spec is observed
                 if machines and len(await _ready_machines(client, ns)) != replicas:
                     return None
+                if machines and len((await client.list(MACHINES, ns)).items) != replicas:
+                    return None  # the Machines of the instances given up are gone too
                 return mp
 
             for replicas in sizes:
@@ -274,6 +285,7 @@ async def _create_scale_delete(
                 if machines:
                     on = {dig(m, "spec", "providerID") for m in await _ready_machines(client, ns)}
                     assert on == ids, "a Ready Machine on each instance, none on another"
+                await _record(env, ns, pool)
 
             await client.delete(MACHINE_POOLS, pool, ns)
 
@@ -288,6 +300,8 @@ async def _create_scale_delete(
                 )
 
             await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
+            if env.core == "upstream" and ("ours", ns) in CONVERGED:
+                _compare_with_ours(ns)
         finally:
             agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -302,3 +316,52 @@ async def _ready_machines(client: Client, ns: str) -> list[Obj]:
         if not m["metadata"].get("deletionTimestamp")
         and condition(m, "Ready").get("status") == "True"
     ]
+
+
+async def _record(env: Env, ns: str, pool: str) -> None:
+    """The MachinePool, the AWSMachinePool and the Machines as this step left them, with
+    what differs by construction between the two runs said the same way: moto's instance,
+    launch template and Auto Scaling IDs (numbered in providerID order), names, times, UIDs."""
+    mp = await _pool(env.client, ns, pool)
+    infra = await env.client.get(capa.AWS_MACHINE_POOLS, pool, ns)
+    ids = dig(mp, "spec", "providerIDList", default=[]) or []
+    machines = sorted(
+        (await env.client.list(MACHINES, ns)).items,
+        key=lambda m: ids.index(pid) if (pid := dig(m, "spec", "providerID")) in ids else len(ids),
+    )
+    for m in machines:
+        # moto's private IPs, from CAPA's AWSMachine; the Machine controller that copies them
+        # is upstream's in both runs (ours runs none beside upstream).
+        m.get("status", {}).pop("addresses", None)
+    replacements = {i.rsplit("/", 1)[-1]: f"instance-{n}" for n, i in enumerate(ids)}
+    replacements |= {
+        str(value): name
+        for name, value in (
+            ("launch-template", dig(infra, "status", "launchTemplateID")),
+            ("auto-scaling-group", dig(infra, "spec", "providerID")),
+            # moto's IDs for the network (the key pair's name is the test's own)
+            *dataclasses.asdict(env.network).items(),
+        )
+        if isinstance(value, str) and value and name != "key"
+    }
+    for m in machines:  # Machines and AWSMachines are named by CAPA, at random
+        name = dig(m, "metadata", "name")
+        pid = str(dig(m, "spec", "providerID") or "")
+        replacements[str(name)] = replacements.get(pid.rsplit("/", 1)[-1], "machine")
+    objects = {"MachinePool": mp, "AWSMachinePool": infra, "Machines": machines}
+    CONVERGED.setdefault((env.core, ns), []).append(normalise(objects, replacements))
+
+
+def _compare_with_ours(ns: str) -> None:
+    """Each converged step under upstream's core against the same step under ours, up to the
+    differences docs/upstream-differences.md lists (rows for all pools, and ``capa: `` ones)."""
+    ours, upstream = CONVERGED[("ours", ns)], CONVERGED[("upstream", ns)]
+    assert len(ours) == len(upstream)
+    problems = []
+    for step, (up, our) in enumerate(zip(upstream, ours, strict=True)):
+        found, _ = compare(up, our, allowed_differences(), "capa")
+        problems += [f"step {step}: {line}" for line in found]
+    assert not problems, (
+        "differences from upstream not listed in docs/upstream-differences.md:\n"
+        + "\n".join(problems)
+    )
