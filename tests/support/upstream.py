@@ -34,7 +34,12 @@ from machinepool.api.crdgen import crd_manifests
 from machinepool.controlplane import ControlPlane, WorkloadCluster, upstream
 from machinepool.controlplane.binaries import optional_binary
 from machinepool.controlplane.process import free_port
-from machinepool.controlplane.register import cluster_object, cluster_status, kubeconfig_secret
+from machinepool.controlplane.register import (
+    cluster_object,
+    cluster_status,
+    kubeconfig_secret,
+    schemaless_crd,
+)
 from machinepool.runtime import (
     CRDS,
     MUTATING_WEBHOOKS,
@@ -95,33 +100,7 @@ def _test_crd(kind: str, plural: str, group: str = "infrastructure.cluster.x-k8s
     MachineSets clone an infra machine template, and a ClusterClass names a control plane
     and an infra cluster template; none needs a provider to run for these tests (a test
     writes the status a provider would)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.{group}",
-            "labels": {"cluster.x-k8s.io/v1beta2": "v1beta2"},
-        },
-        "spec": {
-            "group": group,
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1beta2",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return schemaless_crd(Resource(group, "v1beta2", plural, kind))
 
 
 TEST_CRDS = [

@@ -63,14 +63,16 @@ LOCAL_CONTROL_PLANES = Resource(
 _CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)
 
 
-def _local_control_plane_crd() -> Obj:
-    res = LOCAL_CONTROL_PLANES
+def schemaless_crd(res: Resource) -> Obj:
+    """A CRD for ``res`` without a schema (every field kept), with a status subresource and
+    the contract label that names ``res.version`` as the v1beta2 contract's, so a core manager
+    reads it through a reference: for kinds no provider's schema is at hand for (the local
+    control plane, and the tests' stand-ins for other providers' kinds)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{res.plural}.{res.group}",
-            # The contract label: a core manager reads this version through the reference.
             "labels": {"cluster.x-k8s.io/v1beta2": res.version},
         },
         "spec": {
@@ -117,7 +119,7 @@ def _local_control_plane_role() -> Obj:
 
 async def install_local_control_plane_kind(client: Client) -> None:
     """The ``LocalControlPlane`` CRD and its ClusterRole, once per management cluster."""
-    crd = _local_control_plane_crd()
+    crd = schemaless_crd(LOCAL_CONTROL_PLANES)
     with contextlib.suppress(AlreadyExists):
         await client.create(CRDS, crd)
     await wait_established(client, crd["metadata"]["name"])

@@ -39,6 +39,7 @@ from machinepool.controlplane.register import (
     control_plane_endpoint,
     control_plane_ref,
     register_local_control_plane,
+    schemaless_crd,
 )
 from machinepool.runtime import (
     CRDS,
@@ -61,32 +62,6 @@ TEST_CONTROL_PLANES = Resource(
     "controlplane.test.machinepool.dev", INFRA_VERSION, "testcontrolplanes", "TestControlPlane"
 )
 WAIT = 60.0
-
-
-def _crd(res: Resource) -> Obj:
-    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{res.plural}.{res.group}",
-            "labels": {"cluster.x-k8s.io/v1beta2": INFRA_VERSION},
-        },
-        "spec": {
-            "group": res.group,
-            "scope": "Namespaced",
-            "names": {"plural": res.plural, "kind": res.kind, "singular": res.kind.lower()},
-            "versions": [
-                {
-                    "name": INFRA_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
-                }
-            ],
-        },
-    }
 
 
 def _core_access() -> Obj:
@@ -113,7 +88,7 @@ def _core_access() -> Obj:
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def infra_crds(client: Client, crds: list[str]) -> None:
     for res in (TEST_POOLS, TEST_MACHINES, TEST_CONTROL_PLANES):
-        await client.apply(CRDS, _crd(res), field_manager="machinepool-tests")
+        await client.apply(CRDS, schemaless_crd(res), field_manager="machinepool-tests")
     await client.apply(CLUSTER_ROLES, _core_access(), field_manager="machinepool-tests")
     for res in (TEST_POOLS, TEST_MACHINES, TEST_CONTROL_PLANES):
         for _ in range(300):
