@@ -468,22 +468,14 @@ async def test_machine_whose_infra_machine_vanished_is_kept_and_says_why(env: En
 async def test_an_infra_machines_terminal_failure_is_carried_to_its_machine(env: Env) -> None:
     """A v1beta1-contract provider reports a terminal failure on the infra machine; the
     Machine's v1beta1 status carries it, in the words upstream's Machine controller uses."""
-    pid = "test:///failed/0"
-    await env.kubeadm_config("boot", ready=True)
-    await env.infra_pool("infra")
-    await env.infra_provider_ids("infra", [pid])
-    await env.infra_status("infra", ready=True, replicas=1, infrastructureMachineKind="TestMachine")
-    await env.infra_machine("f0", "pool", pid, provisioned=True)
-    await env.node("f0", pid)
-    await env.machine_pool("pool", replicas=1, infra="infra", bootstrap="boot")
-    await env.machines.until("f0", lambda m: m is not None)
+    await _pool_machine(env)
 
     failure = {"failureReason": "UpdateError", "failureMessage": "the instance was retired"}
     await env.client.patch(
-        TEST_MACHINES, "f0", {"status": failure}, env.namespace, subresource="status"
+        TEST_MACHINES, "m0", {"status": failure}, env.namespace, subresource="status"
     )
     machine = await env.machines.until(
-        "f0",
+        "m0",
         lambda m: bool(
             m and (m["status"].get("deprecated") or {}).get("v1beta1", {}).get("failureReason")
         ),
@@ -493,7 +485,7 @@ async def test_an_infra_machines_terminal_failure_is_carried_to_its_machine(env:
     assert v1["failureReason"] == "UpdateError"
     assert v1["failureMessage"] == (
         f"Failure detected from referenced resource {TEST_MACHINES.api_version},"
-        ' Kind=TestMachine with name "f0": the instance was retired'
+        ' Kind=TestMachine with name "m0": the instance was retired'
     )
 
 
