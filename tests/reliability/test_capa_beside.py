@@ -258,12 +258,16 @@ async def _create_scale_delete(
                 mp = await _pool(client, ns, pool)
                 if not _running(mp, replicas):
                     return None
-                if dig(mp, "status", "observedGeneration") != mp["metadata"]["generation"]:
+                if not _observed(mp):
                     return None  # the step is converged once its spec is observed
                 if machines and len(await _ready_machines(client, ns)) != replicas:
                     return None
-                if machines and len((await client.list(MACHINES, ns)).items) != replicas:
-                    return None  # the Machines of the instances given up are gone too
+                if machines:
+                    listed = (await client.list(MACHINES, ns)).items
+                    if len(listed) != replicas:
+                        return None  # the Machines of the instances given up are gone too
+                    if any(not _observed(m) for m in listed):
+                        return None  # each has observed its spec (the version the pool set)
                 return mp
 
             for replicas in sizes:
@@ -306,6 +310,11 @@ async def _create_scale_delete(
             agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await agent
+
+
+def _observed(obj: Obj) -> bool:
+    """Whether ``obj``'s status has observed its current spec."""
+    return dig(obj, "status", "observedGeneration") == obj["metadata"]["generation"]
 
 
 async def _ready_machines(client: Client, ns: str) -> list[Obj]:
