@@ -430,8 +430,8 @@ async def observe(scope: Scope) -> Result:
 async def report_v1beta1(scope: Scope) -> Result:
     """Upstream's v1beta1 InfrastructureReady and NodeHealthy from what observe found, and
     the v1beta1 failure fields: the infra machine's own terminal failure (a v1beta1-contract
-    provider's ``status.failureReason``/``failureMessage``, kept once seen, as upstream keeps
-    it), or the loss of a live Machine's provisioned infra machine."""
+    provider's ``status.failureReason``/``failureMessage``), or the loss of a live Machine's
+    provisioned infra machine."""
     machine, infra_machine = scope.machine, scope.infra_machine
     status.set_v1beta1_infrastructure_ready(machine, infra_machine)
     status.set_v1beta1_node_healthy(machine, infra_machine, scope.node)
