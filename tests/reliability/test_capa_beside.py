@@ -268,6 +268,8 @@ async def _create_scale_delete(
                         return None  # the Machines of the instances given up are gone too
                     if any(not _observed(m) for m in listed):
                         return None  # each has observed its spec (the version the pool set)
+                    if any(dig(m, "status", "phase") != "Running" for m in listed):
+                        return None  # and has been through its Machine controller since
                 return mp
 
             for replicas in sizes:
