@@ -132,8 +132,10 @@ class System(Changes):
         sim: dict[str, Any] | None = None,
         instance_type: str = "sim.small",
         warm_pool: dict[str, Any] | None = None,
+        annotations: dict[str, str] | None = None,
     ) -> None:
-        """KubeadmConfig + SimMachinePool + MachinePool named ``name``."""
+        """KubeadmConfig + SimMachinePool + MachinePool (with ``annotations``) named
+        ``name``."""
         pool_spec: dict[str, Any] = {"template": {"instanceType": instance_type, "image": "sim"}}
         if strategy is not None:
             pool_spec["strategy"] = strategy
@@ -150,6 +152,7 @@ class System(Changes):
             cluster=self.cluster,
             version=version,
             failure_domains=failure_domains,
+            annotations=annotations,
         )
 
     async def scale(self, name: str, replicas: int) -> None:

@@ -24,12 +24,12 @@ from tests.unit.builders import (
 )
 
 from machinepool.api import constants as c
+from machinepool.api.rollingupdate import DeletePolicy
 from machinepool.providers.pool import delete, inframachines, observe, scale
 from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.engine import PoolEngine
 from machinepool.providers.pool.inframachines import InfraMachineReconciler
 from machinepool.providers.pool.scope import PoolMemory, PoolScope
-from machinepool.providers.pool.strategy import DeletePolicy
 from machinepool.providers.pool.types import InstanceState
 from machinepool.runtime import ObjectKey, Result, Stop, Then
 
@@ -235,7 +235,7 @@ async def test_forgetting_a_pool_drops_everything_kept_about_it() -> None:
     backend.instances["i-1"] = instance(1, zone="zone-a")  # the records cache is behind
     kept.expected.created(["i-2"])
     kept.shortages.record("zone-a")
-    kept.statuses_sent["i-1"] = (time.monotonic(), InstanceState.RUNNING)
+    kept.statuses_sent["i-1"] = (time.monotonic(), ("running", None))
     kept.rolling = True
     kept.written_at = time.monotonic()
     filled = {"expected", "shortages", "statuses_sent", "rolling", "written_at"}
@@ -261,7 +261,7 @@ async def test_forgetting_a_pool_drops_everything_kept_about_it() -> None:
 async def test_infra_machines_in_step_with_their_instances_get_no_write() -> None:
     backend = MemoryBackend.of(instance(1))
     current = inframachines._machine_status(
-        observe.EngineMachineView(infra_machine("i-1")), instance(1)
+        observe.EngineMachineView(infra_machine("i-1")), instance(1), None
     )
     scope = await _owned(
         engine_scope(backend=backend, infra_machines=[infra_machine("i-1", status=current)])
@@ -275,7 +275,7 @@ async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_ech
     backend = MemoryBackend.of(instance(1))
     scope = await _owned(engine_scope(backend=backend, infra_machines=[infra_machine("i-1")]))
     await observe.list_instances(scope)
-    sent = (time.monotonic(), InstanceState.RUNNING)
+    sent = (time.monotonic(), ("running", None))
     scope.memory.statuses_sent = {"i-1": sent}
     assert await inframachines.sync_infra_machines(scope) == Result()  # no client: nothing written
     assert scope.memory.statuses_sent == {"i-1": sent}
@@ -283,7 +283,7 @@ async def test_a_status_sent_for_the_same_state_is_not_sent_again_before_its_ech
 
 def test_an_infra_machines_status_follows_its_instances_state() -> None:
     view = observe.EngineMachineView(infra_machine("i-1"))
-    status = inframachines._machine_status(view, instance(1, state=InstanceState.PENDING))
+    status = inframachines._machine_status(view, instance(1, state=InstanceState.PENDING), None)
     assert status["ready"] is False
     assert status["instanceState"] == "pending"
     ready = condition({"status": status}, c.READY_CONDITION)
@@ -324,3 +324,24 @@ async def test_a_pool_waits_for_its_infra_machines_to_go() -> None:
     result = await delete.delete_pool(scope)
     assert result.requeue_after == pytest.approx(1.0)
     assert scope.pool.metadata.finalizers, "kept until its infra machines are gone"
+
+
+def test_an_infra_machine_says_whether_its_instance_is_up_to_date_only_when_asked() -> None:
+    """Under OnDelete the core's rollout reads UpToDate from the infra machine; otherwise the
+    engine writes none (and removes one left by an earlier OnDelete)."""
+    view = observe.EngineMachineView(infra_machine("i-1"))
+    old = inframachines._machine_status(view, instance(1), False)
+    assert condition({"status": old}, c.UP_TO_DATE_CONDITION)["status"] == "False"
+    after = observe.EngineMachineView(infra_machine("i-1", status=old))
+    cleared = inframachines._machine_status(after, instance(1), None)
+    assert all(x["type"] != c.UP_TO_DATE_CONDITION for x in cleared["conditions"])
+
+
+async def test_decide_reads_an_on_delete_strategy() -> None:
+    pool = sim_machine_pool(NAMESPACE, "pool")
+    pool["spec"]["strategy"] = {"type": "OnDelete"}
+    scope = await _owned(engine_scope(pool))
+    await scale.decide(scope)
+    assert scope.strategy is not None
+    assert scope.strategy.on_delete
+    assert scope.blocked == []

@@ -510,3 +510,15 @@ def test_any_pool_with_a_warm_pool_converges_to_replicas_and_warm_size_up_to_dat
     # start as were prepared and needed.
     needed = replicas - sum(1 for m in members if m.active and m.up_to_date)
     assert joined >= min(prepared, max(0, needed))
+
+
+def test_on_delete_replaces_only_deleted_outdated_instances_at_once() -> None:
+    """Strategy OnDelete: the pool never picks an outdated instance itself, and an outdated
+    one whose Machine someone deleted is replaced at once, while it still runs (the core's
+    rollout holds it at a pre-drain hook until the replacement is Ready)."""
+    old = pool(3, up_to_date=False)
+    still = plan(PlanInput(old, 3, 0, 0, failure_domains=FDS, replace_outdated=False))
+    assert still.empty
+    held = [replace(old[0], deleting=True), *old[1:]]
+    step = plan(PlanInput(held, 3, 0, 0, failure_domains=FDS, replace_outdated=False))
+    assert (step.delete, len(step.create)) == ([], 1)

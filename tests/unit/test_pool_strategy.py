@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from machinepool.api.rollingupdate import scaled_value
 from machinepool.providers.pool import DeletePolicy, InvalidStrategy, RollingUpdate, parse_strategy
-from machinepool.providers.pool.strategy import scaled_value
 
 
 def test_defaults_are_surge_one_unavailable_zero_oldest() -> None:

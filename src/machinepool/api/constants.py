@@ -140,13 +140,15 @@ MACHINE_POOL_CONDITIONS: Final = (
     INFRASTRUCTURE_READY_CONDITION,
     MACHINES_READY_CONDITION,
     MACHINES_UP_TO_DATE_CONDITION,
+    ROLLING_OUT_CONDITION,
     SCALING_UP_CONDITION,
     SCALING_DOWN_CONDITION,
     REMEDIATING_CONDITION,
     DELETING_CONDITION,
     PAUSED_CONDITION,
 )
-"""The condition types a MachinePool reports, in the order they are written."""
+"""The condition types a MachinePool reports, in the order they are written (RollingOut only
+for a pool rolled by the core: ``controllers.machinepool.rollout``)."""
 
 # --- v1beta2 reasons ----------------------------------------------------------------------
 
@@ -321,6 +323,27 @@ def inherited_labels(owner_labels: Mapping[str, str] | None) -> dict[str, str]:
         for key, value in labels.items()
         if value and (key == WATCH_FILTER_LABEL or key.startswith(SHARD_LABEL_PREFIX + "/"))
     }
+
+
+# --- rollouts by the core (ours; docs/user-guide.md "Rollouts by the core") ----------------
+
+ROLLOUT_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/rollout"
+"""On a MachinePool: ``Core`` makes the core replace its outdated Machines itself, drained and
+within the budgets below (the infra pool must use MachinePool Machines and leave replacing to
+deleted or marked Machines, as a Sim pool with strategy OnDelete does). Any other value, or
+none: the infra pool rolls, as upstream leaves it."""
+ROLLOUT_CORE: Final = "Core"
+ROLLOUT_MAX_SURGE_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/rollout-max-surge"
+"""Outdated Machines marked for replacement (serving while their replacements boot) at once;
+an integer or a percentage of spec.replicas (rounds up). Default 1."""
+ROLLOUT_MAX_UNAVAILABLE_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/rollout-max-unavailable"
+"""Ready Machines the rollout may take below spec.replicas; an integer or a percentage
+(rounds down). Default 0. Both 0 is refused at admission."""
+REPLACE_MACHINE_ANNOTATION: Final = "machinepool.cluster.x-k8s.io/replace-machine"
+"""Set by the core's rollout on an outdated Machine it is about to replace: a pool that honours
+it (ours: the pool engine) stops counting the Machine towards replicas and boots its
+replacement while the Machine keeps serving; the core deletes the Machine (drained) once the
+replacement is Ready. Removed again by the core when the pool no longer opts in."""
 
 
 # --- health checks and remediation (MachineHealthCheck, MachinePool remediation) -----------

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from machinepool.api.conditions import Condition, get_condition, v1beta1_ready_of
-from machinepool.api.constants import READY_CONDITION
+from machinepool.api.constants import READY_CONDITION, UP_TO_DATE_CONDITION
 from machinepool.api.views import Field, Nested, View
 
 __all__ = ["BootstrapConfig", "InfraMachine", "InfraMachinePool", "Referenced"]
@@ -195,6 +195,14 @@ class InfraMachine(Referenced):
     def failure_domain(self) -> str:
         """``spec.failureDomain``: where the instance runs."""
         return _text(self._at.spec.failure_domain)
+
+    @property
+    def outdated(self) -> bool:
+        """Its ``UpToDate`` condition is False: the instance runs an older template of its
+        pool (ours, not upstream's contract: a pool that leaves replacing to deleted Machines
+        says so, for the core's rollouts; one that says nothing is taken as up to date)."""
+        cond = get_condition(_conditions(self._at.status.conditions), UP_TO_DATE_CONDITION)
+        return cond is not None and cond.get("status") == "False"
 
 
 class BootstrapConfig(Referenced):

@@ -108,8 +108,10 @@ class SimRollingUpdate(K8sModel):
 class SimPoolStrategy(K8sModel):
     """The replacement strategy."""
 
-    type: Literal["RollingUpdate"] | None = None
-    """Only RollingUpdate."""
+    type: Literal["RollingUpdate", "OnDelete"] | None = None
+    """RollingUpdate (the default): the pool replaces outdated instances within its budgets.
+    OnDelete: it replaces an instance only once its Machine is deleted, as for a pool whose
+    MachinePool opts into the core's rollouts (docs/user-guide.md "Rollouts by the core")."""
     rolling_update: SimRollingUpdate | None = None
     """Rolling update settings."""
 

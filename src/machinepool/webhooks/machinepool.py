@@ -14,6 +14,7 @@ from typing import Any
 
 from machinepool.api import constants as c
 from machinepool.api.features import MACHINE_POOL, MACHINE_POOL_NODE_TAINTS, FeatureGates
+from machinepool.api.rollingupdate import rollout_budget_errors
 from machinepool.runtime import copy_obj
 from machinepool.webhooks.fielderrors import (
     FieldError,
@@ -150,7 +151,7 @@ def validate_machine_pool(
     """Refuse an invalid create (``old`` None) or update; returns None when allowed."""
     _gate_check(gates)
     errors = _bootstrap_errors(new) + _cluster_name_errors(old, new) + _version_errors(new)
-    errors += _taint_errors(old, new, gates) + _metadata_errors(new)
+    errors += _taint_errors(old, new, gates) + _metadata_errors(new) + _rollout_errors(new)
     if errors:
         name = _dict(new.get("metadata")).get("name") or ""
         raise AdmissionDenied(invalid_status(c.CLUSTER_GROUP, _KIND, str(name), errors))
@@ -261,6 +262,12 @@ def _reserved_taint(key: str) -> str:
     if key == "node-role.kubernetes.io/control-plane":
         return "taint is not allowed for worker Machines"
     return ""
+
+
+def _rollout_errors(new: dict[str, Any]) -> list[FieldError]:
+    """The budgets of a rollout by the core (ours: ``controllers.machinepool.rollout``)."""
+    annotations = _dict(_dict(new.get("metadata")).get("annotations"))
+    return [invalid(f, value, detail) for f, value, detail in rollout_budget_errors(annotations)]
 
 
 def _metadata_errors(new: dict[str, Any]) -> list[FieldError]:

@@ -249,3 +249,24 @@ async def test_negative_replicas_are_refused_by_the_apiserver(
         'MachinePool.cluster.x-k8s.io "mp" is invalid: .spec.replicas: Invalid value: -1: '
         "should be a non-negative integer"
     )
+
+
+async def test_rollout_budgets_are_judged_at_admission_naming_the_annotation(
+    client: Client, namespace: str, webhooks: WebhookServer
+) -> None:
+    """Ours: the budgets of a rollout by the core are refused when they cannot be followed,
+    with the annotation and the fix; a good one passes, and fixing a bad one is accepted."""
+    surge = "machinepool.cluster.x-k8s.io/rollout-max-surge"
+    body = machine_pool(namespace)
+    body["metadata"]["annotations"] = {
+        "machinepool.cluster.x-k8s.io/rollout": "Core",
+        surge: "lots",
+    }
+    message = await _refusal(client, body)
+    assert f'metadata.annotations[{surge}]: Invalid value: "lots"' in message
+    assert "percentage like '25%'" in message
+    body["metadata"]["annotations"][surge] = "0"
+    assert "both 0" in await _refusal(client, body)
+    body["metadata"]["annotations"][surge] = "25%"
+    created = await client.create(MACHINE_POOLS, body)
+    assert created["metadata"]["annotations"][surge] == "25%"

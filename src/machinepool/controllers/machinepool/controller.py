@@ -26,7 +26,7 @@ from machinepool.controllers.common import (
     node_inputs,
     set_paused_condition,
 )
-from machinepool.controllers.machinepool import remediation, status, watches
+from machinepool.controllers.machinepool import remediation, rollout, status, watches
 from machinepool.controllers.machinepool.bootstrap import reconcile_bootstrap
 from machinepool.controllers.machinepool.delete import reconcile_delete
 from machinepool.controllers.machinepool.infrastructure import reconcile_infrastructure
@@ -284,6 +284,7 @@ def _phases(mp: MachinePoolView, machines_up_to_date: bool) -> list[Phase[Scope]
         reconcile_infrastructure,
         reconcile_machines,
         remediation.reconcile_remediation,
+        rollout.reconcile_rollout,
         reconcile_node_refs,
     ]
     return [*phases, set_machines_up_to_date] if machines_up_to_date else phases
@@ -322,6 +323,7 @@ def update_status(scope: Scope) -> None:
     values.update(status.replica_conditions(mp))
     values.update(status.machine_conditions(has_machines, machines))
     values.update(remediation.remediating_condition(scope))
+    values.update(rollout.rolling_out_condition(scope))
     values[c.DELETING_CONDITION] = status.deleting_condition(mp, scope.deleting_message)
     status.apply_conditions(mp, values)
     status.set_v1beta1_ready(mp)

@@ -178,6 +178,7 @@ async def reconcile_machines(scope: Scope) -> Result:
     resource = await r.client.resource(str(infra_pool.raw.get("apiVersion", "")), kind)
     informer = await r.watches.watch_infra_machine_kind(resource)
     infra_machines = informer.by_index(watches.BY_MEMBER_LABELS, member_key)
+    scope.infra_machines = {m.name: m for m in map(InfraMachine, infra_machines)}
     by_name = {m.metadata.name: m for m in scope.machines}
     wanted: list[tuple[MachineView | None, Obj]] = []
     template = template_mark(scope.mp)

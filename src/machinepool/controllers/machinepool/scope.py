@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from machinepool.api.contract import BootstrapConfig, InfraMachinePool
+from machinepool.api.contract import BootstrapConfig, InfraMachine, InfraMachinePool
 from machinepool.api.views import ClusterView, MachinePoolView, MachineView
 from machinepool.controllers.common import CoreEnv, WorkloadNodes
 from machinepool.controllers.machinepool.facts import FactsCache, MachineFacts, PassFacts
@@ -26,6 +26,9 @@ from machinepool.runtime import (
     Resource,
     TerminalError,
 )
+
+if TYPE_CHECKING:
+    from machinepool.controllers.machinepool.rollout import RolloutStep
 
 
 class ReferenceProblem(TerminalError, ExpectedError):
@@ -111,6 +114,10 @@ class Scope:
     """providerIDList was copied from a ready infra pool this pass. Set by infrastructure."""
     machines: list[MachineView] = field(default_factory=list)
     """MachinePool Machines (pool and cluster labels, ours or uncontrolled). Set by machines."""
+    infra_machines: dict[str, InfraMachine] = field(default_factory=dict)
+    """The infra machines the provider reports for the pool, by name. Set by machines."""
+    rollout: RolloutStep | None = None
+    """The step of a rollout by the core, for RollingOut. Set by rollout."""
     deleting_message: str = ""
     """What deletion waits for, for the Deleting condition. Set by delete."""
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from machinepool.api import constants as c
 from machinepool.api.constants import pool_name_label_value
-from machinepool.api.contract import BootstrapConfig, InfraMachinePool
+from machinepool.api.contract import BootstrapConfig, InfraMachine, InfraMachinePool
 from machinepool.api.views import (
     MachinePoolSpecView,
     MachinePoolView,
@@ -147,11 +147,12 @@ def machine_inputs(machine: Obj) -> tuple[object, ...]:
 
 
 def infra_machine_inputs(obj: Obj) -> tuple[object, ...]:
-    """What a MachinePool reconcile reads from an infra machine: its labels (membership) and
-    spec (providerID). Not the provider's status writes, and not its deletion: that follows
+    """What a MachinePool reconcile reads from an infra machine: its labels (membership),
+    spec (providerID) and whether it is outdated (``UpToDate`` False: the core's rollouts
+    replace it). Not the provider's other status writes, and not its deletion: that follows
     the Machine's, which the pool already saw (its disappearance still wakes the pool)."""
     meta = obj.get("metadata") or {}
-    return (meta.get("labels"), obj.get("spec"))
+    return (meta.get("labels"), obj.get("spec"), InfraMachine(obj).outdated)
 
 
 def pool_node_inputs(node: Obj) -> tuple[object, ...]:

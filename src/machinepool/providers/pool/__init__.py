@@ -6,13 +6,13 @@ owner Machines, and reports status. Providers (``machinepool.providers.sim``) su
 backend and their infra kinds.
 """
 
-from machinepool.providers.pool.plan import Member, Plan, PlanInput, order_victims, plan, spread
-from machinepool.providers.pool.strategy import (
+from machinepool.api.rollingupdate import (
     DeletePolicy,
     InvalidStrategy,
     RollingUpdate,
     parse_strategy,
 )
+from machinepool.providers.pool.plan import Member, Plan, PlanInput, order_victims, plan, spread
 from machinepool.providers.pool.template import template_hash
 from machinepool.providers.pool.types import (
     Backend,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from machinepool.api import constants as c
-from machinepool.api.conditions import set_condition
+from machinepool.api.conditions import remove_condition, set_condition
 from machinepool.api.kinds import MACHINES
 from machinepool.api.meta import deleted_for_move
 from machinepool.api.views import EngineMachineView, MachineView
@@ -54,15 +54,19 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
     # the echo (a new instance's events queue the pool, and a big pool's report may wait).
     now = time.monotonic()
     sent = scope.memory.statuses_sent
-    unseen: dict[str, tuple[float, str]] = {}
+    unseen: dict[str, tuple[float, tuple[str, bool | None]]] = {}
     stale: list[tuple[str, dict[str, Any]]] = []
     for name, m in scope.infra_machines.items():
         if name not in live or m.deleting:
             continue
-        if (status := _outdated_status(m, live[name])) is None:
+        if (status := _outdated_status(m, live[name], _up_to_date(scope, live[name]))) is None:
             continue
         last = sent.get(name)
-        if last is not None and last[1] == live[name].state and now - last[0] < ECHO_WAIT_SECONDS:
+        if (
+            last is not None
+            and last[1] == _mark(scope, live[name])
+            and now - last[0] < ECHO_WAIT_SECONDS
+        ):
             unseen[name] = last
         else:
             stale.append((name, status))
@@ -73,11 +77,11 @@ async def sync_infra_machines(scope: PoolScope) -> Result:
         if isinstance(outcome, BaseException):
             raise outcome
         scope.infra_machines[instance.id] = outcome
-        unseen[instance.id] = (now, live[instance.id].state)
+        unseen[instance.id] = (now, _mark(scope, live[instance.id]))
     for (name, _), failure in zip(stale, refreshed, strict=True):
         if isinstance(failure, BaseException):
             raise failure
-        unseen[name] = (now, live[name].state)
+        unseen[name] = (now, _mark(scope, live[name]))
     scope.memory.statuses_sent = unseen
     for name, machine in scope.infra_machines.items():
         if name not in live and not machine.deleting:
@@ -129,12 +133,29 @@ async def _create(scope: PoolScope, instance: Instance) -> EngineMachineView:
     except AlreadyExists:
         created = await env.client.get(env.provider.machine_resource, instance.id, scope.namespace)
     machine = EngineMachineView(created)
-    if (status := _outdated_status(machine, instance)) is not None:
+    if (status := _outdated_status(machine, instance, _up_to_date(scope, instance))) is not None:
         await _patch_status(scope, instance.id, status)
     return machine
 
 
-def _machine_status(machine: EngineMachineView, instance: Instance) -> dict[str, Any]:
+def _up_to_date(scope: PoolScope, instance: Instance) -> bool | None:
+    """The infra machine's UpToDate: whether ``instance`` runs the pool's current template,
+    reported only under strategy OnDelete, where someone else (the core's rollout) decides
+    which instance goes and must know; ``None`` (no condition) otherwise, as the engine
+    replaces outdated instances itself then, and the flip of every old one would be a write
+    per replaced instance that no one reads."""
+    if scope.strategy is None or not scope.strategy.on_delete or not scope.template_hash:
+        return None
+    return instance.template_hash == scope.template_hash
+
+
+def _mark(scope: PoolScope, instance: Instance) -> tuple[str, bool | None]:
+    return (instance.state.value, _up_to_date(scope, instance))
+
+
+def _machine_status(
+    machine: EngineMachineView, instance: Instance, up_to_date: bool | None
+) -> dict[str, Any]:
     """The whole status an infra machine of ``instance`` should have (sent as one patch)."""
     status: dict[str, Any] = {
         "ready": instance.state is InstanceState.RUNNING,
@@ -146,13 +167,28 @@ def _machine_status(machine: EngineMachineView, instance: Instance) -> dict[str,
     reason = c.READY_REASON if running else c.NOT_READY_REASON
     message = "" if running else f"instance is {instance.state.value}"
     set_condition(status["conditions"], c.READY_CONDITION, running, reason, message)
+    if up_to_date is None:
+        remove_condition(status["conditions"], c.UP_TO_DATE_CONDITION)
+    elif up_to_date:
+        set_condition(status["conditions"], c.UP_TO_DATE_CONDITION, True, c.UP_TO_DATE_REASON, "")
+    else:
+        set_condition(
+            status["conditions"],
+            c.UP_TO_DATE_CONDITION,
+            False,
+            c.NOT_UP_TO_DATE_REASON,
+            "instance runs an older template of its pool; it is replaced once its Machine is"
+            " deleted (strategy OnDelete)",
+        )
     return status
 
 
-def _outdated_status(machine: EngineMachineView, instance: Instance) -> dict[str, Any] | None:
+def _outdated_status(
+    machine: EngineMachineView, instance: Instance, up_to_date: bool | None
+) -> dict[str, Any] | None:
     """The status ``machine`` should have, or ``None`` when it has it already (pure)."""
     current = machine.status.raw or {}
-    desired = _machine_status(machine, instance)
+    desired = _machine_status(machine, instance, up_to_date)
     return None if all(current.get(k) == v for k, v in desired.items()) else desired
 
 

@@ -16,7 +16,10 @@ safe, not complete. The rules:
   only while at least ``replicas - maxUnavailable`` Ready instances remain (never counting one
   being deleted; Ready: its Node and its Machine both, as MachinePool readyReplicas
   counts). Replacing an instance that is not active (failed, or deleted for its health) is
-  part of the count, never held back by the surge;
+  part of the count, never held back by the surge. Not with ``replace_outdated`` off
+  (strategy ``OnDelete``): then an outdated instance goes only when its Machine is deleted
+  by someone else, and one whose Machine the core's rollout marked is replaced at once (its
+  replacement is part of the count; the core deletes it once that one is Ready);
 - **spread**: new instances go to the failure domain with the fewest up-to-date instances,
   then the fewest instances, then the listed order, so counts differ by at most one;
 - **burst**: one step creates at most ``burst`` instances (``BURST``, as the ReplicaSet
@@ -43,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from machinepool.providers.pool.strategy import DeletePolicy
+from machinepool.api.rollingupdate import DeletePolicy
 from machinepool.providers.pool.types import InstanceState
 
 __all__ = ["BURST", "Member", "Plan", "PlanInput", "order_victims", "plan", "spread"]
@@ -67,7 +70,8 @@ class Member:
     ready: bool = False
     """Its Node is Ready and so is its Machine (what MachinePool readyReplicas counts)."""
     deleting: bool = False
-    """Its Machine or infra machine is being deleted (or the instance is terminated)."""
+    """Its Machine or infra machine is being deleted (or the instance is terminated), or the
+    core's rollout marked its Machine for replacement (``c.REPLACE_MACHINE_ANNOTATION``)."""
     delete_requested: bool = False
     """Its Machine carries the delete-machine annotation."""
     has_machine: bool = False
@@ -112,6 +116,8 @@ class PlanInput:
     """Instances one step creates (or starts) at most (the rest in the next steps)."""
     warm_size: int = 0
     """Warm instances to keep booted and stopped beside the pool (0: no warm pool)."""
+    replace_outdated: bool = True
+    """Replace outdated instances on its own (strategy RollingUpdate); False for OnDelete."""
 
 
 @dataclass
@@ -262,7 +268,7 @@ def _surplus_victims(inp: PlanInput, active: Sequence[Member]) -> list[Member]:
 def _rolling_victims(inp: PlanInput, active: Sequence[Member], result: Plan) -> list[Member]:
     """Outdated instances that may go now without breaking the availability floor."""
     outdated = [m for m in active if not m.up_to_date and m.has_machine]
-    if not outdated:
+    if not outdated or not inp.replace_outdated:
         return []
     if not inp.nodes_known:
         result.waiting.append("Node readiness unknown; outdated instances are kept for now")

@@ -14,12 +14,12 @@ from collections import Counter
 
 from machinepool.api import constants as c
 from machinepool.api.kinds import MACHINE_POOLS, MACHINES
+from machinepool.api.rollingupdate import InvalidStrategy, parse_strategy
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.providers.pool.observe import machine_ready
 from machinepool.providers.pool.plan import Member, Plan, PlanInput, plan
 from machinepool.providers.pool.provider import SupportsWarmPool
 from machinepool.providers.pool.scope import PoolScope
-from machinepool.providers.pool.strategy import InvalidStrategy, parse_strategy
 from machinepool.providers.pool.types import (
     CapacityError,
     CloudError,
@@ -106,7 +106,10 @@ def _members(scope: PoolScope) -> list[Member]:
             continue
         machine = scope.machines.get(instance.id)  # none for a warm instance
         annotations = (machine.metadata.annotations if machine else None) or {}
-        deleting = _member_deleting(scope, instance.id)
+        # Marked by the core's rollout: replaced now, deleted by the core (drained) once its
+        # replacement is Ready; it serves until then but no longer counts towards replicas.
+        replacing = c.REPLACE_MACHINE_ANNOTATION in annotations
+        deleting = _member_deleting(scope, instance.id) or replacing
         members.append(
             Member(
                 id=instance.id,
@@ -206,11 +209,14 @@ async def act(scope: PoolScope) -> Result:
 def _plan(scope: PoolScope, members: list[Member]) -> Plan:
     assert scope.strategy is not None
     surge, unavailable = scope.strategy.resolve(scope.replicas)
+    on_delete = scope.strategy.on_delete
     return plan(
         PlanInput(
             members=members,
             replicas=scope.replicas,
-            surge=surge,
+            # OnDelete: no surge of its own (the core's rollout holds its outdated Machines
+            # while their replacements boot), so a replacement is only a deleted one's.
+            surge=0 if on_delete else surge,
             unavailable=unavailable,
             delete_policy=scope.strategy.delete_policy,
             failure_domains=_failure_domains(scope),
@@ -218,6 +224,7 @@ def _plan(scope: PoolScope, members: list[Member]) -> Plan:
             nodes_known=scope.ready_ids is not None,
             seed=str(scope.pool.metadata.uid or ""),
             warm_size=scope.warm_size if isinstance(scope.backend, SupportsStart) else 0,
+            replace_outdated=not on_delete,
         )
     )
 

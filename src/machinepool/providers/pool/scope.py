@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from machinepool.api.rollingupdate import RollingUpdate
 from machinepool.api.views import (
     ClusterView,
     EngineMachineView,
@@ -20,7 +21,6 @@ from machinepool.providers.pool.capacity import ZoneShortages
 from machinepool.providers.pool.expectations import Expectations
 from machinepool.providers.pool.plan import Plan
 from machinepool.providers.pool.provider import PoolProvider
-from machinepool.providers.pool.strategy import RollingUpdate
 from machinepool.providers.pool.types import Backend, Instance
 from machinepool.runtime import (
     Client,
@@ -40,9 +40,9 @@ class PoolMemory:
     ``runtime.KeyMemory`` (``EngineEnv.memory``) holds it, and its one ``forget`` drops it when
     the pool lets go of its finalizer (``delete.delete_pool``) or is gone."""
 
-    statuses_sent: dict[str, tuple[float, str]] = field(default_factory=dict)
-    """Infra machine name -> when, and for which instance state, the engine last wrote its
-    status, until the cache shows it (``inframachines.sync_infra_machines``)."""
+    statuses_sent: dict[str, tuple[float, tuple[str, bool | None]]] = field(default_factory=dict)
+    """Infra machine name -> when, and for which instance state and UpToDate, the engine last
+    wrote its status, until the cache shows it (``inframachines.sync_infra_machines``)."""
     rolling: bool = False
     """The last plan depended on Node readiness (``PoolScope.rolling``): outside a rollout, a
     Node that is Ready changes no step a pool would take, and waking a 1,000-instance pool

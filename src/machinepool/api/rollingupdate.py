@@ -3,7 +3,9 @@
 Semantics follow Cluster API Azure's AzureMachinePool ``RollingUpdate`` (and Kubernetes
 Deployments): ``maxSurge`` defaults to 1 and a percentage rounds up; ``maxUnavailable`` defaults
 to 0 and a percentage rounds down; both zero would let nothing move and is rejected.
-Called by the engine once per reconcile; pure, unit-tested.
+Pure and unit-tested; here in ``api`` because two layers read it: the pool engine (a Sim
+pool's ``spec.strategy``) and the core's own rollouts (``controllers.machinepool.rollout``,
+whose budgets are annotations with the same meaning).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from machinepool.api import constants as c
+
 __all__ = [
     "DeletePolicy",
     "InvalidStrategy",
     "RollingUpdate",
     "parse_strategy",
+    "rollout_budget_errors",
+    "rollout_budgets",
     "scaled_value",
 ]
 
@@ -50,6 +56,9 @@ class RollingUpdate:
     max_surge: int | str = 1
     max_unavailable: int | str = 0
     delete_policy: DeletePolicy = DeletePolicy.OLDEST
+    on_delete: bool = False
+    """Type ``OnDelete``: outdated instances are replaced only once their Machine is deleted
+    (by a person, or by the core's rollout), never by the pool itself."""
 
     def resolve(self, replicas: int) -> tuple[int, int]:
         """(surge, unavailable) as instance counts for ``replicas`` desired instances.
@@ -96,9 +105,9 @@ def parse_strategy(strategy: Mapping[str, Any] | None) -> RollingUpdate:
     """
     strategy = strategy or {}
     kind = strategy.get("type") or "RollingUpdate"
-    if kind != "RollingUpdate":
+    if kind not in ("RollingUpdate", "OnDelete"):
         raise InvalidStrategy(
-            "spec.strategy.type", f"unsupported type {kind!r}; the only type is RollingUpdate"
+            "spec.strategy.type", f"unsupported type {kind!r}; use RollingUpdate or OnDelete"
         )
     rolling = strategy.get("rollingUpdate") or {}
     surge = rolling.get("maxSurge", 1)
@@ -111,7 +120,7 @@ def parse_strategy(strategy: Mapping[str, Any] | None) -> RollingUpdate:
             "spec.strategy.rollingUpdate.deletePolicy",
             f"unknown policy {policy_text!r}; use Oldest, Newest or Random",
         ) from None
-    parsed = RollingUpdate(surge, unavailable, policy)
+    parsed = RollingUpdate(surge, unavailable, policy, on_delete=kind == "OnDelete")
     # Scaling against 100 validates the shapes and judges percentages exactly.
     surge_at_100 = scaled_value(surge, 100, round_up=True, field=_FIELD + ".maxSurge")
     unavailable_at_100 = scaled_value(
@@ -124,3 +133,60 @@ def parse_strategy(strategy: Mapping[str, Any] | None) -> RollingUpdate:
             " set maxSurge to at least 1 (the default) or maxUnavailable to at least 1",
         )
     return parsed
+
+
+# -- the budgets of a rollout by the core (controllers.machinepool.rollout) ------------------
+
+_SURGE_FIELD = f"metadata.annotations[{c.ROLLOUT_MAX_SURGE_ANNOTATION}]"
+_UNAVAILABLE_FIELD = f"metadata.annotations[{c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION}]"
+
+
+def rollout_budgets(annotations: Mapping[str, Any], replicas: int) -> tuple[int, int]:
+    """(surge, unavailable) of a MachinePool rolled by the core (its annotations and
+    spec.replicas); ``InvalidStrategy`` names the bad one.
+
+    Both zero would stall the rollout: refused at admission, and taken as unavailable 1 for a
+    pool stored before (as ``RollingUpdate.resolve`` does for percentages that round to 0).
+    """
+    surge = scaled_value(
+        annotations.get(c.ROLLOUT_MAX_SURGE_ANNOTATION, 1),
+        replicas,
+        round_up=True,
+        field=_SURGE_FIELD,
+    )
+    unavailable = scaled_value(
+        annotations.get(c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION, 0),
+        replicas,
+        round_up=False,
+        field=_UNAVAILABLE_FIELD,
+    )
+    return surge, (1 if surge == 0 and unavailable == 0 else unavailable)
+
+
+def rollout_budget_errors(annotations: Mapping[str, Any]) -> list[tuple[str, object, str]]:
+    """(field, value, what is wrong) for each rollout budget annotation that cannot be used,
+    for the admission webhook; judged at 100 replicas, so a percentage is judged exactly."""
+    errors: list[tuple[str, object, str]] = []
+    scaled: dict[str, int] = {}
+    for key, field_, round_up in (
+        (c.ROLLOUT_MAX_SURGE_ANNOTATION, _SURGE_FIELD, True),
+        (c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION, _UNAVAILABLE_FIELD, False),
+    ):
+        if key not in annotations:
+            continue
+        value = annotations[key]
+        try:
+            scaled[key] = scaled_value(str(value), 100, round_up=round_up, field=field_)
+        except InvalidStrategy as exc:
+            errors.append((field_, value, str(exc).removeprefix(f"{field_}: ")))
+    surge = scaled.get(c.ROLLOUT_MAX_SURGE_ANNOTATION, 1)
+    if not errors and surge == 0 and scaled.get(c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION, 0) == 0:
+        errors.append(
+            (
+                _SURGE_FIELD,
+                annotations[c.ROLLOUT_MAX_SURGE_ANNOTATION],
+                "rollout-max-surge and rollout-max-unavailable are both 0, so no Machine could"
+                " ever be replaced; set rollout-max-surge to at least 1 (the default)",
+            )
+        )
+    return errors
