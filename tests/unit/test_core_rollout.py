@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 
 from machinepool.api import constants as c
 from machinepool.api.rollingupdate import InvalidStrategy, rollout_budget_errors, rollout_budgets
-from machinepool.controllers.machinepool.rollout import RolloutMachine, plan_rollout
+from machinepool.api.views import MachineView
+from machinepool.controllers.machinepool.rollout import (
+    RolloutMachine,
+    plan_rollout,
+    with_own_writes,
+)
+from machinepool.runtime import Obj
 
 
 @dataclass
@@ -223,3 +229,50 @@ def test_bad_budgets_name_the_annotation_and_the_fix() -> None:
     both_zero = rollout_budget_errors({c.ROLLOUT_MAX_SURGE_ANNOTATION: "0"})
     assert "both 0" in both_zero[0][2]
     assert rollout_budget_errors({c.ROLLOUT_MAX_SURGE_ANNOTATION: "50%"}) == []
+
+
+def _obj(name: str, version: int, **metadata: object) -> Obj:
+    meta = {"name": name, "uid": f"uid-{name}", "resourceVersion": str(version), **metadata}
+    return {"metadata": meta, "spec": {}, "status": {}}
+
+
+def test_the_rollout_decides_from_its_own_writes_not_a_cache_that_lags_them() -> None:
+    # The pass before deleted ``c`` (its replacement ``d`` serves) and marked ``a``; the
+    # Machine watch brought the mark of ``a`` but not yet the delete of ``c``.
+    mark = {"annotations": {c.REPLACE_MACHINE_ANNOTATION: "rollout"}}
+    cached = [_obj("a", 12, **mark), _obj("b", 3), _obj("c", 10, **mark), _obj("d", 9)]
+    stale = [
+        _machine("a", marked=True),
+        _machine("b"),
+        _machine("c", marked=True),
+        _machine("d", up_to_date=True),
+    ]
+    assert plan_rollout(stale, 3, 1, 0).delete == ["a"], "a stale view takes a second Machine"
+    rolled: dict[str, Obj | None] = {
+        "uid-a": _obj("a", 12, **mark),
+        "uid-c": _obj("c", 11, deletionTimestamp="2026-12-04T20:00:00Z", **mark),
+    }
+    fresh = with_own_writes([MachineView(o) for o in cached], rolled)
+    assert [m.metadata.deletion_timestamp is not None for m in fresh] == [False, False, True, False]
+    assert set(rolled) == {"uid-c"}, "a write the cache shows is forgotten"
+    seen = [
+        RolloutMachine(
+            name=m.metadata.name or "",
+            up_to_date=m.metadata.name == "d",
+            ready=True,
+            deleting=m.metadata.deletion_timestamp is not None,
+            marked=True,
+            created=m.metadata.name or "",
+        )
+        for m in fresh
+    ]
+    assert plan_rollout(seen, 3, 1, 0).delete == [], "one Machine drains at a time"
+    # A Machine deleted outright is left out until the cache hears; then it is forgotten.
+    gone: dict[str, Obj | None] = {"uid-b": None}
+    assert [m.metadata.name for m in with_own_writes([MachineView(o) for o in cached], gone)] == [
+        "a",
+        "c",
+        "d",
+    ]
+    with_own_writes([MachineView(cached[0])], gone)
+    assert gone == {}

@@ -21,7 +21,7 @@ EXPECTED = {
     "LOW_PRIORITY", "NORMAL_PRIORITY",
     # informers
     "Informer", "InformerCache", "CacheScope", "EventHandler", "FuncHandler", "IndexFunc",
-    "Transform", "OwnReader",
+    "Transform", "OwnReader", "cache_caught_up",
     "strip_managed_fields", "field_indexer", "label_indexer", "owner_indexer",
     "controller_owner",
     # controllers

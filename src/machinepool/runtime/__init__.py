@@ -79,7 +79,7 @@ from machinepool.runtime.kube.informer import (
 )
 from machinepool.runtime.kube.keys import ObjectKey
 from machinepool.runtime.kube.patch import Patcher, merge_patch
-from machinepool.runtime.kube.reader import OwnReader
+from machinepool.runtime.kube.reader import OwnReader, cache_caught_up
 from machinepool.runtime.kube.resolver import ContractResolver, contract_resource
 from machinepool.runtime.reconcile.controller import (
     Controller,
@@ -225,6 +225,7 @@ __all__ = [
     "Unauthorized",
     "WatchEvent",
     "WorkQueue",
+    "cache_caught_up",
     "configure_logging",
     "contract_resource",
     "controller_owner",

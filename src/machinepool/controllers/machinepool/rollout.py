@@ -27,8 +27,11 @@ machine`` annotated first, then not Ready, then the oldest.
 
 ``plan_rollout`` decides (pure; property-tested in tests/unit/test_core_rollout.py);
 ``reconcile_rollout``, run by ``controller`` after ``remediation``, acts and leaves what it
-waits for in ``RollingOut``. A pool that no longer opts in has the marks taken off its live
-Machines, so none is left uncounted for a rollout no one runs.
+waits for in ``RollingOut``. It decides from the Machines as its own last writes left them,
+not as the cache may still show them: a pass that saw a fresh mark but not the delete issued
+beside it would count the deleted Machine as serving and take a second one. A pool that no
+longer opts in has the marks taken off its live Machines, so none is left uncounted for a
+rollout no one runs.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from machinepool.api.rollingupdate import InvalidStrategy, rollout_budgets
 from machinepool.api.views import MachinePoolView, MachineView
 from machinepool.controllers.common import node_ready
 from machinepool.controllers.machinepool.scope import Scope
-from machinepool.runtime import Conflict, NotFound, Result
+from machinepool.runtime import Conflict, NotFound, Obj, Result, cache_caught_up
 
 __all__ = [
     "RolloutMachine",
@@ -54,6 +57,7 @@ __all__ = [
     "reconcile_rollout",
     "release_marks",
     "rolling_out_condition",
+    "with_own_writes",
 ]
 
 
@@ -176,6 +180,7 @@ async def reconcile_rollout(scope: Scope) -> Result:
     if scope.nodes is None:
         scope.rollout = RolloutStep(waiting="Node readiness unknown; nothing is replaced")
         return Result()
+    scope.machines = with_own_writes(scope.machines, scope.memory.rolled)
     step = plan_rollout(
         [_rollout_machine(scope, m) for m in scope.machines],
         mp.spec.replicas or 0,
@@ -229,6 +234,36 @@ def rolling_out_condition(scope: Scope) -> dict[str, tuple[str, str, str]]:
     return {c.ROLLING_OUT_CONDITION: ("False", c.NOT_ROLLING_OUT_REASON, "")}
 
 
+def with_own_writes(
+    machines: Sequence[MachineView], rolled: dict[str, Obj | None]
+) -> list[MachineView]:
+    """``machines`` (the cache's) with the rollout's writes the cache does not show yet.
+
+    ``rolled`` holds, by uid, each Machine the rollout marked or deleted as the server
+    answered, or ``None`` for one deleted outright; an entry goes once the cache is as new
+    as it (or no longer holds the Machine), so it lives for one watch event's lag.
+    """
+    if not rolled:
+        return list(machines)
+    fresh: list[MachineView] = []
+    for view in machines:
+        uid = view.metadata.uid or ""
+        if uid not in rolled:
+            fresh.append(view)
+            continue
+        own = rolled[uid]
+        if own is None:
+            continue  # gone from the server; the cache has yet to hear
+        if cache_caught_up(view.raw, own) is False:
+            fresh.append(MachineView(own))
+        else:
+            del rolled[uid]
+            fresh.append(view)
+    for uid in set(rolled) - {m.metadata.uid for m in machines}:
+        del rolled[uid]
+    return fresh
+
+
 def _marked(machine: MachineView) -> bool:
     return c.REPLACE_MACHINE_ANNOTATION in (machine.metadata.annotations or {})
 
@@ -264,7 +299,8 @@ async def _mark(scope: Scope, machine: MachineView) -> None:
             "annotations": {c.REPLACE_MACHINE_ANNOTATION: "rollout"},
         }
     }
-    await scope.env.client.patch(MACHINES, meta.name or "", body, scope.namespace)
+    marked = await scope.env.client.patch(MACHINES, meta.name or "", body, scope.namespace)
+    scope.memory.rolled[meta.uid or ""] = marked
 
 
 async def _unmark(scope: Scope, machine: MachineView) -> None:
@@ -273,9 +309,10 @@ async def _unmark(scope: Scope, machine: MachineView) -> None:
 
 
 async def _delete(scope: Scope, machine: MachineView) -> None:
-    await scope.env.client.delete(
-        MACHINES, machine.metadata.name or "", scope.namespace, uid=machine.metadata.uid
-    )
+    meta = machine.metadata
+    answer = await scope.env.client.delete(MACHINES, meta.name or "", scope.namespace, uid=meta.uid)
+    deleting = answer is not None and bool((answer.get("metadata") or {}).get("deletionTimestamp"))
+    scope.memory.rolled[meta.uid or ""] = answer if deleting else None
 
 
 async def _each(calls: list[Coroutine[Any, Any, None]]) -> None:

@@ -78,6 +78,9 @@ class PoolMemory:
     and as the server answered (``machines.reconcile_machines``)."""
     facts: FactsCache = field(default_factory=FactsCache)
     """Its Machines' facts (``facts``)."""
+    rolled: dict[str, Obj | None] = field(default_factory=dict)
+    """The Machines a core rollout marked or deleted, by name, as the server answered
+    (``None``: deleted outright), until the Machine cache shows as much (``rollout``)."""
     written_at: float | None = None
     """When it was last written: its progress reports are spaced out
     (``runtime.reconcile.spacing``)."""

@@ -34,6 +34,15 @@ def _version(obj: Obj) -> int | None:
         return None
 
 
+def cache_caught_up(cached: Obj, own: Obj) -> bool | None:
+    """Whether the informer's copy is as new as our own write of it; ``None`` when the two
+    cannot be ordered (resourceVersions that are not etcd's integers)."""
+    cached_version, own_version = _version(cached), _version(own)
+    if cached_version is None or own_version is None:
+        return None
+    return cached_version >= own_version
+
+
 class OwnReader:
     """The informer's copy of an object, or this reconciler's newer write of it."""
 
@@ -67,11 +76,11 @@ class OwnReader:
         own = self._written.get(key)
         if own is None:
             return copy_obj(cached)
-        cached_version, own_version = _version(cached), _version(own)
-        if cached_version is None or own_version is None:
+        caught_up = cache_caught_up(cached, own)
+        if caught_up is None:
             self._written.pop(key, None)
             return await self._live(key)
-        if cached_version >= own_version:
+        if caught_up:
             del self._written[key]
             return copy_obj(cached)
         return copy_obj(own)
