@@ -21,9 +21,14 @@ once its instance is gone).
 - ``test_capa_pool_with_machinepool_machines[ours]``: CAPA restarted with its
   MachinePoolMachines gate on: an AWSMachine per instance, a Ready Machine on each (created at
   3, scaled to 1 and 2, deleted, the Machines with it).
+- ``test_capa_pool_rolled_by_our_core[ours]``: the gate on, CAPA's instance refresh off, the
+  pool opted into rollouts by the core: an upgrade (version and AMI) replaces every instance
+  within ``rollout-max-unavailable: 1``, each Node cordoned before its instance goes (moto's
+  missing launch template answers played by ``tests/support/moto_asg.py``).
 - ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
   not running); each converged step is compared with ours' (``CONVERGED``) up to the
-  differences docs/upstream-differences.md lists, as the conformance suite compares.
+  differences docs/upstream-differences.md lists, as the conformance suite compares; the
+  upgrade with CAPA's refresh off replaces nothing there (upstream's core has no rollout).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +45,7 @@ import pytest_asyncio
 from tests.conformance.differential import allowed_differences, compare, normalise
 from tests.reliability.harness import ControllerProcess
 from tests.support import capa, eventually
-from tests.support.builders import CLUSTER, kubeadm_config, machine_pool
+from tests.support.builders import CLUSTER, VERSION, kubeadm_config, machine_pool
 from tests.support.conditions import condition
 from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
@@ -56,6 +61,8 @@ from machinepool.runtime import (
     NODES,
     VALIDATING_WEBHOOKS,
     Client,
+    FuncHandler,
+    Informer,
     NotFound,
     Obj,
 )
@@ -70,6 +77,7 @@ CAPA_CONFIGS = (
     (MUTATING_WEBHOOKS, "capa-mutating-webhook-configuration"),
     (VALIDATING_WEBHOOKS, "capa-validating-webhook-configuration"),
 )
+NEW_VERSION = "v1.34.1"
 WAIT = 240.0
 """Upper bound of one step; CAPA reconciles on watch events and moto answers at once."""
 
@@ -104,7 +112,7 @@ async def env(
     groups = {c.BOOTSTRAP_GROUP}  # our kubeadm bootstrap provider's; no infra kind of ours
     async with upstream_management(workdir, our_groups=groups) as (cp, client, core, hook):
         capa_hook = await capa.install(client, workdir)
-        moto = capa.MotoServer(workdir / "moto.log")
+        moto = capa.MotoServer(workdir / "moto.log", script=capa.MOTO_ASG)
         moto.start()
         await moto.wait_ready()
         workload = await asyncio.to_thread(cp.start_workload, CLUSTER)
@@ -222,12 +230,129 @@ async def test_capa_pool_with_machinepool_machines(env: Env) -> None:
     """CAPA's MachinePoolMachines gate on: an AWSMachine per instance of the group, and so a
     Machine per instance, each on its Node and Ready; a scale-down takes the Machines of the
     instances the group gave up, a scale-up makes Machines for the new ones."""
+    await _machinepool_machines_on(env)
+    await _create_scale_delete(env, "capa-machines", (3, 1, 2), machines=True)
+
+
+async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
+    """Rollouts by the core on CAPA's pool (MachinePoolMachines on, its instance refresh off):
+    an upgrade (a new version and AMI) replaces every instance, one at a time within
+    ``rollout-max-unavailable: 1``; each Node is cordoned, so drained, before its instance
+    goes (CAPA terminates an instance when its AWSMachine is deleted, and the Auto Scaling
+    group boots its replacement from the new launch template); Ready Machines never fall
+    below replicas - 1. Under upstream's core (``[upstream]``) the same upgrade replaces
+    nothing: once CAPA has written the new launch template version and the core has observed
+    the new spec, every instance is the old one and no Machine is being deleted."""
+    await _machinepool_machines_on(env)
+    client, ns, pool, replicas = env.client, "capa-rollout", "pool", 3
+    images = env.moto.client("ec2").describe_images(Owners=["amazon"])["Images"]
+    new_ami = next(i["ImageId"] for i in images if i["ImageId"] != env.network.ami)
+    versions = {env.network.ami: VERSION, new_ami: NEW_VERSION}
+    annotations = {c.ROLLOUT_ANNOTATION: c.ROLLOUT_CORE, c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION: "1"}
+    refresh_off = {"refreshPreferences": {"disable": True}}
+    cordoned: set[str] = set()
+    drained: dict[str, bool] = {}
+    """Each instance gone from the group: whether its Node had been seen cordoned by then."""
+
+    def on_node(node: Obj) -> None:
+        if node["spec"].get("unschedulable"):
+            cordoned.add(node["metadata"]["name"])
+
+    async with _capa_pool(
+        env,
+        ns,
+        replicas,
+        versions=versions,
+        on_departed=lambda instance: drained.setdefault(instance, instance in cordoned),
+        aws_spec=refresh_off,
+        annotations=annotations,
+        control_plane=True,
+    ) as workload:
+        node_watch = Informer(workload, NODES)
+        node_watch.add_handler(FuncHandler(on_node, lambda _o, n: on_node(n)))
+        await node_watch.start()
+
+        async def running(version: str) -> Obj | None:
+            mp = await _pool(client, ns, pool)
+            ready = await _ready_machines(client, ns)
+            listed = (await workload.list(NODES)).items
+            on = {dig(n, "status", "nodeInfo", "kubeletVersion") for n in listed}
+            if not _running(mp, replicas) or len(ready) != replicas or on != {version}:
+                return None
+            return mp
+
+        before = await eventually(lambda: running(VERSION), "pool Running", within=WAIT)
+        old = set(before["spec"]["providerIDList"])
+        template = dig(await client.get(capa.AWS_MACHINE_POOLS, pool, ns), "status") or {}
+        fewest = replicas
+
+        async def count_ready() -> None:
+            nonlocal fewest
+            while True:
+                fewest = min(fewest, len(await _ready_machines(client, ns)))
+                await asyncio.sleep(0.1)
+
+        counter = asyncio.create_task(count_ready())
+        try:
+            upgrade = {"spec": {"template": {"spec": {"version": NEW_VERSION}}}}
+            await client.patch(MACHINE_POOLS, pool, upgrade, ns)
+            ami = {"spec": {"awsLaunchTemplate": {"ami": {"id": new_ami}}}}
+            await client.patch(capa.AWS_MACHINE_POOLS, pool, ami, ns)
+            if env.core == "upstream":
+                await _upgrade_left_alone(client, ns, pool, template, old)
+                return
+            try:
+                after = await eventually(
+                    lambda: running(NEW_VERSION), "every instance replaced", within=2 * WAIT
+                )
+            except TimeoutError as err:
+                state = await _pool(client, ns, pool)
+                raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
+        finally:
+            counter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await counter
+            await node_watch.stop()
+        assert not old & set(after["spec"]["providerIDList"]), "every old instance replaced"
+        gone = {pid.rsplit("/", 1)[-1] for pid in old}
+        assert {i: drained.get(i) for i in gone} == dict.fromkeys(gone, True), (
+            "each old Node cordoned before its instance went"
+        )
+        assert fewest >= replicas - 1, f"Ready Machines fell to {fewest}"
+        rolled_out = condition(after, c.ROLLING_OUT_CONDITION)
+        assert rolled_out.get("status") == "False", rolled_out
+        await client.delete(MACHINE_POOLS, pool, ns)
+
+
+async def _upgrade_left_alone(
+    client: Client, ns: str, pool: str, status: Obj, old: set[str]
+) -> None:
+    """Under upstream's core with CAPA's refresh off: once CAPA wrote the launch template's
+    new version and the core observed the upgrade, the pool still runs its old instances."""
+
+    async def settled() -> Obj | None:
+        infra = await client.get(capa.AWS_MACHINE_POOLS, pool, ns)
+        mp = await _pool(client, ns, pool)
+        version = dig(infra, "status", "launchTemplateVersion")
+        written = version != status.get("launchTemplateVersion")
+        return mp if written and _observed(mp) else None
+
+    mp = await eventually(settled, "CAPA's new launch template version", within=WAIT)
+    assert set(mp["spec"]["providerIDList"]) == old, "upstream's core replaced an instance"
+    machines = (await client.list(MACHINES, ns)).items
+    assert not [m for m in machines if m["metadata"].get("deletionTimestamp")]
+    assert not condition(mp, c.ROLLING_OUT_CONDITION), "RollingOut is ours"
+
+
+async def _machinepool_machines_on(env: Env) -> None:
+    """CAPA restarted with its MachinePoolMachines gate on, unless it already is."""
     capa_process = env.procs["capa"]
+    if capa_process.gates.get("MachinePoolMachines"):
+        return
     capa_process.stop()
     capa_process.gates = {**capa_process.gates, "MachinePoolMachines": True}
     capa_process.start()
     await capa_process.wait_ready(timeout=240)
-    await _create_scale_delete(env, "capa-machines", (3, 1, 2), machines=True)
 
 
 async def _create_scale_delete(
@@ -237,77 +362,107 @@ async def _create_scale_delete(
     first its creation), each Running with a Node per providerID (and, with ``machines``, a
     Ready Machine on each), then deleted with its Auto Scaling group."""
     client, pool = env.client, "pool"
+    async with _capa_pool(env, ns, sizes[0]) as workload:
+
+        async def running(replicas: int) -> Obj | None:
+            mp = await _pool(client, ns, pool)
+            if not _running(mp, replicas):
+                return None
+            if not _observed(mp):
+                return None  # the step is converged once its spec is observed
+            if machines and len(await _ready_machines(client, ns)) != replicas:
+                return None
+            if machines:
+                listed = (await client.list(MACHINES, ns)).items
+                if len(listed) != replicas:
+                    return None  # the Machines of the instances given up are gone too
+                if any(not _observed(m) for m in listed):
+                    return None  # each has observed its spec (the version the pool set)
+                if any(dig(m, "status", "phase") != "Running" for m in listed):
+                    return None  # and has been through its Machine controller since
+            return mp
+
+        for replicas in sizes:
+            await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
+            try:
+                mp = await eventually(
+                    lambda r=replicas: running(r), f"pool Running at {replicas}", within=WAIT
+                )
+            except TimeoutError as err:
+                state = await _pool(client, ns, pool)
+                raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
+            ids = set(mp["spec"].get("providerIDList") or [])
+            nodes = {n["spec"]["providerID"] for n in (await workload.list(NODES)).items}
+            assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
+            refs = {r["name"] for r in mp["status"].get("nodeRefs") or []}
+            assert refs == {i.rsplit("/", 1)[-1] for i in ids}
+            group = await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
+            assert {f"aws:///{z}/{i}" for i, z in group.items()} == ids
+            if machines:
+                on = {dig(m, "spec", "providerID") for m in await _ready_machines(client, ns)}
+                assert on == ids, "a Ready Machine on each instance, none on another"
+            await _record(env, ns, pool)
+
+        await client.delete(MACHINE_POOLS, pool, ns)
+
+        async def gone() -> bool:
+            with contextlib.suppress(NotFound):
+                await _pool(client, ns, pool)
+                return False
+            if (await client.list(MACHINES, ns)).items:
+                return False
+            return not await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
+
+        await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
+        if env.core == "upstream" and ("ours", ns) in CONVERGED:
+            _compare_with_ours(ns)
+
+
+@contextlib.asynccontextmanager
+async def _capa_pool(
+    env: Env,
+    ns: str,
+    replicas: int,
+    *,
+    versions: dict[str, str] | None = None,
+    on_departed: Callable[[str], None] | None = None,
+    aws_spec: Obj | None = None,
+    annotations: dict[str, str] | None = None,
+    control_plane: bool = False,
+) -> AsyncIterator[Client]:
+    """Namespace ``ns`` with a Cluster on an externally managed AWSCluster, and a MachinePool
+    ``pool`` of ``replicas`` on CAPA's AWSMachinePool ``pool`` (``aws_spec`` merged over its
+    spec, ``annotations`` on the MachinePool); yields the workload cluster's client, with the
+    stand-in kubelets (``capa.NodeAgent``: ``versions``, ``on_departed``) running until the
+    block ends. ``control_plane``: the Cluster names an externally managed control plane, so
+    a deleted pool Machine's Node is drained (upstream's rule: not without one)."""
+    client, pool = env.client, "pool"
     await client.create(NAMESPACES, {"metadata": {"name": ns}})
     endpoint = cluster_object(CLUSTER, ns, env.workload)["spec"]["controlPlaneEndpoint"]
     await client.create(capa.AWS_CLUSTERS, capa.aws_cluster(ns, CLUSTER, env.network, endpoint), ns)
     await capa.provision_aws_cluster(client, ns, CLUSTER, env.network)
     infra_ref = {"apiGroup": capa.GROUP, "kind": "AWSCluster", "name": CLUSTER}
-    await cluster_namespace(client, ns, env.workload, infrastructure_ref=infra_ref)
+    await cluster_namespace(
+        client, ns, env.workload, infrastructure_ref=infra_ref, control_plane=control_plane
+    )
 
     async with await Client.from_kubeconfig(env.workload.kubeconfig) as workload:
-        agent = asyncio.create_task(capa.NodeAgent(env.moto, workload, pool).run())
+        nodes = capa.NodeAgent(env.moto, workload, pool, versions, on_departed)
+        agent = asyncio.create_task(nodes.run())
         try:
             await client.create(KUBEADM_CONFIGS, kubeadm_config(ns, pool), ns)
-            await client.create(
-                capa.AWS_MACHINE_POOLS, _aws_machine_pool(ns, pool, env.network), ns
+            aws_pool = _aws_machine_pool(ns, pool, env.network)
+            aws_pool["spec"] |= aws_spec or {}
+            await client.create(capa.AWS_MACHINE_POOLS, aws_pool, ns)
+            mp = machine_pool(
+                ns,
+                pool,
+                replicas=replicas,
+                infrastructure_kind="AWSMachinePool",
+                annotations=annotations,
             )
-            mp = machine_pool(ns, pool, replicas=sizes[0], infrastructure_kind="AWSMachinePool")
             await client.create(MACHINE_POOLS, mp, ns)
-
-            async def running(replicas: int) -> Obj | None:
-                mp = await _pool(client, ns, pool)
-                if not _running(mp, replicas):
-                    return None
-                if not _observed(mp):
-                    return None  # the step is converged once its spec is observed
-                if machines and len(await _ready_machines(client, ns)) != replicas:
-                    return None
-                if machines:
-                    listed = (await client.list(MACHINES, ns)).items
-                    if len(listed) != replicas:
-                        return None  # the Machines of the instances given up are gone too
-                    if any(not _observed(m) for m in listed):
-                        return None  # each has observed its spec (the version the pool set)
-                    if any(dig(m, "status", "phase") != "Running" for m in listed):
-                        return None  # and has been through its Machine controller since
-                return mp
-
-            for replicas in sizes:
-                await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
-                try:
-                    mp = await eventually(
-                        lambda r=replicas: running(r), f"pool Running at {replicas}", within=WAIT
-                    )
-                except TimeoutError as err:
-                    state = await _pool(client, ns, pool)
-                    raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
-                ids = set(mp["spec"].get("providerIDList") or [])
-                nodes = {n["spec"]["providerID"] for n in (await workload.list(NODES)).items}
-                assert ids == nodes, "each providerID is a Node's, and each Node in the pool"
-                refs = {r["name"] for r in mp["status"].get("nodeRefs") or []}
-                assert refs == {i.rsplit("/", 1)[-1] for i in ids}
-                group = await asyncio.to_thread(capa.NodeAgent(env.moto, workload, pool).instances)
-                assert {f"aws:///{z}/{i}" for i, z in group.items()} == ids
-                if machines:
-                    on = {dig(m, "spec", "providerID") for m in await _ready_machines(client, ns)}
-                    assert on == ids, "a Ready Machine on each instance, none on another"
-                await _record(env, ns, pool)
-
-            await client.delete(MACHINE_POOLS, pool, ns)
-
-            async def gone() -> bool:
-                with contextlib.suppress(NotFound):
-                    await _pool(client, ns, pool)
-                    return False
-                if (await client.list(MACHINES, ns)).items:
-                    return False
-                return not await asyncio.to_thread(
-                    capa.NodeAgent(env.moto, workload, pool).instances
-                )
-
-            await eventually(gone, "pool deleted with its Auto Scaling group", within=WAIT)
-            if env.core == "upstream" and ("ours", ns) in CONVERGED:
-                _compare_with_ours(ns)
+            yield workload
         finally:
             agent.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -27,7 +27,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,10 @@ async def install(client: Client, workdir: Path) -> upstream.UpstreamWebhook:
     return hook
 
 
+MOTO_ASG = Path(__file__).parent / "moto_asg.py"
+"""moto's server with the Auto Scaling answers CAPA needs to change a launch template."""
+
+
 @dataclass
 class MotoServer:
     """``python -m moto.server`` on a loopback port, in its own process; with ``script``, that
@@ -365,10 +369,24 @@ async def provision_aws_cluster(
 class NodeAgent:
     """The instances' kubelets and the cloud's node lifecycle controller: a Ready Node named
     after each InService instance of Auto Scaling group ``group``, with its providerID; a
-    Node whose instance left the group is deleted."""
+    Node whose instance left the group is deleted.
 
-    def __init__(self, moto: MotoServer, workload: Client, group: str) -> None:
+    ``versions`` (AMI ID -> kubelet version) is what a kubelet booted from each image reports
+    (``v1.34.0`` for any other); ``on_departed`` is called with each instance it saw leave
+    the group, as soon as it sees it gone."""
+
+    def __init__(
+        self,
+        moto: MotoServer,
+        workload: Client,
+        group: str,
+        versions: Mapping[str, str] | None = None,
+        on_departed: Callable[[str], None] | None = None,
+    ) -> None:
         self.moto, self.workload, self.group = moto, workload, group
+        self.versions = dict(versions or {})
+        self.on_departed = on_departed
+        self._seen: set[str] = set()
 
     def instances(self) -> dict[str, str]:
         """Instance ID -> zone of the group's InService instances."""
@@ -381,12 +399,24 @@ class NodeAgent:
             if i["LifecycleState"] == "InService"
         }
 
+    def _kubelet_version(self, instance: str) -> str:
+        if not self.versions:
+            return "v1.34.0"
+        found = self.moto.client("ec2").describe_instances(InstanceIds=[instance])
+        images = [i["ImageId"] for r in found["Reservations"] for i in r["Instances"]]
+        return self.versions.get(images[0] if images else "", "v1.34.0")
+
     async def sync(self) -> None:
         instances = await asyncio.to_thread(self.instances)
+        for instance in self._seen - set(instances):
+            if self.on_departed is not None:
+                self.on_departed(instance)
+        self._seen = set(instances)
         nodes = {n["metadata"]["name"] for n in (await self.workload.list(NODES)).items}
         for instance, zone in instances.items():
             if instance in nodes:
                 continue
+            version = await asyncio.to_thread(self._kubelet_version, instance)
             node = {
                 "metadata": {"name": instance},
                 "spec": {"providerID": f"aws:///{zone}/{instance}"},
@@ -395,7 +425,7 @@ class NodeAgent:
             ready = {
                 "status": {
                     "conditions": healthy_node_conditions(),
-                    "nodeInfo": {"kubeletVersion": "v1.34.0"},
+                    "nodeInfo": {"kubeletVersion": version},
                 }
             }
             await self.workload.patch(

@@ -37,7 +37,9 @@ from machinepool.controlplane.process import free_port
 from machinepool.controlplane.register import (
     cluster_object,
     cluster_status,
+    control_plane_ref,
     kubeconfig_secret,
+    register_local_control_plane,
     schemaless_crd,
 )
 from machinepool.runtime import (
@@ -184,6 +186,7 @@ async def cluster_namespace(
     infrastructure_ref: Obj | None = None,
     server: str | None = None,
     ca: bool = False,
+    control_plane: bool = False,
 ) -> None:
     """Namespace ``name`` with Cluster ``work`` (labelled ``labels``) on ``workload``: its
     infrastructure a provisioned ``TestCluster`` (unless ``test_cluster`` is False: no
@@ -192,7 +195,8 @@ async def cluster_namespace(
     URL controllers reach the workload apiserver at, if not ``workload.url``
     (``workload.pod_url`` for Pods on a real node). ``ca``: its ``work-ca`` Secret too, the
     cluster CA as a control-plane provider stores it (upstream's kubeadm bootstrap provider
-    reads it, the key too, for a join's CA pin)."""
+    reads it, the key too, for a join's CA pin). ``control_plane``: the Cluster names a
+    ``LocalControlPlane``, externally managed, as ``register_workload_cluster`` gives ours."""
     with contextlib.suppress(AlreadyExists):  # made beforehand, e.g. to grant access in it
         await client.create(NAMESPACES, {"metadata": {"name": name}})
     cluster = cluster_object(CLUSTER, name, workload, server)
@@ -223,7 +227,12 @@ async def cluster_namespace(
             "data": {k: base64.b64encode(v).decode() for k, v in pem.items()},
         }
         await client.create(SECRETS, secret, name)
-    await client.create(CLUSTERS, cluster, name)
+    if control_plane:
+        cluster["spec"]["controlPlaneRef"] = control_plane_ref(CLUSTER)
+    created = await client.create(CLUSTERS, cluster, name)
+    if control_plane:
+        endpoint = cluster["spec"]["controlPlaneEndpoint"]
+        await register_local_control_plane(client, CLUSTER, name, endpoint, created)
     await client.patch(
         CLUSTERS, CLUSTER, cluster_status(), name, subresource="status", patch_type=PatchType.MERGE
     )
