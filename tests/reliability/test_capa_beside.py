@@ -5,7 +5,8 @@ core CRDs, webhooks and core manager (its MachinePool gate off), our core with
 ``--beside-upstream``, our kubeadm bootstrap provider, and Cluster API Provider AWS's CRDs,
 webhooks and manager (built from its module by ``bench/upstream/build.sh capa``; its
 MachinePool gate on, every AWS service it calls pointed at moto, in server mode on loopback).
-None of our AWS provider's CRDs is installed: CAPA's have the same names.
+None of our AWS provider's CRDs is installed (tests/integration/aws/test_aws_beside_capa.py
+installs both).
 
 The Cluster's AWSCluster is externally managed (``cluster.x-k8s.io/managed-by``): the test
 makes its VPC, subnet and security groups in moto and writes its status as its owner would,
@@ -15,12 +16,13 @@ instance's providerID for each InService instance of CAPA's Auto Scaling group, 
 once its instance is gone).
 
 - ``test_capa_pool_create_scale_delete[ours]``: an AWSMachinePool created at 3 is Running
-  with three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; deleted, and CAPA's
-  Auto Scaling group with it. CAPA's webhook entries (``awsmachinepool`` among them) are
-  left to CAPA by our take-over of MachinePool admission.
+  with three providerIDs, each a Node's; scaled to 5, to 0 and back to 3; refreshed by a
+  change of its AMI (CAPA's instance refresh, played by ``tests/support/moto_asg.py``: every
+  instance replaced); deleted, and CAPA's Auto Scaling group with it. CAPA's webhook entries
+  (``awsmachinepool`` among them) are left to CAPA by our take-over of MachinePool admission.
 - ``test_capa_pool_with_machinepool_machines[ours]``: CAPA restarted with its
   MachinePoolMachines gate on: an AWSMachine per instance, a Ready Machine on each (created at
-  3, scaled to 1 and 2, deleted, the Machines with it).
+  3, scaled to 1 and 2, refreshed, deleted, the Machines with it).
 - ``test_capa_pool_rolled_by_our_core[ours]``: the gate on, CAPA's instance refresh off, the
   pool opted into rollouts by the core: an upgrade (version and AMI) replaces every instance
   within ``rollout-max-unavailable: 1``, each Node cordoned before its instance goes (moto's
@@ -78,6 +80,8 @@ CAPA_CONFIGS = (
     (VALIDATING_WEBHOOKS, "capa-validating-webhook-configuration"),
 )
 NEW_VERSION = "v1.34.1"
+REFRESH = "refresh"
+"""A step of ``_create_scale_delete``: a new AMI, so CAPA refreshes every instance."""
 WAIT = 240.0
 """Upper bound of one step; CAPA reconciles on watch events and moto answers at once."""
 
@@ -222,7 +226,7 @@ def _running(mp: Obj, replicas: int) -> bool:
 async def test_capa_pool_create_scale_delete(env: Env) -> None:
     capa_hooks = await _capa_hooks(env.client)
     assert any("awsmachinepool" in n for hooks in capa_hooks.values() for n, _ in hooks)
-    await _create_scale_delete(env, "capa-pool", (3, 5, 0, 3))
+    await _create_scale_delete(env, "capa-pool", (3, 5, 0, 3, REFRESH))
     assert await _capa_hooks(env.client) == capa_hooks, "CAPA's admission is its own"
 
 
@@ -231,7 +235,7 @@ async def test_capa_pool_with_machinepool_machines(env: Env) -> None:
     Machine per instance, each on its Node and Ready; a scale-down takes the Machines of the
     instances the group gave up, a scale-up makes Machines for the new ones."""
     await _machinepool_machines_on(env)
-    await _create_scale_delete(env, "capa-machines", (3, 1, 2), machines=True)
+    await _create_scale_delete(env, "capa-machines", (3, 1, 2, REFRESH), machines=True)
 
 
 async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
@@ -245,8 +249,7 @@ async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
     the new spec, every instance is the old one and no Machine is being deleted."""
     await _machinepool_machines_on(env)
     client, ns, pool, replicas = env.client, "capa-rollout", "pool", 3
-    images = env.moto.client("ec2").describe_images(Owners=["amazon"])["Images"]
-    new_ami = next(i["ImageId"] for i in images if i["ImageId"] != env.network.ami)
+    new_ami = _other_ami(env)
     versions = {env.network.ami: VERSION, new_ami: NEW_VERSION}
     annotations = {c.ROLLOUT_ANNOTATION: c.ROLLOUT_CORE, c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION: "1"}
     refresh_off = {"refreshPreferences": {"disable": True}}
@@ -344,6 +347,12 @@ async def _upgrade_left_alone(
     assert not condition(mp, c.ROLLING_OUT_CONDITION), "RollingOut is ours"
 
 
+def _other_ami(env: Env) -> str:
+    """One of moto's images other than the pool's first (``env.network.ami``)."""
+    images = env.moto.client("ec2").describe_images(Owners=["amazon"])["Images"]
+    return next(i["ImageId"] for i in images if i["ImageId"] != env.network.ami)
+
+
 async def _machinepool_machines_on(env: Env) -> None:
     """CAPA restarted with its MachinePoolMachines gate on, unless it already is."""
     capa_process = env.procs["capa"]
@@ -356,18 +365,24 @@ async def _machinepool_machines_on(env: Env) -> None:
 
 
 async def _create_scale_delete(
-    env: Env, ns: str, sizes: tuple[int, ...], *, machines: bool = False
+    env: Env, ns: str, steps: tuple[int | str, ...], *, machines: bool = False
 ) -> None:
-    """An AWSMachinePool ``pool`` in ``ns`` under a MachinePool, scaled through ``sizes`` (the
-    first its creation), each Running with a Node per providerID (and, with ``machines``, a
-    Ready Machine on each), then deleted with its Auto Scaling group."""
+    """An AWSMachinePool ``pool`` in ``ns`` under a MachinePool, taken through ``steps`` (the
+    first its creation at that size): a size scales it, ``REFRESH`` changes its AMI, which
+    makes CAPA refresh every instance. Each step ends Running with a Node per providerID
+    (and, with ``machines``, a Ready Machine on each), a refresh with none of the instances it
+    replaced; then the pool is deleted with its Auto Scaling group."""
     client, pool = env.client, "pool"
-    async with _capa_pool(env, ns, sizes[0]) as workload:
+    first = steps[0]
+    assert isinstance(first, int)
+    async with _capa_pool(env, ns, first) as workload:
 
-        async def running(replicas: int) -> Obj | None:
+        async def running(replicas: int, replaced: set[str]) -> Obj | None:
             mp = await _pool(client, ns, pool)
             if not _running(mp, replicas):
                 return None
+            if replaced & set(mp["spec"].get("providerIDList") or []):
+                return None  # a refresh is done once none of its old instances is listed
             if not _observed(mp):
                 return None  # the step is converged once its spec is observed
             if machines and len(await _ready_machines(client, ns)) != replicas:
@@ -382,11 +397,22 @@ async def _create_scale_delete(
                     return None  # and has been through its Machine controller since
             return mp
 
-        for replicas in sizes:
-            await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
+        replicas, ids = first, set[str]()
+        for step in steps:
+            replaced: set[str] = set()
+            if step == REFRESH:
+                replaced = ids
+                ami = {"spec": {"awsLaunchTemplate": {"ami": {"id": _other_ami(env)}}}}
+                await client.patch(capa.AWS_MACHINE_POOLS, pool, ami, ns)
+            else:
+                assert isinstance(step, int)
+                replicas = step
+                await client.patch(MACHINE_POOLS, pool, {"spec": {"replicas": replicas}}, ns)
             try:
                 mp = await eventually(
-                    lambda r=replicas: running(r), f"pool Running at {replicas}", within=WAIT
+                    lambda r=replicas, old=replaced: running(r, old),
+                    f"pool Running at {replicas} after {step}",
+                    within=WAIT,
                 )
             except TimeoutError as err:
                 state = await _pool(client, ns, pool)
