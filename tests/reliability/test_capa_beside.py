@@ -27,10 +27,14 @@ once its instance is gone).
   pool opted into rollouts by the core: an upgrade (version and AMI) replaces every instance
   within ``rollout-max-unavailable: 1``, each Node cordoned before its instance goes (moto's
   missing launch template answers played by ``tests/support/moto_asg.py``).
+- ``test_capa_machine_remediated_by_our_core[ours]``: the gate on, a MachineHealthCheck marks
+  the Machine whose Node went NotReady; our core deletes it, its Node is cordoned before
+  CAPA terminates the instance, and the group's replacement joins.
 - ``[upstream]``: the same steps under upstream's core alone (its MachinePool gate on, ours
   not running); each converged step is compared with ours' (``CONVERGED``) up to the
   differences docs/upstream-differences.md lists, as the conformance suite compares; the
-  upgrade with CAPA's refresh off replaces nothing there (upstream's core has no rollout).
+  upgrade with CAPA's refresh off replaces nothing there (upstream's core has no rollout),
+  and the marked Machine stays (no MachinePool remediation).
 """
 
 from __future__ import annotations
@@ -47,9 +51,20 @@ import pytest_asyncio
 from tests.conformance.differential import allowed_differences, compare, normalise
 from tests.reliability.harness import ControllerProcess
 from tests.support import capa, eventually
-from tests.support.builders import CLUSTER, VERSION, kubeadm_config, machine_pool
+from tests.support.builders import (
+    CLUSTER,
+    VERSION,
+    healthy_node_conditions,
+    kubeadm_config,
+    machine_pool,
+)
 from tests.support.conditions import condition
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, MACHINES
+from tests.support.resources import (
+    KUBEADM_CONFIGS,
+    MACHINE_HEALTH_CHECKS,
+    MACHINE_POOLS,
+    MACHINES,
+)
 from tests.support.upstream import UpstreamProcess, cluster_namespace, upstream_management
 
 from machinepool.api import constants as c
@@ -67,6 +82,7 @@ from machinepool.runtime import (
     Informer,
     NotFound,
     Obj,
+    PatchType,
 )
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.capa]
@@ -253,27 +269,20 @@ async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
     versions = {env.network.ami: VERSION, new_ami: NEW_VERSION}
     annotations = {c.ROLLOUT_ANNOTATION: c.ROLLOUT_CORE, c.ROLLOUT_MAX_UNAVAILABLE_ANNOTATION: "1"}
     refresh_off = {"refreshPreferences": {"disable": True}}
-    cordoned: set[str] = set()
-    drained: dict[str, bool] = {}
-    """Each instance gone from the group: whether its Node had been seen cordoned by then."""
-
-    def on_node(node: Obj) -> None:
-        if node["spec"].get("unschedulable"):
-            cordoned.add(node["metadata"]["name"])
-
-    async with _capa_pool(
-        env,
-        ns,
-        replicas,
-        versions=versions,
-        on_departed=lambda instance: drained.setdefault(instance, instance in cordoned),
-        aws_spec=refresh_off,
-        annotations=annotations,
-        control_plane=True,
-    ) as workload:
-        node_watch = Informer(workload, NODES)
-        node_watch.add_handler(FuncHandler(on_node, lambda _o, n: on_node(n)))
-        await node_watch.start()
+    drains = _Drains()
+    async with (
+        _capa_pool(
+            env,
+            ns,
+            replicas,
+            versions=versions,
+            on_departed=drains.on_departed,
+            aws_spec=refresh_off,
+            annotations=annotations,
+            control_plane=True,
+        ) as workload,
+        drains.watching(workload),
+    ):
 
         async def running(version: str) -> Obj | None:
             mp = await _pool(client, ns, pool)
@@ -315,16 +324,125 @@ async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
             counter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await counter
-            await node_watch.stop()
         assert not old & set(after["spec"]["providerIDList"]), "every old instance replaced"
         gone = {pid.rsplit("/", 1)[-1] for pid in old}
-        assert {i: drained.get(i) for i in gone} == dict.fromkeys(gone, True), (
+        assert {i: drains.drained.get(i) for i in gone} == dict.fromkeys(gone, True), (
             "each old Node cordoned before its instance went"
         )
         assert fewest >= replicas - 1, f"Ready Machines fell to {fewest}"
         rolled_out = condition(after, c.ROLLING_OUT_CONDITION)
         assert rolled_out.get("status") == "False", rolled_out
         await client.delete(MACHINE_POOLS, pool, ns)
+
+
+async def test_capa_machine_remediated_by_our_core(env: Env) -> None:
+    """Remediation on CAPA's pool (MachinePoolMachines on): a MachineHealthCheck (upstream's
+    controller, beside us) marks the Machine whose Node went NotReady; our core deletes it
+    (upstream's MachinePool controller remediates nothing), so its Node is cordoned and
+    drained before CAPA terminates the instance, and the group's replacement brings the pool
+    back to 2 Ready Machines. Under upstream's core the marked Machine stays."""
+    await _machinepool_machines_on(env)
+    client, ns, pool, replicas = env.client, "capa-heal", "pool", 2
+    drains = _Drains()
+    async with (
+        _capa_pool(
+            env, ns, replicas, on_departed=drains.on_departed, control_plane=True
+        ) as workload,
+        drains.watching(workload),
+    ):
+
+        async def running() -> Obj | None:
+            mp = await _pool(client, ns, pool)
+            ready = await _ready_machines(client, ns)
+            return mp if _running(mp, replicas) and len(ready) == replicas else None
+
+        before = await eventually(running, "pool Running", within=WAIT)
+        check = {
+            "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": pool, "namespace": ns},
+            "spec": {
+                "clusterName": CLUSTER,
+                "selector": {"matchLabels": {c.POOL_NAME_LABEL: pool}},
+                "checks": {
+                    "unhealthyNodeConditions": [
+                        {"type": "Ready", "status": "False", "timeoutSeconds": 1}
+                    ]
+                },
+            },
+        }
+        await client.create(MACHINE_HEALTH_CHECKS, check, ns)
+
+        async def watched() -> bool:
+            got = await client.get(MACHINE_HEALTH_CHECKS, pool, ns)
+            return dig(got, "status", "currentHealthy") == replicas
+
+        await eventually(watched, "the health check counting the pool healthy", within=WAIT)
+        victim = sorted(before["spec"]["providerIDList"])[0]
+        instance = victim.rsplit("/", 1)[-1]
+        not_ready = [
+            {**x, "status": "False", "reason": "KubeletNotReady"} if x["type"] == "Ready" else x
+            for x in healthy_node_conditions()
+        ]
+        await workload.patch(
+            NODES,
+            instance,
+            {"status": {"conditions": not_ready}},
+            subresource="status",
+            patch_type=PatchType.STRATEGIC,
+        )
+        if env.core == "upstream":
+
+            async def marked() -> Obj | None:
+                for m in (await client.list(MACHINES, ns)).items:
+                    if dig(m, "spec", "providerID") == victim:
+                        remediated = condition(m, c.OWNER_REMEDIATED_CONDITION)
+                        return m if remediated.get("status") == "False" else None
+                return None
+
+            machine = await eventually(marked, "the health check marking the Machine", within=WAIT)
+            mp = await _pool(client, ns, pool)
+            assert victim in mp["spec"]["providerIDList"], "upstream's core remediated"
+            assert not machine["metadata"].get("deletionTimestamp")
+            return
+
+        async def healed() -> Obj | None:
+            mp = await running()
+            return mp if mp is not None and victim not in mp["spec"]["providerIDList"] else None
+
+        try:
+            await eventually(healed, "the marked Machine replaced", within=WAIT)
+        except TimeoutError as err:
+            state = await _pool(client, ns, pool)
+            raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
+        assert drains.drained == {instance: True}, "the Node cordoned before its instance went"
+
+
+@dataclass
+class _Drains:
+    """Whether each instance's Node had been seen cordoned (a drain's first step) by the time
+    the instance left its group: ``on_departed`` for ``capa.NodeAgent``, with the Nodes
+    ``watching``."""
+
+    cordoned: set[str] = field(default_factory=set)
+    drained: dict[str, bool] = field(default_factory=dict)
+
+    def on_node(self, node: Obj) -> None:
+        if node["spec"].get("unschedulable"):
+            self.cordoned.add(node["metadata"]["name"])
+
+    def on_departed(self, instance: str) -> None:
+        self.drained.setdefault(instance, instance in self.cordoned)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, workload: Client) -> AsyncIterator[None]:
+        nodes = Informer(workload, NODES)
+        nodes.add_handler(FuncHandler(self.on_node, lambda _o, n: self.on_node(n)))
+        await nodes.start()
+        try:
+            yield
+        finally:
+            await nodes.stop()
 
 
 async def _upgrade_left_alone(
