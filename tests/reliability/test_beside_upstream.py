@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.reliability.harness import ControllerProcess, World
 from tests.reliability.proxy import AuditProxy, Request
 from tests.support import eventually
-from tests.support.builders import CLUSTER, create_pool
+from tests.support.builders import CLUSTER, create_pool, health_check
 from tests.support.pools import roll_pool
 from tests.support.resources import (
     MACHINE_DEPLOYMENTS,
@@ -565,21 +565,7 @@ async def test_upstreams_health_check_marks_and_our_pool_remediates(shared: Besi
         try:
             await create_pool(client, ns, pool, replicas=2)
             await world.until(lambda: _pool_settled(world, pool, 2, None), f"ours runs {pool}")
-            check = {
-                "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
-                "kind": "MachineHealthCheck",
-                "metadata": {"name": pool, "namespace": ns},
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "selector": {"matchLabels": {"cluster.x-k8s.io/pool-name": pool}},
-                    "checks": {
-                        "unhealthyNodeConditions": [
-                            {"type": "Ready", "status": "Unknown", "timeoutSeconds": 1},
-                            {"type": "Ready", "status": "False", "timeoutSeconds": 1},
-                        ]
-                    },
-                },
-            }
+            check = health_check(ns, pool, unhealthy=("Unknown", "False"))
             await client.create(MACHINE_HEALTH_CHECKS, check, ns)
 
             async def healthy() -> bool:

@@ -22,7 +22,7 @@ once its instance is gone).
   (``awsmachinepool`` among them) are left to CAPA by our take-over of MachinePool admission.
 - ``test_capa_pool_with_machinepool_machines[ours]``: CAPA restarted with its
   MachinePoolMachines gate on: an AWSMachine per instance, a Ready Machine on each (created at
-  3, scaled to 1 and 2, refreshed, deleted, the Machines with it).
+  3, scaled to 5, 1, 0 and back to 3, refreshed, deleted, the Machines with it).
 - ``test_capa_pool_rolled_by_our_core[ours]``: the gate on, CAPA's instance refresh off, the
   pool opted into rollouts by the core: an upgrade (version and AMI) replaces every instance
   within ``rollout-max-unavailable: 1``, each Node cordoned before its instance goes (moto's
@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ from tests.support import capa, eventually
 from tests.support.builders import (
     CLUSTER,
     VERSION,
+    health_check,
     healthy_node_conditions,
     kubeadm_config,
     machine_pool,
@@ -251,7 +252,7 @@ async def test_capa_pool_with_machinepool_machines(env: Env) -> None:
     Machine per instance, each on its Node and Ready; a scale-down takes the Machines of the
     instances the group gave up, a scale-up makes Machines for the new ones."""
     await _machinepool_machines_on(env)
-    await _create_scale_delete(env, "capa-machines", (3, 1, 2, REFRESH), machines=True)
+    await _create_scale_delete(env, "capa-machines", (3, 5, 1, 0, 3, REFRESH), machines=True)
 
 
 async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
@@ -312,6 +313,7 @@ async def test_capa_pool_rolled_by_our_core(env: Env) -> None:
             await client.patch(capa.AWS_MACHINE_POOLS, pool, ami, ns)
             if env.core == "upstream":
                 await _upgrade_left_alone(client, ns, pool, template, old)
+                await client.delete(MACHINE_POOLS, pool, ns)
                 return
             try:
                 after = await eventually(
@@ -356,22 +358,8 @@ async def test_capa_machine_remediated_by_our_core(env: Env) -> None:
             ready = await _ready_machines(client, ns)
             return mp if _running(mp, replicas) and len(ready) == replicas else None
 
-        before = await eventually(running, "pool Running", within=WAIT)
-        check = {
-            "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": pool, "namespace": ns},
-            "spec": {
-                "clusterName": CLUSTER,
-                "selector": {"matchLabels": {c.POOL_NAME_LABEL: pool}},
-                "checks": {
-                    "unhealthyNodeConditions": [
-                        {"type": "Ready", "status": "False", "timeoutSeconds": 1}
-                    ]
-                },
-            },
-        }
-        await client.create(MACHINE_HEALTH_CHECKS, check, ns)
+        before = await _eventually_with_logs(env, ns, running, "pool Running")
+        await client.create(MACHINE_HEALTH_CHECKS, health_check(ns, pool), ns)
 
         async def watched() -> bool:
             got = await client.get(MACHINE_HEALTH_CHECKS, pool, ns)
@@ -404,35 +392,42 @@ async def test_capa_machine_remediated_by_our_core(env: Env) -> None:
             mp = await _pool(client, ns, pool)
             assert victim in mp["spec"]["providerIDList"], "upstream's core remediated"
             assert not machine["metadata"].get("deletionTimestamp")
+            await client.delete(MACHINE_POOLS, pool, ns)
             return
 
         async def healed() -> Obj | None:
             mp = await running()
             return mp if mp is not None and victim not in mp["spec"]["providerIDList"] else None
 
-        try:
-            await eventually(healed, "the marked Machine replaced", within=WAIT)
-        except TimeoutError as err:
-            state = await _pool(client, ns, pool)
-            raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
+        await _eventually_with_logs(env, ns, healed, "the marked Machine replaced")
         assert drains.drained == {instance: True}, "the Node cordoned before its instance went"
+        await client.delete(MACHINE_POOLS, pool, ns)
 
 
 @dataclass
 class _Drains:
-    """Whether each instance's Node had been seen cordoned (a drain's first step) by the time
-    the instance left its group: ``on_departed`` for ``capa.NodeAgent``, with the Nodes
-    ``watching``."""
+    """Which instances left their group, and whether each one's Node was cordoned (a drain's
+    first step): ``on_departed`` for ``capa.NodeAgent``, with the Nodes ``watching``.
+
+    The Node watch (the workload apiserver) and the agent's polls of moto keep no common order,
+    so a Node is judged by whether it was cordoned at all: the Machine controller cordons it
+    before it deletes the AWSMachine whose deletion makes CAPA terminate the instance, and an
+    instance CAPA or its group replaced on their own is never cordoned."""
 
     cordoned: set[str] = field(default_factory=set)
-    drained: dict[str, bool] = field(default_factory=dict)
+    departed: list[str] = field(default_factory=list)
 
     def on_node(self, node: Obj) -> None:
         if node["spec"].get("unschedulable"):
             self.cordoned.add(node["metadata"]["name"])
 
     def on_departed(self, instance: str) -> None:
-        self.drained.setdefault(instance, instance in self.cordoned)
+        self.departed.append(instance)
+
+    @property
+    def drained(self) -> dict[str, bool]:
+        """Each departed instance: whether its Node was seen cordoned."""
+        return {i: i in self.cordoned for i in self.departed}
 
     @contextlib.asynccontextmanager
     async def watching(self, workload: Client) -> AsyncIterator[None]:
@@ -463,6 +458,18 @@ async def _upgrade_left_alone(
     machines = (await client.list(MACHINES, ns)).items
     assert not [m for m in machines if m["metadata"].get("deletionTimestamp")]
     assert not condition(mp, c.ROLLING_OUT_CONDITION), "RollingOut is ours"
+
+
+async def _eventually_with_logs(
+    env: Env, ns: str, check: Callable[[], Awaitable[Obj | None]], what: str
+) -> Obj:
+    """``eventually(check)`` within ``WAIT``; on a timeout, the pool's status and the
+    processes' logs in the failure."""
+    try:
+        return await eventually(check, what, within=WAIT)
+    except TimeoutError as err:
+        state = await _pool(env.client, ns, "pool")
+        raise AssertionError(f"{err}; {state.get('status')}\n{env.logs()}") from None
 
 
 def _other_ami(env: Env) -> str:

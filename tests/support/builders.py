@@ -13,7 +13,12 @@ import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from tests.support.resources import KUBEADM_CONFIGS, MACHINE_POOLS, SIM_MACHINE_POOLS
+from tests.support.resources import (
+    KUBEADM_CONFIGS,
+    MACHINE_HEALTH_CHECKS,
+    MACHINE_POOLS,
+    SIM_MACHINE_POOLS,
+)
 
 from machinepool.api import constants as c
 from machinepool.runtime import Client, Obj, Resource
@@ -164,6 +169,30 @@ async def create_pool(
     for res, body in pool_objects(namespace, name, **overrides):
         if res not in without:
             await client.create(res, body, namespace)
+
+
+def health_check(
+    namespace: str,
+    pool: str,
+    *,
+    unhealthy: Collection[str] = ("False",),
+    cluster: str = CLUSTER,
+    checks: Obj | None = None,
+) -> Obj:
+    """A MachineHealthCheck ``pool`` over the Machines of MachinePool ``pool``: unhealthy once
+    its Node's Ready condition has had one of the ``unhealthy`` statuses for a second
+    (``checks`` merged over its ``spec.checks``)."""
+    conditions = [{"type": "Ready", "status": s, "timeoutSeconds": 1} for s in unhealthy]
+    return {
+        "apiVersion": MACHINE_HEALTH_CHECKS.api_version,
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": pool, "namespace": namespace},
+        "spec": {
+            "clusterName": cluster,
+            "selector": {"matchLabels": {c.POOL_NAME_LABEL: c.pool_name_label_value(pool)}},
+            "checks": {"unhealthyNodeConditions": conditions, **(checks or {})},
+        },
+    }
 
 
 def healthy_node_conditions() -> list[Obj]:
